@@ -1,0 +1,46 @@
+// Command-line options for the native tools: `--name value` and `--flag`,
+// a usage text, and the same errors everywhere (message + exit code 2).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dpukit {
+
+class ArgParser {
+ public:
+  ArgParser(std::string prog, std::string summary);
+  // A value option; `def` empty and required=false means "absent unless given".
+  ArgParser& option(const std::string& name, const std::string& help, const std::string& def = "",
+                    bool required = false);
+  ArgParser& flag(const std::string& name, const std::string& help);
+
+  // Parses argv[first..argc). --help prints the usage and exits 0; anything
+  // wrong prints "<prog>: error: ..." and exits 2.
+  void parse(int argc, char** argv, int first = 1);
+
+  bool has(const std::string& name) const;  // given on the command line (or a flag set)
+  std::string str(const std::string& name) const;
+  uint64_t u64(const std::string& name) const;     // decimal, or with K/M/G (x1000) suffix
+  uint64_t bytes(const std::string& name) const;   // 4096, 64K, 32MB, 1MiB, 1G (K = 1024)
+  double number(const std::string& name) const;
+  std::string usage() const;
+  [[noreturn]] void fail(const std::string& message) const;  // exits 2
+
+ private:
+  struct Opt {
+    std::string help, def;
+    bool is_flag, required;
+  };
+  std::string prog_, summary_;
+  std::vector<std::string> order_;
+  std::map<std::string, Opt> opts_;
+  std::map<std::string, std::string> values_;
+};
+
+// "32MB" -> 33554432; throws std::invalid_argument with the reason.
+uint64_t parse_bytes(const std::string& text);
+
+}  // namespace dpukit

@@ -1,0 +1,174 @@
+// The DPU's hardware match-action flow table (the eSwitch in BlueField terms):
+// exact match on the 5-tuple, bounded capacity, insertions that take effect
+// asynchronously at a bounded rate, per-entry packet and byte counters, and
+// aging of idle entries.
+//
+// `FlowTable` is what the dpu side's control path sees; the emulated backend
+// below is the default, and an XDP map or rte_flow with COUNT/AGE can sit
+// behind the same interface.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dpukit/core/accounting.h"
+#include "dpukit/core/flow_key.h"
+
+namespace dpukit {
+
+struct FlowCounters {
+  uint64_t packets = 0;
+  uint64_t bytes = 0;
+};
+
+struct FlowEvent {
+  enum class Kind { kInserted, kRefused, kAged, kRemoved };
+  enum class Reason { kNone, kTableFull, kQueueFull, kExists, kNotFound };
+  Kind kind;
+  Reason reason = Reason::kNone;
+  FlowKey key;
+  FlowCounters counters;      // at insertion: the initial counts; at aging/removal: the final ones
+  uint64_t cookie = 0;        // what the requester attached
+  uint64_t requested_ns = 0;  // when the request was made
+  uint64_t done_ns = 0;       // when the hardware applied it
+};
+const char* to_string(FlowEvent::Kind);
+const char* to_string(FlowEvent::Reason);
+
+struct FlowTableStats {
+  uint64_t capacity = 0;
+  uint64_t entries = 0;
+  uint64_t insert_requests = 0;
+  uint64_t inserted = 0;
+  uint64_t refused_table_full = 0;
+  uint64_t refused_queue_full = 0;
+  uint64_t refused_exists = 0;
+  uint64_t remove_requests = 0;
+  uint64_t removed = 0;
+  uint64_t aged = 0;
+  uint64_t lookups = 0;
+  uint64_t hits = 0;
+  uint64_t pending = 0;  // requests queued, not yet applied
+};
+
+class FlowTable {
+ public:
+  virtual ~FlowTable() = default;
+  virtual std::string backend() const = 0;
+  virtual size_t capacity() const = 0;
+
+  // Control path, from any thread. Asynchronous: the outcome arrives later as
+  // an event. `initial` seeds the entry's counters (Duet inserts a heavy flow
+  // with the count it reached in the sketch). A request refused at once
+  // (queue full) still yields a kRefused event.
+  virtual void request_insert(const FlowKey& key, FlowCounters initial, uint64_t cookie = 0) = 0;
+  virtual void request_remove(const FlowKey& key, uint64_t cookie = 0) = 0;
+  // Moves up to `max` pending events into `out` (appending); returns how many.
+  virtual size_t poll_events(std::vector<FlowEvent>& out, size_t max) = 0;
+
+  // Counters of an installed entry, from any thread.
+  virtual std::optional<FlowCounters> query(const FlowKey& key) const = 0;
+  virtual FlowTableStats stats() const = 0;
+};
+
+// The emulated eSwitch. Its packet path (`match`) and its firmware work
+// (`service`: applying due insertions and removals, aging) must run on ONE
+// thread — the thread that stands for the NIC, whose CPU time is hw time.
+// Everything in the FlowTable interface is safe from any other thread.
+// Time is passed in explicitly (CLOCK_MONOTONIC ns, see now_ns()), so the
+// model is deterministic under test.
+class EmulatedFlowTable final : public FlowTable {
+ public:
+  struct Config {
+    size_t capacity = 65536;
+    double insert_rate = 77000;          // rules/s; Duet Table II, one Arm core
+    uint64_t insert_latency_ns = 20000;  // from request to effect, on top of queueing (assumed; the paper gives no figure)
+    size_t insert_queue = 65536;         // requests waiting beyond this are refused
+    uint64_t idle_timeout_ns = 0;        // aging; 0 = entries never age
+  };
+  explicit EmulatedFlowTable(const Config& config);
+  ~EmulatedFlowTable() override;
+
+  std::string backend() const override { return "emulated"; }
+  size_t capacity() const override { return config_.capacity; }
+  void request_insert(const FlowKey& key, FlowCounters initial, uint64_t cookie = 0) override;
+  void request_remove(const FlowKey& key, uint64_t cookie = 0) override;
+  size_t poll_events(std::vector<FlowEvent>& out, size_t max) override;
+  std::optional<FlowCounters> query(const FlowKey& key) const override;
+  FlowTableStats stats() const override;
+
+  // --- the NIC thread only ---
+  // Packet path: on a hit, counts the packet and returns true.
+  bool match(const FlowKey& key, uint32_t bytes, uint64_t now);
+  // Applies what is due at `now`; returns the time the next request falls
+  // due (UINT64_MAX when nothing is queued), so a NIC thread can sleep.
+  uint64_t service(uint64_t now);
+
+  // Sleeps until a request is queued or `timeout` passes; true if one is queued.
+  bool wait_for_request(std::chrono::microseconds timeout);
+
+  const Config& config() const { return config_; }
+
+ private:
+  struct Slot;
+  struct Request {
+    bool insert;
+    FlowKey key;
+    FlowCounters initial;
+    uint64_t cookie;
+    uint64_t requested_ns;
+    uint64_t due_ns;
+  };
+  size_t find(const FlowKey& key) const;  // slot index or npos
+  void enqueue_locked(Request r);  // mu_ held
+  void apply(const Request& r, uint64_t now);
+  void erase_at(size_t idx);
+  void age(uint64_t now);
+  void emit(FlowEvent e);
+
+  Config config_;
+  size_t mask_;
+  std::unique_ptr<Slot[]> slots_;
+  // Structural changes (insert, erase) bump this seqlock so that readers on
+  // other threads retry instead of seeing a half-moved entry.
+  mutable std::atomic<uint64_t> version_{0};
+  std::atomic<uint64_t> entries_{0};
+
+  mutable std::mutex mu_;  // requests, events, control-path counters
+  std::condition_variable requested_;
+  std::deque<Request> queue_;
+  std::vector<Request> due_;           // NIC thread's scratch
+  uint64_t last_start_ns_ = 0;         // when the previous request began to be applied
+  std::atomic<uint64_t> next_due_ns_{UINT64_MAX};
+  std::deque<FlowEvent> events_;
+  FlowTableStats control_;
+
+  // Written by the NIC thread only; read by stats().
+  std::atomic<uint64_t> lookups_{0}, hits_{0}, inserted_{0}, refused_full_{0}, refused_exists_{0},
+      removed_{0}, aged_{0};
+  uint64_t next_aging_ns_ = 0;
+};
+
+// Runs the table's firmware work (service) on a thread of its own, for users
+// with no packet path of their own: tests and the insertion-rate benchmark.
+// Its CPU time is added to `account` as hw time when it stops.
+class FlowTableNicThread {
+ public:
+  FlowTableNicThread(EmulatedFlowTable& table, CpuAccount* account = nullptr, const CpuSet& cpus = {});
+  ~FlowTableNicThread();
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dpukit

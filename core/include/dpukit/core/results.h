@@ -1,0 +1,45 @@
+// One JSON schema for every run ("dpukit.result/1", python/dpukit/result.schema.json):
+// what ran, where, with which parameters, what it measured, CPU per place.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dpukit/core/accounting.h"
+
+namespace dpukit {
+
+nlohmann::json machine_info();  // cpu_model, cores, arch, kernel, hostname
+
+class Result {
+ public:
+  Result(std::string tool, std::vector<std::string> command_line);
+  Result(std::string tool, int argc, char** argv);
+
+  nlohmann::json& parameters() { return parameters_; }
+  nlohmann::json& figures() { return figures_; }
+  void set_backend(std::string backend) { backend_ = std::move(backend); }
+  void set_placement(const Placement& p) { placement_ = p; }
+  void set_cpu(const CpuAccount& account);
+  void set_wall_ns(uint64_t ns) { wall_ns_ = ns; }
+
+  nlohmann::json to_json() const;
+  // Writes atomically (temporary file + rename); throws std::runtime_error naming the path.
+  void write(const std::string& path) const;
+
+ private:
+  std::string tool_;
+  std::vector<std::string> command_line_;
+  std::string started_utc_;
+  std::string backend_ = "emulated";
+  Placement placement_;
+  nlohmann::json parameters_ = nlohmann::json::object();
+  nlohmann::json figures_ = nlohmann::json::object();
+  uint64_t cpu_[3] = {0, 0, 0};
+  uint64_t wall_ns_ = 0;
+};
+
+}  // namespace dpukit

@@ -1,0 +1,534 @@
+#include "dpukit/core/channel.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <system_error>
+
+#include "dpukit/core/ring.h"
+#include "dpukit/core/shm.h"
+
+namespace dpukit {
+namespace detail {
+namespace {
+
+constexpr uint64_t kChannelMagic = 0x6470756b69746368ull;  // "dpukitch"
+constexpr uint32_t kChannelVersion = 1;
+using Clock = std::chrono::steady_clock;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+bool pow2(size_t v) { return v && !(v & (v - 1)); }
+
+// The first bytes of the shared mapping.
+struct alignas(kCacheLine) ChannelShared {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t spin;
+  uint64_t request_slots, completion_slots, payload_bytes;
+  uint64_t request_ring_off, completion_ring_off, payload_off, total_bytes;
+  alignas(kCacheLine) std::atomic<uint32_t> host_sleeping;
+  alignas(kCacheLine) std::atomic<uint32_t> dpu_sleeping;
+  alignas(kCacheLine) std::atomic<uint64_t> payload_tail;  // released by the dpu side
+  alignas(kCacheLine) std::atomic<uint32_t> host_closed;
+  std::atomic<uint32_t> dpu_closed;
+};
+
+struct Hello {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t reserved;
+  uint64_t total_bytes;
+};
+struct Ack {
+  uint64_t magic;
+  uint32_t ok;
+  uint32_t reserved;
+};
+
+ChannelError sys_error(const std::string& what) {
+  return ChannelError(ChannelError::Kind::kSystem, what + ": " + std::strerror(errno));
+}
+
+pid_t peer_pid_of(int sock) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return 0;
+  return cred.pid;
+}
+
+void send_with_fds(int sock, const void* data, size_t len, const int* fds, int nfds) {
+  iovec iov{const_cast<void*>(data), len};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (nfds > 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+  }
+  if (::sendmsg(sock, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(len)) throw sys_error("channel: handshake send");
+}
+
+// Receives one message of exactly `len` bytes and up to `nfds` descriptors, waiting up to timeout.
+int recv_with_fds(int sock, void* data, size_t len, UniqueFd* fds, int nfds, std::chrono::milliseconds timeout) {
+  pollfd p{sock, POLLIN, 0};
+  int r = ::poll(&p, 1, static_cast<int>(timeout.count()));
+  if (r < 0) throw sys_error("channel: handshake poll");
+  if (r == 0) throw ChannelError(ChannelError::Kind::kProtocol, "channel: handshake timed out");
+  iovec iov{data, len};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  if (n < 0) throw sys_error("channel: handshake receive");
+  int got = 0;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    int count = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    for (int i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      if (got < nfds) fds[got++].reset(fd); else ::close(fd);
+    }
+  }
+  if (n == 0) throw ChannelError(ChannelError::Kind::kPeerGone, "channel: peer hung up during the handshake");
+  if (static_cast<size_t>(n) != len || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+    throw ChannelError(ChannelError::Kind::kProtocol, "channel: malformed handshake message");
+  return got;
+}
+
+UniqueFd make_eventfd() {
+  UniqueFd fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!fd) throw sys_error("channel: eventfd");
+  return fd;
+}
+
+}  // namespace
+
+struct ChannelState {
+  SharedMemory shm;
+  ChannelShared* hdr = nullptr;
+  SpscRing<ChannelRequest> requests;
+  SpscRing<ChannelCompletion> completions;
+  uint8_t* payload = nullptr;
+  UniqueFd host_bell;  // the host sleeps on it, the dpu rings it
+  UniqueFd dpu_bell;   // the dpu sleeps on it, the host rings it
+  UniqueFd sock;       // liveness: its hang-up means the peer is gone
+  pid_t peer = 0;
+  bool is_host = false;
+  bool peer_hung_up = false;
+
+  std::atomic<uint32_t>& my_sleeping() { return is_host ? hdr->host_sleeping : hdr->dpu_sleeping; }
+  std::atomic<uint32_t>& peer_sleeping() { return is_host ? hdr->dpu_sleeping : hdr->host_sleeping; }
+  int my_bell() const { return is_host ? host_bell.get() : dpu_bell.get(); }
+  int peer_bell() const { return is_host ? dpu_bell.get() : host_bell.get(); }
+  const char* peer_name() const { return is_host ? "dpu" : "host"; }
+
+  // After making progress the peer may wait for: wake it if it sleeps.
+  void ring_peer() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (peer_sleeping().load(std::memory_order_relaxed)) ring_peer_always();
+  }
+  void ring_peer_always() {
+    uint64_t one = 1;
+    [[maybe_unused]] ssize_t r = ::write(peer_bell(), &one, sizeof(one));
+  }
+
+  // Waits until ready() holds (true), the deadline passes or the peer hangs up (false).
+  template <class Ready>
+  bool wait(Ready ready, Clock::time_point deadline) {
+    for (uint32_t i = 0; i < hdr->spin; ++i) {
+      if (ready()) return true;
+      cpu_relax();
+    }
+    for (;;) {
+      if (ready()) return true;
+      if (peer_hung_up) return false;
+      int timeout_ms = 100;  // also bounds how long a lost wake-up could cost
+      if (deadline != Clock::time_point::max()) {
+        auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+        if (left <= 0) return false;
+        timeout_ms = static_cast<int>(std::min<int64_t>(left, timeout_ms));
+      }
+      auto& me = my_sleeping();
+      me.store(1, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (ready()) {
+        me.store(0, std::memory_order_relaxed);
+        return true;
+      }
+      pollfd fds[2] = {{my_bell(), POLLIN, 0}, {sock.get(), POLLIN | POLLRDHUP, 0}};
+      int n = ::poll(fds, 2, timeout_ms);
+      me.store(0, std::memory_order_relaxed);
+      if (n < 0 && errno != EINTR) throw sys_error("channel: poll");
+      if (n > 0 && (fds[0].revents & POLLIN)) {
+        uint64_t v;
+        [[maybe_unused]] ssize_t r = ::read(my_bell(), &v, sizeof(v));
+      }
+      if (n > 0 && fds[1].revents) peer_hung_up = true;
+    }
+  }
+
+  bool peer_closed_in_order() const {
+    return (is_host ? hdr->dpu_closed : hdr->host_closed).load(std::memory_order_acquire) != 0;
+  }
+
+  [[noreturn]] void throw_peer_gone() const {
+    std::string who = std::string("the ") + peer_name() + " side" + (peer ? " (pid " + std::to_string(peer) + ")" : "");
+    if (peer_closed_in_order())
+      throw ChannelError(ChannelError::Kind::kPeerClosed, "channel: " + who + " closed the channel");
+    throw ChannelError(ChannelError::Kind::kPeerGone,
+                       "channel: " + who + " is gone: it died or dropped the connection without closing the channel");
+  }
+
+  // Lays out the mapping for `cfg` (host side).
+  void create(const ChannelConfig& cfg) {
+    if (!pow2(cfg.request_slots) || !pow2(cfg.completion_slots) || !pow2(cfg.payload_bytes))
+      throw std::invalid_argument("channel: slots and payload bytes must be powers of two");
+    size_t req_off = align_up(sizeof(ChannelShared), kCacheLine);
+    size_t cmp_off = align_up(req_off + SpscRing<ChannelRequest>::bytes_needed(cfg.request_slots), kCacheLine);
+    size_t pay_off = align_up(cmp_off + SpscRing<ChannelCompletion>::bytes_needed(cfg.completion_slots), 4096);
+    size_t total = pay_off + cfg.payload_bytes;
+    shm = SharedMemory::create("dpukit-channel", total);
+    auto* base = static_cast<uint8_t*>(shm.data());
+    hdr = new (base) ChannelShared{};
+    hdr->version = kChannelVersion;
+    hdr->spin = cfg.spin;
+    hdr->request_slots = cfg.request_slots;
+    hdr->completion_slots = cfg.completion_slots;
+    hdr->payload_bytes = cfg.payload_bytes;
+    hdr->request_ring_off = req_off;
+    hdr->completion_ring_off = cmp_off;
+    hdr->payload_off = pay_off;
+    hdr->total_bytes = total;
+    requests = SpscRing<ChannelRequest>::create(base + req_off, cfg.request_slots);
+    completions = SpscRing<ChannelCompletion>::create(base + cmp_off, cfg.completion_slots);
+    payload = base + pay_off;
+    std::atomic_thread_fence(std::memory_order_release);
+    hdr->magic = kChannelMagic;
+    host_bell = make_eventfd();
+    dpu_bell = make_eventfd();
+    is_host = true;
+  }
+
+  // Maps what the host laid out (dpu side), checking every offset against the mapping.
+  void attach(SharedMemory m) {
+    shm = std::move(m);
+    auto* base = static_cast<uint8_t*>(shm.data());
+    if (shm.size() < sizeof(ChannelShared)) throw ChannelError(ChannelError::Kind::kProtocol, "channel: mapping too small");
+    hdr = reinterpret_cast<ChannelShared*>(base);
+    if (hdr->magic != kChannelMagic || hdr->version != kChannelVersion)
+      throw ChannelError(ChannelError::Kind::kProtocol, "channel: the mapping is not a dpukit channel of this version");
+    if (hdr->total_bytes != shm.size() || !pow2(hdr->payload_bytes) ||
+        hdr->payload_off + hdr->payload_bytes > shm.size() || hdr->request_ring_off >= hdr->completion_ring_off ||
+        hdr->completion_ring_off >= hdr->payload_off)
+      throw ChannelError(ChannelError::Kind::kProtocol, "channel: inconsistent layout");
+    requests = SpscRing<ChannelRequest>::attach(base + hdr->request_ring_off,
+                                                hdr->completion_ring_off - hdr->request_ring_off);
+    completions = SpscRing<ChannelCompletion>::attach(base + hdr->completion_ring_off,
+                                                      hdr->payload_off - hdr->completion_ring_off);
+    payload = base + hdr->payload_off;
+    is_host = false;
+  }
+};
+
+}  // namespace detail
+
+using detail::ChannelState;
+using detail::Clock;
+
+namespace {
+Clock::time_point deadline_after(std::chrono::milliseconds t) {
+  return t.count() < 0 ? Clock::time_point::max() : Clock::now() + t;
+}
+}  // namespace
+
+// ---------------------------------------------------------------- host side
+
+ChannelHost::ChannelHost(std::unique_ptr<ChannelState> s) : s_(std::move(s)) {}
+ChannelHost::ChannelHost(ChannelHost&&) noexcept = default;
+ChannelHost& ChannelHost::operator=(ChannelHost&& o) noexcept {
+  if (this != &o) {
+    close();
+    s_ = std::move(o.s_);
+    payload_head_ = o.payload_head_;
+  }
+  return *this;
+}
+ChannelHost::~ChannelHost() { close(); }
+
+ChannelHost ChannelHost::connect(const std::string& socket_path, const ChannelConfig& config) {
+  auto s = std::make_unique<ChannelState>();
+  s->create(config);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.size() >= sizeof(addr.sun_path))
+    throw ChannelError(ChannelError::Kind::kSystem, "channel: socket path too long: " + socket_path);
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  s->sock = UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!s->sock) throw detail::sys_error("channel: socket");
+  if (::connect(s->sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+    throw detail::sys_error("channel: no dpu side listening at " + socket_path);
+  detail::Hello hello{detail::kChannelMagic, detail::kChannelVersion, 0, s->hdr->total_bytes};
+  int fds[3] = {s->shm.fd(), s->host_bell.get(), s->dpu_bell.get()};
+  detail::send_with_fds(s->sock.get(), &hello, sizeof(hello), fds, 3);
+  detail::Ack ack{};
+  detail::recv_with_fds(s->sock.get(), &ack, sizeof(ack), nullptr, 0, std::chrono::seconds(10));
+  if (ack.magic != detail::kChannelMagic || ack.ok != 1)
+    throw ChannelError(ChannelError::Kind::kProtocol, "channel: the dpu side at " + socket_path + " refused the channel");
+  s->peer = detail::peer_pid_of(s->sock.get());
+  return ChannelHost(std::move(s));
+}
+
+bool ChannelHost::post(uint32_t op, uint64_t id, std::span<const uint8_t> payload,
+                       std::initializer_list<uint64_t> args, bool wait) {
+  ChannelState& s = *s_;
+  const uint64_t size = s.hdr->payload_bytes;
+  const uint64_t len = payload.size();
+  if (len > size)
+    throw std::invalid_argument("channel: payload of " + std::to_string(len) + " bytes exceeds the region (" +
+                                std::to_string(size) + ")");
+  if (args.size() > 5) throw std::invalid_argument("channel: at most 5 request arguments");
+  if (s.hdr->host_closed.load(std::memory_order_relaxed)) throw std::logic_error("channel: submit after close");
+  // A payload never wraps: if it would cross the end, it starts at the beginning.
+  uint64_t pos = payload_head_;
+  uint64_t phys = pos & (size - 1);
+  if (len && phys + len > size) pos += size - phys;
+  auto fits = [&] {
+    return pos + len - s.hdr->payload_tail.load(std::memory_order_acquire) <= size && s.requests.free_slots() > 0;
+  };
+  if (!fits()) {
+    if (!wait) return false;
+    if (!s.wait(fits, Clock::time_point::max())) s.throw_peer_gone();
+  }
+  if (len) std::memcpy(s.payload + (pos & (size - 1)), payload.data(), len);
+  ChannelRequest r{};
+  r.id = id;
+  r.op = op;
+  r.payload_len = static_cast<uint32_t>(len);
+  r.payload_pos = pos;
+  std::copy(args.begin(), args.end(), r.args);
+  s.requests.try_push(r);
+  payload_head_ = pos + len;
+  s.ring_peer();
+  return true;
+}
+
+void ChannelHost::submit(uint32_t op, uint64_t id, std::span<const uint8_t> payload,
+                         std::initializer_list<uint64_t> args) {
+  post(op, id, payload, args, true);
+}
+
+bool ChannelHost::try_submit(uint32_t op, uint64_t id, std::span<const uint8_t> payload,
+                             std::initializer_list<uint64_t> args) {
+  if (s_->peer_hung_up) s_->throw_peer_gone();
+  return post(op, id, payload, args, false);
+}
+
+size_t ChannelHost::poll_completions(ChannelCompletion* out, size_t max) {
+  size_t n = s_->completions.try_pop(out, max);
+  if (n) s_->ring_peer();  // the dpu side may wait for room
+  return n;
+}
+
+size_t ChannelHost::wait_completions(ChannelCompletion* out, size_t max, std::chrono::milliseconds timeout) {
+  if (size_t n = poll_completions(out, max)) return n;
+  ChannelState& s = *s_;
+  if (!s.wait([&] { return !s.completions.empty(); }, deadline_after(timeout))) {
+    if (s.peer_hung_up) s.throw_peer_gone();
+    return 0;
+  }
+  return poll_completions(out, max);
+}
+
+void ChannelHost::close() {
+  if (!s_ || s_->hdr->host_closed.load(std::memory_order_relaxed)) return;
+  s_->hdr->host_closed.store(1, std::memory_order_seq_cst);
+  s_->ring_peer_always();
+}
+
+pid_t ChannelHost::peer_pid() const { return s_->peer; }
+size_t ChannelHost::payload_capacity() const { return s_->hdr->payload_bytes; }
+
+// ----------------------------------------------------------------- dpu side
+
+ChannelDpu::ChannelDpu(std::unique_ptr<ChannelState> s) : s_(std::move(s)) {}
+ChannelDpu::ChannelDpu(ChannelDpu&&) noexcept = default;
+ChannelDpu& ChannelDpu::operator=(ChannelDpu&& o) noexcept {
+  if (this != &o) {
+    close();
+    s_ = std::move(o.s_);
+    requests_ = std::move(o.requests_);
+    buffer_ = std::move(o.buffer_);
+    closed_ = o.closed_;
+  }
+  return *this;
+}
+ChannelDpu::~ChannelDpu() { close(); }
+
+size_t ChannelDpu::receive(std::vector<Message>& out, size_t max, std::chrono::milliseconds timeout) {
+  out.clear();
+  if (closed_ || max == 0) return 0;
+  ChannelState& s = *s_;
+  if (requests_.size() < max) requests_.resize(max);
+  size_t n = s.requests.try_pop(requests_.data(), max);
+  if (n == 0) {
+    auto host_closed = [&] { return s.hdr->host_closed.load(std::memory_order_acquire) != 0; };
+    bool ok = s.wait([&] { return !s.requests.empty() || host_closed(); }, deadline_after(timeout));
+    n = s.requests.try_pop(requests_.data(), max);
+    if (n == 0) {
+      if (host_closed()) {
+        closed_ = true;
+        return 0;
+      }
+      if (!ok && s.peer_hung_up) s.throw_peer_gone();
+      return 0;
+    }
+  }
+  // The "DMA read": copy every payload out of the shared region, then release it.
+  const uint64_t mask = s.hdr->payload_bytes - 1;
+  size_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (requests_[i].payload_len > s.hdr->payload_bytes)
+      throw ChannelError(ChannelError::Kind::kProtocol, "channel: request payload larger than the region");
+    total += requests_[i].payload_len;
+  }
+  if (buffer_.size() < total) buffer_.resize(total);
+  size_t off = 0;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const ChannelRequest& r = requests_[i];
+    uint64_t phys = r.payload_pos & mask;
+    if (phys + r.payload_len > s.hdr->payload_bytes)
+      throw ChannelError(ChannelError::Kind::kProtocol, "channel: request payload crosses the region's end");
+    std::memcpy(buffer_.data() + off, s.payload + phys, r.payload_len);
+    out.push_back({r, std::span<const uint8_t>(buffer_.data() + off, r.payload_len)});
+    off += r.payload_len;
+  }
+  const ChannelRequest& last = requests_[n - 1];
+  s.hdr->payload_tail.store(last.payload_pos + last.payload_len, std::memory_order_release);
+  s.ring_peer();  // the host may wait for room
+  return n;
+}
+
+void ChannelDpu::complete(std::span<const ChannelCompletion> completions) {
+  ChannelState& s = *s_;
+  size_t done = 0;
+  while (done < completions.size()) {
+    size_t k = s.completions.try_push(completions.data() + done, completions.size() - done);
+    if (k) {
+      done += k;
+      s.ring_peer();
+      continue;
+    }
+    if (!s.wait([&] { return s.completions.free_slots() > 0; }, Clock::time_point::max())) s.throw_peer_gone();
+  }
+}
+
+void ChannelDpu::close() {
+  if (!s_ || s_->hdr->dpu_closed.load(std::memory_order_relaxed)) return;
+  s_->hdr->dpu_closed.store(1, std::memory_order_seq_cst);
+  s_->ring_peer_always();
+}
+
+pid_t ChannelDpu::peer_pid() const { return s_->peer; }
+
+// ----------------------------------------------------------------- listener
+
+ChannelListener::ChannelListener(const std::string& socket_path) : path_(socket_path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.size() >= sizeof(addr.sun_path))
+    throw ChannelError(ChannelError::Kind::kSystem, "channel: socket path too long: " + socket_path);
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) throw detail::sys_error("channel: socket");
+  ::unlink(socket_path.c_str());  // a stale socket from a dead agent
+  if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd_, 64) != 0) {
+    auto e = detail::sys_error("channel: cannot listen at " + socket_path);
+    ::close(fd_);
+    throw e;
+  }
+}
+
+ChannelListener::ChannelListener(ChannelListener&& o) noexcept
+    : fd_(std::exchange(o.fd_, -1)), path_(std::move(o.path_)) {}
+ChannelListener& ChannelListener::operator=(ChannelListener&& o) noexcept {
+  if (this != &o) {
+    this->~ChannelListener();
+    fd_ = std::exchange(o.fd_, -1);
+    path_ = std::move(o.path_);
+  }
+  return *this;
+}
+ChannelListener::~ChannelListener() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(path_.c_str());
+  }
+}
+
+ChannelDpu ChannelListener::accept(std::chrono::milliseconds timeout) {
+  pollfd p{fd_, POLLIN, 0};
+  int r = ::poll(&p, 1, timeout.count() < 0 ? -1 : static_cast<int>(timeout.count()));
+  if (r < 0) throw detail::sys_error("channel: accept poll");
+  if (r == 0) throw ChannelError(ChannelError::Kind::kSystem, "channel: no host connected to " + path_ + " in time");
+  UniqueFd sock(::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC));
+  if (!sock) throw detail::sys_error("channel: accept");
+  detail::Hello hello{};
+  UniqueFd fds[3];
+  int got = detail::recv_with_fds(sock.get(), &hello, sizeof(hello), fds, 3, std::chrono::seconds(10));
+  if (hello.magic != detail::kChannelMagic || hello.version != detail::kChannelVersion || got != 3)
+    throw ChannelError(ChannelError::Kind::kProtocol, "channel: a peer at " + path_ + " sent no valid channel handshake");
+  auto s = std::make_unique<ChannelState>();
+  s->attach(SharedMemory::map(std::move(fds[0])));
+  s->host_bell = std::move(fds[1]);
+  s->dpu_bell = std::move(fds[2]);
+  s->peer = detail::peer_pid_of(sock.get());
+  s->sock = std::move(sock);
+  detail::Ack ack{detail::kChannelMagic, 1, 0};
+  detail::send_with_fds(s->sock.get(), &ack, sizeof(ack), nullptr, 0);
+  return ChannelDpu(std::move(s));
+}
+
+std::pair<ChannelHost, ChannelDpu> make_channel_pair(const ChannelConfig& config) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) throw detail::sys_error("channel: socketpair");
+  auto h = std::make_unique<ChannelState>();
+  h->create(config);
+  h->sock = UniqueFd(sv[0]);
+  h->peer = ::getpid();
+  auto d = std::make_unique<ChannelState>();
+  UniqueFd shm_fd(::dup(h->shm.fd()));
+  if (!shm_fd) throw detail::sys_error("channel: dup");
+  d->attach(SharedMemory::map(std::move(shm_fd)));
+  d->host_bell = UniqueFd(::dup(h->host_bell.get()));
+  d->dpu_bell = UniqueFd(::dup(h->dpu_bell.get()));
+  d->sock = UniqueFd(sv[1]);
+  d->peer = ::getpid();
+  return {ChannelHost(std::move(h)), ChannelDpu(std::move(d))};
+}
+
+}  // namespace dpukit

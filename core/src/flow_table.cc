@@ -1,0 +1,353 @@
+#include "dpukit/core/flow_table.h"
+
+#include <sys/prctl.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+namespace dpukit {
+
+const char* to_string(FlowEvent::Kind k) {
+  switch (k) {
+    case FlowEvent::Kind::kInserted: return "inserted";
+    case FlowEvent::Kind::kRefused: return "refused";
+    case FlowEvent::Kind::kAged: return "aged";
+    case FlowEvent::Kind::kRemoved: return "removed";
+  }
+  return "?";
+}
+
+const char* to_string(FlowEvent::Reason r) {
+  switch (r) {
+    case FlowEvent::Reason::kNone: return "none";
+    case FlowEvent::Reason::kTableFull: return "table full";
+    case FlowEvent::Reason::kQueueFull: return "insertion queue full";
+    case FlowEvent::Reason::kExists: return "entry exists";
+    case FlowEvent::Reason::kNotFound: return "no such entry";
+  }
+  return "?";
+}
+
+// Every field is an atomic so that query() on another thread never reads a
+// torn value; the NIC thread is the only writer, so plain load+store suffices
+// where a shared counter would need fetch_add.
+struct EmulatedFlowTable::Slot {
+  static constexpr uint64_t kOccupied = 1ull << 63;
+  std::atomic<uint64_t> k0{0}, k1{0};  // the 13 key bytes; k1 carries kOccupied
+  std::atomic<uint64_t> packets{0}, bytes{0}, last_hit_ns{0}, cookie{0};
+
+  static void pack(const FlowKey& key, uint64_t& a, uint64_t& b) {
+    a = 0;
+    b = 0;
+    std::memcpy(&a, key.bytes.data(), 8);
+    std::memcpy(&b, key.bytes.data() + 8, 5);
+    b |= kOccupied;
+  }
+  FlowKey key() const {
+    FlowKey k;
+    uint64_t a = k0.load(std::memory_order_relaxed), b = k1.load(std::memory_order_relaxed);
+    std::memcpy(k.bytes.data(), &a, 8);
+    std::memcpy(k.bytes.data() + 8, &b, 5);
+    return k;
+  }
+  bool occupied() const { return k1.load(std::memory_order_relaxed) & kOccupied; }
+  void copy_from(const Slot& o) {
+    for (auto [dst, src] : {std::pair{&k0, &o.k0}, {&k1, &o.k1}, {&packets, &o.packets}, {&bytes, &o.bytes},
+                            {&last_hit_ns, &o.last_hit_ns}, {&cookie, &o.cookie}})
+      dst->store(src->load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
+};
+
+namespace {
+constexpr size_t npos = SIZE_MAX;
+inline void bump(std::atomic<uint64_t>& a, uint64_t by = 1) {
+  a.store(a.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+}
+size_t slots_for(size_t capacity) {
+  size_t n = 2;
+  while (n < capacity * 2) n <<= 1;  // at most half full: short probes
+  return n;
+}
+}  // namespace
+
+EmulatedFlowTable::EmulatedFlowTable(const Config& config) : config_(config) {
+  if (config.capacity == 0) throw std::invalid_argument("flow table: capacity must be > 0");
+  if (config.insert_queue == 0) throw std::invalid_argument("flow table: insert queue must be > 0");
+  size_t n = slots_for(config.capacity);
+  mask_ = n - 1;
+  slots_ = std::make_unique<Slot[]>(n);
+  control_.capacity = config.capacity;
+}
+
+EmulatedFlowTable::~EmulatedFlowTable() = default;
+
+size_t EmulatedFlowTable::find(const FlowKey& key) const {
+  uint64_t a, b;
+  Slot::pack(key, a, b);
+  for (size_t i = flow_hash(key) & mask_;; i = (i + 1) & mask_) {
+    const Slot& s = slots_[i];
+    uint64_t sb = s.k1.load(std::memory_order_relaxed);
+    if (!(sb & Slot::kOccupied)) return npos;
+    if (sb == b && s.k0.load(std::memory_order_relaxed) == a) return i;
+  }
+}
+
+bool EmulatedFlowTable::match(const FlowKey& key, uint32_t bytes, uint64_t now) {
+  bump(lookups_);
+  size_t i = find(key);
+  if (i == npos) return false;
+  Slot& s = slots_[i];
+  bump(s.packets);
+  bump(s.bytes, bytes);
+  s.last_hit_ns.store(now, std::memory_order_relaxed);
+  bump(hits_);
+  return true;
+}
+
+std::optional<FlowCounters> EmulatedFlowTable::query(const FlowKey& key) const {
+  for (;;) {
+    uint64_t v1 = version_.load(std::memory_order_acquire);
+    if (v1 & 1) {
+      std::this_thread::yield();
+      continue;
+    }
+    std::optional<FlowCounters> out;
+    size_t i = find(key);
+    if (i != npos)
+      out = FlowCounters{slots_[i].packets.load(std::memory_order_relaxed),
+                         slots_[i].bytes.load(std::memory_order_relaxed)};
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (version_.load(std::memory_order_relaxed) == v1) return out;
+  }
+}
+
+void EmulatedFlowTable::emit(FlowEvent e) {
+  std::lock_guard lock(mu_);
+  events_.push_back(e);
+}
+
+void EmulatedFlowTable::request_insert(const FlowKey& key, FlowCounters initial, uint64_t cookie) {
+  uint64_t now = now_ns();
+  std::lock_guard lock(mu_);
+  ++control_.insert_requests;
+  if (queue_.size() >= config_.insert_queue) {
+    ++control_.refused_queue_full;
+    events_.push_back({FlowEvent::Kind::kRefused, FlowEvent::Reason::kQueueFull, key, initial, cookie, now, now});
+    return;
+  }
+  enqueue_locked({true, key, initial, cookie, now, 0});
+}
+
+void EmulatedFlowTable::request_remove(const FlowKey& key, uint64_t cookie) {
+  uint64_t now = now_ns();
+  std::lock_guard lock(mu_);
+  ++control_.remove_requests;
+  enqueue_locked({false, key, {}, cookie, now, 0});
+}
+
+// The rule engine is one server applying requests in order at insert_rate;
+// each takes effect insert_latency after it starts.
+void EmulatedFlowTable::enqueue_locked(Request r) {
+  double gap = config_.insert_rate > 0 ? 1e9 / config_.insert_rate : 0;
+  uint64_t start = std::max<uint64_t>(r.requested_ns, last_start_ns_ + static_cast<uint64_t>(std::llround(gap)));
+  last_start_ns_ = start;
+  r.due_ns = start + config_.insert_latency_ns;
+  bool was_empty = queue_.empty();
+  queue_.push_back(r);
+  next_due_ns_.store(queue_.front().due_ns, std::memory_order_release);
+  if (was_empty) requested_.notify_one();
+}
+
+size_t EmulatedFlowTable::poll_events(std::vector<FlowEvent>& out, size_t max) {
+  std::lock_guard lock(mu_);
+  size_t n = std::min(max, events_.size());
+  out.insert(out.end(), events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(n));
+  events_.erase(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(n));
+  return n;
+}
+
+bool EmulatedFlowTable::wait_for_request(std::chrono::microseconds timeout) {
+  std::unique_lock lock(mu_);
+  return requested_.wait_for(lock, timeout, [&] { return !queue_.empty(); });
+}
+
+uint64_t EmulatedFlowTable::service(uint64_t now) {
+  if (now >= next_due_ns_.load(std::memory_order_acquire)) {
+    due_.clear();
+    {
+      std::lock_guard lock(mu_);
+      while (!queue_.empty() && queue_.front().due_ns <= now) {
+        due_.push_back(queue_.front());
+        queue_.pop_front();
+      }
+      next_due_ns_.store(queue_.empty() ? UINT64_MAX : queue_.front().due_ns, std::memory_order_release);
+    }
+    for (const Request& r : due_) apply(r, now);
+  }
+  uint64_t next = next_due_ns_.load(std::memory_order_acquire);
+  if (config_.idle_timeout_ns) {
+    if (now >= next_aging_ns_) {
+      age(now);
+      // Age in steps of a quarter of the timeout: an entry goes within 1.25 x timeout of its last hit.
+      next_aging_ns_ = now + std::max<uint64_t>(config_.idle_timeout_ns / 4, 1000);
+    }
+    if (entries_.load(std::memory_order_relaxed)) next = std::min(next, next_aging_ns_);
+  }
+  return next;
+}
+
+void EmulatedFlowTable::apply(const Request& r, uint64_t now) {
+  FlowEvent e{FlowEvent::Kind::kInserted, FlowEvent::Reason::kNone, r.key, r.initial, r.cookie, r.requested_ns, now};
+  size_t existing = find(r.key);
+  if (!r.insert) {
+    if (existing == npos) {
+      e.kind = FlowEvent::Kind::kRemoved;
+      e.reason = FlowEvent::Reason::kNotFound;
+    } else {
+      const Slot& s = slots_[existing];
+      e.kind = FlowEvent::Kind::kRemoved;
+      e.counters = {s.packets.load(std::memory_order_relaxed), s.bytes.load(std::memory_order_relaxed)};
+      erase_at(existing);
+      bump(removed_);
+    }
+    emit(e);
+    return;
+  }
+  if (existing != npos) {
+    e.kind = FlowEvent::Kind::kRefused;
+    e.reason = FlowEvent::Reason::kExists;
+    bump(refused_exists_);
+  } else if (entries_.load(std::memory_order_relaxed) >= config_.capacity) {
+    e.kind = FlowEvent::Kind::kRefused;
+    e.reason = FlowEvent::Reason::kTableFull;
+    bump(refused_full_);
+  } else {
+    size_t i = flow_hash(r.key) & mask_;
+    while (slots_[i].occupied()) i = (i + 1) & mask_;
+    uint64_t a, b;
+    Slot::pack(r.key, a, b);
+    Slot& s = slots_[i];
+    uint64_t v = version_.load(std::memory_order_relaxed);
+    version_.store(v + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    s.k0.store(a, std::memory_order_relaxed);
+    s.packets.store(r.initial.packets, std::memory_order_relaxed);
+    s.bytes.store(r.initial.bytes, std::memory_order_relaxed);
+    s.last_hit_ns.store(now, std::memory_order_relaxed);
+    s.cookie.store(r.cookie, std::memory_order_relaxed);
+    s.k1.store(b, std::memory_order_relaxed);
+    version_.store(v + 2, std::memory_order_release);
+    bump(entries_);
+    bump(inserted_);
+  }
+  emit(e);
+}
+
+// Linear probing with backward-shift deletion: no tombstones, so lookups of
+// absent keys stay short however many entries have come and gone.
+void EmulatedFlowTable::erase_at(size_t idx) {
+  uint64_t v = version_.load(std::memory_order_relaxed);
+  version_.store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  size_t hole = idx;
+  for (size_t j = (hole + 1) & mask_; slots_[j].occupied(); j = (j + 1) & mask_) {
+    size_t home = flow_hash(slots_[j].key()) & mask_;
+    // The entry at j may move into the hole unless its home lies cyclically in (hole, j].
+    bool stays = hole < j ? (home > hole && home <= j) : (home > hole || home <= j);
+    if (!stays) {
+      slots_[hole].copy_from(slots_[j]);
+      hole = j;
+    }
+  }
+  slots_[hole].k1.store(0, std::memory_order_relaxed);
+  slots_[hole].k0.store(0, std::memory_order_relaxed);
+  version_.store(v + 2, std::memory_order_release);
+  entries_.store(entries_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+}
+
+void EmulatedFlowTable::age(uint64_t now) {
+  std::vector<FlowKey> idle;
+  for (size_t i = 0; i <= mask_; ++i) {
+    const Slot& s = slots_[i];
+    if (s.occupied() && now - std::min(now, s.last_hit_ns.load(std::memory_order_relaxed)) >= config_.idle_timeout_ns)
+      idle.push_back(s.key());
+  }
+  for (const FlowKey& k : idle) {
+    size_t i = find(k);
+    const Slot& s = slots_[i];
+    FlowEvent e{FlowEvent::Kind::kAged, FlowEvent::Reason::kNone, k,
+                {s.packets.load(std::memory_order_relaxed), s.bytes.load(std::memory_order_relaxed)},
+                s.cookie.load(std::memory_order_relaxed), now, now};
+    erase_at(i);
+    bump(aged_);
+    emit(e);
+  }
+}
+
+FlowTableStats EmulatedFlowTable::stats() const {
+  FlowTableStats st;
+  {
+    std::lock_guard lock(mu_);
+    st = control_;
+    st.pending = queue_.size();
+  }
+  st.entries = entries_.load(std::memory_order_relaxed);
+  st.inserted = inserted_.load(std::memory_order_relaxed);
+  st.refused_table_full = refused_full_.load(std::memory_order_relaxed);
+  st.refused_exists = refused_exists_.load(std::memory_order_relaxed);
+  st.removed = removed_.load(std::memory_order_relaxed);
+  st.aged = aged_.load(std::memory_order_relaxed);
+  st.lookups = lookups_.load(std::memory_order_relaxed);
+  st.hits = hits_.load(std::memory_order_relaxed);
+  return st;
+}
+
+// ------------------------------------------------------------ NIC thread
+
+struct FlowTableNicThread::Impl {
+  EmulatedFlowTable& table;
+  CpuAccount* account;
+  std::atomic<bool> stop{false};
+  std::thread thread;
+
+  void run(CpuSet cpus) {
+    pin_current_thread(cpus);
+    prctl(PR_SET_TIMERSLACK, 1000UL);  // wake within ~1 µs of the next due insertion, not 50 µs
+    uint64_t start = thread_cpu_ns();
+    while (!stop.load(std::memory_order_acquire)) {
+      uint64_t now = now_ns();
+      uint64_t next = table.service(now);
+      if (next == UINT64_MAX) {
+        table.wait_for_request(std::chrono::milliseconds(5));
+        continue;
+      }
+      uint64_t now2 = now_ns();
+      if (next > now2) {
+        uint64_t wait = std::min<uint64_t>(next - now2, 5000000);
+        timespec ts{static_cast<time_t>(wait / 1000000000), static_cast<long>(wait % 1000000000)};
+        nanosleep(&ts, nullptr);
+      }
+    }
+    if (account) account->add(Place::kHw, thread_cpu_ns() - start);
+  }
+};
+
+FlowTableNicThread::FlowTableNicThread(EmulatedFlowTable& table, CpuAccount* account, const CpuSet& cpus)
+    : impl_(new Impl{table, account, {}, {}}) {
+  impl_->thread = std::thread([this, cpus] { impl_->run(cpus); });
+}
+
+void FlowTableNicThread::stop() {
+  if (impl_ && impl_->thread.joinable()) {
+    impl_->stop.store(true, std::memory_order_release);
+    impl_->thread.join();
+  }
+}
+
+FlowTableNicThread::~FlowTableNicThread() { stop(); }
+
+}  // namespace dpukit

@@ -1,0 +1,196 @@
+#include "dpukit/core/channel.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "channel_peer.h"
+
+extern char** environ;
+
+namespace dpukit {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+std::string socket_path(const char* tag) {
+  return (std::filesystem::temp_directory_path() /
+          ("dpukit-test-" + std::string(tag) + "-" + std::to_string(getpid()) + ".sock"))
+      .string();
+}
+
+pid_t spawn_tool(std::vector<std::string> args) {
+  args.insert(args.begin(), DPUKIT_CORE_TOOL);
+  std::vector<char*> av;
+  for (auto& a : args) av.push_back(a.data());
+  av.push_back(nullptr);
+  pid_t pid;
+  EXPECT_EQ(posix_spawn(&pid, DPUKIT_CORE_TOOL, nullptr, nullptr, av.data(), environ), 0);
+  return pid;
+}
+
+ChannelHost connect_retry(const std::string& path, const ChannelConfig& cfg = {}) {
+  for (int i = 0;; ++i) {
+    try {
+      return ChannelHost::connect(path, cfg);
+    } catch (const ChannelError&) {
+      if (i > 500) throw;
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+}
+
+TEST(Channel, PayloadsArriveIntactAndInOrderBetweenThreads) {
+  ChannelConfig cfg;
+  cfg.request_slots = 64;
+  cfg.completion_slots = 64;
+  cfg.payload_bytes = 64 * 1024;  // small: forces wrap-around and back-pressure
+  auto [host, dpu] = make_channel_pair(cfg);
+  std::thread t([d = std::move(dpu)]() mutable { peer::run_dpu(d, true); });
+  peer::Totals sent = peer::run_host(host, 200'000, 3000, true, true);
+  t.join();
+  EXPECT_EQ(sent.messages, 200'000u);
+}
+
+TEST(Channel, DpuSideSeesTheExactBytesAndArguments) {
+  auto [host, dpu] = make_channel_pair({});
+  std::vector<uint8_t> data = {9, 8, 7, 6, 5};
+  host.submit(42, 7, data, {11, 22, 33});
+  host.submit(43, 8);
+  std::vector<ChannelDpu::Message> got;
+  ASSERT_EQ(dpu.receive(got, 16, 1000ms), 2u);
+  EXPECT_EQ(got[0].request.op, 42u);
+  EXPECT_EQ(got[0].request.id, 7u);
+  EXPECT_EQ(std::vector<uint8_t>(got[0].payload.begin(), got[0].payload.end()), data);
+  EXPECT_EQ(got[0].request.args[1], 22u);
+  EXPECT_EQ(got[1].payload.size(), 0u);
+  dpu.complete({7, -5, 42, -28, 99});
+  ChannelCompletion c{};
+  ASSERT_EQ(host.wait_completions(&c, 1, 1000ms), 1u);
+  EXPECT_EQ(c.id, 7u);
+  EXPECT_EQ(c.result, -5);
+  EXPECT_EQ(c.status, -28);
+  EXPECT_EQ(c.arg, 99u);
+}
+
+TEST(Channel, BackPressureRefusesWhenFullAndResumesWhenDrained) {
+  ChannelConfig cfg;
+  cfg.request_slots = 4;
+  cfg.payload_bytes = 4096;
+  auto [host, dpu] = make_channel_pair(cfg);
+  std::vector<uint8_t> chunk(1500, 1);
+  EXPECT_TRUE(host.try_submit(1, 0, chunk));
+  EXPECT_TRUE(host.try_submit(1, 1, chunk));
+  EXPECT_FALSE(host.try_submit(1, 2, chunk)) << "the payload region holds only two such chunks";
+  EXPECT_TRUE(host.try_submit(1, 2, {})) << "an empty payload needs only a slot";
+  EXPECT_TRUE(host.try_submit(1, 3, {}));
+  EXPECT_FALSE(host.try_submit(1, 4, {})) << "all four slots are taken";
+  std::vector<ChannelDpu::Message> got;
+  EXPECT_EQ(dpu.receive(got, 16, 0ms), 4u);
+  EXPECT_TRUE(host.try_submit(1, 4, chunk));
+  EXPECT_THROW(host.submit(1, 5, std::vector<uint8_t>(8192)), std::invalid_argument);
+}
+
+TEST(Channel, ReceiveTimesOutWhenIdleAndReportsOrderlyClose) {
+  auto [host, dpu] = make_channel_pair({});
+  std::vector<ChannelDpu::Message> got;
+  auto t0 = Clock::now();
+  EXPECT_EQ(dpu.receive(got, 8, 50ms), 0u);
+  EXPECT_GE(Clock::now() - t0, 45ms);
+  EXPECT_FALSE(dpu.closed());
+  host.submit(1, 0);
+  host.close();
+  EXPECT_EQ(dpu.receive(got, 8, 1000ms), 1u) << "requests before close are still delivered";
+  EXPECT_EQ(dpu.receive(got, 8, 1000ms), 0u);
+  EXPECT_TRUE(dpu.closed());
+}
+
+TEST(Channel, HostLearnsAtOnceWhenTheDpuThreadDropsTheChannel) {
+  auto [host, dpu] = make_channel_pair({});
+  std::thread t([d = std::move(dpu)]() mutable { std::this_thread::sleep_for(100ms); });  // d dies with the thread
+  ChannelCompletion c;
+  auto t0 = Clock::now();
+  try {
+    host.wait_completions(&c, 1, 10s);
+    FAIL() << "expected a ChannelError";
+  } catch (const ChannelError& e) {
+    EXPECT_LT(Clock::now() - t0, 1s);
+    EXPECT_NE(std::string(e.what()).find("dpu side"), std::string::npos) << e.what();
+  }
+  t.join();
+}
+
+// The acceptance test: 10 million messages with payloads between a host (this
+// process) and a dpu process (dpukit-core channel-peer), each payload checked.
+TEST(ChannelProcesses, TenMillionMessagesArriveIntactAndInOrder) {
+  std::string path = socket_path("10m");
+  pid_t peer = spawn_tool({"channel-peer", "--listen", path, "--verify"});
+  ChannelHost host = connect_retry(path);
+  EXPECT_GT(host.peer_pid(), 0);
+  peer::Totals t = peer::run_host(host, 10'000'000, 64, true, true);
+  EXPECT_EQ(t.messages, 10'000'000u);
+  int st;
+  ASSERT_EQ(waitpid(peer, &st, 0), peer);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "the dpu peer found a lost, reordered or corrupt message";
+}
+
+TEST(ChannelProcesses, KillingTheDpuProcessFailsTheHostWithinASecond) {
+  std::string path = socket_path("killdpu");
+  pid_t peer = spawn_tool({"channel-peer", "--listen", path});
+  ChannelHost host = connect_retry(path);
+  std::thread killer([&] {
+    std::this_thread::sleep_for(200ms);
+    kill(peer, SIGKILL);
+  });
+  Clock::time_point killed_by = Clock::now() + 200ms;
+  try {
+    peer::run_host(host, UINT64_MAX / 2, 512, false, false);
+    FAIL() << "the host kept going after its dpu peer was killed";
+  } catch (const ChannelError& e) {
+    EXPECT_EQ(e.kind(), ChannelError::Kind::kPeerGone);
+    EXPECT_LT(Clock::now() - killed_by, 1s) << "took too long to notice";
+    EXPECT_NE(std::string(e.what()).find("is gone"), std::string::npos) << e.what();
+  }
+  killer.join();
+  waitpid(peer, nullptr, 0);
+}
+
+TEST(ChannelProcesses, KillingTheHostProcessFailsTheDpuWithinASecond) {
+  std::string path = socket_path("killhost");
+  ChannelListener listener(path);
+  pid_t host = spawn_tool({"channel-host", "--connect", path, "--messages", "1000000000000", "--payload", "512"});
+  ChannelDpu dpu = listener.accept(10s);
+  EXPECT_EQ(dpu.peer_pid(), host);
+  std::thread killer([&] {
+    std::this_thread::sleep_for(200ms);
+    kill(host, SIGKILL);
+  });
+  Clock::time_point killed_by = Clock::now() + 200ms;
+  try {
+    peer::run_dpu(dpu, false);
+    FAIL() << "the dpu side kept going after its host was killed";
+  } catch (const ChannelError& e) {
+    EXPECT_EQ(e.kind(), ChannelError::Kind::kPeerGone);
+    EXPECT_LT(Clock::now() - killed_by, 1s) << "took too long to notice";
+  }
+  killer.join();
+  waitpid(host, nullptr, 0);
+}
+
+TEST(ChannelProcesses, ConnectingToNobodyIsAClearError) {
+  try {
+    ChannelHost::connect(socket_path("nobody"));
+    FAIL();
+  } catch (const ChannelError& e) {
+    EXPECT_NE(std::string(e.what()).find("no dpu side listening"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dpukit

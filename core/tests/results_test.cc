@@ -1,0 +1,53 @@
+#include "dpukit/core/results.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace dpukit {
+namespace {
+
+TEST(Result, CarriesEverySchemaFieldAndTheCpuPerPlace) {
+  Result r("dpukit-core test", {"dpukit-core", "test", "--x", "1"});
+  r.parameters()["x"] = 1;
+  r.figures()["y"] = 2.5;
+  CpuAccount acct;
+  acct.add(Place::kHost, 11);
+  acct.add(Place::kDpu, 22);
+  acct.add(Place::kHw, 33);
+  r.set_cpu(acct);
+  r.set_wall_ns(44);
+  r.set_placement(Placement::plan("", ""));
+  auto j = r.to_json();
+  EXPECT_EQ(j["schema"], "dpukit.result/1");
+  EXPECT_EQ(j["tool"], "dpukit-core test");
+  EXPECT_EQ(j["command_line"][2], "--x");
+  EXPECT_EQ(j["cpu_ns"]["host"], 11);
+  EXPECT_EQ(j["cpu_ns"]["dpu"], 22);
+  EXPECT_EQ(j["cpu_ns"]["hw"], 33);
+  EXPECT_EQ(j["wall_ns"], 44);
+  EXPECT_EQ(j["figures"]["y"], 2.5);
+  EXPECT_GE(j["machine"]["cores"].get<int>(), 1);
+  EXPECT_FALSE(j["machine"]["cpu_model"].get<std::string>().empty());
+  EXPECT_EQ(j["started_utc"].get<std::string>().size(), 20u);
+  EXPECT_FALSE(j["placement"]["host_cpus"].get<std::string>().empty());
+}
+
+TEST(Result, WritesAtomicallyAndRefusesAnUnwritablePath) {
+  auto dir = std::filesystem::temp_directory_path() / ("dpukit-result-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  Result r("t", {"t"});
+  r.figures()["z"] = 7;
+  r.write((dir / "r.json").string());
+  std::ifstream in(dir / "r.json");
+  auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["figures"]["z"], 7);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1) << "no temporary file left behind";
+  EXPECT_THROW(r.write((dir / "missing" / "r.json").string()), std::runtime_error);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dpukit

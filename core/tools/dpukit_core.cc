@@ -1,0 +1,430 @@
+// dpukit-core: benchmarks and peers for the emulated DPU model (core/).
+//
+//   ring-bench       in-process SPSC ring throughput between a host and a dpu thread
+//   channel-bench    channel throughput, between threads or between processes
+//   channel-peer     the dpu side of a channel, listening on a Unix socket
+//   channel-host     the host side of a channel, connecting to a channel-peer
+//   flowtable-bench  hardware flow-table insertion rate, latency and lookup rate
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "channel_peer.h"
+#include "dpukit/core/accounting.h"
+#include "dpukit/core/channel.h"
+#include "dpukit/core/cli.h"
+#include "dpukit/core/flow_table.h"
+#include "dpukit/core/log.h"
+#include "dpukit/core/results.h"
+#include "dpukit/core/ring.h"
+
+extern char** environ;
+
+namespace dpukit {
+namespace {
+
+const char* kTool = "dpukit-core";
+
+void add_placement_options(ArgParser& p) {
+  p.option("host-cpus", "CPUs for the host side, e.g. 0 or 0-1");
+  p.option("dpu-cpus", "CPUs for the dpu side");
+}
+
+Placement placement_of(const ArgParser& p) {
+  try {
+    return Placement::plan(p.str("host-cpus"), p.str("dpu-cpus"));
+  } catch (const std::invalid_argument& e) {
+    p.fail(e.what());
+  }
+}
+
+void pin(const CpuSet& cpus, const char* place) {
+  if (auto w = pin_current_thread(cpus); !w.empty()) log_warn(std::string(place) + ": " + w);
+}
+
+void finish(const ArgParser& p, Result& r) {
+  if (p.has("json")) r.write(p.str("json"));
+}
+
+// ------------------------------------------------------------ ring-bench
+
+int ring_bench(int argc, char** argv) {
+  ArgParser p(std::string(kTool) + " ring-bench",
+              "In-process SPSC ring throughput: a host thread pushes 8-byte messages in batches, a dpu thread pops them.");
+  p.option("messages", "messages to move", "10000000").option("batch", "messages per push and pop", "32");
+  p.option("slots", "ring capacity (power of two)", "4096").option("json", "write the result here");
+  add_placement_options(p);
+  p.parse(argc, argv, 2);
+  uint64_t n = p.u64("messages"), batch = p.u64("batch"), slots = p.u64("slots");
+  if (n == 0 || batch == 0 || batch > slots) p.fail("need messages > 0 and 0 < batch <= slots");
+  Placement pl = placement_of(p);
+  HeapRing<uint64_t> ring(slots);
+  CpuAccount acct;
+  std::atomic<bool> go{false};
+  uint64_t sum = 0;
+  std::thread consumer([&] {
+    pin(pl.dpu, "dpu");
+    auto q = ring.consumer();
+    std::vector<uint64_t> buf(batch);
+    while (!go.load(std::memory_order_acquire)) {}
+    PlaceTimer t(acct, Place::kDpu);
+    uint64_t got = 0, expect = 0;
+    while (got < n) {
+      size_t k = q.try_pop(buf.data(), batch);
+      for (size_t i = 0; i < k; ++i) {
+        if (buf[i] != expect++) throw std::runtime_error("ring delivered out of order");
+        sum += buf[i];
+      }
+      got += k;
+    }
+  });
+  pin(pl.host, "host");
+  auto prod = ring.producer();
+  std::vector<uint64_t> buf(batch);
+  go.store(true, std::memory_order_release);
+  uint64_t t0 = now_ns();
+  {
+    PlaceTimer t(acct, Place::kHost);
+    for (uint64_t sent = 0; sent < n;) {
+      size_t want = std::min<uint64_t>(batch, n - sent);
+      for (size_t i = 0; i < want; ++i) buf[i] = sent + i;
+      sent += prod.try_push(buf.data(), want);
+    }
+  }
+  consumer.join();
+  uint64_t wall = now_ns() - t0;
+  if (sum != n * (n - 1) / 2) throw std::runtime_error("ring lost or duplicated messages");
+  Result r(std::string(kTool) + " ring-bench", argc, argv);
+  r.set_placement(pl);
+  r.parameters() = {{"messages", n}, {"batch", batch}, {"slots", slots}, {"message_bytes", 8}};
+  double secs = wall / 1e9;
+  r.figures() = {{"messages", n}, {"batch", batch}, {"seconds", secs}, {"messages_per_sec", n / secs},
+                 {"ns_per_message", wall / double(n)}};
+  r.set_cpu(acct);
+  r.set_wall_ns(wall);
+  std::printf("ring: %llu messages, batch %llu: %.1f M messages/s (%.2f ns/message)\n", (unsigned long long)n,
+              (unsigned long long)batch, n / secs / 1e6, wall / double(n));
+  finish(p, r);
+  return 0;
+}
+
+// ------------------------------------------------------------ channel
+
+ChannelConfig channel_config(const ArgParser& p) {
+  ChannelConfig c;
+  c.request_slots = p.u64("request-slots");
+  c.payload_bytes = p.bytes("payload-region");
+  c.completion_slots = c.request_slots;
+  return c;
+}
+
+void add_channel_options(ArgParser& p) {
+  p.option("request-slots", "request ring slots (power of two)", "4096");
+  p.option("payload-region", "payload region bytes (power of two)", "32M");
+}
+
+// Starts `channel-peer` as a separate process listening at `path`.
+pid_t spawn_peer(const std::string& path, bool verify, const CpuSet& cpus) {
+  std::vector<std::string> args = {"/proc/self/exe", "channel-peer", "--listen", path};
+  if (verify) args.push_back("--verify");
+  if (!cpus.empty()) args.insert(args.end(), {"--cpus", cpus.str()});
+  std::vector<char*> av;
+  for (auto& a : args) av.push_back(a.data());
+  av.push_back(nullptr);
+  std::string self = std::filesystem::read_symlink("/proc/self/exe");
+  pid_t pid;
+  if (int e = posix_spawn(&pid, self.c_str(), nullptr, nullptr, av.data(), environ); e != 0)
+    throw std::runtime_error(std::string("cannot start the dpu peer: ") + std::strerror(e));
+  return pid;
+}
+
+ChannelHost connect_when_ready(const std::string& path, const ChannelConfig& cfg, pid_t peer) {
+  for (int i = 0;; ++i) {
+    try {
+      return ChannelHost::connect(path, cfg);
+    } catch (const ChannelError& e) {
+      int st;
+      if (peer > 0 && waitpid(peer, &st, WNOHANG) == peer) throw std::runtime_error("the dpu peer exited before listening");
+      if (i > 500) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+}
+
+int channel_bench(int argc, char** argv) {
+  ArgParser p(std::string(kTool) + " channel-bench",
+              "Channel throughput: the host sends messages with payloads, the dpu side copies each payload out\n"
+              "(the DMA read) and completes it. --mode process puts the dpu side in a process of its own.");
+  p.option("mode", "thread or process", "process").option("messages", "messages to send", "1000000");
+  p.option("payload", "payload bytes per message", "1024").flag("vary", "vary payload sizes between 1 and --payload");
+  p.flag("verify", "check every payload byte and answer with its checksum").option("json", "write the result here");
+  add_channel_options(p);
+  add_placement_options(p);
+  p.parse(argc, argv, 2);
+  std::string mode = p.str("mode");
+  if (mode != "thread" && mode != "process") p.fail("--mode must be thread or process, not '" + mode + "'");
+  uint64_t n = p.u64("messages");
+  size_t size = p.bytes("payload");
+  bool verify = p.has("verify"), vary = p.has("vary");
+  ChannelConfig cfg = channel_config(p);
+  if (size > cfg.payload_bytes) p.fail("--payload is larger than --payload-region");
+  Placement pl = placement_of(p);
+  CpuAccount acct;
+  peer::Totals sent;
+  uint64_t t0 = 0, wall = 0;
+  if (mode == "thread") {
+    auto [host, dpu] = make_channel_pair(cfg);
+    std::exception_ptr dpu_error;
+    std::thread dpu_thread([&, d = std::move(dpu)]() mutable {
+      pin(pl.dpu, "dpu");
+      PlaceTimer t(acct, Place::kDpu);
+      try {
+        peer::run_dpu(d, verify);
+      } catch (...) {
+        dpu_error = std::current_exception();
+      }
+    });
+    pin(pl.host, "host");
+    t0 = now_ns();
+    {
+      PlaceTimer t(acct, Place::kHost);
+      sent = peer::run_host(host, n, size, vary, verify);
+    }
+    dpu_thread.join();
+    wall = now_ns() - t0;
+    if (dpu_error) std::rethrow_exception(dpu_error);
+  } else {
+    std::string path = (std::filesystem::temp_directory_path() / ("dpukit-ch-" + std::to_string(getpid()) + ".sock"));
+    pid_t child = spawn_peer(path, verify, pl.dpu);
+    pin(pl.host, "host");
+    try {
+      ChannelHost host = connect_when_ready(path, cfg, child);
+      t0 = now_ns();
+      PlaceTimer t(acct, Place::kHost);
+      sent = peer::run_host(host, n, size, vary, verify);
+    } catch (...) {
+      kill(child, SIGKILL);
+      waitpid(child, nullptr, 0);
+      throw;
+    }
+    int status = 0;
+    rusage ru{};
+    if (wait4(child, &status, 0, &ru) != child) throw std::runtime_error("lost the dpu peer process");
+    wall = now_ns() - t0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw std::runtime_error("the dpu peer process failed");
+    acct.add(Place::kDpu, rusage_cpu_ns(ru));
+  }
+  double secs = wall / 1e9;
+  Result r(std::string(kTool) + " channel-bench", argc, argv);
+  r.set_placement(pl);
+  r.parameters() = {{"mode", mode},        {"messages", n},
+                    {"payload_bytes", size}, {"vary", vary},
+                    {"verify", verify},      {"request_slots", cfg.request_slots},
+                    {"payload_region_bytes", cfg.payload_bytes}};
+  r.figures() = {{"messages", sent.messages},
+                 {"payload_bytes", size},
+                 {"bytes_moved", sent.payload_bytes},
+                 {"seconds", secs},
+                 {"messages_per_sec", sent.messages / secs},
+                 {"gbytes_per_sec", sent.payload_bytes / secs / 1e9},
+                 {"verified", verify}};
+  r.set_cpu(acct);
+  r.set_wall_ns(wall);
+  std::printf("channel (%s): %llu messages of %zu B: %.2f M messages/s, %.2f GB/s%s\n", mode.c_str(),
+              (unsigned long long)sent.messages, size, sent.messages / secs / 1e6, sent.payload_bytes / secs / 1e9,
+              verify ? ", every payload verified" : "");
+  finish(p, r);
+  return 0;
+}
+
+int channel_peer(int argc, char** argv) {
+  ArgParser p(std::string(kTool) + " channel-peer",
+              "The dpu side of a channel: listens, accepts one host, checks and completes its messages until it closes.");
+  p.option("listen", "Unix socket path to listen at", "", true).flag("verify", "check every payload byte");
+  p.option("cpus", "CPUs to pin to").option("accept-timeout-ms", "give up if no host connects in time", "30000");
+  p.parse(argc, argv, 2);
+  CpuSet cpus;
+  try {
+    if (p.has("cpus")) cpus = CpuSet::parse(p.str("cpus"));
+  } catch (const std::invalid_argument& e) {
+    p.fail(e.what());
+  }
+  pin(cpus, "dpu");
+  ChannelListener listener(p.str("listen"));
+  ChannelDpu ch = listener.accept(std::chrono::milliseconds(p.u64("accept-timeout-ms")));
+  peer::Totals t = peer::run_dpu(ch, p.has("verify"));
+  std::printf("channel-peer: %llu messages, %llu payload bytes received in order%s\n",
+              (unsigned long long)t.messages, (unsigned long long)t.payload_bytes,
+              p.has("verify") ? ", every payload verified" : "");
+  return 0;
+}
+
+int channel_host(int argc, char** argv) {
+  ArgParser p(std::string(kTool) + " channel-host", "The host side of a channel: connects to a channel-peer and sends.");
+  p.option("connect", "Unix socket path of the dpu side", "", true).option("messages", "messages to send", "1000000");
+  p.option("payload", "payload bytes per message", "256").flag("vary", "vary payload sizes between 1 and --payload");
+  p.flag("verify", "answer checks: the peer must run with --verify too").option("cpus", "CPUs to pin to");
+  add_channel_options(p);
+  p.parse(argc, argv, 2);
+  CpuSet cpus;
+  try {
+    if (p.has("cpus")) cpus = CpuSet::parse(p.str("cpus"));
+  } catch (const std::invalid_argument& e) {
+    p.fail(e.what());
+  }
+  pin(cpus, "host");
+  ChannelHost ch = ChannelHost::connect(p.str("connect"), channel_config(p));
+  peer::Totals t = peer::run_host(ch, p.u64("messages"), p.bytes("payload"), p.has("vary"), p.has("verify"));
+  std::printf("channel-host: %llu messages, %llu payload bytes sent and acknowledged in order\n",
+              (unsigned long long)t.messages, (unsigned long long)t.payload_bytes);
+  return 0;
+}
+
+// ------------------------------------------------------------ flowtable-bench
+
+int flowtable_bench(int argc, char** argv) {
+  ArgParser p(std::string(kTool) + " flowtable-bench",
+              "Hardware flow table (emulated): requests a burst of insertions from the dpu control path, measures the\n"
+              "rate and latency at which the NIC thread applies them, then the lookup rate on the filled table.");
+  p.option("rate", "configured insertion rate, rules/s", "77000").option("inserts", "insertions to request", "20000");
+  p.option("latency-us", "configured insertion latency, µs", "20").option("capacity", "table capacity", "65536");
+  p.option("lookups", "lookups to time after the inserts (half hit, half miss)", "2000000");
+  p.option("json", "write the result here");
+  add_placement_options(p);
+  p.parse(argc, argv, 2);
+  uint64_t n = p.u64("inserts"), lookups = p.u64("lookups");
+  EmulatedFlowTable::Config cfg;
+  cfg.insert_rate = p.number("rate");
+  cfg.insert_latency_ns = static_cast<uint64_t>(p.number("latency-us") * 1000);
+  cfg.capacity = p.u64("capacity");
+  cfg.insert_queue = std::max<size_t>(n, 1);
+  if (n < 2) p.fail("--inserts must be at least 2");
+  if (cfg.insert_rate <= 0) p.fail("--rate must be > 0");
+  if (cfg.capacity == 0) p.fail("--capacity must be > 0");
+  Placement pl = placement_of(p);
+  EmulatedFlowTable table(cfg);
+  CpuAccount acct;
+  std::vector<FlowKey> keys(n);
+  for (uint64_t i = 0; i < n; ++i)
+    keys[i] = FlowKey::from_tuple(0x0a000000u + static_cast<uint32_t>(i), 0xc0a80001u, 1024 + (i % 50000), 80, 6);
+  pin(pl.dpu, "dpu");
+  std::vector<FlowEvent> events;
+  uint64_t t0 = now_ns();
+  {
+    FlowTableNicThread nic(table, &acct, pl.hw);
+    PlaceTimer control(acct, Place::kDpu);
+    for (uint64_t i = 0; i < n; ++i) table.request_insert(keys[i], {}, i);
+    while (events.size() < n) {
+      if (table.poll_events(events, n) == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  uint64_t wall = now_ns() - t0;
+  uint64_t inserted = 0, refused = 0, first_done = UINT64_MAX, last_done = 0;
+  std::vector<double> lat_us;
+  for (const auto& e : events) {
+    if (e.kind == FlowEvent::Kind::kInserted) {
+      ++inserted;
+      first_done = std::min(first_done, e.done_ns);
+      last_done = std::max(last_done, e.done_ns);
+      lat_us.push_back((e.done_ns - e.requested_ns) / 1e3);
+    } else {
+      ++refused;
+    }
+  }
+  std::sort(lat_us.begin(), lat_us.end());
+  auto pct = [&](double q) { return lat_us.empty() ? 0.0 : lat_us[std::min(lat_us.size() - 1, size_t(q * lat_us.size()))]; };
+  // The steady rate of the rule engine: applied rules per second between the first and the last.
+  double measured = inserted > 1 && last_done > first_done ? (inserted - 1) * 1e9 / (last_done - first_done) : 0;
+
+  // Lookups: this thread now stands for the NIC's packet path.
+  double lookup_rate = 0;
+  if (lookups) {
+    pin(pl.hw, "hw");
+    std::vector<FlowKey> probe(4096);
+    std::mt19937_64 rng(1);
+    for (auto& k : probe)
+      k = (rng() & 1) ? keys[rng() % n] : FlowKey::from_tuple(static_cast<uint32_t>(rng()), 1, 2, 3, 17);
+    PlaceTimer hw(acct, Place::kHw);
+    uint64_t l0 = now_ns(), hits = 0;
+    for (uint64_t i = 0; i < lookups; ++i) hits += table.match(probe[i & 4095], 64, l0);
+    lookup_rate = lookups * 1e9 / std::max<uint64_t>(1, now_ns() - l0);
+    if (hits == 0 && inserted) throw std::runtime_error("no lookup hit an installed entry");
+  }
+  FlowTableStats st = table.stats();
+  Result r(std::string(kTool) + " flowtable-bench", argc, argv);
+  r.set_placement(pl);
+  r.parameters() = {{"configured_rate", cfg.insert_rate}, {"inserts", n},
+                    {"latency_us", cfg.insert_latency_ns / 1e3}, {"capacity", cfg.capacity}, {"lookups", lookups}};
+  r.figures() = {{"configured_rate", cfg.insert_rate},
+                 {"inserts_requested", n},
+                 {"inserted", inserted},
+                 {"refused", refused},
+                 {"refused_table_full", st.refused_table_full},
+                 {"entries", st.entries},
+                 {"measured_rate", measured},
+                 {"rate_error", cfg.insert_rate > 0 ? measured / cfg.insert_rate - 1 : 0},
+                 {"latency_us_p50", pct(0.5)},
+                 {"latency_us_p99", pct(0.99)},
+                 {"latency_us_max", lat_us.empty() ? 0.0 : lat_us.back()},
+                 {"lookups_per_sec", lookup_rate}};
+  r.set_cpu(acct);
+  r.set_wall_ns(wall);
+  std::printf("flow table: %llu of %llu inserted (%llu refused) at %.0f rules/s (configured %.0f, %+.1f%%); "
+              "latency p50 %.0f µs p99 %.0f µs; %.1f M lookups/s\n",
+              (unsigned long long)inserted, (unsigned long long)n, (unsigned long long)refused, measured,
+              cfg.insert_rate, (measured / cfg.insert_rate - 1) * 100, pct(0.5), pct(0.99), lookup_rate / 1e6);
+  finish(p, r);
+  return 0;
+}
+
+struct Command {
+  const char* name;
+  int (*run)(int, char**);
+  const char* help;
+};
+const Command kCommands[] = {
+    {"ring-bench", ring_bench, "in-process SPSC ring throughput"},
+    {"channel-bench", channel_bench, "channel throughput, between threads or processes"},
+    {"channel-peer", channel_peer, "the dpu side of a channel, listening on a Unix socket"},
+    {"channel-host", channel_host, "the host side of a channel, connecting to a channel-peer"},
+    {"flowtable-bench", flowtable_bench, "hardware flow-table insertion rate, latency and lookups"},
+};
+
+int usage(FILE* out) {
+  std::fprintf(out, "usage: %s COMMAND [options]\nThe emulated DPU model: benchmarks and channel peers.\n\ncommands:\n",
+               kTool);
+  for (const auto& c : kCommands) std::fprintf(out, "  %-17s %s\n", c.name, c.help);
+  std::fprintf(out, "\n'%s COMMAND --help' shows a command's options.\n", kTool);
+  return out == stdout ? 0 : 2;
+}
+
+}  // namespace
+}  // namespace dpukit
+
+int main(int argc, char** argv) {
+  using namespace dpukit;
+  if (argc < 2) return usage(stderr);
+  std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(stdout);
+  for (const auto& c : kCommands) {
+    if (cmd != c.name) continue;
+    try {
+      return c.run(argc, argv);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s %s: error: %s\n", kTool, c.name, e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "%s: error: unknown command '%s'\n", kTool, cmd.c_str());
+  return usage(stderr);
+}
