@@ -127,7 +127,8 @@ UniqueFd make_eventfd() {
 
 }  // namespace
 
-struct ChannelState {
+// Cache-line aligned: the two ends of an in-process pair must not share a line.
+struct alignas(kCacheLine) ChannelState {
   SharedMemory shm;
   ChannelShared* hdr = nullptr;
   SpscRing<ChannelRequest> requests;
