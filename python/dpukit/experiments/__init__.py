@@ -1,0 +1,181 @@
+"""The experiment registry and the context an experiment runs in.
+
+An experiment is a named function ``run(ctx) -> Section`` registered with
+:func:`experiment`. It runs native tools through ``ctx`` (which saves every
+raw result under ``runs/`` and remembers its command line), reports progress
+through ``ctx.progress``, draws plots into ``ctx.plot_path(...)`` and returns
+the report section with its tables and plots.
+
+Experiment modules are listed in :data:`MODULES`; adding a system's
+experiments is one line there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from dpukit import native
+from dpukit.report import Section
+
+# Modules whose import registers experiments, in report order.
+MODULES = ["dpukit.experiments.core"]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    title: str
+    description: str
+    tools: tuple[str, ...]
+    run: Callable[["Context"], Section]
+
+
+_REGISTRY: dict[str, Experiment] = {}
+
+
+def experiment(name: str, *, title: str, description: str, tools: Sequence[str]):
+    """Decorator: register ``run(ctx) -> Section`` as experiment ``name``."""
+
+    def deco(fn: Callable[["Context"], Section]) -> Callable[["Context"], Section]:
+        if name in _REGISTRY:
+            raise ValueError(f"experiment {name!r} registered twice")
+        _REGISTRY[name] = Experiment(name, title, description, tuple(tools), fn)
+        return fn
+
+    return deco
+
+
+def registry() -> dict[str, Experiment]:
+    """All experiments, in registration order."""
+    for mod in MODULES:
+        importlib.import_module(mod)
+    return dict(_REGISTRY)
+
+
+def select(only: Sequence[str] | None) -> list[Experiment]:
+    """The experiments named in ``only`` (a name, or a prefix such as ``core``
+    meaning ``core.*``), in registry order; all of them when ``only`` is empty.
+
+    Raises ``KeyError`` naming the first selector that matches nothing.
+    """
+    exps = registry()
+    if not only:
+        return list(exps.values())
+    chosen: set[str] = set()
+    for sel in only:
+        hits = [n for n in exps if n == sel or n.startswith(sel + ".")]
+        if not hits:
+            raise KeyError(sel)
+        chosen.update(hits)
+    return [e for n, e in exps.items() if n in chosen]
+
+
+ProgressFn = Callable[[str], None]
+
+
+@dataclass
+class Point:
+    """One measured point: every repetition and the one reported (the median)."""
+
+    runs: list[dict[str, Any]]
+    median: dict[str, Any]
+
+    @property
+    def figures(self) -> dict[str, Any]:
+        return self.median["figures"]
+
+    @property
+    def cpu_ns(self) -> dict[str, int]:
+        return self.median["cpu_ns"]
+
+
+@dataclass
+class Context:
+    """What an experiment gets: mode, where to write, progress, native runs."""
+
+    name: str
+    quick: bool
+    out_dir: Path
+    report_progress: ProgressFn = field(default=lambda line: None)
+    index: int = 1
+    total: int = 1
+    timeout: float | None = 900.0
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    _seq: int = 0
+
+    @property
+    def repeats(self) -> int:
+        """Runs per point: 1 in quick mode, 3 (median reported) in full mode."""
+        return 1 if self.quick else 3
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.out_dir / "runs"
+
+    @property
+    def plots_dir(self) -> Path:
+        return self.out_dir / "plots"
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def progress(self, detail: str, step: int | None = None, steps: int | None = None) -> None:
+        """Report ``[eval i/n] name: detail (step/steps) 12.3s``."""
+        count = f" ({step}/{steps})" if step is not None and steps is not None else ""
+        self.report_progress(
+            f"[eval {self.index}/{self.total}] {self.name}: {detail}{count} {self.elapsed():.1f}s"
+        )
+
+    def plot_path(self, stem: str) -> tuple[Path, str]:
+        """(file to write, path relative to the report) for a PNG plot."""
+        self.plots_dir.mkdir(parents=True, exist_ok=True)
+        fname = f"{self.name}-{_slug(stem)}.png"
+        return self.plots_dir / fname, f"plots/{fname}"
+
+    def run_native(self, tool: str, args: Sequence[Any], *, label: str) -> dict[str, Any]:
+        """Run a native tool once; its raw JSON is kept as ``runs/<name>-<label>.json``."""
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        self._seq += 1
+        path = self.runs_dir / f"{self.name}-{self._seq:03d}-{_slug(label)}.json"
+        result = native.run_tool(tool, [str(a) for a in args], json_path=path, timeout=self.timeout)
+        self.runs.append(result)
+        return result
+
+    def run_point(
+        self,
+        tool: str,
+        args: Sequence[Any],
+        *,
+        label: str,
+        key: str,
+        detail: str,
+        step: int,
+        steps: int,
+    ) -> Point:
+        """Measure one point ``self.repeats`` times; report the run whose
+        ``figures[key]`` is the median (so every figure in a row comes from
+        the same run)."""
+        runs = []
+        for rep in range(1, self.repeats + 1):
+            rep_note = f" run {rep}/{self.repeats}" if self.repeats > 1 else ""
+            self.progress(detail + rep_note, step, steps)
+            runs.append(self.run_native(tool, args, label=f"{label}-r{rep}" if self.repeats > 1 else label))
+        return Point(runs, median_run(runs, key))
+
+
+def median_run(runs: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The run whose ``figures[key]`` is the median (the lower middle for an even count)."""
+    if not runs:
+        raise ValueError("no runs")
+    ordered = sorted(runs, key=lambda r: r["figures"][key])
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=+-]+", "-", text).strip("-") or "run"
