@@ -31,6 +31,18 @@ inline void cpu_relax() {
 }
 
 size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+// Payload copies in fixed 256-byte steps, which the compiler turns into
+// vector moves. glibc's memcpy switches to `rep movsb` from 2 KiB on, and on
+// the AMD EPYC machines we measure on that path is about 4x slower for these
+// cross-core copies (channel-bench, 4 KiB payloads: 2.6 GB/s with glibc's
+// memcpy, 11.1 GB/s with rep movsb disabled by GLIBC_TUNABLES).
+void copy_payload(uint8_t* dst, const uint8_t* src, size_t len) {
+  constexpr size_t kStep = 256;
+  size_t i = 0;
+  for (; i + kStep <= len; i += kStep) std::memcpy(dst + i, src + i, kStep);
+  if (i < len) std::memcpy(dst + i, src + i, len - i);
+}
 bool pow2(size_t v) { return v && !(v & (v - 1)); }
 
 // The first bytes of the shared mapping.
@@ -324,7 +336,7 @@ bool ChannelHost::post(uint32_t op, uint64_t id, std::span<const uint8_t> payloa
     if (!wait) return false;
     if (!s.wait(fits, Clock::time_point::max())) s.throw_peer_gone();
   }
-  if (len) std::memcpy(s.payload + (pos & (size - 1)), payload.data(), len);
+  if (len) detail::copy_payload(s.payload + (pos & (size - 1)), payload.data(), len);
   ChannelRequest r{};
   r.id = id;
   r.op = op;
@@ -394,11 +406,11 @@ size_t ChannelDpu::receive(std::vector<Message>& out, size_t max, std::chrono::m
   if (closed_ || max == 0) return 0;
   ChannelState& s = *s_;
   if (requests_.size() < max) requests_.resize(max);
-  size_t n = s.requests.try_pop(requests_.data(), max);
+  size_t n = pop_batch(max);
   if (n == 0) {
     auto host_closed = [&] { return s.hdr->host_closed.load(std::memory_order_acquire) != 0; };
     bool ok = s.wait([&] { return !s.requests.empty() || host_closed(); }, deadline_after(timeout));
-    n = s.requests.try_pop(requests_.data(), max);
+    n = pop_batch(max);
     if (n == 0) {
       if (host_closed()) {
         closed_ = true;
@@ -424,13 +436,27 @@ size_t ChannelDpu::receive(std::vector<Message>& out, size_t max, std::chrono::m
     uint64_t phys = r.payload_pos & mask;
     if (phys + r.payload_len > s.hdr->payload_bytes)
       throw ChannelError(ChannelError::Kind::kProtocol, "channel: request payload crosses the region's end");
-    std::memcpy(buffer_.data() + off, s.payload + phys, r.payload_len);
+    detail::copy_payload(buffer_.data() + off, s.payload + phys, r.payload_len);
     out.push_back({r, std::span<const uint8_t>(buffer_.data() + off, r.payload_len)});
     off += r.payload_len;
   }
   const ChannelRequest& last = requests_[n - 1];
   s.hdr->payload_tail.store(last.payload_pos + last.payload_len, std::memory_order_release);
   s.ring_peer();  // the host may wait for room
+  return n;
+}
+
+// Pops up to `max` requests, stopping early once their payloads pass
+// kBatchBytes: a batch that stays in the dpu core's cache copies faster.
+size_t ChannelDpu::pop_batch(size_t max) {
+  constexpr size_t kStep = 32, kBatchBytes = 512 * 1024;
+  size_t n = 0, bytes = 0;
+  while (n < max && bytes < kBatchBytes) {
+    size_t k = s_->requests.try_pop(requests_.data() + n, std::min(kStep, max - n));
+    if (k == 0) break;
+    for (size_t i = n; i < n + k; ++i) bytes += requests_[i].payload_len;
+    n += k;
+  }
   return n;
 }
 

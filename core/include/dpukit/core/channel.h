@@ -141,6 +141,7 @@ class ChannelDpu {
   friend class ChannelListener;
   friend std::pair<ChannelHost, ChannelDpu> make_channel_pair(const ChannelConfig&);
   explicit ChannelDpu(std::unique_ptr<detail::ChannelState> s);
+  size_t pop_batch(size_t max);
   std::unique_ptr<detail::ChannelState> s_;
   std::vector<ChannelRequest> requests_;
   std::vector<uint8_t> buffer_;
