@@ -33,8 +33,8 @@ inline void cpu_relax() {
 size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 // Payload copies in fixed 256-byte steps, which the compiler turns into
-// vector moves. glibc's memcpy switches to `rep movsb` from 2 KiB on, and on
-// the AMD EPYC machines we measure on that path is about 4x slower for these
+// vector moves. glibc's memcpy switches to `rep movsb` for copies of a few
+// KiB, and on the AMD EPYC machines we measure on that path is about 4x slower for these
 // cross-core copies (channel-bench, 4 KiB payloads: 2.6 GB/s with glibc's
 // memcpy, 11.1 GB/s with rep movsb disabled by GLIBC_TUNABLES).
 void copy_payload(uint8_t* dst, const uint8_t* src, size_t len) {
