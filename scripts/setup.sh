@@ -34,7 +34,11 @@ stamp=.venv/.dpukit-installed
 if [ ! -x .venv/bin/python ] || [ ! -f "$stamp" ] || [ python/pyproject.toml -nt "$stamp" ]; then
   echo "setup: preparing .venv"
   [ -x .venv/bin/python ] || "$py" -m venv .venv
-  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e 'python[test]'
+  log=.venv/pip-install.log
+  if ! { .venv/bin/python -m pip install -q --upgrade pip && .venv/bin/python -m pip install -q -e 'python[test]'; } >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "setup: installing the Python front door failed (log above, kept in $log)" >&2
+    exit 1
+  fi
   touch "$stamp"
 fi
