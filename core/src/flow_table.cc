@@ -126,8 +126,16 @@ std::optional<FlowCounters> EmulatedFlowTable::query(const FlowKey& key) const {
 }
 
 void EmulatedFlowTable::emit(FlowEvent e) {
-  std::lock_guard lock(mu_);
-  events_.push_back(e);
+  {
+    std::lock_guard lock(mu_);
+    events_.push_back(e);
+  }
+  evented_.notify_all();
+}
+
+bool EmulatedFlowTable::wait_events(std::chrono::microseconds timeout) {
+  std::unique_lock lock(mu_);
+  return evented_.wait_for(lock, timeout, [&] { return !events_.empty(); });
 }
 
 void EmulatedFlowTable::request_insert(const FlowKey& key, FlowCounters initial, uint64_t cookie) {
@@ -137,6 +145,7 @@ void EmulatedFlowTable::request_insert(const FlowKey& key, FlowCounters initial,
   if (queue_.size() >= config_.insert_queue) {
     ++control_.refused_queue_full;
     events_.push_back({FlowEvent::Kind::kRefused, FlowEvent::Reason::kQueueFull, key, initial, cookie, now, now});
+    evented_.notify_all();
     return;
   }
   enqueue_locked({true, key, initial, cookie, now, 0});

@@ -121,7 +121,11 @@ TEST(FlowTable, TheInsertionQueueIsBounded) {
   auto st = t.stats();
   EXPECT_EQ(st.refused_queue_full, 5u);
   EXPECT_EQ(st.pending, 10u);
+  EXPECT_TRUE(t.wait_events(std::chrono::microseconds(0)));
   EXPECT_EQ(events(t).size(), 5u) << "queue-full refusals are reported at once";
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(t.wait_events(std::chrono::milliseconds(20)));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(19));
 }
 
 TEST(FlowTable, InsertionsAreAppliedAtTheConfiguredRateOnTheModelClock) {

@@ -27,6 +27,7 @@ class System(NamedTuple):
 # once its tool exists.
 SYSTEMS: dict[str, System] = {
     "core": System("dpukit-core", "the DPU model: ring, channel, flow-table benchmarks (dpukit-core)"),
+    "measure": System("dpukit-measure", "Duet, NitroSketch and baseline sketches: run, compare, gen (dpukit-measure)"),
 }
 
 

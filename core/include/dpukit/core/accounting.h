@@ -27,6 +27,13 @@ uint64_t rusage_cpu_ns(const rusage& ru); // user + system, e.g. from wait4()
 // CPU time per place, added to from any thread.
 class CpuAccount {
  public:
+  CpuAccount() = default;
+  // A copy is a snapshot of the totals.
+  CpuAccount(const CpuAccount& o) { *this = o; }
+  CpuAccount& operator=(const CpuAccount& o) {
+    for (size_t i = 0; i < ns_.size(); ++i) ns_[i].store(o.ns_[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
+    return *this;
+  }
   void add(Place p, uint64_t ns) { ns_[static_cast<int>(p)].fetch_add(ns, std::memory_order_relaxed); }
   uint64_t get(Place p) const { return ns_[static_cast<int>(p)].load(std::memory_order_relaxed); }
 

@@ -73,6 +73,8 @@ class FlowTable {
   virtual void request_remove(const FlowKey& key, uint64_t cookie = 0) = 0;
   // Moves up to `max` pending events into `out` (appending); returns how many.
   virtual size_t poll_events(std::vector<FlowEvent>& out, size_t max) = 0;
+  // Sleeps until an event is pending or `timeout` passes; true if one is.
+  virtual bool wait_events(std::chrono::microseconds timeout) = 0;
 
   // Counters of an installed entry, from any thread.
   virtual std::optional<FlowCounters> query(const FlowKey& key) const = 0;
@@ -102,6 +104,7 @@ class EmulatedFlowTable final : public FlowTable {
   void request_insert(const FlowKey& key, FlowCounters initial, uint64_t cookie = 0) override;
   void request_remove(const FlowKey& key, uint64_t cookie = 0) override;
   size_t poll_events(std::vector<FlowEvent>& out, size_t max) override;
+  bool wait_events(std::chrono::microseconds timeout) override;
   std::optional<FlowCounters> query(const FlowKey& key) const override;
   FlowTableStats stats() const override;
 
@@ -144,6 +147,7 @@ class EmulatedFlowTable final : public FlowTable {
 
   mutable std::mutex mu_;  // requests, events, control-path counters
   std::condition_variable requested_;
+  std::condition_variable evented_;
   std::deque<Request> queue_;
   std::vector<Request> due_;           // NIC thread's scratch
   uint64_t last_start_ns_ = 0;         // when the previous request began to be applied

@@ -1,0 +1,95 @@
+// Duet (papers/duet.md): heavy flows counted by the hardware flow table,
+// light flows by one Count-Min shared by every dpu worker with lock-free
+// atomic updates; a flow that reaches TOP in the sketch is promoted into the
+// hardware table with count TOP and its sketch counters are reset.
+//
+// Algorithm 1 (insertion) is on_sketch_path(), run by a dpu worker for each
+// packet that missed the hardware table; Algorithm 2 (query) is estimate().
+//
+// Beyond the paper, which does not say what happens while an insertion is in
+// flight: every promoted flow gets a record. Packets of a promoted flow that
+// still reach a worker — while its insertion is pending, in flight in a ring
+// when it was installed, or after a refusal — are counted exactly in that
+// record, never in the sketch, so nothing is lost or counted twice. Aging
+// (Case 5) retires the record's total and returns the flow to the sketch.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dpukit/core/flow_key.h"
+#include "dpukit/core/flow_table.h"
+
+namespace dpukit::measure {
+
+struct DuetConfig {
+  size_t memory_bytes = 500 * 1024;  // the dpu side's budget: Count-Min counters + promoted-flow records
+  uint64_t top = 1000;               // TOP, in packets
+  size_t records = 1024;             // promoted-flow records (32 bytes each, inside the budget)
+  uint64_t seed = 1;
+  // Exactly one dpu worker updates the sketch: increments need no lock
+  // prefix. With several workers they are atomic fetch-adds (the paper's).
+  bool single_writer = false;
+};
+
+class Duet {
+ public:
+  static constexpr int kRows = 3;  // "3 arrays, 3 hash functions, 32-bit counters"
+  static constexpr size_t kRecordBytes = 32;
+
+  // Throws std::invalid_argument if the budget cannot hold the records and a usable sketch.
+  Duet(const DuetConfig& config, FlowTable& hw);
+  ~Duet();
+
+  // Algorithm 1, lines 6-24: a packet that missed the hardware table, on the
+  // dpu worker its flow is pinned to by RSS. Safe on any number of workers at once.
+  void on_sketch_path(const FlowKey& key);
+
+  // The control path: applies the hardware table's outcomes (installed,
+  // refused, aged). Returns how many events it applied. One thread at a time.
+  size_t apply_hw_events();
+
+  // Algorithm 2, plus the records. Exact for heavy flows; call with the datapath quiescent.
+  double estimate(const FlowKey& key) const;
+  // What the hardware table holds for a key, if anything.
+  std::optional<FlowCounters> hw_count(const FlowKey& key) const { return hw_.query(key); }
+
+  struct Stats {
+    uint64_t promotions = 0;      // insert requests made
+    uint64_t installed = 0;
+    uint64_t refused = 0;         // kept exact in their records
+    uint64_t aged = 0;
+    uint64_t record_packets = 0;  // packets of promoted flows that reached a worker
+    uint64_t records_full = 0;    // promotions skipped for want of a record
+  };
+  Stats stats() const;
+  size_t memory_bytes() const;
+  size_t width() const { return width_; }
+  uint64_t top() const { return config_.top; }
+
+ private:
+  struct Record;
+  struct Hashes {
+    uint32_t idx[kRows];
+    uint32_t rec;
+  };
+  Hashes hashes(const FlowKey& key) const;
+  Record* find_record(const FlowKey& key, uint32_t start) const;
+  Record* claim_record(const FlowKey& key, uint32_t start);
+  uint64_t sketch_min(const Hashes& h) const;
+  void add_one(const Hashes& h);
+  void reset_counters(const Hashes& h, uint64_t amount);
+
+  DuetConfig config_;
+  FlowTable& hw_;
+  size_t width_;
+  uint64_t row_seeds_[kRows];
+  std::unique_ptr<std::atomic<uint32_t>[]> counters_;  // kRows x width_
+  std::unique_ptr<Record[]> records_;
+  std::atomic<uint64_t> promotions_{0}, installed_{0}, refused_{0}, aged_{0}, record_packets_{0}, records_full_{0};
+  std::vector<FlowEvent> events_;  // control path scratch
+};
+
+}  // namespace dpukit::measure

@@ -1,0 +1,64 @@
+// NitroSketch over Count-Min ("nitro-cms") and Count Sketch ("nitro-cs"): the
+// sampled rows of nitro_rows.h plus a top-k heap of candidate heavy keys,
+// offered a packet's key (with its fresh estimate) whenever the packet touched
+// at least one row.
+//
+// Estimates: nitro-cs takes the median of the 3 signed row reads; each row read
+// is unbiased for the flow's size, and the median of three independent
+// symmetric reads is unbiased too. nitro-cms takes the minimum of the 3 row
+// reads; each row read is unbiased for the vanilla Count-Min's row counter
+// (which is the flow's size plus its collisions), and the minimum of these
+// noisy reads sits below the vanilla minimum by O(sqrt(f/p)): the sampling
+// noise partly cancels Count-Min's overestimate (NitroSketch §7 notes the same).
+//
+// Memory: the heap (TopK::bytes_for(top_k)) comes out of the budget first and
+// may take at most half of it; the rest is 3 rows of float counters.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dpukit/measure.h"
+#include "sketches/nitro_rows.h"
+#include "sketches/topk.h"
+
+namespace dpukit::measure::sketches {
+
+// The switch rule SketchOptions ask for (see nitro_rows.h).
+SwitchRule switch_rule(const SketchOptions& options);
+
+template <NitroKind K>
+class NitroSketch final : public Sketch {
+ public:
+  using Rows = NitroRows<K>;
+  NitroSketch(size_t budget_bytes, const SketchOptions& options);
+
+  std::string name() const override { return K == NitroKind::kCountMin ? "nitro-cms" : "nitro-cs"; }
+  size_t memory_bytes() const override { return rows_.memory_bytes() + heap_.memory_bytes(); }
+  void update(const FlowKey& key, uint32_t count = 1) override {
+    uint64_t h[Rows::kRows];
+    if (rows_.update(key, count, h)) heap_.offer(key, h[0], static_cast<float>(rows_.estimate_hashed(h)));
+  }
+  double estimate(const FlowKey& key) const override { return rows_.estimate(key); }
+  // From the heap's keys, re-estimated now.
+  std::vector<std::pair<FlowKey, double>> heavy_hitters(double threshold,
+                                                        const std::vector<FlowKey>& candidates) const override;
+
+  const Rows& rows() const { return rows_; }
+  Rows& rows() { return rows_; }
+  const TopK& heap() const { return heap_; }
+
+ private:
+  Rows rows_;
+  TopK heap_;
+};
+
+using NitroCountMin = NitroSketch<NitroKind::kCountMin>;
+using NitroCountSketch = NitroSketch<NitroKind::kCountSketch>;
+
+extern template class NitroSketch<NitroKind::kCountMin>;
+extern template class NitroSketch<NitroKind::kCountSketch>;
+
+}  // namespace dpukit::measure::sketches

@@ -1,0 +1,222 @@
+// NitroSketch's counter-array sampling (Liu et al., SIGCOMM 2019) over the
+// d = 3 rows of a Count-Min or a Count Sketch.
+//
+// The packets of the stream form a stream of (packet, row) slots, d per
+// packet. Each slot is selected independently with probability p; a selected
+// slot adds the weight 1/p (Count-Min) or s_r(key)/p (Count Sketch) to the
+// packet's counter in that row. Instead of a coin per slot we draw the gap to
+// the next selected slot from a geometric distribution (GeometricSampler), so
+// a packet that touches no row costs one compare-and-subtract. The weight is
+// exactly 1/p, stored in float counters: every row read is an unbiased
+// estimate of the same row of the vanilla sketch (for Count Sketch, of the
+// flow's size).
+//
+// Modes (SketchOptions):
+//   AlwaysLineRate (always_correct = false): p = sample_p from the first packet.
+//   AlwaysCorrect (always_correct = true): p = 1 (every slot, weight 1: the
+//     vanilla sketch, exactly) until the switch, then p = sample_p. The switch:
+//     - always_correct_packets = N > 0: after exactly N packets (an update
+//       that straddles N is split: its first part is exact);
+//     - always_correct_packets = 0: the L2 rule. NitroSketch's guarantee for
+//       the sampled Count Sketch (its §4: with w = 8 eps^-2 p^-1 columns the
+//       error is at most eps * L2 once L2 >= 8 eps^-2 p^-1) needs the stream's
+//       L2 norm to reach the width: substituting the budget-given width w and
+//       the configured p into w = 8 eps^-2 p^-1 turns the bound into L2 >= w.
+//       (From first principles: the sampling noise of a flow of size f is
+//       f(1-p)/p in variance, which must stay below eps^2 L2^2, i.e.
+//       L2 >= eps^-2 p^-1 up to the constant.) L2 is unknown, so while exact
+//       we estimate F2 = L2^2 from the sketch itself: a Count Sketch row's sum
+//       of squared counters is an unbiased F2 estimate; for a Count-Min row
+//       E[S] = F2 + (F1^2 - F2)/w, so we use (w S - F1^2)/(w - 1). The median
+//       over the 3 rows is the estimate F2^. We switch as soon as, after an
+//       update,
+//           F2^ >= w^2 * (1 + 3 * sqrt(2 / w)),
+//       i.e. L2 >= w with a margin of 3 standard deviations of the single-row
+//       F2 estimator (relative std sqrt(2/w)), so that a noisy estimate does not
+//       switch early.
+//   A sketch can also be switched from outside (SwitchRule::kExternal):
+//   nitro-univmon uses it to switch all levels together on a packet count.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "dpukit/core/flow_key.h"
+#include "sketches/common.h"
+
+namespace dpukit::measure::sketches {
+
+enum class NitroKind { kCountMin, kCountSketch };
+enum class SwitchRule {
+  kLineRate,  // AlwaysLineRate: sample from the first packet
+  kPackets,   // AlwaysCorrect: exact for the first N packets
+  kL2,        // AlwaysCorrect: exact until the L2 estimate reaches the bound
+  kExternal,  // AlwaysCorrect: exact until start_sampling() is called
+};
+
+template <NitroKind K>
+class NitroRows {
+ public:
+  static constexpr int kRows = 3;
+
+  NitroRows(uint32_t width, const std::array<uint64_t, kRows>& row_seeds, uint64_t sampler_seed, double p,
+            SwitchRule rule, uint64_t switch_packets = 0)
+      : width_(width),
+        seeds_(row_seeds),
+        p_(p),
+        rule_(rule),
+        switch_packets_(switch_packets),
+        sampler_(p, sampler_seed),
+        f2_threshold_(double(width) * width * (1.0 + 3.0 * std::sqrt(2.0 / width))) {
+    check_sample_p(p);
+    counters_.assign(size_t(kRows) * width_, 0.0f);
+    if (rule_ == SwitchRule::kLineRate || (rule_ == SwitchRule::kPackets && switch_packets_ == 0)) start_sampling();
+  }
+
+  // Adds `count` packets of `key`. Returns true when at least one row was
+  // updated; `h` then holds the key's row hashes (flow_hash with row_seed(r)).
+  bool update(const FlowKey& key, uint32_t count, uint64_t (&h)[kRows]) {
+    if (count == 0) return false;
+    if (sampling_) return sampled_update(key, count, h, false);
+    uint32_t exact = count;
+    if (rule_ == SwitchRule::kPackets) exact = uint32_t(std::min<uint64_t>(count, switch_packets_ - packets_));
+    hash_all(key, h);
+    exact_update(h, exact);
+    if (rule_ == SwitchRule::kPackets ? packets_ >= switch_packets_
+                                      : rule_ == SwitchRule::kL2 && f2_estimate() >= f2_threshold_) {
+      start_sampling();
+    }
+    if (exact < count) sampled_update(key, count - exact, h, true);
+    return true;
+  }
+
+  double estimate(const FlowKey& key) const {
+    uint64_t h[kRows];
+    hash_all(key, h);
+    return estimate_hashed(h);
+  }
+  double estimate_hashed(const uint64_t (&h)[kRows]) const {
+    double v[kRows];
+    for (int r = 0; r < kRows; ++r) v[r] = row_read(r, h[r]);
+    if constexpr (K == NitroKind::kCountMin) {
+      return std::min({v[0], v[1], v[2]});
+    } else {
+      return median3(v[0], v[1], v[2]);
+    }
+  }
+
+  // Leave the exact phase (AlwaysCorrect): from now on p = sample_p.
+  void start_sampling() {
+    if (sampling_) return;
+    sampling_ = true;
+    weight_ = static_cast<float>(1.0 / p_);
+    skip_ = sampler_.failures();
+  }
+
+  // F2 = L2^2 estimated from the counters (maintained while exact).
+  double f2_estimate() const {
+    double e[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      if constexpr (K == NitroKind::kCountMin) {
+        e[r] = width_ > 1 ? (double(width_) * sumsq_[r] - f1_ * f1_) / (double(width_) - 1.0) : sumsq_[r];
+      } else {
+        e[r] = sumsq_[r];
+      }
+    }
+    return median3(e[0], e[1], e[2]);
+  }
+  double f2_threshold() const { return f2_threshold_; }
+  // The median over rows of the sum of squared counters, from the counters
+  // themselves (O(width), query time): for Count Sketch an estimate of F2 plus
+  // the sampling noise.
+  double f2_from_counters() const {
+    double s[kRows] = {0, 0, 0};
+    for (int r = 0; r < kRows; ++r) {
+      for (uint32_t i = 0; i < width_; ++i) s[r] += double(counters_[size_t(r) * width_ + i]) * counters_[size_t(r) * width_ + i];
+    }
+    return median3(s[0], s[1], s[2]);
+  }
+  // Variance that sampling adds to one row read of a flow of size f.
+  double own_noise_var(double f) const { return sampling_ ? std::max(f, 0.0) * (1.0 / p_ - 1.0) : 0.0; }
+
+  bool sampling() const { return sampling_; }
+  double p() const { return p_; }
+  float weight() const { return weight_; }           // 1 while exact, float(1/p) while sampling
+  uint64_t packets() const { return packets_; }      // packets seen
+  uint64_t selected() const { return selected_; }    // slots updated while sampling
+  uint32_t width() const { return width_; }
+  uint64_t row_hash(const FlowKey& key, int r) const { return flow_hash(key, seeds_[r]); }
+  uint32_t index(const FlowKey& key, int r) const { return bucket_of(row_hash(key, r), width_); }
+  float counter(int r, uint32_t i) const { return counters_[size_t(r) * width_ + i]; }
+  double row_read(int r, uint64_t h) const {
+    const float c = counters_[size_t(r) * width_ + bucket_of(h, width_)];
+    if constexpr (K == NitroKind::kCountMin) {
+      return c;
+    } else {
+      return double(sign_of(h)) * c;
+    }
+  }
+  size_t memory_bytes() const { return counters_.size() * sizeof(float); }
+
+ private:
+  void hash_all(const FlowKey& key, uint64_t (&h)[kRows]) const {
+    for (int r = 0; r < kRows; ++r) h[r] = flow_hash(key, seeds_[r]);
+  }
+
+  // p = 1: every row, weight 1 per packet: the vanilla sketch.
+  void exact_update(const uint64_t (&h)[kRows], uint32_t n) {
+    packets_ += n;
+    f1_ += n;
+    for (int r = 0; r < kRows; ++r) {
+      float& c = counters_[size_t(r) * width_ + bucket_of(h[r], width_)];
+      const double delta = (K == NitroKind::kCountSketch && !(h[r] & 1)) ? -double(n) : double(n);
+      sumsq_[r] += (2.0 * c + delta) * delta;  // (c + d)^2 - c^2
+      c = static_cast<float>(c + delta);
+    }
+  }
+
+  bool sampled_update(const FlowKey& key, uint32_t n, uint64_t (&h)[kRows], bool hashed) {
+    packets_ += n;
+    const uint64_t slots = uint64_t(n) * kRows;
+    if (skip_ >= slots) {  // the common case at small p: no row touched
+      skip_ -= slots;
+      return hashed;
+    }
+    if (!hashed) hash_all(key, h);
+    uint64_t pos = skip_;
+    do {
+      const int r = static_cast<int>(pos % kRows);
+      float& c = counters_[size_t(r) * width_ + bucket_of(h[r], width_)];
+      if constexpr (K == NitroKind::kCountMin) {
+        c += weight_;
+      } else {
+        c += (h[r] & 1) ? weight_ : -weight_;
+      }
+      ++selected_;
+      pos += sampler_.next_gap();
+    } while (pos < slots);
+    skip_ = pos - slots;
+    return true;
+  }
+
+  uint32_t width_;
+  std::array<uint64_t, kRows> seeds_;
+  double p_;
+  SwitchRule rule_;
+  uint64_t switch_packets_;
+  GeometricSampler sampler_;
+  double f2_threshold_;
+  bool sampling_ = false;
+  float weight_ = 1.0f;
+  uint64_t skip_ = 0;  // unselected slots before the next selected one
+  uint64_t packets_ = 0;
+  uint64_t selected_ = 0;
+  double f1_ = 0;
+  double sumsq_[kRows] = {0, 0, 0};
+  std::vector<float> counters_;  // row-major, kRows x width_
+};
+
+}  // namespace dpukit::measure::sketches

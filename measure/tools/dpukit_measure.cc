@@ -1,0 +1,365 @@
+// dpukit-measure: Duet, NitroSketch and the baseline sketches on the emulated DPU.
+//
+//   run      one algorithm over one trace: accuracy, speed, CPU per place
+//   compare  a grid of algorithms x memory budgets over one trace
+//   gen      write a synthetic trace (pcap)
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "datapath.h"
+#include "dpukit/core/cli.h"
+#include "dpukit/core/results.h"
+#include "dpukit/measure.h"
+
+namespace dpukit::measure {
+namespace {
+
+const char* kTool = "dpukit-measure";
+
+// Bad input — a capture, an algorithm, a budget — ends with exit code 2.
+struct InputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+void add_run_options(ArgParser& p) {
+  p.option("trace", "pcap, pcapng or .dat capture", "", true);
+  p.option("workers", "dpu workers (RSS queues)", "1");
+  p.option("rate", "offered load in packets/s; a full ring drops (default: as fast as possible, no drops)");
+  p.option("heavy-threshold", "TOP and the heavy-hitter threshold: < 1 a fraction of the packets, >= 1 packets",
+           "0.0005");
+  p.option("hw-capacity", "hardware flow-table entries (duet)", "65536");
+  p.option("hw-insert-rate", "hardware rule insertions per second (duet)", "77000");
+  p.option("hw-insert-latency-us", "hardware rule insertion latency (duet)", "20");
+  p.option("hw-idle-timeout-ms", "hardware entry aging; 0 = never (duet)", "1000");
+  p.option("duet-records", "promoted-flow records inside Duet's budget (default: from the trace)");
+  p.option("sample-p", "NitroSketch sampling probability", "0.1");
+  p.flag("always-correct", "NitroSketch AlwaysCorrect mode (p = 1 until converged)");
+  p.option("top-k", "heavy-hitter heap size (NitroSketch, UnivMon)", "1000");
+  p.option("packets", "replay only the first N packets");
+  p.option("seed", "hash seed", "1");
+  p.option("timeline-every", "sample hw occupancy every N packets");
+  p.option("host-cpus", "CPUs of the host side");
+  p.option("dpu-cpus", "CPUs of the dpu workers");
+  p.option("hw-cpus", "CPU of the NIC thread (default: the host's, which has no other work here)");
+  p.option("json", "write the result here");
+}
+
+RunConfig run_config(const ArgParser& p, const std::string& algo, size_t memory) {
+  RunConfig c;
+  c.algo = algo;
+  c.memory_bytes = memory;
+  c.workers = static_cast<unsigned>(p.u64("workers"));
+  c.rate_pps = p.has("rate") ? p.number("rate") : 0;
+  c.heavy_threshold = p.number("heavy-threshold");
+  c.hw_capacity = p.u64("hw-capacity");
+  c.hw_insert_rate = p.number("hw-insert-rate");
+  c.hw_insert_latency_ns = static_cast<uint64_t>(p.number("hw-insert-latency-us") * 1000);
+  c.hw_idle_timeout_ns = static_cast<uint64_t>(p.number("hw-idle-timeout-ms") * 1e6);
+  c.duet_records = p.has("duet-records") ? p.u64("duet-records") : 0;
+  c.sketch.sample_p = p.number("sample-p");
+  c.sketch.always_correct = p.has("always-correct");
+  c.sketch.top_k = p.u64("top-k");
+  c.sketch.seed = p.u64("seed");
+  c.packets_limit = p.has("packets") ? p.u64("packets") : 0;
+  c.timeline_every = p.has("timeline-every") ? p.u64("timeline-every") : 0;
+  if (c.workers == 0) p.fail("--workers must be at least 1");
+  if (!(c.heavy_threshold > 0)) p.fail("--heavy-threshold must be > 0");
+  if (!(c.sketch.sample_p > 0 && c.sketch.sample_p <= 1)) p.fail("--sample-p must be in (0, 1]");
+  if (c.hw_capacity == 0) p.fail("--hw-capacity must be > 0");
+  try {
+    c.placement = Placement::plan(p.str("host-cpus"), p.str("dpu-cpus"), p.str("hw-cpus"));
+    if (!p.has("hw-cpus")) c.placement.hw = c.placement.host;
+  } catch (const std::invalid_argument& e) {
+    p.fail(e.what());
+  }
+  return c;
+}
+
+void check_algo(const std::string& algo) {
+  auto all = algorithms();
+  if (std::find(all.begin(), all.end(), algo) == all.end())
+    throw InputError("unknown algorithm '" + algo + "' (choose from " + join(all) + ")");
+}
+
+Trace load(const std::string& path) {
+  try {
+    return load_trace(path);
+  } catch (const TraceError& e) {
+    throw InputError(e.what());
+  }
+}
+
+RunResult run_checked(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg) {
+  try {
+    return run(trace, truth, cfg);
+  } catch (const BudgetError& e) {
+    throw InputError(e.what());
+  } catch (const std::invalid_argument& e) {
+    throw InputError(cfg.algo + ": " + e.what());
+  }
+}
+
+double true_entropy(const GroundTruth& truth, uint64_t packets) {
+  double h = 0;
+  for (const auto& [k, c] : truth) {
+    double q = double(c) / packets;
+    h -= q * std::log2(q);
+  }
+  return h;
+}
+
+nlohmann::json metrics_json(const Metrics& m) {
+  return {{"are", m.are},
+          {"aae", m.aae},
+          {"rmse", m.rmse},
+          {"wmre", m.wmre},
+          {"hh_precision", m.hh_precision},
+          {"hh_recall", m.hh_recall},
+          {"hh_f1", m.hh_f1},
+          {"hh_true", m.hh_true},
+          {"hh_reported", m.hh_reported}};
+}
+
+// The figures of one run, as the JSON contract lists them.
+nlohmann::json figures_json(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg, const RunResult& r) {
+  nlohmann::json f = {
+      {"algo", cfg.algo},
+      {"memory_bytes", cfg.memory_bytes},
+      {"memory_used_bytes", r.memory_bytes},
+      {"packets", r.packets},
+      {"flows", truth.size()},
+      {"skipped", trace.skipped},
+      {"drops", r.drops},
+      {"top", r.top},
+      {"seconds", r.seconds},
+      {"throughput_mpps", r.packets / r.seconds / 1e6},
+      {"metrics", metrics_json(r.metrics)},
+      {"dpu_cpu_ns_per_packet", double(r.cpu.get(Place::kDpu)) / r.packets},
+      {"hw_cpu_ns_per_packet", double(r.cpu.get(Place::kHw)) / r.packets},
+      {"cpu_ns", {{"host", r.cpu.get(Place::kHost)}, {"dpu", r.cpu.get(Place::kDpu)}, {"hw", r.cpu.get(Place::kHw)}}},
+  };
+  if (r.cardinality) f["cardinality"] = {{"estimate", *r.cardinality}, {"true", truth.size()}};
+  if (r.entropy) f["entropy"] = {{"estimate", *r.entropy}, {"true", true_entropy(truth, r.packets)}};
+  if (r.hw)
+    f["hw"] = {{"entries", r.hw->entries},     {"inserts", r.hw->inserted},    {"refused", r.hw->refused_table_full + r.hw->refused_queue_full},
+               {"packets", r.hw->hits},        {"aged", r.hw->aged},           {"pending", r.hw->pending},
+               {"share_of_packets", double(r.hw->hits) / r.packets}};
+  if (r.duet)
+    f["duet"] = {{"promotions", r.duet->promotions}, {"installed", r.duet->installed}, {"refused", r.duet->refused},
+                 {"aged", r.duet->aged}, {"record_packets", r.duet->record_packets},
+                 {"records_full", r.duet->records_full}};
+  if (!r.timeline.empty()) {
+    nlohmann::json t = nlohmann::json::array();
+    for (const auto& p : r.timeline)
+      t.push_back({{"seconds", p.seconds}, {"packets", p.packets}, {"hw_entries", p.hw_entries},
+                   {"promotions", p.promotions}, {"drops", p.drops}});
+    f["timeline"] = t;
+  }
+  return f;
+}
+
+nlohmann::json parameters_json(const ArgParser& p, const RunConfig& c, const std::string& trace) {
+  return {{"trace", trace},
+          {"workers", c.workers},
+          {"rate_pps", c.rate_pps},
+          {"heavy_threshold", c.heavy_threshold},
+          {"packets_limit", c.packets_limit},
+          {"hw_capacity", c.hw_capacity},
+          {"hw_insert_rate", c.hw_insert_rate},
+          {"hw_insert_latency_us", c.hw_insert_latency_ns / 1e3},
+          {"hw_idle_timeout_ms", c.hw_idle_timeout_ns / 1e6},
+          {"sample_p", c.sketch.sample_p},
+          {"always_correct", c.sketch.always_correct},
+          {"top_k", c.sketch.top_k},
+          {"seed", c.sketch.seed},
+          {"duet_records", p.has("duet-records") ? nlohmann::json(c.duet_records) : nlohmann::json("auto")}};
+}
+
+std::string dotted(uint32_t a) {
+  return std::to_string(a >> 24) + "." + std::to_string((a >> 16) & 255) + "." + std::to_string((a >> 8) & 255) + "." +
+         std::to_string(a & 255);
+}
+
+void dump_estimates(const std::string& path, const GroundTruth& truth, const RunResult& r) {
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("cannot write " + path);
+  out << "src_ip,dst_ip,src_port,dst_port,proto,true_count,estimate\n";
+  for (const auto& [k, c] : truth) {
+    auto it = r.estimates.find(k);
+    out << dotted(k.src_ip()) << ',' << dotted(k.dst_ip()) << ',' << k.src_port() << ',' << k.dst_port() << ','
+        << int(k.proto()) << ',' << c << ',' << (it == r.estimates.end() ? 0.0 : it->second) << '\n';
+  }
+  if (!out) throw std::runtime_error("cannot write " + path + " (disk full?)");
+}
+
+int cmd_run(int argc, char** argv) {
+  ArgParser p(std::string(kTool) + " run", "Run one algorithm over a trace on the emulated DPU and measure it.");
+  p.option("algo", "cms, cs, elastic, univmon, nitro-cms, nitro-cs, nitro-univmon or duet", "", true);
+  p.option("memory", "memory budget, e.g. 500KB (K = 1024)", "500KB");
+  p.option("dump-estimates", "write every flow's true count and estimate as CSV");
+  add_run_options(p);
+  p.parse(argc, argv, 2);
+  std::string algo = p.str("algo");
+  check_algo(algo);
+  RunConfig cfg = run_config(p, algo, p.bytes("memory"));
+  Trace trace = load(p.str("trace"));
+  if (trace.packets.empty()) throw InputError(p.str("trace") + ": no IPv4 TCP/UDP packets to measure");
+  std::vector<Packet> replay(trace.packets.begin(),
+                             trace.packets.begin() + (cfg.packets_limit ? std::min<size_t>(cfg.packets_limit, trace.packets.size()) : trace.packets.size()));
+  GroundTruth truth = ground_truth(replay);
+  RunResult r = run_checked(trace, truth, cfg);
+
+  Result out(std::string(kTool) + " run", argc, argv);
+  out.set_placement(cfg.placement);
+  out.parameters() = parameters_json(p, cfg, p.str("trace"));
+  out.parameters()["algo"] = algo;
+  out.parameters()["memory_bytes"] = cfg.memory_bytes;
+  out.figures() = figures_json(trace, truth, cfg, r);
+  out.set_cpu(r.cpu);
+  out.set_wall_ns(static_cast<uint64_t>(r.seconds * 1e9));
+  const Metrics& m = r.metrics;
+  std::printf("%s @ %zu B: %llu packets, %zu flows, %.2f Mpps, drops %llu; ARE %.4f AAE %.3f RMSE %.3f WMRE %.4f "
+              "HH F1 %.3f; dpu %.1f ns/packet\n",
+              algo.c_str(), cfg.memory_bytes, (unsigned long long)r.packets, truth.size(), r.packets / r.seconds / 1e6,
+              (unsigned long long)r.drops, m.are, m.aae, m.rmse, m.wmre, m.hh_f1,
+              double(r.cpu.get(Place::kDpu)) / r.packets);
+  if (p.has("dump-estimates")) dump_estimates(p.str("dump-estimates"), truth, r);
+  if (p.has("json")) out.write(p.str("json"));
+  return 0;
+}
+
+int cmd_compare(int argc, char** argv) {
+  ArgParser p(std::string(kTool) + " compare", "Run a grid of algorithms x memory budgets over one trace.");
+  p.option("algos", "comma-separated algorithms", "cms,cs,elastic,duet");
+  p.option("memory", "comma-separated budgets", "300KB,400KB,500KB,600KB");
+  add_run_options(p);
+  p.parse(argc, argv, 2);
+  std::vector<std::string> algos = split(p.str("algos"));
+  std::vector<std::string> mems = split(p.str("memory"));
+  if (algos.empty() || mems.empty()) p.fail("--algos and --memory need at least one value each");
+  std::vector<size_t> budgets;
+  for (const auto& m : mems) {
+    try {
+      budgets.push_back(parse_bytes(m));
+    } catch (const std::invalid_argument& e) {
+      p.fail(std::string("--memory: ") + e.what());
+    }
+  }
+  for (const auto& a : algos) check_algo(a);
+  Trace trace = load(p.str("trace"));
+  if (trace.packets.empty()) throw InputError(p.str("trace") + ": no IPv4 TCP/UDP packets to measure");
+  RunConfig base = run_config(p, algos[0], budgets[0]);
+  std::vector<Packet> replay(trace.packets.begin(),
+                             trace.packets.begin() + (base.packets_limit ? std::min<size_t>(base.packets_limit, trace.packets.size()) : trace.packets.size()));
+  GroundTruth truth = ground_truth(replay);
+  CpuAccount total;
+  double wall = 0;
+  nlohmann::json grid = nlohmann::json::array();
+  for (const auto& algo : algos) {
+    for (size_t mem : budgets) {
+      RunConfig cfg = run_config(p, algo, mem);
+      RunResult r = run_checked(trace, truth, cfg);
+      for (Place pl : {Place::kHost, Place::kDpu, Place::kHw}) total.add(pl, r.cpu.get(pl));
+      wall += r.seconds;
+      grid.push_back(figures_json(trace, truth, cfg, r));
+      std::printf("%-14s %8zu B  ARE %9.4f  AAE %8.3f  RMSE %9.3f  WMRE %.4f  HH F1 %.3f  %6.2f Mpps  dpu %6.1f ns/pkt\n",
+                  algo.c_str(), mem, r.metrics.are, r.metrics.aae, r.metrics.rmse, r.metrics.wmre, r.metrics.hh_f1,
+                  r.packets / r.seconds / 1e6, double(r.cpu.get(Place::kDpu)) / r.packets);
+      std::fflush(stdout);
+    }
+  }
+  Result out(std::string(kTool) + " compare", argc, argv);
+  out.set_placement(base.placement);
+  out.parameters() = parameters_json(p, base, p.str("trace"));
+  out.parameters()["algos"] = algos;
+  out.parameters()["memory_bytes"] = budgets;
+  out.figures() = {{"packets", replay.size()}, {"flows", truth.size()}, {"skipped", trace.skipped}, {"grid", grid}};
+  out.set_cpu(total);
+  out.set_wall_ns(static_cast<uint64_t>(wall * 1e9));
+  if (p.has("json")) out.write(p.str("json"));
+  return 0;
+}
+
+int cmd_gen(int argc, char** argv) {
+  ArgParser p(std::string(kTool) + " gen", "Write a synthetic trace as a pcap file.");
+  p.option("preset", "backbone (heavy-tailed, many mice), datacenter (~80% of packets in few heavy flows) or zipf",
+           "backbone");
+  p.option("flows", "flows at most", "100000").option("packets", "packets", "2000000");
+  p.option("skew", "Zipf exponent (default: the preset's)").option("seed", "random seed", "1");
+  p.option("out", "output pcap", "", true);
+  p.parse(argc, argv, 2);
+  GenOptions g;
+  g.preset = p.str("preset");
+  g.flows = p.u64("flows");
+  g.packets = p.u64("packets");
+  g.skew = p.has("skew") ? p.number("skew") : 0;
+  g.seed = p.u64("seed");
+  if (g.preset != "backbone" && g.preset != "datacenter" && g.preset != "zipf")
+    p.fail("--preset must be backbone, datacenter or zipf, not '" + g.preset + "'");
+  if (g.flows == 0 || g.packets == 0) p.fail("--flows and --packets must be > 0");
+  generate_trace(g, p.str("out"));
+  std::printf("wrote %s: %llu packets, preset %s, at most %llu flows, seed %llu\n", p.str("out").c_str(),
+              (unsigned long long)g.packets, g.preset.c_str(), (unsigned long long)g.flows,
+              (unsigned long long)g.seed);
+  return 0;
+}
+
+struct Command {
+  const char* name;
+  int (*run)(int, char**);
+  const char* help;
+};
+const Command kCommands[] = {
+    {"run", cmd_run, "one algorithm over one trace: accuracy, speed, CPU per place"},
+    {"compare", cmd_compare, "a grid of algorithms x memory budgets over one trace"},
+    {"gen", cmd_gen, "write a synthetic trace (pcap)"},
+};
+
+int usage(FILE* out) {
+  std::fprintf(out, "usage: %s COMMAND [options]\nDuet, NitroSketch and baseline sketches on the emulated DPU.\n\n"
+                    "commands:\n", kTool);
+  for (const auto& c : kCommands) std::fprintf(out, "  %-9s %s\n", c.name, c.help);
+  std::fprintf(out, "\n'%s COMMAND --help' shows a command's options.\n", kTool);
+  return out == stdout ? 0 : 2;
+}
+
+}  // namespace
+}  // namespace dpukit::measure
+
+int main(int argc, char** argv) {
+  using namespace dpukit::measure;
+  if (argc < 2) return usage(stderr);
+  std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(stdout);
+  for (const auto& c : kCommands) {
+    if (cmd != c.name) continue;
+    try {
+      return c.run(argc, argv);
+    } catch (const InputError& e) {
+      std::fprintf(stderr, "%s %s: error: %s\n", kTool, c.name, e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s %s: error: %s\n", kTool, c.name, e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "%s: error: unknown command '%s'\n", kTool, cmd.c_str());
+  return usage(stderr);
+}

@@ -1,0 +1,1009 @@
+"""Experiments on Duet and NitroSketch (``dpukit-measure``): accuracy vs memory,
+speed and drops, convergence, and worker scaling.
+
+Every experiment replays a synthetic trace written by ``dpukit-measure gen``.
+Traces are cached under ``<build>/traces/`` (the build directory is not
+tracked by git), so a second evaluation reuses them until the tool is rebuilt;
+the ``gen`` command line is recorded in each section either way.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import math
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import dpukit.plots  # noqa: F401  (selects matplotlib's Agg backend)
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullFormatter
+
+from dpukit.experiments import Context, Point, experiment, median_run
+from dpukit.experiments.core import parameters_note, placement_note
+from dpukit.native import NativeToolFailed
+from dpukit.paths import build_dir, display_path, tool_path
+from dpukit.report import Section
+from dpukit.units import fmt_bytes, fmt_int, fmt_sig, fmt_thousands
+
+TOOL = "dpukit-measure"
+SEED = 1
+KB = 1024  # the tool's "KB" is 1024 bytes
+
+# Every algorithm the tool knows, in report order.
+ALGOS = ("cms", "cs", "elastic", "univmon", "nitro-cms", "nitro-cs", "nitro-univmon", "duet")
+# The ones run under an offered rate that saturates the baselines.
+RATE_ALGOS = ("cms", "cs", "elastic", "nitro-cms", "duet")
+SPEED_MEMORY = 500 * KB
+PRESETS = ("backbone", "datacenter")
+
+# (figures.metrics key, label, plotted on a log axis)
+METRICS = (
+    ("are", "ARE", True),
+    ("aae", "AAE", True),
+    ("rmse", "RMSE", True),
+    ("wmre", "WMRE", True),
+    ("hh_f1", "HH F1", False),
+)
+
+
+def memory_arg(nbytes: int) -> str:
+    """307200 -> '300KB' (the tool's spelling, K = 1024)."""
+    return f"{nbytes // KB}KB" if nbytes % KB == 0 else str(nbytes)
+
+
+def accuracy_memories(quick: bool) -> list[int]:
+    kbs = [300, 600] if quick else [300, 400, 500, 600]
+    return [k * KB for k in kbs]
+
+
+# -- traces ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    preset: str
+    packets: int
+    flows: int
+    seed: int = SEED
+
+    @property
+    def filename(self) -> str:
+        return f"{self.preset}-{self.packets}-{self.flows}-s{self.seed}.pcap"
+
+
+def trace_spec(preset: str, quick: bool) -> TraceSpec:
+    """Quick mode: 200,000 packets over at most 20,000 flows; full: 2,000,000 over 100,000."""
+    if quick:
+        return TraceSpec(preset, 200_000, 20_000)
+    return TraceSpec(preset, 2_000_000, 100_000)
+
+
+def traces_dir() -> Path:
+    return build_dir() / "traces"
+
+
+def gen_command(spec: TraceSpec, out: Path) -> list[str]:
+    return [str(tool_path(TOOL, must_exist=False)), "gen", "--preset", spec.preset,
+            "--flows", str(spec.flows), "--packets", str(spec.packets), "--seed", str(spec.seed),
+            "--out", str(out)]
+
+
+@dataclass
+class TraceFile:
+    spec: TraceSpec
+    path: Path
+    command: list[str]  # the gen command line that writes exactly this file
+    reused: bool        # found in the cache rather than generated now
+    seconds: float      # time to generate (0 when reused)
+    size: int
+    sha256: str
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def _sha256(path: Path) -> str:
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]
+
+
+def trace_is_current(path: Path, exe: Path) -> bool:
+    """A cached trace is reused only if it is newer than the tool that would
+    write it: after a rebuild the generator may have changed, and the recorded
+    `gen` command must reproduce the file that was measured."""
+    try:
+        st = path.stat()
+        return st.st_size > 0 and st.st_mtime_ns >= exe.stat().st_mtime_ns
+    except OSError:
+        return False
+
+
+def ensure_trace(ctx: Context, preset: str) -> TraceFile:
+    """The cached trace for ``preset`` in this mode, generated first if absent
+    or older than the tool.
+
+    The file is written under a temporary name and renamed when complete, so
+    an interrupted or concurrent generation never leaves a partial trace in
+    the cache.
+    """
+    spec = trace_spec(preset, ctx.quick)
+    path = traces_dir() / spec.filename
+    command = gen_command(spec, path)
+    exe = tool_path(TOOL)  # a clear "not built" error rather than an OSError
+    if trace_is_current(path, exe):
+        return TraceFile(spec, path, command, True, 0.0, path.stat().st_size, _sha256(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    run_cmd = gen_command(spec, tmp)
+    ctx.progress(f"generating the {preset} trace ({fmt_int(spec.packets)} packets) into {display_path(path)}")
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(run_cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              errors="replace", timeout=ctx.timeout)
+    except subprocess.TimeoutExpired as e:
+        tmp.unlink(missing_ok=True)
+        stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        raise NativeToolFailed(run_cmd, f"timed out after {ctx.timeout:g} s", stderr) from None
+    seconds = time.monotonic() - t0
+    if proc.returncode != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
+        tmp.unlink(missing_ok=True)
+        why = f"failed (exit {proc.returncode})" if proc.returncode else "exited 0 but wrote no trace"
+        raise NativeToolFailed(run_cmd, why, proc.stderr, proc.returncode)
+    os.replace(tmp, path)
+    return TraceFile(spec, path, command, False, seconds, path.stat().st_size, _sha256(path))
+
+
+def trace_note(traces: Sequence[TraceFile], flows_seen: dict[str, int] | None = None) -> str:
+    parts = []
+    for t in traces:
+        seen = ""
+        if flows_seen and t.spec.preset in flows_seen:
+            seen = f" ({fmt_int(flows_seen[t.spec.preset])} appear)"
+        how = (f"reused from the trace cache" if t.reused
+               else f"generated now in {t.seconds:.1f} s")
+        parts.append(
+            f"`{t.spec.preset}`: {fmt_int(t.spec.packets)} packets, at most {fmt_int(t.spec.flows)} flows{seen}, "
+            f"seed {t.spec.seed}, `{display_path(t.path)}` ({t.size / 1e6:.1f} MB, sha256 {t.sha256[:16]}…, {how})")
+    return ("Traces written by `dpukit-measure gen` (the first commands below; the file is byte-identical for "
+            "the same options and seed): " + "; ".join(parts) + ".")
+
+
+# -- reading results -----------------------------------------------------------
+
+
+def metric(figures: dict[str, Any], key: str) -> float:
+    """A metric from ``figures.metrics`` (NaN where the tool wrote null)."""
+    v = figures.get("metrics", {}).get(key)
+    return float("nan") if v is None else float(v)
+
+
+def drop_pct(figures: dict[str, Any]) -> float:
+    return 100.0 * figures["drops"] / figures["packets"] if figures["packets"] else float("nan")
+
+
+def dpu_busy(run: dict[str, Any]) -> float:
+    """dpu CPU time over wall time (1.0 = one dpu CPU busy for the whole run)."""
+    wall = run["figures"]["seconds"] * 1e9
+    return run["cpu_ns"]["dpu"] / wall if wall > 0 else float("nan")
+
+
+def polling_caveat(cms: dict[str, Any], duet: dict[str, Any]) -> str:
+    """Where a dpu side was busy (polling included) nearly the whole run, its
+    CPU time per packet is about its wall time per packet: say what that means."""
+    busy = {"Count-Min": dpu_busy(cms), "Duet": dpu_busy(duet)}
+    full = [name for name, b in busy.items() if b > 0.9]
+    if not full:
+        return ""
+    shown = ", ".join(f"{name} {100 * b:.0f} %" for name, b in busy.items())
+    return (f" dpu CPU time over wall time: {shown}. Where it is near 100 % the worker never slept (it polls an "
+            "empty ring before sleeping), so its CPU time per packet is about the wall time per packet: an upper "
+            "bound of its work, set by whichever of the NIC thread and the worker was slower.")
+
+
+def sketch_path_ns(run: dict[str, Any]) -> float:
+    """dpu CPU ns per packet that reached a dpu worker (Duet: not counted in hw)."""
+    f = run["figures"]
+    reached = f["packets"] - f.get("hw", {}).get("packets", 0)
+    return run["cpu_ns"]["dpu"] / reached if reached > 0 else float("nan")
+
+
+def grid_index(result: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    """``compare``'s ``figures.grid`` keyed by (algorithm, memory budget in bytes)."""
+    return {(g["algo"], int(g["memory_bytes"])): g for g in result["figures"]["grid"]}
+
+
+def read_estimates(path: Path) -> list[tuple[int, float]]:
+    """(true count, estimate) of every flow in a ``run --dump-estimates`` CSV."""
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            rows.append((int(r["true_count"]), float(r["estimate"])))
+    return rows
+
+
+def relative_error(rows: Sequence[tuple[int, float]], min_true: float = 0) -> float:
+    """Mean |estimate - true| / true over the flows with ``true >= min_true``
+    (all flows: ARE; ``min_true`` = the heavy threshold: the heavy flows' error)."""
+    errs = [abs(e - t) / t for t, e in rows if t >= min_true and t > 0]
+    return sum(errs) / len(errs) if errs else float("nan")
+
+
+def saturating_rate(cms_dpu_ns_per_packet: float, factor: float = 1.5) -> int:
+    """``factor`` times the packet rate one fully busy Count-Min worker sustains,
+    rounded to two significant digits (packets/s)."""
+    pps = factor * 1e9 / cms_dpu_ns_per_packet
+    mag = 10 ** max(0, math.floor(math.log10(pps)) - 1)
+    return int(round(pps / mag) * mag)
+
+
+def prefix_series(total: int, points: int) -> list[int]:
+    """``points`` prefix lengths halving down from ``total`` (a geometric series
+    ending at the trace length)."""
+    return [max(1, round(total / 2 ** k)) for k in range(points - 1, -1, -1)]
+
+
+def parse_cpus(text: str) -> list[int]:
+    """'0-2,5' -> [0, 1, 2, 5]."""
+    out: list[int] = []
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.extend(range(int(lo), int(hi) + 1))
+        else:
+            out.append(int(part))
+    return out
+
+
+def measure_point(ctx: Context, args: Sequence[Any], *, label: str, key: str, detail: str, step: int,
+                  steps: int, repeats: int) -> Point:
+    """Like ``ctx.run_point`` with an explicit number of runs: the reported
+    run is the one with the median ``figures[key]``."""
+    runs = []
+    for rep in range(1, repeats + 1):
+        note = f" run {rep}/{repeats}" if repeats > 1 else ""
+        ctx.progress(detail + note, step, steps)
+        runs.append(ctx.run_native(TOOL, args, label=f"{label}-r{rep}" if repeats > 1 else label))
+    return Point(runs, median_run(runs, key))
+
+
+def timing_repeats(ctx: Context) -> int:
+    """Runs per timing point: 3 in both modes (a quick-mode run lasts a few
+    tens of milliseconds, too short to trust one)."""
+    return max(3, ctx.repeats)
+
+
+def repeats_note(repeats: int, key: str) -> str:
+    return (f"Each point was run {repeats} times; each row shows the run with the median `{key}`, so all "
+            "figures in a row come from one run.")
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    with open("/proc/stat") as f:
+        vals = [int(v) for v in f.readline().split()[1:9]]
+    return sum(vals), vals[3] + vals[4]  # total, idle + iowait
+
+
+def background_busy(seconds: float = 0.5) -> float | None:
+    """Fraction of all CPUs busy with other work over ``seconds`` (nothing of
+    ours runs meanwhile), or None where /proc/stat cannot be read."""
+    try:
+        t0, i0 = _cpu_ticks()
+        time.sleep(seconds)
+        t1, i1 = _cpu_ticks()
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0.0, 1.0 - (i1 - i0) / (t1 - t0)) if t1 > t0 else None
+
+
+def background_note(before: float | None, after: float | None) -> str:
+    """What else the machine was doing just before and just after the timed runs."""
+    shown = [f"{label} {100 * b:.0f} %" for label, b in (("before", before), ("after", after)) if b is not None]
+    if not shown:
+        return ""
+    text = ("Other work on the machine (all CPUs, sampled from /proc/stat for 0.5 s while nothing of ours ran): "
+            + ", ".join(shown) + ".")
+    if max(b for b in (before, after) if b is not None) > 0.1:
+        text += (" The timing figures below were taken on a busy machine; the dpu and NIC threads are pinned "
+                 "and share their CPUs with that work, so expect lower throughput and more drops than on an "
+                 "idle machine.")
+    return text
+
+
+def fmt_pps(pps: float) -> str:
+    return f"{fmt_thousands(pps)} packets/s"
+
+
+def fmt_ratio(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{x:.2f}×"
+
+
+# -- plots ---------------------------------------------------------------------
+
+_BASE_COLOR = {"cms": "tab:blue", "cs": "tab:orange", "univmon": "tab:green", "elastic": "tab:purple",
+               "duet": "tab:red"}
+_BASE_MARKER = {"cms": "o", "cs": "s", "univmon": "^", "elastic": "D", "duet": "*"}
+
+
+def algo_style(algo: str, sample_p: float | None = None) -> dict[str, Any]:
+    """One look per algorithm: a NitroSketch variant shares its base sketch's
+    colour and marker, dashed (dotted for p = 0.01), with hollow markers."""
+    base = algo.removeprefix("nitro-")
+    style: dict[str, Any] = {"color": _BASE_COLOR.get(base, "tab:gray"), "marker": _BASE_MARKER.get(base, "x"),
+                             "linestyle": "-", "linewidth": 1.6, "markersize": 5}
+    if algo.startswith("nitro-"):
+        style["linestyle"] = ":" if sample_p is not None and sample_p < 0.05 else "--"
+        style["markerfacecolor"] = "none"
+    if algo == "duet":
+        style.update(linewidth=2.4, markersize=9)
+    return style
+
+
+@dataclass
+class Line:
+    label: str
+    x: Sequence[float]
+    y: Sequence[float]
+    style: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Panel:
+    title: str
+    ylabel: str
+    lines: list[Line]
+    logy: bool = False
+    ymin_zero: bool = False
+    ylim: tuple[float, float] | None = None
+    yfmt: Any = None  # value -> tick label
+
+
+def _all_positive(values: Sequence[float]) -> bool:
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    return bool(vals) and all(v > 0 for v in vals)
+
+
+def panels_plot(path: Path, panels: Sequence[Panel], *, title: str, xlabel: str, logx: bool = False,
+                xticks: Sequence[float] | None = None, xtick_format=None, ncols: int = 3) -> Path:
+    """Line subplots sharing an x axis and one legend (below the panels)."""
+    n = len(panels)
+    ncols = min(ncols, n)
+    nrows = math.ceil(n / ncols)
+    fig = Figure(figsize=(4.2 * ncols, 3.3 * nrows + 0.9), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    handles: dict[str, Any] = {}
+    for i, ax in enumerate(axes.flat):
+        if i >= n:
+            ax.set_visible(False)
+            continue
+        p = panels[i]
+        for ln in p.lines:
+            (h,) = ax.plot(list(ln.x), list(ln.y), label=ln.label, **ln.style)
+            handles.setdefault(ln.label, h)
+        if logx:
+            ax.set_xscale("log", base=2 if xticks is not None else 10)
+        if xticks is not None:
+            ax.set_xticks(list(xticks))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            fmt = xtick_format or (lambda v: f"{v:g}")
+            ax.set_xticklabels([fmt(v) for v in xticks])
+        ys = [v for ln in p.lines for v in ln.y if v is not None and not math.isnan(v)]
+        if p.logy and _all_positive(ys):
+            ax.set_yscale("log")
+        elif p.logy and ys and min(ys) >= 0 and max(ys) > 0:
+            # Some values are exactly 0: linear near 0, logarithmic above the smallest positive value.
+            ax.set_yscale("symlog", linthresh=min(v for v in ys if v > 0))
+            ax.set_ylim(bottom=0)
+        elif p.ymin_zero:
+            ax.set_ylim(bottom=0)
+        if p.ylim is not None:
+            ax.set_ylim(*p.ylim)
+        if p.yfmt is not None:
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos, f=p.yfmt: f(v)))
+        scale = ax.get_yscale()
+        ax.set_title(p.title + {"log": " (log)", "symlog": " (log above the smallest non-zero)"}.get(scale, ""),
+                     fontsize=10)
+        ax.set_xlabel(xlabel, fontsize=9)
+        ax.set_ylabel(p.ylabel, fontsize=9)
+        ax.tick_params(labelsize=8)
+        ax.grid(True, which="major", alpha=0.35)
+    if len(handles) > 1:
+        fig.legend(list(handles.values()), list(handles), loc="outside lower center",
+                   ncols=min(len(handles), 4), fontsize=9, frameon=False)
+    fig.suptitle(title)
+    fig.savefig(path, format="png")
+    return path
+
+
+@dataclass
+class BarPanel:
+    title: str
+    ylabel: str
+    values: dict[str, Sequence[float]]  # group label -> one value per category
+    logy: bool = False
+    annotate: bool = True
+    fmt: Any = None  # value -> label text
+    refline: tuple[float, str] | None = None  # a dashed horizontal line (value, legend label)
+
+
+def bars_plot(path: Path, panels: Sequence[BarPanel], categories: Sequence[str], *, title: str,
+              ncols: int = 3, highlight: str | None = None) -> Path:
+    """Grouped bar subplots: one group of bars per category, one bar per group
+    label (one bar per category when there is a single group)."""
+    n = len(panels)
+    ncols = min(ncols, n)
+    nrows = math.ceil(n / ncols)
+    width_in = max(4.2, 0.55 * len(categories) * max(1, len(panels[0].values)) + 1.2)
+    fig = Figure(figsize=(width_in * ncols, 3.4 * nrows + 0.6), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown"]
+    handles: dict[str, Any] = {}
+    for i, ax in enumerate(axes.flat):
+        if i >= n:
+            ax.set_visible(False)
+            continue
+        p = panels[i]
+        groups = list(p.values)
+        w = 0.8 / len(groups)
+        for g, name in enumerate(groups):
+            xs = [c + (g - (len(groups) - 1) / 2) * w for c in range(len(categories))]
+            ys = [float("nan") if v is None else v for v in p.values[name]]
+            if len(groups) == 1:
+                col = [_BASE_COLOR["duet"] if categories[c] == highlight else "tab:blue"
+                       for c in range(len(categories))]
+            else:
+                col = colors[g % len(colors)]
+            bars = ax.bar(xs, [0 if math.isnan(y) else y for y in ys], w * 0.95, label=name, color=col)
+            if len(groups) > 1:
+                handles.setdefault(name, bars)
+            if p.annotate:
+                fmt = p.fmt or fmt_sig
+                for b, y in zip(bars, ys):
+                    if not math.isnan(y):
+                        ax.annotate(fmt(y), (b.get_x() + b.get_width() / 2, b.get_height()),
+                                    ha="center", va="bottom", fontsize=7, xytext=(0, 1),
+                                    textcoords="offset points")
+        if p.refline is not None and not math.isnan(p.refline[0]):
+            ref = ax.axhline(p.refline[0], color="tab:gray", linestyle="--", linewidth=1.2, label=p.refline[1])
+            ax.legend(handles=[ref], fontsize=8, loc="best")
+        if p.logy and _all_positive([v for vs in p.values.values() for v in vs]):
+            ax.set_yscale("log")
+            lo, hi = ax.get_ylim()
+            ax.set_ylim(lo, hi * 2.5)  # room for the value labels
+        ax.set_xticks(range(len(categories)))
+        ax.set_xticklabels(categories, rotation=30 if len(categories) > 4 else 0, ha="right"
+                           if len(categories) > 4 else "center", fontsize=8)
+        ax.set_title(p.title + (" (log)" if ax.get_yscale() == "log" else ""), fontsize=10)
+        ax.set_ylabel(p.ylabel, fontsize=9)
+        ax.tick_params(axis="y", labelsize=8)
+        ax.grid(True, axis="y", alpha=0.35)
+        if ax.get_yscale() != "log":
+            ax.margins(y=0.12)
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=len(handles),
+                   fontsize=9, frameon=False)
+    fig.suptitle(title)
+    fig.savefig(path, format="png")
+    return path
+
+
+def memory_ticks(ax_values: Sequence[int]) -> tuple[list[int], Any]:
+    return list(ax_values), lambda v: f"{int(v) // KB}K"
+
+
+# -- measure.accuracy ----------------------------------------------------------
+
+ACCURACY_TITLE = "measure.accuracy: error vs memory, every sketch and Duet (Duet Figs. 7-8)"
+
+
+@experiment(
+    "measure.accuracy",
+    title=ACCURACY_TITLE,
+    description="ARE, AAE, RMSE, WMRE and heavy-hitter F1 of 8 algorithms vs memory on a backbone and a datacenter trace.",
+    tools=[TOOL],
+)
+def accuracy(ctx: Context) -> Section:
+    mems = accuracy_memories(ctx.quick)
+    traces = [ensure_trace(ctx, p) for p in PRESETS]
+    results: dict[str, dict[str, Any]] = {}
+    for i, t in enumerate(traces, 1):
+        ctx.progress(f"compare {len(ALGOS)} algorithms x {len(mems)} budgets on {t.spec.preset}", i, len(traces))
+        results[t.spec.preset] = ctx.run_native(
+            TOOL, ["compare", "--trace", t.path, "--algos", ",".join(ALGOS),
+                   "--memory", ",".join(memory_arg(m) for m in mems)],
+            label=f"compare-{t.spec.preset}")
+
+    sec = Section(ACCURACY_TITLE)
+    for t in traces:
+        sec.add_command(t.command)
+    first = results[PRESETS[0]]
+    grid0 = first["figures"]["grid"]
+    top = grid0[0]["top"] if grid0 else None
+    drops = sum(g["drops"] for r in results.values() for g in r["figures"]["grid"])
+    sec.paragraph(
+        f"`{TOOL} compare` replays each trace once per algorithm and memory budget "
+        f"({', '.join(fmt_bytes(m) for m in mems)}; the tool's `KB` is 1024 bytes) with one dpu worker, "
+        "as fast as possible: a full ring makes the wire wait instead of dropping, so every packet is "
+        f"counted ({fmt_int(drops)} drops in all) and the errors do not depend on timing. Each grid ran "
+        + ("once (quick mode). " if ctx.quick else
+           "once, not three times: apart from timing the runs are deterministic for a given seed (hashes and "
+           "NitroSketch's sampling are seeded); only Duet's hardware insertions are timed, which can move a "
+           "flow's promotion by a few packets. ")
+        + "ARE, AAE and RMSE are taken over every flow of the trace, WMRE over the flow-size distribution; "
+        f"heavy hitters are the flows with at least the tool's default threshold of 0.05 % of the packets "
+        f"({fmt_int(top) if top is not None else '?'} packets on the {PRESETS[0]} trace), and F1 compares the "
+        "reported heavy flows with the true ones. NitroSketch runs with its default sampling probability "
+        "p = 0.1; Duet's budget covers its Count-Min and its promoted-flow records, not the hardware table "
+        "(65,536 entries), as in the paper.")
+    sec.paragraph(trace_note(traces, {p: r["figures"]["flows"] for p, r in results.items()}))
+    sec.paragraph(placement_note(ctx.runs))
+    note = parameters_note(first, skip=("trace",))
+    if note:
+        sec.paragraph(note)
+
+    for t in traces:
+        preset = t.spec.preset
+        res = results[preset]
+        grid = grid_index(res)
+        algos = [a for a in ALGOS if any((a, m) in grid for m in mems)]
+        f = res["figures"]
+        g0 = next(iter(grid.values()))
+        sec.paragraph(f"The {preset} trace: {fmt_int(f['packets'])} packets, {fmt_int(f['flows'])} flows, "
+                      f"heavy threshold {fmt_int(g0['top'])} packets, "
+                      f"{fmt_int(g0['metrics'].get('hh_true', 0))} heavy flows.")
+        for key, label, _log in METRICS:
+            rows = []
+            for a in algos:
+                rows.append([a] + [fmt_sig(metric(grid[(a, m)], key)) if (a, m) in grid else "n/a" for m in mems])
+            better = "higher is better" if key == "hh_f1" else "lower is better"
+            sec.table(["algorithm"] + [fmt_bytes(m) for m in mems], rows,
+                      caption=f"{preset}: {label} vs memory ({better})")
+        sec.paragraph(accuracy_summary(preset, grid, algos, mems))
+
+        path, rel = ctx.plot_path(f"{preset}")
+        xt, xf = memory_ticks(mems)
+        panels = []
+        for key, label, log in METRICS:
+            lines = [Line(a, mems, [metric(grid[(a, m)], key) for m in mems], algo_style(a)) for a in algos]
+            panels.append(Panel(label, label, lines, logy=log, ylim=(0, 1.02) if key == "hh_f1" else None))
+        panels_plot(path, panels, title=f"Accuracy vs memory, {preset} trace", xlabel="memory (bytes)",
+                    xticks=xt, xtick_format=xf)
+        sec.image(rel, f"Accuracy vs memory on the {preset} trace",
+                  f"{preset} trace: ARE, AAE, RMSE, WMRE (log y where all values are positive) and heavy-hitter "
+                  "F1 vs memory, one line per algorithm; NitroSketch variants are dashed in their base sketch's "
+                  "colour.")
+    return sec
+
+
+def accuracy_summary(preset: str, grid: dict[tuple[str, int], dict[str, Any]], algos: Sequence[str],
+                     mems: Sequence[int]) -> str:
+    """Who wins ARE and HH F1 at each budget, and where Duet stands."""
+    parts = []
+    for m in mems:
+        here = [a for a in algos if (a, m) in grid]
+        are = {a: metric(grid[(a, m)], "are") for a in here}
+        f1 = {a: metric(grid[(a, m)], "hh_f1") for a in here}
+        best_are = min((a for a in here if not math.isnan(are[a])), key=lambda a: are[a], default=None)
+        best_f1 = max((a for a in here if not math.isnan(f1[a])), key=lambda a: f1[a], default=None)
+        text = f"at {fmt_bytes(m)} the lowest ARE is {best_are} ({fmt_sig(are[best_are])})" if best_are else \
+            f"at {fmt_bytes(m)} no ARE"
+        if best_f1:
+            tied = [a for a in here if not math.isnan(f1[a]) and f1[a] >= f1[best_f1] - 1e-12]
+            text += f" and the best HH F1 {fmt_sig(f1[best_f1])} ({', '.join(tied)})"
+        if "duet" in here and best_are and best_are != "duet":
+            text += f"; Duet: ARE {fmt_sig(are['duet'])}, HH F1 {fmt_sig(f1['duet'])}"
+        parts.append(text)
+    duet_hw = ""
+    m = mems[-1]
+    if ("duet", m) in grid and "hw" in grid[("duet", m)]:
+        hw = grid[("duet", m)]["hw"]
+        duet_hw = (f" At {fmt_bytes(m)} Duet's hardware table counted {fmt_sig(100 * hw['share_of_packets'])} % of "
+                   f"the packets ({fmt_int(hw['inserts'])} rules inserted, {fmt_int(hw['refused'])} refused).")
+    return f"On the {preset} trace, " + "; ".join(parts) + "." + duet_hw
+
+
+# -- measure.speed -------------------------------------------------------------
+
+SPEED_TITLE = "measure.speed: dpu CPU per packet, throughput, and drops under load (Duet Fig. 5)"
+
+
+@experiment(
+    "measure.speed",
+    title=SPEED_TITLE,
+    description="dpu CPU ns/packet and Mpps of every algorithm at 500 KB; drops and error at a rate that saturates Count-Min.",
+    tools=[TOOL],
+)
+def speed(ctx: Context) -> Section:
+    t = ensure_trace(ctx, "backbone")
+    busy = background_busy()
+    reps = timing_repeats(ctx)
+    steps = len(ALGOS) + len(RATE_ALGOS)
+    base = ["run", "--trace", t.path, "--memory", memory_arg(SPEED_MEMORY)]
+    free: dict[str, Point] = {}
+    for i, algo in enumerate(ALGOS, 1):
+        free[algo] = measure_point(ctx, base + ["--algo", algo], label=f"{algo}-fast",
+                                   key="dpu_cpu_ns_per_packet", detail=f"{algo} as fast as possible",
+                                   step=i, steps=steps, repeats=reps)
+    cms_ns = free["cms"].figures["dpu_cpu_ns_per_packet"]
+    rate = saturating_rate(cms_ns)
+    loaded: dict[str, Point] = {}
+    for j, algo in enumerate(RATE_ALGOS, len(ALGOS) + 1):
+        loaded[algo] = measure_point(ctx, base + ["--algo", algo, "--rate", rate], label=f"{algo}-rate{rate}",
+                                     key="drops", detail=f"{algo} at {fmt_pps(rate)}", step=j, steps=steps,
+                                     repeats=reps)
+    busy_after = background_busy()
+
+    sec = Section(SPEED_TITLE)
+    sec.add_command(t.command)
+    duet_ns = free["duet"].figures["dpu_cpu_ns_per_packet"]
+    ratio = duet_ns / cms_ns if cms_ns else float("nan")
+    verdict = "meets" if ratio <= 0.5 else "does not meet"
+    sec.paragraph(
+        f"Headline: Duet spends {fmt_sig(duet_ns)} ns of dpu CPU per packet, {fmt_ratio(ratio)} Count-Min's "
+        f"{fmt_sig(cms_ns)} ns, measured side by side in this evaluation at {fmt_bytes(SPEED_MEMORY)} on the "
+        f"backbone trace; this {verdict} the target of at most half of Count-Min's. Duet's hardware table "
+        f"counted {fmt_sig(100 * free['duet'].figures.get('hw', {}).get('share_of_packets', float('nan')))} % "
+        "of the packets on the NIC thread, so they never reached a dpu worker; per packet that did reach it, "
+        f"Duet's dpu side spent {fmt_sig(sketch_path_ns(free['duet'].median))} ns (Count-Min: every packet "
+        f"reaches its worker)." + polling_caveat(free["cms"].median, free["duet"].median))
+    sec.paragraph(
+        f"(a) `{TOOL} run --algo A --memory 500KB` replays the backbone trace through the emulated datapath "
+        "(NIC thread: flow-table match for Duet, RSS, enqueue; one dpu worker updating the sketch) as fast as "
+        "possible, so a full ring makes the wire wait and nothing is dropped. `dpu CPU ns/packet` is the CPU "
+        "time of the dpu threads (the worker, and Duet's control thread) divided by every packet of the trace, "
+        "including the ones Duet counts in hardware; `hw CPU ns/packet` is the NIC thread's. A worker polls "
+        "briefly before sleeping on its doorbell, so part of its CPU time is waiting for packets when the NIC "
+        "thread is the slower side; throughput is set by the slower of the two threads. `dpu busy` is the "
+        "dpu CPU time over the run's wall time: near 100 % the worker never slept, and its CPU time per "
+        "packet is then close to the wall time per packet whichever thread was the bottleneck. "
+        + repeats_note(reps, "dpu_cpu_ns_per_packet"))
+    sec.paragraph(
+        f"(b) The same runs with `--rate {rate}`: 1.5 times the rate one fully busy Count-Min worker sustains "
+        f"(1.5 × 10⁹ / {fmt_sig(cms_ns)} ns, rounded to two digits: {fmt_pps(rate)}). The NIC thread paces "
+        "the wire at that rate and a full ring is a counted drop, as on a DPU whose Arm cores fall behind; "
+        "errors are against the ground truth of every offered packet, so drops show up as underestimates. "
+        + repeats_note(reps, "drops"))
+    sec.paragraph(trace_note([t], {"backbone": free["cms"].figures["flows"]}))
+    sec.paragraph(placement_note(ctx.runs))
+    if busy is not None or busy_after is not None:
+        sec.paragraph(background_note(busy, busy_after))
+    note = parameters_note(free["cms"].median, skip=("trace",))
+    if note:
+        sec.paragraph(note)
+
+    rows = []
+    for algo in ALGOS:
+        f = free[algo].figures
+        hw_share = f.get("hw", {}).get("share_of_packets")
+        rows.append([
+            algo, fmt_sig(f["throughput_mpps"]), fmt_sig(f["dpu_cpu_ns_per_packet"]),
+            fmt_ratio(f["dpu_cpu_ns_per_packet"] / cms_ns if cms_ns else float("nan")),
+            fmt_sig(100 * dpu_busy(free[algo].median)) + " %", fmt_sig(f["hw_cpu_ns_per_packet"]),
+            "-" if hw_share is None else fmt_sig(100 * hw_share) + " %",
+            fmt_sig(metric(f, "are")), fmt_sig(metric(f, "hh_f1")), fmt_int(f["drops"]),
+        ])
+    sec.table(["algorithm", "Mpps", "dpu CPU ns/pkt", "vs cms", "dpu busy", "hw CPU ns/pkt", "counted in hw",
+               "ARE", "HH F1", "drops"], rows,
+              caption=f"(a) As fast as possible, one dpu worker, {fmt_bytes(SPEED_MEMORY)}")
+    path, rel = ctx.plot_path("cpu")
+    bars_plot(path, [
+        BarPanel("dpu CPU per packet", "ns / packet", {"dpu": [free[a].figures["dpu_cpu_ns_per_packet"] for a in ALGOS]},
+                 refline=(cms_ns / 2, "half of cms (the target for duet)")),
+        BarPanel("throughput", "Mpps", {"Mpps": [free[a].figures["throughput_mpps"] for a in ALGOS]}),
+    ], list(ALGOS), title=f"As fast as possible, backbone trace, {fmt_bytes(SPEED_MEMORY)}", ncols=2,
+        highlight="duet")
+    sec.image(rel, "dpu CPU ns per packet and throughput per algorithm",
+              "dpu CPU time per packet (left) and packets per second (right) per algorithm, one dpu worker.")
+
+    rows = []
+    for algo in RATE_ALGOS:
+        f, f0 = loaded[algo].figures, free[algo].figures
+        rows.append([
+            algo, fmt_sig(rate / 1e6), fmt_sig(f["throughput_mpps"]), fmt_int(f["drops"]),
+            fmt_sig(drop_pct(f)) + " %", fmt_sig(metric(f, "are")), fmt_sig(metric(f0, "are")),
+            fmt_sig(metric(f, "hh_f1")), fmt_sig(metric(f0, "hh_f1")),
+            fmt_sig(f["dpu_cpu_ns_per_packet"]),
+        ])
+    sec.table(["algorithm", "offered Mpps", "wire Mpps", "drops", "dropped", "ARE", "ARE no drops",
+               "HH F1", "HH F1 no drops", "dpu CPU ns/pkt"], rows,
+              caption=f"(b) Offered {fmt_pps(rate)}, one dpu worker, {fmt_bytes(SPEED_MEMORY)}; "
+                      "'no drops' = the same algorithm as fast as possible, from (a)")
+    short = [r for r in RATE_ALGOS if loaded[r].figures["throughput_mpps"] < 0.9 * rate / 1e6]
+    if short:
+        sec.paragraph(
+            "The wire rate (packets / run time) fell short of the offered rate for " + ", ".join(short)
+            + ": the NIC thread itself could not pace that fast, so the dpu side saw less than the offered load.")
+    path, rel = ctx.plot_path("drops")
+    cats = list(RATE_ALGOS)
+    bars_plot(path, [
+        BarPanel("dropped packets", "% of packets", {"at rate": [drop_pct(loaded[a].figures) for a in cats]},
+                 fmt=lambda v: f"{v:.3g}"),
+        BarPanel("ARE", "ARE", {"no drops": [metric(free[a].figures, "are") for a in cats],
+                                f"at {fmt_thousands(rate)}/s": [metric(loaded[a].figures, "are") for a in cats]},
+                 logy=True),
+        BarPanel("heavy-hitter F1", "F1", {"no drops": [metric(free[a].figures, "hh_f1") for a in cats],
+                                           f"at {fmt_thousands(rate)}/s": [metric(loaded[a].figures, "hh_f1")
+                                                                           for a in cats]},
+                 fmt=lambda v: f"{v:.2f}"),
+    ], cats, title=f"Offered {fmt_pps(rate)} (1.5 × Count-Min's capacity), backbone trace", highlight="duet")
+    sec.image(rel, "Drops and error under an offered rate",
+              "Dropped packets (left), ARE (middle, log y) and heavy-hitter F1 (right) at the offered rate, "
+              "beside the same algorithm without drops.")
+    return sec
+
+
+# -- measure.convergence -------------------------------------------------------
+
+CONVERGENCE_TITLE = "measure.convergence: error vs packets seen, and Duet's hardware table over time (NitroSketch Figs. 11-12)"
+
+# (algorithm, NitroSketch sampling probability or None)
+CONVERGENCE_VARIANTS: tuple[tuple[str, float | None], ...] = (
+    ("cms", None), ("nitro-cms", 0.1), ("nitro-cms", 0.01),
+    ("cs", None), ("nitro-cs", 0.1), ("nitro-cs", 0.01),
+    ("duet", None),
+)
+
+
+def variant_name(algo: str, p: float | None) -> str:
+    return algo if p is None else f"{algo} p={p:g}"
+
+
+@experiment(
+    "measure.convergence",
+    title=CONVERGENCE_TITLE,
+    description="NitroSketch (p = 0.1, 0.01), vanilla sketches and Duet: error vs packets seen; Duet's hw entries over time.",
+    tools=[TOOL],
+)
+def convergence(ctx: Context) -> Section:
+    t = ensure_trace(ctx, "backbone")
+    prefixes = prefix_series(t.spec.packets, 5 if ctx.quick else 8)
+    timeline_seconds = 0.5 if ctx.quick else 2.0
+    timeline_rate = int(round(t.spec.packets / timeline_seconds))
+    every = max(1, t.spec.packets // 100)
+    steps = len(CONVERGENCE_VARIANTS) * len(prefixes) + 1
+    step = 0
+    # variant -> prefix -> (figures, heavy-flow relative error)
+    sweep: dict[str, dict[int, tuple[dict[str, Any], float]]] = {}
+    ctx.runs_dir.mkdir(parents=True, exist_ok=True)
+    for algo, p in CONVERGENCE_VARIANTS:
+        name = variant_name(algo, p)
+        sweep[name] = {}
+        for n in prefixes:
+            step += 1
+            label = f"{algo}{'' if p is None else f'-p{p:g}'}-n{n}"
+            csv_path = ctx.runs_dir / f"{ctx.name}-{label}.estimates.csv"
+            args = ["run", "--trace", t.path, "--algo", algo, "--memory", memory_arg(SPEED_MEMORY),
+                    "--packets", n, "--dump-estimates", csv_path]
+            if p is not None:
+                args += ["--sample-p", p]
+            ctx.progress(f"{name}, first {fmt_int(n)} packets", step, steps)
+            r = ctx.run_native(TOOL, args, label=label)
+            f = r["figures"]
+            try:
+                hh_re = relative_error(read_estimates(csv_path), f["top"])
+            finally:
+                csv_path.unlink(missing_ok=True)  # large; the command line regenerates it
+            sweep[name][n] = (f, hh_re)
+    step += 1
+    ctx.progress(f"duet timeline at {fmt_pps(timeline_rate)}", step, steps)
+    tl_run = ctx.run_native(
+        TOOL, ["run", "--trace", t.path, "--algo", "duet", "--memory", memory_arg(SPEED_MEMORY),
+               "--rate", timeline_rate, "--timeline-every", every], label="duet-timeline")
+
+    sec = Section(CONVERGENCE_TITLE)
+    sec.add_command(t.command)
+    names = list(sweep)
+    sec.paragraph(
+        f"(a) `{TOOL} run --packets N` replays only the first N packets of the backbone trace, for N in "
+        f"{', '.join(fmt_int(n) for n in prefixes)} (each half the next), at {fmt_bytes(SPEED_MEMORY)}, one "
+        "dpu worker, as fast as possible (no drops). Errors are against the ground truth of those N packets, "
+        "and the heavy threshold is the tool's default 0.05 % of them, so it grows with N. NitroSketch "
+        "samples row updates with probability p (0.1 and 0.01; each sampled update adds 1/p), which makes "
+        "single-packet flows noisy, so besides ARE over every flow the tables show the relative error of the "
+        "heavy flows alone (the flows at or above the threshold), the error NitroSketch's paper plots; it is "
+        "computed from the per-flow CSV that `--dump-estimates` writes (deleted after reading: it is large, "
+        "and the command line writes it again). Each point ran once: the sampling is seeded, so a point is "
+        "deterministic apart from Duet's timed hardware insertions.")
+    sec.paragraph(
+        f"(b) One Duet run over the whole trace at an offered {fmt_pps(timeline_rate)} (so it lasts about "
+        f"{timeline_seconds:g} s) with `--timeline-every {every}`: the NIC thread samples the hardware table's "
+        "occupancy and Duet's promotion count every that many packets. Rules enter the table no faster than "
+        "the emulated insertion rate (77,000/s by default) and age out after 1 s idle.")
+    sec.paragraph(trace_note([t], {"backbone": sweep[names[0]][prefixes[-1]][0]["flows"]}))
+    sec.paragraph(placement_note(ctx.runs))
+
+    cols = ["variant"] + [fmt_thousands(n) for n in prefixes]
+    sec.table(cols, [[nm] + [fmt_sig(metric(sweep[nm][n][0], "are")) for n in prefixes] for nm in names],
+              caption="(a) ARE over every flow vs packets seen")
+    sec.table(cols, [[nm] + [fmt_sig(sweep[nm][n][1]) for n in prefixes] for nm in names],
+              caption="(a) Relative error of the heavy flows vs packets seen")
+    sec.table(cols, [[nm] + [fmt_sig(metric(sweep[nm][n][0], "hh_f1")) for n in prefixes] for nm in names],
+              caption="(a) Heavy-hitter F1 vs packets seen")
+    sec.paragraph(convergence_summary(sweep, prefixes))
+
+    path, rel = ctx.plot_path("error-vs-packets")
+    panels = []
+    for title, ylabel, get, log in (
+        ("ARE, every flow", "ARE", lambda f, e: metric(f, "are"), True),
+        ("relative error, heavy flows", "mean relative error", lambda f, e: e, True),
+        ("heavy-hitter F1", "F1", lambda f, e: metric(f, "hh_f1"), False),
+    ):
+        lines = []
+        for (algo, p), nm in zip(CONVERGENCE_VARIANTS, names):
+            lines.append(Line(nm, prefixes, [get(*sweep[nm][n]) for n in prefixes], algo_style(algo, p)))
+        panels.append(Panel(title, ylabel, lines, logy=log, ylim=(0, 1.02) if not log else None))
+    panels_plot(path, panels, title=f"Error vs packets seen, backbone trace, {fmt_bytes(SPEED_MEMORY)}",
+                xlabel="packets seen", logx=True, xticks=prefixes, xtick_format=fmt_thousands)
+    sec.image(rel, "Error vs packets seen",
+              "ARE over every flow, relative error of the heavy flows (log y) and heavy-hitter F1 vs packets "
+              "seen (log x). Dashed: NitroSketch p = 0.1; dotted: p = 0.01; solid: vanilla sketches and Duet.")
+
+    tf = tl_run["figures"]
+    timeline = tf.get("timeline", [])
+    hw, duet = tf.get("hw", {}), tf.get("duet", {})
+    peak = max((pt["hw_entries"] for pt in timeline), default=0)
+    sec.table(["seconds", "wire Mpps", "drops", "timeline samples", "peak hw entries", "final hw entries",
+               "promotions", "installed", "refused", "aged", "counted in hw", "ARE", "HH F1"], [[
+                   fmt_sig(tf["seconds"]), fmt_sig(tf["throughput_mpps"]), fmt_int(tf["drops"]),
+                   fmt_int(len(timeline)), fmt_int(peak), fmt_int(hw.get("entries", 0)),
+                   fmt_int(duet.get("promotions", 0)), fmt_int(duet.get("installed", 0)),
+                   fmt_int(hw.get("refused", 0)), fmt_int(hw.get("aged", 0)),
+                   fmt_sig(100 * hw.get("share_of_packets", float("nan"))) + " %",
+                   fmt_sig(metric(tf, "are")), fmt_sig(metric(tf, "hh_f1"))]],
+              caption=f"(b) Duet at {fmt_pps(timeline_rate)}, backbone trace, {fmt_bytes(SPEED_MEMORY)}")
+    if timeline:
+        path, rel = ctx.plot_path("duet-timeline")
+        xs = [pt["seconds"] for pt in timeline]
+        plain = {"marker": None, "linewidth": 1.8}
+        panels_plot(path, [
+            Panel("hardware table", "flows", [
+                Line("hw entries", xs, [pt["hw_entries"] for pt in timeline], plain | {"color": "tab:red"}),
+                Line("promotions (cumulative)", xs, [pt["promotions"] for pt in timeline],
+                     plain | {"color": "tab:gray", "linestyle": "--"})], ymin_zero=True),
+            Panel("packets replayed", "packets, cumulative", [
+                Line("packets replayed", xs, [pt["packets"] for pt in timeline], plain | {"color": "tab:blue"})],
+                ymin_zero=True, yfmt=fmt_thousands),
+            Panel("drops", "packets dropped, cumulative", [
+                Line("drops", xs, [pt["drops"] for pt in timeline], plain | {"color": "tab:purple"})],
+                ymin_zero=True),
+        ], title=f"Duet over time at {fmt_pps(timeline_rate)}, backbone trace", xlabel="seconds")
+        sec.image(rel, "Duet hardware table occupancy over time",
+                  "Hardware-table entries and cumulative promotions (left), packets replayed (middle: the slope "
+                  "is the wire rate) and cumulative drops (right) vs time, sampled by the NIC thread every "
+                  f"{fmt_int(every)} packets.")
+    else:
+        sec.paragraph(f"The timeline run returned no samples (`figures.timeline` is empty).")
+    return sec
+
+
+def convergence_summary(sweep: dict[str, dict[int, tuple[dict[str, Any], float]]], prefixes: Sequence[int]) -> str:
+    """NitroSketch's heavy-flow error against its vanilla sketch at the first and last prefix."""
+    parts = []
+    first, last = prefixes[0], prefixes[-1]
+    for nitro, vanilla in (("nitro-cms", "cms"), ("nitro-cs", "cs")):
+        for p in (0.1, 0.01):
+            nm = variant_name(nitro, p)
+            if nm not in sweep or vanilla not in sweep:
+                continue
+            parts.append(
+                f"{nm}: heavy-flow error {fmt_sig(sweep[nm][first][1])} after {fmt_thousands(first)} packets, "
+                f"{fmt_sig(sweep[nm][last][1])} after {fmt_thousands(last)} (vanilla {vanilla}: "
+                f"{fmt_sig(sweep[vanilla][first][1])} → {fmt_sig(sweep[vanilla][last][1])})")
+    if "duet" in sweep:
+        parts.append(f"duet: {fmt_sig(sweep['duet'][first][1])} → {fmt_sig(sweep['duet'][last][1])}")
+    return ("Heavy-flow relative error, first to last prefix: " + "; ".join(parts) + ".") if parts else ""
+
+
+# -- measure.scaling -----------------------------------------------------------
+
+SCALING_TITLE = "measure.scaling: dpu workers (RSS queues)"
+SCALING_ALGOS = ("cms", "duet")
+WORKERS = (1, 2)
+
+
+@experiment(
+    "measure.scaling",
+    title=SCALING_TITLE,
+    description="Count-Min and Duet with 1 and 2 dpu workers: throughput and dpu CPU per packet.",
+    tools=[TOOL],
+)
+def scaling(ctx: Context) -> Section:
+    t = ensure_trace(ctx, "backbone")
+    busy = background_busy()
+    reps = timing_repeats(ctx)
+    base = ["run", "--trace", t.path, "--memory", memory_arg(SPEED_MEMORY)]
+    # (algorithm, workers, --dpu-cpus or None) in run order
+    configs: list[tuple[str, int, str | None]] = [(a, w, None) for a in SCALING_ALGOS for w in WORKERS]
+    points: dict[tuple[str, int, str | None], Point] = {}
+    spread: str | None = None
+    step, steps = 0, len(configs)
+    i = 0
+    while i < len(configs):
+        algo, w, cpus = configs[i]
+        step += 1
+        args = base + ["--algo", algo, "--workers", w] + (["--dpu-cpus", cpus] if cpus else [])
+        where = f" on dpu CPUs {cpus}" if cpus else ""
+        points[configs[i]] = measure_point(
+            ctx, args, label=f"{algo}-w{w}" + (f"-cpus{cpus}" if cpus else ""), key="throughput_mpps",
+            detail=f"{algo} with {w} worker(s){where}", step=step, steps=steps, repeats=reps)
+        if spread is None and i == 0:
+            # When the default dpu set has fewer CPUs than workers (2 vCPUs: host
+            # on CPU 0, dpu on CPU 1), the workers share a CPU; add a run with the
+            # workers spread over every CPU, sharing one with the NIC thread.
+            dpu = parse_cpus(points[configs[0]].median["placement"]["dpu_cpus"])
+            try:
+                avail = sorted(os.sched_getaffinity(0))
+            except (AttributeError, OSError):
+                avail = []
+            if len(dpu) < max(WORKERS) and len(avail) > len(dpu):
+                spread = ",".join(str(c) for c in avail)
+                configs += [(a, max(WORKERS), spread) for a in SCALING_ALGOS]
+                steps = len(configs)
+        i += 1
+    busy_after = background_busy()
+
+    sec = Section(SCALING_TITLE)
+    sec.add_command(t.command)
+    sec.paragraph(
+        f"`{TOOL} run --workers W` spreads the packets that reach the dpu over W workers by RSS (Toeplitz hash "
+        "of the 5-tuple), one SPSC ring each, as fast as possible at "
+        f"{fmt_bytes(SPEED_MEMORY)} on the backbone trace. Count-Min gives each worker its own sketch with "
+        "an equal share of the budget; Duet's workers share one Count-Min with atomic updates (its paper's "
+        "design). Workers are pinned round-robin over the dpu CPUs. " + repeats_note(reps, "throughput_mpps"))
+    if spread:
+        sec.paragraph(
+            f"On this machine the dpu side has CPU(s) "
+            f"{points[configs[0]].median['placement']['dpu_cpus']} only, so with the default placement the "
+            f"{max(WORKERS)} workers share one CPU and cannot be faster than one; the rows with dpu CPUs "
+            f"{spread} spread the workers over every CPU, where one of them shares a CPU with the NIC thread "
+            "(the host side). Neither is a DPU with a core per worker; the figures show the cost of splitting "
+            "the work, not a DPU's scaling.")
+    sec.paragraph(trace_note([t], {"backbone": points[configs[0]].figures["flows"]}))
+    sec.paragraph(placement_note(ctx.runs))
+    if busy is not None or busy_after is not None:
+        sec.paragraph(background_note(busy, busy_after))
+    rows = []
+    for cfg in configs:
+        algo, w, cpus = cfg
+        f = points[cfg].figures
+        one = points[(algo, 1, None)].figures["throughput_mpps"]
+        rows.append([algo, w, points[cfg].median["placement"]["dpu_cpus"], fmt_sig(f["throughput_mpps"]),
+                     fmt_ratio(f["throughput_mpps"] / one if one else float("nan")),
+                     fmt_sig(f["dpu_cpu_ns_per_packet"]), fmt_sig(100 * dpu_busy(points[cfg].median)) + " %",
+                     fmt_sig(f["hw_cpu_ns_per_packet"]),
+                     fmt_sig(metric(f, "are")), fmt_sig(metric(f, "hh_f1"))])
+    sec.table(["algorithm", "workers", "dpu CPUs", "Mpps", "vs 1 worker", "dpu CPU ns/pkt", "dpu busy",
+               "hw CPU ns/pkt",
+               "ARE", "HH F1"], rows, caption=f"Workers, backbone trace, {fmt_bytes(SPEED_MEMORY)}")
+    path, rel = ctx.plot_path("workers")
+    groups = {}
+    for w in WORKERS:
+        groups[f"{w} worker{'s' if w > 1 else ''}"] = [(a, w, None) for a in SCALING_ALGOS]
+    if spread:
+        groups[f"{max(WORKERS)} workers, CPUs {spread}"] = [(a, max(WORKERS), spread) for a in SCALING_ALGOS]
+    bars_plot(path, [
+        BarPanel("throughput", "Mpps", {g: [points[c].figures["throughput_mpps"] for c in cs]
+                                        for g, cs in groups.items()}),
+        BarPanel("dpu CPU per packet", "ns / packet", {g: [points[c].figures["dpu_cpu_ns_per_packet"] for c in cs]
+                                                       for g, cs in groups.items()}),
+    ], list(SCALING_ALGOS), title=f"dpu workers, backbone trace, {fmt_bytes(SPEED_MEMORY)}", ncols=2)
+    sec.image(rel, "Throughput and dpu CPU per packet vs workers",
+              "Throughput (left) and dpu CPU time per packet (right) per algorithm and worker configuration.")
+    return sec
