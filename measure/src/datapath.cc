@@ -34,6 +34,7 @@ inline void cpu_relax() {
 // worker's CPU time is its work, not polling an empty ring.
 constexpr size_t kWakeBatch = 2048;             // packets that justify a wake-up
 constexpr uint64_t kWakeDelayNs = 100'000;      // the most a packet waits for one
+constexpr uint64_t kPollNs = 20'000;            // an idle worker polls this long before it sleeps
 
 struct WorkerQueue {
   explicit WorkerQueue(size_t slots) : mem(slots), producer(mem.producer()), consumer(mem.consumer()) {}
@@ -61,10 +62,15 @@ struct WorkerQueue {
   }
   // Worker side: waits for work; false once `done` is set and nothing is left.
   bool wait(const std::atomic<bool>& done) {
-    for (int i = 0; i < 16; ++i) {
-      if (!consumer.empty()) return true;
-      cpu_relax();
-    }
+    // Poll for a short while first: while traffic flows the next batch comes
+    // sooner than a sleeping thread could be woken.
+    uint64_t until = now_ns() + kPollNs;
+    do {
+      for (int i = 0; i < 64; ++i) {
+        if (!consumer.empty()) return true;
+        cpu_relax();
+      }
+    } while (now_ns() < until && !done.load(std::memory_order_relaxed));
     for (;;) {
       uint32_t seen = bell.load(std::memory_order_relaxed);
       sleeping.store(1, std::memory_order_relaxed);
@@ -162,7 +168,7 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
   for (unsigned w = 0; w < cfg.workers; ++w) queues.push_back(std::make_unique<WorkerQueue>(cfg.ring_slots));
 
   std::atomic<bool> wire_done{false}, stop_hw{false}, stop_control{false};
-  std::atomic<uint64_t> drops{0};
+  std::atomic<uint64_t> drops{0}, dpu_work{0};
   std::vector<std::thread> workers;
   for (unsigned w = 0; w < cfg.workers; ++w) {
     workers.emplace_back([&, w] {
@@ -171,7 +177,9 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
       WorkerQueue& q = *queues[w];
       Sketch* sketch = is_duet ? nullptr : sketches[w].get();
       uint32_t idx[kPop];
+      uint64_t work = 0;  // wall time inside batches: the work, without polling and sleeping
       while (q.wait(wire_done)) {
+        uint64_t b0 = now_ns();
         size_t k;
         while ((k = q.consumer.try_pop(idx, kPop)) > 0) {
           if (duet) {
@@ -180,7 +188,9 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
             for (size_t i = 0; i < k; ++i) sketch->update(pkts[idx[i]].key, 1);
           }
         }
+        work += now_ns() - b0;
       }
+      dpu_work.fetch_add(work, std::memory_order_relaxed);
     });
   }
   std::thread control;
@@ -258,6 +268,7 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
     control.join();
   }
   res.drops = drops.load();
+  res.dpu_work_ns = dpu_work.load();
 
   // Queries, with the datapath quiescent.
   std::vector<FlowKey> keys;

@@ -54,6 +54,7 @@ struct RunResult {
   uint64_t top = 0;      // the heavy threshold in packets
   double seconds = 0;
   CpuAccount cpu;
+  uint64_t dpu_work_ns = 0;  // the workers' time inside packet batches (their CPU time also counts polling and wake-ups)
   size_t memory_bytes = 0;  // what the algorithm really allocated
   std::unordered_map<FlowKey, double, FlowKeyHash> estimates;  // every true flow
   std::vector<FlowKey> heavy_reported;

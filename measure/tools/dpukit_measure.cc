@@ -152,6 +152,7 @@ nlohmann::json figures_json(const Trace& trace, const GroundTruth& truth, const 
       {"throughput_mpps", r.packets / r.seconds / 1e6},
       {"metrics", metrics_json(r.metrics)},
       {"dpu_cpu_ns_per_packet", double(r.cpu.get(Place::kDpu)) / r.packets},
+      {"dpu_work_ns_per_packet", double(r.dpu_work_ns) / r.packets},
       {"hw_cpu_ns_per_packet", double(r.cpu.get(Place::kHw)) / r.packets},
       {"cpu_ns", {{"host", r.cpu.get(Place::kHost)}, {"dpu", r.cpu.get(Place::kDpu)}, {"hw", r.cpu.get(Place::kHw)}}},
   };

@@ -15,7 +15,9 @@
 // may take at most half of it; the rest is 3 rows of float counters.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,7 +41,22 @@ class NitroSketch final : public Sketch {
   size_t memory_bytes() const override { return rows_.memory_bytes() + heap_.memory_bytes(); }
   void update(const FlowKey& key, uint32_t count = 1) override {
     uint64_t h[Rows::kRows];
-    if (rows_.update(key, count, h)) heap_.offer(key, h[0], static_cast<float>(rows_.estimate_hashed(h)));
+    const uint32_t mask = rows_.update(key, count, h);
+    if (!mask) return;
+    if constexpr (K == NitroKind::kCountMin) {
+      // The estimate is a minimum over rows, so any hashed row bounds it: when
+      // that bound cannot beat a full heap's minimum, offer() would change
+      // nothing; skip hashing the other rows.
+      if (heap_.full()) {
+        double bound = std::numeric_limits<double>::infinity();
+        for (int r = 0; r < Rows::kRows; ++r) {
+          if (mask & (1u << r)) bound = std::min(bound, rows_.row_read(r, h[r]));
+        }
+        if (!(static_cast<float>(bound) > heap_.min_value())) return;
+      }
+    }
+    rows_.hash_missing(key, h, mask);
+    heap_.offer(key, h[0], static_cast<float>(rows_.estimate_hashed(h)));
   }
   double estimate(const FlowKey& key) const override { return rows_.estimate(key); }
   // From the heap's keys, re-estimated now.

@@ -34,8 +34,18 @@
 //       i.e. L2 >= w with a margin of 3 standard deviations of the single-row
 //       F2 estimator (relative std sqrt(2/w)), so that a noisy estimate does not
 //       switch early.
+//     The bound is the paper's Count Sketch theorem; nitro-cms applies the
+//     same rule (Count-Min's own guarantee is in terms of L1, and the paper
+//     gives no separate switching rule for it).
 //   A sketch can also be switched from outside (SwitchRule::kExternal):
 //   nitro-univmon uses it to switch all levels together on a packet count.
+//
+// Float counters (4 bytes, as the other sketches' counters, for equal
+// memory): a counter is a whole number of weights up to float rounding, which
+// is exact below 2^24 ~ 1.7e7 and drifts by at most half an ulp per addition
+// above it (relative 6e-8 per addition). Beyond ~2^24 * w, where the ulp
+// exceeds the weight, additions round systematically; at p = 0.1 that is a
+// single counter above ~1.7e8 packets.
 #pragma once
 
 #include <algorithm>
@@ -76,11 +86,14 @@ class NitroRows {
     if (rule_ == SwitchRule::kLineRate || (rule_ == SwitchRule::kPackets && switch_packets_ == 0)) start_sampling();
   }
 
-  // Adds `count` packets of `key`. Returns true when at least one row was
-  // updated; `h` then holds the key's row hashes (flow_hash with row_seed(r)).
-  bool update(const FlowKey& key, uint32_t count, uint64_t (&h)[kRows]) {
-    if (count == 0) return false;
-    if (sampling_) return sampled_update(key, count, h, false);
+  static constexpr uint32_t kAllRows = (1u << kRows) - 1;
+
+  // Adds `count` packets of `key`. Returns the mask of the rows whose hash
+  // (flow_hash with the row's seed) it computed into `h`: zero when no row was
+  // updated, else at least the updated rows (hash_missing() completes `h`).
+  uint32_t update(const FlowKey& key, uint32_t count, uint64_t (&h)[kRows]) {
+    if (count == 0) return 0;
+    if (sampling_) return sampled_update(key, count, h, 0);
     uint32_t exact = count;
     if (rule_ == SwitchRule::kPackets) exact = uint32_t(std::min<uint64_t>(count, switch_packets_ - packets_));
     hash_all(key, h);
@@ -89,8 +102,13 @@ class NitroRows {
                                       : rule_ == SwitchRule::kL2 && f2_estimate() >= f2_threshold_) {
       start_sampling();
     }
-    if (exact < count) sampled_update(key, count - exact, h, true);
-    return true;
+    if (exact < count) sampled_update(key, count - exact, h, kAllRows);
+    return kAllRows;
+  }
+  void hash_missing(const FlowKey& key, uint64_t (&h)[kRows], uint32_t mask) const {
+    for (int r = 0; r < kRows; ++r) {
+      if (!(mask & (1u << r))) h[r] = flow_hash(key, seeds_[r]);
+    }
   }
 
   double estimate(const FlowKey& key) const {
@@ -178,17 +196,21 @@ class NitroRows {
     }
   }
 
-  bool sampled_update(const FlowKey& key, uint32_t n, uint64_t (&h)[kRows], bool hashed) {
+  // Hashes only the rows it selects (the common touched packet updates one).
+  uint32_t sampled_update(const FlowKey& key, uint32_t n, uint64_t (&h)[kRows], uint32_t mask) {
     packets_ += n;
     const uint64_t slots = uint64_t(n) * kRows;
     if (skip_ >= slots) {  // the common case at small p: no row touched
       skip_ -= slots;
-      return hashed;
+      return mask;
     }
-    if (!hashed) hash_all(key, h);
     uint64_t pos = skip_;
     do {
       const int r = static_cast<int>(pos % kRows);
+      if (!(mask & (1u << r))) {
+        h[r] = flow_hash(key, seeds_[r]);
+        mask |= 1u << r;
+      }
       float& c = counters_[size_t(r) * width_ + bucket_of(h[r], width_)];
       if constexpr (K == NitroKind::kCountMin) {
         c += weight_;
@@ -199,7 +221,7 @@ class NitroRows {
       pos += sampler_.next_gap();
     } while (pos < slots);
     skip_ = pos - slots;
-    return true;
+    return mask;
   }
 
   uint32_t width_;

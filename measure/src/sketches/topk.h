@@ -26,6 +26,8 @@ class TopK {
 
   size_t capacity() const { return capacity_; }
   size_t size() const { return size_; }
+  bool full() const { return size_ == capacity_; }
+  float min_value() const { return vals_[0]; }  // when size() > 0
   uint64_t hash_seed() const { return seed_; }
 
   // The key's estimate is now `value`: update its entry, or insert it if the

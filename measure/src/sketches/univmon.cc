@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 
 #include "sketches/nitro.h"
 
@@ -104,7 +105,10 @@ void UnivMon<kNitro>::update_levels(const FlowKey& key, int depth, uint32_t coun
   for (int j = 0; j <= depth; ++j) {
     uint64_t h[3];
     Level& lv = levels_[j];
-    if (lv.update(key, count, h)) heaps_[j].offer(key, h[0], static_cast<float>(lv.estimate_hashed(h)));
+    const uint32_t mask = lv.update(key, count, h);
+    if (!mask) continue;
+    lv.hash_missing(key, h, mask);
+    heaps_[j].offer(key, h[0], static_cast<float>(lv.estimate_hashed(h)));
   }
 }
 
@@ -147,19 +151,27 @@ std::vector<std::pair<FlowKey, double>> UnivMon<kNitro>::heavy_hitters(double th
 // The flow's size as seen at `level`: levels 0..level all count the flow (the
 // sub-streams are nested), each through its own hash functions, so their
 // estimates are independent; combine them weighting each by the inverse of
-// its noise variance, F2_i / w_i (the level's sketch load) plus the flow's own
-// sampling noise (NitroSketch). Only levels up to
+// its noise variance: (F2_i - m^2) / w_i, the load of the other flows in the
+// level's sketch, plus the flow's own sampling noise (NitroSketch). m, the
+// flow's own share of F2_i, is the smallest of its estimates at levels
+// 0..level: subtracting a level's own estimate instead would let a collision
+// that inflates it claim a tiny variance and dominate. Only levels up to
 // `level` may be used: the recursive estimator is unbiased because the
 // g-value of a flow at level j does not depend on whether the flow also
 // belongs to level j+1; an estimate that used deeper levels would.
 template <bool kNitro>
 double UnivMon<kNitro>::flow_size(const FlowKey& key, int level, const std::array<double, kLevels>& f2) const {
+  double est[kLevels];
+  double m = std::numeric_limits<double>::infinity();
+  for (int j = 0; j <= level; ++j) {
+    est[j] = levels_[j].estimate(key);
+    m = std::min(m, std::max(est[j], 0.0));
+  }
   double num = 0, den = 0;
   for (int j = 0; j <= level; ++j) {
-    const double e = levels_[j].estimate(key);
-    // Not (F2 - e^2) / w: a collided e would then claim a tiny variance.
-    const double var = f2[j] / levels_[j].width() + levels_[j].own_noise_var(std::max(e, 0.0)) + 1e-3;
-    num += e / var;
+    const double var =
+        std::max(f2[j] - m * m, 0.0) / levels_[j].width() + levels_[j].own_noise_var(std::max(est[j], 0.0)) + 1e-3;
+    num += est[j] / var;
     den += 1.0 / var;
   }
   return std::max(1.0, num / den);

@@ -84,15 +84,17 @@ class CsLevel {
   CsLevel(uint32_t width, const std::array<uint64_t, kRows>& seeds) : width_(width), seeds_(seeds) {
     counters_.assign(size_t(kRows) * width_, 0);
   }
-  bool update(const FlowKey& key, uint32_t count, uint64_t (&h)[kRows]) {
+  static constexpr uint32_t kAllRows = (1u << kRows) - 1;
+  uint32_t update(const FlowKey& key, uint32_t count, uint64_t (&h)[kRows]) {
     for (int r = 0; r < kRows; ++r) {
       h[r] = flow_hash(key, seeds_[r]);
       int32_t& c = counters_[size_t(r) * width_ + bucket_of(h[r], width_)];
       const uint32_t delta = (h[r] & 1) ? count : 0u - count;
       c = static_cast<int32_t>(static_cast<uint32_t>(c) + delta);
     }
-    return true;
+    return kAllRows;
   }
+  void hash_missing(const FlowKey&, uint64_t (&)[kRows], uint32_t) const {}
   double estimate_hashed(const uint64_t (&h)[kRows]) const {
     double v[kRows];
     for (int r = 0; r < kRows; ++r) v[r] = double(sign_of(h[r])) * counters_[size_t(r) * width_ + bucket_of(h[r], width_)];

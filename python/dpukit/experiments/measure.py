@@ -654,6 +654,8 @@ def speed(ctx: Context) -> Section:
     sec.add_command(t.command)
     duet_ns = free["duet"].figures["dpu_cpu_ns_per_packet"]
     ratio = duet_ns / cms_ns if cms_ns else float("nan")
+    cms_work = free["cms"].figures["dpu_work_ns_per_packet"]
+    duet_work = free["duet"].figures["dpu_work_ns_per_packet"]
     verdict = "meets" if ratio <= 0.5 else "does not meet"
     sec.paragraph(
         f"Headline: Duet spends {fmt_sig(duet_ns)} ns of dpu CPU per packet, {fmt_ratio(ratio)} Count-Min's "
@@ -662,7 +664,10 @@ def speed(ctx: Context) -> Section:
         f"counted {fmt_sig(100 * free['duet'].figures.get('hw', {}).get('share_of_packets', float('nan')))} % "
         "of the packets on the NIC thread, so they never reached a dpu worker; per packet that did reach it, "
         f"Duet's dpu side spent {fmt_sig(sketch_path_ns(free['duet'].median))} ns (Count-Min: every packet "
-        f"reaches its worker)." + polling_caveat(free["cms"].median, free["duet"].median))
+        f"reaches its worker). Counting only the workers' time inside packet batches (`dpu work`: no "
+        f"polling, no wake-ups), Duet spends {fmt_sig(duet_work)} ns per packet against Count-Min's "
+        f"{fmt_sig(cms_work)} ns ({fmt_ratio(duet_work / cms_work if cms_work else float('nan'))})."
+        + polling_caveat(free["cms"].median, free["duet"].median))
     sec.paragraph(
         f"(a) `{TOOL} run --algo A --memory 500KB` replays the backbone trace through the emulated datapath "
         "(NIC thread: flow-table match for Duet, RSS, enqueue; one dpu worker updating the sketch) as fast as "
@@ -695,11 +700,14 @@ def speed(ctx: Context) -> Section:
         rows.append([
             algo, fmt_sig(f["throughput_mpps"]), fmt_sig(f["dpu_cpu_ns_per_packet"]),
             fmt_ratio(f["dpu_cpu_ns_per_packet"] / cms_ns if cms_ns else float("nan")),
+            fmt_sig(f["dpu_work_ns_per_packet"]),
+            fmt_ratio(f["dpu_work_ns_per_packet"] / cms_work if cms_work else float("nan")),
             fmt_sig(100 * dpu_busy(free[algo].median)) + " %", fmt_sig(f["hw_cpu_ns_per_packet"]),
             "-" if hw_share is None else fmt_sig(100 * hw_share) + " %",
             fmt_sig(metric(f, "are")), fmt_sig(metric(f, "hh_f1")), fmt_int(f["drops"]),
         ])
-    sec.table(["algorithm", "Mpps", "dpu CPU ns/pkt", "vs cms", "dpu busy", "hw CPU ns/pkt", "counted in hw",
+    sec.table(["algorithm", "Mpps", "dpu CPU ns/pkt", "vs cms", "dpu work ns/pkt", "vs cms", "dpu busy",
+               "hw CPU ns/pkt", "counted in hw",
                "ARE", "HH F1", "drops"], rows,
               caption=f"(a) As fast as possible, one dpu worker, {fmt_bytes(SPEED_MEMORY)}")
     path, rel = ctx.plot_path("cpu")
