@@ -22,13 +22,6 @@ constexpr uint64_t kChannelMagic = 0x6470756b69746368ull;  // "dpukitch"
 constexpr uint32_t kChannelVersion = 1;
 using Clock = std::chrono::steady_clock;
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
 
 size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 

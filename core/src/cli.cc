@@ -145,4 +145,31 @@ double ArgParser::number(const std::string& name) const {
   }
 }
 
+int run_subcommands(const char* tool, const char* summary, std::span<const Subcommand> commands, int argc,
+                    char** argv) {
+  auto usage = [&](FILE* out) {
+    std::fprintf(out, "usage: %s COMMAND [options]\n%s\n\ncommands:\n", tool, summary);
+    for (const auto& c : commands) std::fprintf(out, "  %-17s %s\n", c.name, c.help);
+    std::fprintf(out, "\n'%s COMMAND --help' shows a command's options.\n", tool);
+    return out == stdout ? 0 : 2;
+  };
+  if (argc < 2) return usage(stderr);
+  std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(stdout);
+  for (const auto& c : commands) {
+    if (cmd != c.name) continue;
+    try {
+      return c.run(argc, argv);
+    } catch (const InputError& e) {
+      std::fprintf(stderr, "%s %s: error: %s\n", tool, c.name, e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s %s: error: %s\n", tool, c.name, e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "%s: error: unknown command '%s'\n", tool, cmd.c_str());
+  return usage(stderr);
+}
+
 }  // namespace dpukit

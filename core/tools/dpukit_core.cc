@@ -420,12 +420,7 @@ int flowtable_bench(int argc, char** argv) {
   return 0;
 }
 
-struct Command {
-  const char* name;
-  int (*run)(int, char**);
-  const char* help;
-};
-const Command kCommands[] = {
+const Subcommand kCommands[] = {
     {"ring-bench", ring_bench, "in-process SPSC ring throughput"},
     {"channel-bench", channel_bench, "channel throughput, between threads or processes"},
     {"channel-peer", channel_peer, "the dpu side of a channel, listening on a Unix socket"},
@@ -433,31 +428,10 @@ const Command kCommands[] = {
     {"flowtable-bench", flowtable_bench, "hardware flow-table insertion rate, latency and lookups"},
 };
 
-int usage(FILE* out) {
-  std::fprintf(out, "usage: %s COMMAND [options]\nThe emulated DPU model: benchmarks and channel peers.\n\ncommands:\n",
-               kTool);
-  for (const auto& c : kCommands) std::fprintf(out, "  %-17s %s\n", c.name, c.help);
-  std::fprintf(out, "\n'%s COMMAND --help' shows a command's options.\n", kTool);
-  return out == stdout ? 0 : 2;
-}
-
 }  // namespace
 }  // namespace dpukit
 
 int main(int argc, char** argv) {
-  using namespace dpukit;
-  if (argc < 2) return usage(stderr);
-  std::string cmd = argv[1];
-  if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(stdout);
-  for (const auto& c : kCommands) {
-    if (cmd != c.name) continue;
-    try {
-      return c.run(argc, argv);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s %s: error: %s\n", kTool, c.name, e.what());
-      return 1;
-    }
-  }
-  std::fprintf(stderr, "%s: error: unknown command '%s'\n", kTool, cmd.c_str());
-  return usage(stderr);
+  return dpukit::run_subcommands(dpukit::kTool, "The emulated DPU model: benchmarks and channel peers.",
+                                 dpukit::kCommands, argc, argv);
 }

@@ -19,13 +19,6 @@ namespace {
 constexpr size_t kBurst = 32;  // packets the wire hands the NIC at once
 constexpr size_t kPop = 64;    // indices a worker takes at once
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
 
 // One dpu worker's queue: an SPSC ring of packet indices (the analogue of
 // mbuf pointers: the worker reads the packet from the shared trace) with a

@@ -19,11 +19,6 @@ namespace {
 
 const char* kTool = "dpukit-measure";
 
-// Bad input — a capture, an algorithm, a budget — ends with exit code 2.
-struct InputError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
@@ -114,6 +109,12 @@ RunResult run_checked(const Trace& trace, const GroundTruth& truth, const RunCon
   } catch (const std::invalid_argument& e) {
     throw InputError(cfg.algo + ": " + e.what());
   }
+}
+
+// The packets a run replays: the whole trace, or its first --packets.
+std::vector<Packet> replayed(const Trace& trace, const RunConfig& cfg) {
+  size_t n = cfg.packets_limit ? std::min<size_t>(cfg.packets_limit, trace.packets.size()) : trace.packets.size();
+  return std::vector<Packet>(trace.packets.begin(), trace.packets.begin() + static_cast<std::ptrdiff_t>(n));
 }
 
 double true_entropy(const GroundTruth& truth, uint64_t packets) {
@@ -222,9 +223,7 @@ int cmd_run(int argc, char** argv) {
   RunConfig cfg = run_config(p, algo, p.bytes("memory"));
   Trace trace = load(p.str("trace"));
   if (trace.packets.empty()) throw InputError(p.str("trace") + ": no IPv4 TCP/UDP packets to measure");
-  std::vector<Packet> replay(trace.packets.begin(),
-                             trace.packets.begin() + (cfg.packets_limit ? std::min<size_t>(cfg.packets_limit, trace.packets.size()) : trace.packets.size()));
-  GroundTruth truth = ground_truth(replay);
+  GroundTruth truth = ground_truth(replayed(trace, cfg));
   RunResult r = run_checked(trace, truth, cfg);
 
   Result out(std::string(kTool) + " run", argc, argv);
@@ -267,8 +266,7 @@ int cmd_compare(int argc, char** argv) {
   Trace trace = load(p.str("trace"));
   if (trace.packets.empty()) throw InputError(p.str("trace") + ": no IPv4 TCP/UDP packets to measure");
   RunConfig base = run_config(p, algos[0], budgets[0]);
-  std::vector<Packet> replay(trace.packets.begin(),
-                             trace.packets.begin() + (base.packets_limit ? std::min<size_t>(base.packets_limit, trace.packets.size()) : trace.packets.size()));
+  std::vector<Packet> replay = replayed(trace, base);
   GroundTruth truth = ground_truth(replay);
   CpuAccount total;
   double wall = 0;
@@ -322,45 +320,17 @@ int cmd_gen(int argc, char** argv) {
   return 0;
 }
 
-struct Command {
-  const char* name;
-  int (*run)(int, char**);
-  const char* help;
-};
-const Command kCommands[] = {
+const Subcommand kCommands[] = {
     {"run", cmd_run, "one algorithm over one trace: accuracy, speed, CPU per place"},
     {"compare", cmd_compare, "a grid of algorithms x memory budgets over one trace"},
     {"gen", cmd_gen, "write a synthetic trace (pcap)"},
 };
-
-int usage(FILE* out) {
-  std::fprintf(out, "usage: %s COMMAND [options]\nDuet, NitroSketch and baseline sketches on the emulated DPU.\n\n"
-                    "commands:\n", kTool);
-  for (const auto& c : kCommands) std::fprintf(out, "  %-9s %s\n", c.name, c.help);
-  std::fprintf(out, "\n'%s COMMAND --help' shows a command's options.\n", kTool);
-  return out == stdout ? 0 : 2;
-}
 
 }  // namespace
 }  // namespace dpukit::measure
 
 int main(int argc, char** argv) {
   using namespace dpukit::measure;
-  if (argc < 2) return usage(stderr);
-  std::string cmd = argv[1];
-  if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(stdout);
-  for (const auto& c : kCommands) {
-    if (cmd != c.name) continue;
-    try {
-      return c.run(argc, argv);
-    } catch (const InputError& e) {
-      std::fprintf(stderr, "%s %s: error: %s\n", kTool, c.name, e.what());
-      return 2;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s %s: error: %s\n", kTool, c.name, e.what());
-      return 1;
-    }
-  }
-  std::fprintf(stderr, "%s: error: unknown command '%s'\n", kTool, cmd.c_str());
-  return usage(stderr);
+  return dpukit::run_subcommands(kTool, "Duet, NitroSketch and baseline sketches on the emulated DPU.", kCommands,
+                                 argc, argv);
 }

@@ -14,7 +14,7 @@ import pytest
 from dpukit.paths import display_path, tool_path
 
 
-def _native(tool: str) -> Path:
+def native_tool(tool: str) -> Path:
     path = tool_path(tool, must_exist=False)
     if not (path.is_file() and os.access(path, os.X_OK)):
         pytest.skip(f"{display_path(path)} not built (run `make test` to build it)")
@@ -24,7 +24,13 @@ def _native(tool: str) -> Path:
 @pytest.fixture
 def core_tool() -> Path:
     """build/bin/dpukit-core, or skip when it has not been built."""
-    return _native("dpukit-core")
+    return native_tool("dpukit-core")
+
+
+@pytest.fixture
+def measure_tool() -> Path:
+    """build/bin/dpukit-measure, or skip when it has not been built."""
+    return native_tool("dpukit-measure")
 
 
 def _run_dpukit(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -18,29 +18,18 @@ from dpukit.experiments import Context
 from dpukit.experiments import measure as m
 from dpukit.paths import display_path, tool_path
 
+from conftest import native_tool
+
 TOOL = "dpukit-measure"
 ALGOS = ["cms", "cs", "elastic", "univmon", "nitro-cms", "nitro-cs", "nitro-univmon", "duet"]
 CSV_HEADER = ["src_ip", "dst_ip", "src_port", "dst_port", "proto", "true_count", "estimate"]
 DOTTED = re.compile(r"^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$")
 
 
-def _measure_path() -> Path:
-    path = tool_path(TOOL, must_exist=False)
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.skip(f"{display_path(path)} not built (run `make test` to build it)")
-    return path
-
-
-@pytest.fixture
-def measure_tool() -> Path:
-    """build/bin/dpukit-measure, or skip when it has not been built."""
-    return _measure_path()
-
-
 @pytest.fixture(scope="module")
 def small_trace(tmp_path_factory) -> Path:
     """A 20,000-packet backbone trace written by the real `gen`."""
-    exe = _measure_path()
+    exe = native_tool("dpukit-measure")
     out = tmp_path_factory.mktemp("trace") / "small.pcap"
     proc = subprocess.run([str(exe), "gen", "--preset", "backbone", "--flows", "2000", "--packets", "20000",
                            "--seed", "3", "--out", str(out)], capture_output=True, text=True, timeout=60)

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -42,5 +44,22 @@ class ArgParser {
 
 // "32MB" -> 33554432; throws std::invalid_argument with the reason.
 uint64_t parse_bytes(const std::string& text);
+
+// Bad input that is the user's to fix (a file, a name, a budget): a tool
+// reports it and exits 2, like a usage error. Anything else exits 1.
+struct InputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Subcommand {
+  const char* name;
+  int (*run)(int argc, char** argv);  // argv[1] is the subcommand's name
+  const char* help;
+};
+// `tool COMMAND [options]`: runs the named subcommand, prints the usage for
+// --help or a missing or unknown command, and turns exceptions into
+// "<tool> <command>: error: ..." with exit code 2 (InputError) or 1.
+int run_subcommands(const char* tool, const char* summary, std::span<const Subcommand> commands, int argc,
+                    char** argv);
 
 }  // namespace dpukit

@@ -19,6 +19,15 @@ namespace dpukit {
 
 inline constexpr size_t kCacheLine = 64;
 
+// One step of a spin-wait: tells the core that this thread is polling.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
 struct alignas(kCacheLine) RingHeader {
   uint64_t magic;
   uint64_t capacity;   // slots, a power of two
