@@ -1,6 +1,7 @@
 #include "datapath.h"
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <cmath>
 #include <memory>
@@ -130,7 +131,11 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
   std::vector<std::unique_ptr<Sketch>> sketches;
   if (is_duet) {
     EmulatedFlowTable::Config tc;
-    tc.capacity = cfg.hw_capacity;
+    // At most packets/TOP flows can reach TOP in an epoch. A real eSwitch holds
+    // far more rules; the emulated table's slots cost the NIC thread cache
+    // misses, so by default it is sized to what Duet can use.
+    tc.capacity = cfg.hw_capacity ? cfg.hw_capacity
+                                  : std::bit_ceil(std::clamp<uint64_t>(2 * n / res.top, 1024, 65536));
     tc.insert_rate = cfg.hw_insert_rate;
     tc.insert_latency_ns = cfg.hw_insert_latency_ns;
     tc.idle_timeout_ns = cfg.hw_idle_timeout_ns;
@@ -138,7 +143,7 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
     DuetConfig dc;
     dc.memory_bytes = cfg.memory_bytes;
     dc.top = res.top;
-    dc.records = cfg.duet_records ? cfg.duet_records : default_records(n, res.top, cfg.hw_capacity);
+    dc.records = cfg.duet_records ? cfg.duet_records : default_records(n, res.top, tc.capacity);
     dc.seed = cfg.sketch.seed;
     dc.single_writer = cfg.workers == 1;
     try {

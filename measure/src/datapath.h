@@ -29,7 +29,7 @@ struct RunConfig {
   double heavy_threshold = 0.0005;  // < 1: a fraction of the packets; >= 1: packets
   uint64_t packets_limit = 0;       // replay only the first N packets (0 = all)
   // Duet's hardware flow table
-  size_t hw_capacity = 65536;
+  size_t hw_capacity = 0;  // 0 = twice the flows that can reach TOP (a power of two, 1,024 to 65,536)
   double hw_insert_rate = 77000;
   uint64_t hw_insert_latency_ns = 20000;
   uint64_t hw_idle_timeout_ns = 1000000000;

@@ -39,7 +39,7 @@ void add_run_options(ArgParser& p) {
   p.option("rate", "offered load in packets/s; a full ring drops (default: as fast as possible, no drops)");
   p.option("heavy-threshold", "TOP and the heavy-hitter threshold: < 1 a fraction of the packets, >= 1 packets",
            "0.0005");
-  p.option("hw-capacity", "hardware flow-table entries (duet)", "65536");
+  p.option("hw-capacity", "hardware flow-table entries (duet; default: twice the flows that can reach TOP)");
   p.option("hw-insert-rate", "hardware rule insertions per second (duet)", "77000");
   p.option("hw-insert-latency-us", "hardware rule insertion latency (duet)", "20");
   p.option("hw-idle-timeout-ms", "hardware entry aging; 0 = never (duet)", "1000");
@@ -63,7 +63,7 @@ RunConfig run_config(const ArgParser& p, const std::string& algo, size_t memory)
   c.workers = static_cast<unsigned>(p.u64("workers"));
   c.rate_pps = p.has("rate") ? p.number("rate") : 0;
   c.heavy_threshold = p.number("heavy-threshold");
-  c.hw_capacity = p.u64("hw-capacity");
+  c.hw_capacity = p.has("hw-capacity") ? p.u64("hw-capacity") : 0;
   c.hw_insert_rate = p.number("hw-insert-rate");
   c.hw_insert_latency_ns = static_cast<uint64_t>(p.number("hw-insert-latency-us") * 1000);
   c.hw_idle_timeout_ns = static_cast<uint64_t>(p.number("hw-idle-timeout-ms") * 1e6);
@@ -77,7 +77,7 @@ RunConfig run_config(const ArgParser& p, const std::string& algo, size_t memory)
   if (c.workers == 0) p.fail("--workers must be at least 1");
   if (!(c.heavy_threshold > 0)) p.fail("--heavy-threshold must be > 0");
   if (!(c.sketch.sample_p > 0 && c.sketch.sample_p <= 1)) p.fail("--sample-p must be in (0, 1]");
-  if (c.hw_capacity == 0) p.fail("--hw-capacity must be > 0");
+  if (p.has("hw-capacity") && c.hw_capacity == 0) p.fail("--hw-capacity must be > 0");
   try {
     c.placement = Placement::plan(p.str("host-cpus"), p.str("dpu-cpus"), p.str("hw-cpus"));
     if (!p.has("hw-cpus")) c.placement.hw = c.placement.host;
@@ -160,7 +160,7 @@ nlohmann::json figures_json(const Trace& trace, const GroundTruth& truth, const 
   if (r.cardinality) f["cardinality"] = {{"estimate", *r.cardinality}, {"true", truth.size()}};
   if (r.entropy) f["entropy"] = {{"estimate", *r.entropy}, {"true", true_entropy(truth, r.packets)}};
   if (r.hw)
-    f["hw"] = {{"entries", r.hw->entries},     {"inserts", r.hw->inserted},    {"refused", r.hw->refused_table_full + r.hw->refused_queue_full},
+    f["hw"] = {{"capacity", r.hw->capacity}, {"entries", r.hw->entries},     {"inserts", r.hw->inserted},    {"refused", r.hw->refused_table_full + r.hw->refused_queue_full},
                {"packets", r.hw->hits},        {"aged", r.hw->aged},           {"pending", r.hw->pending},
                {"share_of_packets", double(r.hw->hits) / r.packets}};
   if (r.duet)
@@ -183,7 +183,7 @@ nlohmann::json parameters_json(const ArgParser& p, const RunConfig& c, const std
           {"rate_pps", c.rate_pps},
           {"heavy_threshold", c.heavy_threshold},
           {"packets_limit", c.packets_limit},
-          {"hw_capacity", c.hw_capacity},
+          {"hw_capacity", c.hw_capacity ? nlohmann::json(c.hw_capacity) : nlohmann::json("auto")},
           {"hw_insert_rate", c.hw_insert_rate},
           {"hw_insert_latency_us", c.hw_insert_latency_ns / 1e3},
           {"hw_idle_timeout_ms", c.hw_idle_timeout_ns / 1e6},
