@@ -120,16 +120,21 @@ void Duet::reset_counters(const Hashes& h, uint64_t amount) {
   }
 }
 
-void Duet::add_one(const Hashes& h) {
+uint64_t Duet::add_one(const Hashes& h) {
+  uint64_t m = std::numeric_limits<uint64_t>::max();
   for (int i = 0; i < kRows; ++i) {
     auto& c = counters_[i * width_ + h.idx[i]];
+    uint32_t old;
     if (config_.single_writer) {
       // One worker: nobody else writes, so a plain (non-locked) increment is exact.
-      c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      old = c.load(std::memory_order_relaxed);
+      c.store(old + 1, std::memory_order_relaxed);
     } else {
-      c.fetch_add(1, std::memory_order_relaxed);  // sync_fetch_and_add
+      old = c.fetch_add(1, std::memory_order_relaxed);  // sync_fetch_and_add
     }
+    m = std::min<uint64_t>(m, old);
   }
+  return m;
 }
 
 void Duet::on_sketch_path(const FlowKey& key) {
@@ -146,14 +151,13 @@ void Duet::on_sketch_path(const FlowKey& key) {
       return;
     }
   }
-  // Lines 7-15: the minimum over the rows.
-  uint64_t min_cnt = sketch_min(h);
-  if (min_cnt + 1 < config_.top) {
-    // Lines 16-20: lock-free update; the flow is pinned to this worker, so
-    // only collisions with other workers' flows share a counter.
-    add_one(h);
-    return;
-  }
+  // Lines 7-20 in one pass: every counter is incremented and its old value
+  // gives the minimum. If the flow turns out to reach TOP, the reset below
+  // takes the increment back with the flow's count, so the counters end as
+  // Algorithm 1 leaves them (read, then update or promote) with one memory
+  // pass instead of two.
+  const uint64_t min_cnt = add_one(h);
+  if (min_cnt + 1 < config_.top) return;
   // Lines 21-24: promotion with count TOP, then the counter reset.
   if (rec) {
     // Returned from the hardware table by aging and heavy again: a new episode.
@@ -163,9 +167,8 @@ void Duet::on_sketch_path(const FlowKey& key) {
   } else {
     rec = claim_record(key, h.rec);
     if (!rec) {
-      // No record left: the flow stays in the sketch, counted as a light flow.
+      // No record left: the flow stays in the sketch (already counted above).
       records_full_.fetch_add(1, std::memory_order_relaxed);
-      add_one(h);
       return;
     }
     rec->base.store(config_.top, std::memory_order_relaxed);
@@ -174,7 +177,7 @@ void Duet::on_sketch_path(const FlowKey& key) {
     pack(key, a, b);
     rec->k1.store(b, std::memory_order_release);
   }
-  reset_counters(h, min_cnt);
+  reset_counters(h, min_cnt + 1);  // the flow's count, this packet's increment included
   promotions_.fetch_add(1, std::memory_order_relaxed);
   hw_.request_insert(key, {config_.top, 0}, static_cast<uint64_t>(rec - records_.get()));
 }

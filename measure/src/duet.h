@@ -79,7 +79,7 @@ class Duet {
   Record* find_record(const FlowKey& key, uint32_t start) const;
   Record* claim_record(const FlowKey& key, uint32_t start);
   uint64_t sketch_min(const Hashes& h) const;
-  void add_one(const Hashes& h);
+  uint64_t add_one(const Hashes& h);  // increments the flow's counters; returns the minimum before
   void reset_counters(const Hashes& h, uint64_t amount);
 
   DuetConfig config_;
