@@ -62,7 +62,9 @@ size_t Duet::memory_bytes() const { return kRows * width_ * sizeof(uint32_t) + c
 
 // The same row hashes as the Count-Min baseline built with the same seed, so
 // that Duet's sketch is that Count-Min minus what the hardware took over.
-Duet::Hashes Duet::hashes(const FlowKey& key) const {
+// Inlined into its callers: returned through memory, the four 32-bit fields
+// were read back as 64-bit words, a store-forwarding stall on every packet.
+[[gnu::always_inline]] inline Duet::Hashes Duet::hashes(const FlowKey& key) const {
   Hashes out;
   uint64_t h0 = 0;
   for (int r = 0; r < kRows; ++r) {
@@ -120,7 +122,7 @@ void Duet::reset_counters(const Hashes& h, uint64_t amount) {
   }
 }
 
-uint64_t Duet::add_one(const Hashes& h) {
+[[gnu::always_inline]] inline uint64_t Duet::add_one(const Hashes& h) {
   uint64_t m = std::numeric_limits<uint64_t>::max();
   for (int i = 0; i < kRows; ++i) {
     auto& c = counters_[i * width_ + h.idx[i]];
