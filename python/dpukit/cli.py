@@ -105,6 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv and argv[0] in SYSTEMS:
             return forward(argv[0], argv[1:])
         parser = build_parser()
+        # An option before any command ("dpukit --bogus") is named as such,
+        # not reported as a missing command.
+        if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+            parser.error(f"unrecognized arguments: {argv[0]}")
         ns = parser.parse_args(argv)
         if ns.command == "eval":
             return cmd_eval(ns.subparser, ns, argv)

@@ -38,6 +38,13 @@ def test_wrong_flag_exits_2_and_names_it(capsys):
     assert "--no-such-flag" in capsys.readouterr().err
 
 
+def test_wrong_flag_before_any_command_is_named(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--bogus"])
+    assert exc.value.code == 2
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
 def test_unknown_subcommand_exits_2(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["frobnicate"])
