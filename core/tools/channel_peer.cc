@@ -1,5 +1,7 @@
 #include "channel_peer.h"
 
+#include "dpukit/core/random.h"
+
 #include <xxhash.h>
 
 #include <cstring>
@@ -9,30 +11,21 @@
 
 namespace dpukit::peer {
 
-namespace {
-uint64_t splitmix(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-}  // namespace
 
 size_t payload_len(uint64_t seq, size_t size, bool vary) {
   if (!vary || size <= 1) return size;
-  uint64_t x = seq ^ 0x5eed;
-  return 1 + splitmix(x) % size;
+  return 1 + SplitMix64(seq ^ 0x5eed).next() % size;
 }
 
 void fill_payload(uint64_t seq, std::span<uint8_t> out) {
-  uint64_t x = seq;
+  SplitMix64 rng(seq);
   size_t i = 0;
   for (; i + 8 <= out.size(); i += 8) {
-    uint64_t v = splitmix(x);
+    uint64_t v = rng.next();
     std::memcpy(out.data() + i, &v, 8);
   }
   if (i < out.size()) {
-    uint64_t v = splitmix(x);
+    uint64_t v = rng.next();
     std::memcpy(out.data() + i, &v, out.size() - i);
   }
 }

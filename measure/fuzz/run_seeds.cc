@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "dpukit/core/random.h"
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 namespace {
@@ -60,20 +62,7 @@ class GuardedBuffer {
   size_t page_ = 4096, usable_ = 0;
 };
 
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : s_(seed) {}
-  uint64_t next() {
-    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  size_t below(size_t n) { return n == 0 ? 0 : static_cast<size_t>(next() % n); }
-
- private:
-  uint64_t s_;
-};
+using Rng = dpukit::SplitMix64;
 
 constexpr uint8_t kInteresting[] = {0x00, 0x01, 0x04, 0x05, 0x06, 0x08, 0x0f, 0x11, 0x1f, 0x20, 0x3f, 0x40,
                                     0x45, 0x46, 0x4f, 0x60, 0x7f, 0x80, 0x81, 0x86, 0x88, 0x91, 0xa8, 0xdd,

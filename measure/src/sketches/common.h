@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "dpukit/core/flow_key.h"
+#include "dpukit/core/random.h"
 #include "dpukit/measure.h"
 
 namespace dpukit::measure::sketches {
@@ -28,13 +29,6 @@ inline uint32_t bucket_of(uint64_t h, uint32_t n) {
 // independent.
 inline int32_t sign_of(uint64_t h) { return (h & 1) ? 1 : -1; }
 
-// SplitMix64's output function: a bijective 64-bit mixer.
-inline uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 // Independent seeds for the hash functions of a sketch, derived from the
 // user's seed. `purpose` separates families (rows, levels, samplers); the same
 // (seed, purpose, index) always gives the same seed, so a vanilla sketch and
@@ -45,21 +39,8 @@ inline uint64_t derive_seed(uint64_t seed, SeedPurpose purpose, uint64_t index) 
   return mix64(seed * 0x9e3779b97f4a7c15ULL + mix64(static_cast<uint64_t>(purpose) << 32 | index));
 }
 
-// SplitMix64: a tiny, fast generator with full 2^64 period; plenty for
-// sampling decisions.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : s_(seed) {}
-  uint64_t next() {
-    s_ += 0x9e3779b97f4a7c15ULL;
-    return mix64(s_);
-  }
-  // Uniform on (0, 1]: never 0, so log() is always finite.
-  double uniform_open0() { return static_cast<double>((next() >> 11) + 1) * 0x1.0p-53; }
-
- private:
-  uint64_t s_;
-};
+using dpukit::mix64;
+using dpukit::SplitMix64;
 
 // NitroSketch's geometric sampling: over a stream of slots, each slot is
 // selected independently with probability p. Instead of a coin per slot we

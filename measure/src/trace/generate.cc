@@ -49,39 +49,14 @@
 #include <string>
 #include <vector>
 
+#include "dpukit/core/random.h"
 #include "dpukit/measure.h"
 
 namespace dpukit::measure {
 
 namespace {
 
-// SplitMix64: a small, fast, well-mixed generator; the stream is fully
-// determined by the seed on every platform (no std:: distributions).
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : s_(seed) {}
-  uint64_t next() {
-    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  // [0, 1)
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  // [0, n), n > 0 (multiply-shift; bias is < n / 2^64)
-  uint64_t below(uint64_t n) { return static_cast<uint64_t>((static_cast<unsigned __int128>(next()) * n) >> 64); }
-  // [lo, hi]
-  uint32_t range(uint32_t lo, uint32_t hi) { return lo + static_cast<uint32_t>(below(uint64_t{hi} - lo + 1)); }
-
- private:
-  uint64_t s_;
-};
-
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+using Rng = SplitMix64;
 
 // A keyed bijection on 48-bit values: add, then xor-shifts and odd multiplies
 // modulo 2^48 (each step is invertible).
