@@ -14,23 +14,18 @@
 #include <vector>
 
 #include "dpukit/measure.h"
+#include "test_bytes.h"
 
 namespace dpukit::measure {
 namespace {
 
 namespace fs = std::filesystem;
-using Bytes = std::vector<uint8_t>;
+using testing::Bytes;
 
 const std::string kData = DPUKIT_MEASURE_TESTDATA;
 
-void put16(Bytes& b, size_t at, uint32_t v) {
-  b[at] = static_cast<uint8_t>(v >> 8);
-  b[at + 1] = static_cast<uint8_t>(v);
-}
-void put32(Bytes& b, size_t at, uint32_t v) {
-  put16(b, at, v >> 16);
-  put16(b, at + 2, v);
-}
+using testing::put16;
+using testing::put32;
 
 // IPv4 + TCP/UDP (or 8 bytes of another protocol), no payload.
 Bytes ip_packet(uint8_t proto, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport) {

@@ -7,22 +7,17 @@
 #include <vector>
 
 #include "trace/parse.h"
+#include "test_bytes.h"
 
 namespace dpukit::measure {
 namespace {
 
-using Bytes = std::vector<uint8_t>;
+using testing::Bytes;
 
 constexpr int kEn10mb = 1, kRaw = 12, kLinktypeRaw = 101, kSll = 113, kIpv4 = 228, kSll2 = 276;
 
-void put16(Bytes& b, size_t at, uint32_t v) {
-  b[at] = static_cast<uint8_t>(v >> 8);
-  b[at + 1] = static_cast<uint8_t>(v);
-}
-void put32(Bytes& b, size_t at, uint32_t v) {
-  put16(b, at, v >> 16);
-  put16(b, at + 2, v);
-}
+using testing::put16;
+using testing::put32;
 
 struct Ip {
   uint8_t proto = 6;

@@ -111,10 +111,10 @@ RunResult run_checked(const Trace& trace, const GroundTruth& truth, const RunCon
   }
 }
 
-// The packets a run replays: the whole trace, or its first --packets.
-std::vector<Packet> replayed(const Trace& trace, const RunConfig& cfg) {
+// The packets a run replays: the whole trace, or its first --packets (a view, not a copy).
+std::span<const Packet> replayed(const Trace& trace, const RunConfig& cfg) {
   size_t n = cfg.packets_limit ? std::min<size_t>(cfg.packets_limit, trace.packets.size()) : trace.packets.size();
-  return std::vector<Packet>(trace.packets.begin(), trace.packets.begin() + static_cast<std::ptrdiff_t>(n));
+  return std::span<const Packet>(trace.packets).first(n);
 }
 
 double true_entropy(const GroundTruth& truth, uint64_t packets) {
@@ -266,7 +266,7 @@ int cmd_compare(int argc, char** argv) {
   Trace trace = load(p.str("trace"));
   if (trace.packets.empty()) throw InputError(p.str("trace") + ": no IPv4 TCP/UDP packets to measure");
   RunConfig base = run_config(p, algos[0], budgets[0]);
-  std::vector<Packet> replay = replayed(trace, base);
+  std::span<const Packet> replay = replayed(trace, base);
   GroundTruth truth = ground_truth(replay);
   CpuAccount total;
   double wall = 0;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -106,7 +107,7 @@ void generate_trace(const GenOptions& options, const std::string& out_path);
 // ------------------------------------------------------------------ truth and metrics
 
 using GroundTruth = std::unordered_map<FlowKey, uint64_t, FlowKeyHash>;
-GroundTruth ground_truth(const std::vector<Packet>& packets);
+GroundTruth ground_truth(std::span<const Packet> packets);
 
 struct Metrics {
   double are = 0, aae = 0, rmse = 0, wmre = 0;

@@ -30,7 +30,7 @@
 
 namespace dpukit::measure {
 
-GroundTruth ground_truth(const std::vector<Packet>& packets) {
+GroundTruth ground_truth(std::span<const Packet> packets) {
   GroundTruth truth;
   // Traces have far fewer flows than packets; start modestly and let it grow.
   truth.reserve(std::min<size_t>(packets.size(), 1u << 16));
