@@ -138,8 +138,10 @@ bool EmulatedFlowTable::wait_events(std::chrono::microseconds timeout) {
   return evented_.wait_for(lock, timeout, [&] { return !events_.empty(); });
 }
 
+uint64_t EmulatedFlowTable::request_time() const { return config_.clock ? config_.clock() : now_ns(); }
+
 void EmulatedFlowTable::request_insert(const FlowKey& key, FlowCounters initial, uint64_t cookie) {
-  uint64_t now = now_ns();
+  uint64_t now = request_time();
   std::lock_guard lock(mu_);
   ++control_.insert_requests;
   if (queue_.size() >= config_.insert_queue) {
@@ -152,7 +154,7 @@ void EmulatedFlowTable::request_insert(const FlowKey& key, FlowCounters initial,
 }
 
 void EmulatedFlowTable::request_remove(const FlowKey& key, uint64_t cookie) {
-  uint64_t now = now_ns();
+  uint64_t now = request_time();
   std::lock_guard lock(mu_);
   ++control_.remove_requests;
   enqueue_locked({false, key, {}, cookie, now, 0});

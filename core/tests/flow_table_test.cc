@@ -45,8 +45,10 @@ TEST(FlowKey, RoundTripsTheTupleAndPrintsIt) {
 }
 
 TEST(FlowTable, MissesUntilTheInsertionIsApplied) {
-  EmulatedFlowTable t(cfg(16, 0, 5 * kMs));
   uint64_t now = now_ns();
+  auto c = cfg(16, 0, 5 * kMs);
+  c.clock = [&now] { return now; };  // the request is stamped `now`, however late this thread runs
+  EmulatedFlowTable t(c);
   EXPECT_FALSE(t.match(key(1), 100, now));
   t.request_insert(key(1), {10, 1000}, 77);
   EXPECT_FALSE(t.match(key(1), 100, now)) << "insertions are asynchronous";

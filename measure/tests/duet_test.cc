@@ -31,7 +31,12 @@ struct Harness {
   Duet duet;
   uint64_t now;
   std::unordered_map<FlowKey, uint64_t, FlowKeyHash> truth;
-  Harness(EmulatedFlowTable::Config tc, DuetConfig dc) : table(tc), duet(dc, table), now(now_ns()) {}
+  Harness(EmulatedFlowTable::Config tc, DuetConfig dc) : table(on_model_clock(tc)), duet(dc, table), now(now_ns()) {}
+  // Duet's requests are stamped with the model time too, whatever the scheduler does.
+  EmulatedFlowTable::Config on_model_clock(EmulatedFlowTable::Config tc) {
+    tc.clock = [this] { return now; };
+    return tc;
+  }
   void packet(const FlowKey& k, uint64_t step_ns = 1000) {
     now += step_ns;
     ++truth[k];

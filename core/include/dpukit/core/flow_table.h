@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -85,8 +86,9 @@ class FlowTable {
 // (`service`: applying due insertions and removals, aging) must run on ONE
 // thread — the thread that stands for the NIC, whose CPU time is hw time.
 // Everything in the FlowTable interface is safe from any other thread.
-// Time is passed in explicitly (CLOCK_MONOTONIC ns, see now_ns()), so the
-// model is deterministic under test.
+// Time is passed in explicitly (CLOCK_MONOTONIC ns, see now_ns()) to the NIC
+// thread's calls, and requests are stamped by Config::clock, so a test that
+// drives a model clock gets a model that does not depend on scheduling.
 class EmulatedFlowTable final : public FlowTable {
  public:
   struct Config {
@@ -95,6 +97,7 @@ class EmulatedFlowTable final : public FlowTable {
     uint64_t insert_latency_ns = 20000;  // from request to effect, on top of queueing (assumed; the paper gives no figure)
     size_t insert_queue = 65536;         // requests waiting beyond this are refused
     uint64_t idle_timeout_ns = 0;        // aging; 0 = entries never age
+    std::function<uint64_t()> clock;     // stamps requests; empty = now_ns()
   };
   explicit EmulatedFlowTable(const Config& config);
   ~EmulatedFlowTable() override;
@@ -135,6 +138,7 @@ class EmulatedFlowTable final : public FlowTable {
   void apply(const Request& r, uint64_t now);
   void erase_at(size_t idx);
   void age(uint64_t now);
+  uint64_t request_time() const;
   void emit(FlowEvent e);
 
   Config config_;
