@@ -23,12 +23,15 @@ constexpr size_t kPop = 64;    // indices a worker takes at once
 
 // One dpu worker's queue: an SPSC ring of packet indices (the analogue of
 // mbuf pointers: the worker reads the packet from the shared trace) with a
-// futex doorbell. An idle worker sleeps, and the NIC rings it only once a
-// batch has gathered or a moment has passed (interrupt moderation), so a
-// worker's CPU time is its work, not polling an empty ring.
-constexpr size_t kWakeBatch = 2048;             // packets that justify a wake-up
-constexpr uint64_t kWakeDelayNs = 100'000;      // the most a packet waits for one
-constexpr uint64_t kPollNs = 20'000;            // an idle worker polls this long before it sleeps
+// futex doorbell. A worker that finds its ring empty sleeps at once, and the
+// NIC rings it only once a batch has gathered or a moment has passed
+// (interrupt moderation), so a worker's CPU time is its work, not polling an
+// empty ring. It does not poll first: a measurement worker forwards nothing,
+// so a wake-up's latency costs nothing, and polling was measured to keep it
+// from ever sleeping (on this KVM guest even 64 PAUSEs outlast the 3 µs
+// between bursts at 10 M packets/s, so the worker burnt its whole core).
+constexpr size_t kWakeBatch = 2048;         // packets that justify a wake-up
+constexpr uint64_t kWakeDelayNs = 100'000;  // the most a packet waits for one
 
 struct WorkerQueue {
   explicit WorkerQueue(size_t slots) : mem(slots), producer(mem.producer()), consumer(mem.consumer()) {}
@@ -37,6 +40,7 @@ struct WorkerQueue {
   alignas(kCacheLine) std::atomic<uint32_t> sleeping{0};
   alignas(kCacheLine) std::atomic<uint32_t> bell{0};
 
+  uint64_t sleeps = 0;            // worker side: times it slept for want of work
   uint64_t first_unwoken_ns = 0;  // NIC side: when the oldest packet not yet signalled arrived
 
   // NIC side, after enqueueing: ring the worker if it sleeps and enough has gathered.
@@ -56,15 +60,6 @@ struct WorkerQueue {
   }
   // Worker side: waits for work; false once `done` is set and nothing is left.
   bool wait(const std::atomic<bool>& done) {
-    // Poll for a short while first: while traffic flows the next batch comes
-    // sooner than a sleeping thread could be woken.
-    uint64_t until = now_ns() + kPollNs;
-    do {
-      for (int i = 0; i < 64; ++i) {
-        if (!consumer.empty()) return true;
-        cpu_relax();
-      }
-    } while (now_ns() < until && !done.load(std::memory_order_relaxed));
     for (;;) {
       uint32_t seen = bell.load(std::memory_order_relaxed);
       sleeping.store(1, std::memory_order_relaxed);
@@ -78,6 +73,7 @@ struct WorkerQueue {
         return !consumer.empty();
       }
       bell.wait(seen, std::memory_order_relaxed);
+      ++sleeps;
       sleeping.store(0, std::memory_order_relaxed);
     }
   }
@@ -166,7 +162,7 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
   for (unsigned w = 0; w < cfg.workers; ++w) queues.push_back(std::make_unique<WorkerQueue>(cfg.ring_slots));
 
   std::atomic<bool> wire_done{false}, stop_hw{false}, stop_control{false};
-  std::atomic<uint64_t> drops{0}, dpu_work{0};
+  std::atomic<uint64_t> drops{0}, dpu_work{0}, sleeps{0};
   std::vector<std::thread> workers;
   for (unsigned w = 0; w < cfg.workers; ++w) {
     workers.emplace_back([&, w] {
@@ -189,6 +185,7 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
         work += now_ns() - b0;
       }
       dpu_work.fetch_add(work, std::memory_order_relaxed);
+      sleeps.fetch_add(q.sleeps, std::memory_order_relaxed);
     });
   }
   std::thread control;
@@ -267,6 +264,7 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
   }
   res.drops = drops.load();
   res.dpu_work_ns = dpu_work.load();
+  res.worker_sleeps = sleeps.load();
 
   // Queries, with the datapath quiescent.
   std::vector<FlowKey> keys;

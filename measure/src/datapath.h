@@ -54,7 +54,8 @@ struct RunResult {
   uint64_t top = 0;      // the heavy threshold in packets
   double seconds = 0;
   CpuAccount cpu;
-  uint64_t dpu_work_ns = 0;  // the workers' time inside packet batches (their CPU time also counts polling and wake-ups)
+  uint64_t dpu_work_ns = 0;    // the workers' time inside packet batches (their CPU time also counts wake-ups)
+  uint64_t worker_sleeps = 0;  // times a worker found its ring empty and slept
   size_t memory_bytes = 0;  // what the algorithm really allocated
   std::unordered_map<FlowKey, double, FlowKeyHash> estimates;  // every true flow
   std::vector<FlowKey> heavy_reported;

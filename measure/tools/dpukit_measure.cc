@@ -154,6 +154,7 @@ nlohmann::json figures_json(const Trace& trace, const GroundTruth& truth, const 
       {"metrics", metrics_json(r.metrics)},
       {"dpu_cpu_ns_per_packet", double(r.cpu.get(Place::kDpu)) / r.packets},
       {"dpu_work_ns_per_packet", double(r.dpu_work_ns) / r.packets},
+      {"worker_sleeps", r.worker_sleeps},
       {"hw_cpu_ns_per_packet", double(r.cpu.get(Place::kHw)) / r.packets},
       {"cpu_ns", {{"host", r.cpu.get(Place::kHost)}, {"dpu", r.cpu.get(Place::kDpu)}, {"hw", r.cpu.get(Place::kHw)}}},
   };
