@@ -19,7 +19,7 @@ namespace detail {
 namespace {
 
 constexpr uint64_t kChannelMagic = 0x6470756b69746368ull;  // "dpukitch"
-constexpr uint32_t kChannelVersion = 1;
+constexpr uint32_t kChannelVersion = 2;
 using Clock = std::chrono::steady_clock;
 
 
@@ -45,8 +45,11 @@ struct alignas(kCacheLine) ChannelShared {
   uint32_t spin;
   uint64_t request_slots, completion_slots, payload_bytes;
   uint64_t request_ring_off, completion_ring_off, payload_off, total_bytes;
-  alignas(kCacheLine) std::atomic<uint32_t> host_sleeping;
-  alignas(kCacheLine) std::atomic<uint32_t> dpu_sleeping;
+  // Sleepers per doorbell (see Bell), indexed [side * 2 + bell], each on a
+  // line of its own: a side writes its own and reads the other's.
+  struct alignas(kCacheLine) Sleepers {
+    std::atomic<uint32_t> n;
+  } sleeping[4];
   alignas(kCacheLine) std::atomic<uint64_t> payload_tail;  // released by the dpu side
   alignas(kCacheLine) std::atomic<uint32_t> host_closed;
   std::atomic<uint32_t> dpu_closed;
@@ -77,7 +80,7 @@ pid_t peer_pid_of(int sock) {
 
 void send_with_fds(int sock, const void* data, size_t len, const int* fds, int nfds) {
   iovec iov{const_cast<void*>(data), len};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -100,7 +103,7 @@ int recv_with_fds(int sock, void* data, size_t len, UniqueFd* fds, int nfds, std
   if (r < 0) throw sys_error("channel: handshake poll");
   if (r == 0) throw ChannelError(ChannelError::Kind::kProtocol, "channel: handshake timed out");
   iovec iov{data, len};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -132,6 +135,13 @@ UniqueFd make_eventfd() {
 
 }  // namespace
 
+// Each side has two doorbells, so that two threads of one side can wait at
+// once without taking each other's wake-ups: kArrival (host: completions
+// arrived; dpu: requests arrived or the host closed) and kRoom (host: room in
+// the request ring and payload region; dpu: room in the completion ring).
+enum Bell { kArrival = 0, kRoom = 1 };
+constexpr int kBells = 4;  // [side * 2 + bell], side 0 = host, 1 = dpu
+
 // Cache-line aligned: the two ends of an in-process pair must not share a line.
 struct alignas(kCacheLine) ChannelState {
   SharedMemory shm;
@@ -139,32 +149,29 @@ struct alignas(kCacheLine) ChannelState {
   SpscRing<ChannelRequest> requests;
   SpscRing<ChannelCompletion> completions;
   uint8_t* payload = nullptr;
-  UniqueFd host_bell;  // the host sleeps on it, the dpu rings it
-  UniqueFd dpu_bell;   // the dpu sleeps on it, the host rings it
+  UniqueFd bells[kBells];  // eventfds: a side sleeps on its own, the other side rings them
   UniqueFd sock;       // liveness: its hang-up means the peer is gone
   pid_t peer = 0;
   bool is_host = false;
-  bool peer_hung_up = false;
+  std::atomic<bool> peer_hung_up{false};  // a host may wait in two threads (submitter, completion reaper)
 
-  std::atomic<uint32_t>& my_sleeping() { return is_host ? hdr->host_sleeping : hdr->dpu_sleeping; }
-  std::atomic<uint32_t>& peer_sleeping() { return is_host ? hdr->dpu_sleeping : hdr->host_sleeping; }
-  int my_bell() const { return is_host ? host_bell.get() : dpu_bell.get(); }
-  int peer_bell() const { return is_host ? dpu_bell.get() : host_bell.get(); }
+  int mine(Bell b) const { return (is_host ? 0 : 2) + b; }
+  int peers(Bell b) const { return (is_host ? 2 : 0) + b; }
   const char* peer_name() const { return is_host ? "dpu" : "host"; }
 
   // After making progress the peer may wait for: wake it if it sleeps.
-  void ring_peer() {
+  void ring_peer(Bell b) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (peer_sleeping().load(std::memory_order_relaxed)) ring_peer_always();
+    if (hdr->sleeping[peers(b)].n.load(std::memory_order_relaxed)) ring_peer_always(b);
   }
-  void ring_peer_always() {
+  void ring_peer_always(Bell b) {
     uint64_t one = 1;
-    [[maybe_unused]] ssize_t r = ::write(peer_bell(), &one, sizeof(one));
+    [[maybe_unused]] ssize_t r = ::write(bells[peers(b)].get(), &one, sizeof(one));
   }
 
   // Waits until ready() holds (true), the deadline passes or the peer hangs up (false).
   template <class Ready>
-  bool wait(Ready ready, Clock::time_point deadline) {
+  bool wait(Bell bell, Ready ready, Clock::time_point deadline) {
     for (uint32_t i = 0; i < hdr->spin; ++i) {
       if (ready()) return true;
       cpu_relax();
@@ -178,20 +185,22 @@ struct alignas(kCacheLine) ChannelState {
         if (left <= 0) return false;
         timeout_ms = static_cast<int>(std::min<int64_t>(left, timeout_ms));
       }
-      auto& me = my_sleeping();
-      me.store(1, std::memory_order_relaxed);
+      // A count: two threads may wait for the same thing (rare, but then
+      // neither may hide the other from the ringer).
+      auto& me = hdr->sleeping[mine(bell)].n;
+      me.fetch_add(1, std::memory_order_relaxed);
       std::atomic_thread_fence(std::memory_order_seq_cst);
       if (ready()) {
-        me.store(0, std::memory_order_relaxed);
+        me.fetch_sub(1, std::memory_order_relaxed);
         return true;
       }
-      pollfd fds[2] = {{my_bell(), POLLIN, 0}, {sock.get(), POLLIN | POLLRDHUP, 0}};
+      pollfd fds[2] = {{bells[mine(bell)].get(), POLLIN, 0}, {sock.get(), POLLIN | POLLRDHUP, 0}};
       int n = ::poll(fds, 2, timeout_ms);
-      me.store(0, std::memory_order_relaxed);
+      me.fetch_sub(1, std::memory_order_relaxed);
       if (n < 0 && errno != EINTR) throw sys_error("channel: poll");
       if (n > 0 && (fds[0].revents & POLLIN)) {
         uint64_t v;
-        [[maybe_unused]] ssize_t r = ::read(my_bell(), &v, sizeof(v));
+        [[maybe_unused]] ssize_t r = ::read(bells[mine(bell)].get(), &v, sizeof(v));
       }
       if (n > 0 && fds[1].revents) peer_hung_up = true;
     }
@@ -234,8 +243,7 @@ struct alignas(kCacheLine) ChannelState {
     payload = base + pay_off;
     std::atomic_thread_fence(std::memory_order_release);
     hdr->magic = kChannelMagic;
-    host_bell = make_eventfd();
-    dpu_bell = make_eventfd();
+    for (auto& b : bells) b = make_eventfd();
     is_host = true;
   }
 
@@ -280,6 +288,9 @@ ChannelHost& ChannelHost::operator=(ChannelHost&& o) noexcept {
     close();
     s_ = std::move(o.s_);
     payload_head_ = o.payload_head_;
+    reserved_ = o.reserved_;
+    reserved_pos_ = o.reserved_pos_;
+    reserved_len_ = o.reserved_len_;
   }
   return *this;
 }
@@ -298,8 +309,9 @@ ChannelHost ChannelHost::connect(const std::string& socket_path, const ChannelCo
   if (::connect(s->sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
     throw detail::sys_error("channel: no dpu side listening at " + socket_path);
   detail::Hello hello{detail::kChannelMagic, detail::kChannelVersion, 0, s->hdr->total_bytes};
-  int fds[3] = {s->shm.fd(), s->host_bell.get(), s->dpu_bell.get()};
-  detail::send_with_fds(s->sock.get(), &hello, sizeof(hello), fds, 3);
+  int fds[1 + detail::kBells] = {s->shm.fd()};
+  for (int i = 0; i < detail::kBells; ++i) fds[1 + i] = s->bells[i].get();
+  detail::send_with_fds(s->sock.get(), &hello, sizeof(hello), fds, 1 + detail::kBells);
   detail::Ack ack{};
   detail::recv_with_fds(s->sock.get(), &ack, sizeof(ack), nullptr, 0, std::chrono::seconds(10));
   if (ack.magic != detail::kChannelMagic || ack.ok != 1)
@@ -308,16 +320,16 @@ ChannelHost ChannelHost::connect(const std::string& socket_path, const ChannelCo
   return ChannelHost(std::move(s));
 }
 
-bool ChannelHost::post(uint32_t op, uint64_t id, std::span<const uint8_t> payload,
-                       std::initializer_list<uint64_t> args, bool wait) {
+// Finds room for `len` payload bytes and a request slot; the position, or
+// nullopt when !wait and there is no room now.
+[[gnu::always_inline]] inline std::optional<uint64_t> ChannelHost::make_room(uint64_t len, bool wait) {
   ChannelState& s = *s_;
   const uint64_t size = s.hdr->payload_bytes;
-  const uint64_t len = payload.size();
   if (len > size)
     throw std::invalid_argument("channel: payload of " + std::to_string(len) + " bytes exceeds the region (" +
                                 std::to_string(size) + ")");
-  if (args.size() > 5) throw std::invalid_argument("channel: at most 5 request arguments");
   if (s.hdr->host_closed.load(std::memory_order_relaxed)) throw std::logic_error("channel: submit after close");
+  if (reserved_) throw std::logic_error("channel: a reservation is open; commit it first");
   // A payload never wraps: if it would cross the end, it starts at the beginning.
   uint64_t pos = payload_head_;
   uint64_t phys = pos & (size - 1);
@@ -326,21 +338,55 @@ bool ChannelHost::post(uint32_t op, uint64_t id, std::span<const uint8_t> payloa
     return pos + len - s.hdr->payload_tail.load(std::memory_order_acquire) <= size && s.requests.free_slots() > 0;
   };
   if (!fits()) {
-    if (!wait) return false;
-    if (!s.wait(fits, Clock::time_point::max())) s.throw_peer_gone();
+    if (!wait) return std::nullopt;
+    if (!s.wait(detail::kRoom, fits, Clock::time_point::max())) s.throw_peer_gone();
   }
-  if (len) detail::copy_payload(s.payload + (pos & (size - 1)), payload.data(), len);
+  return pos;
+}
+
+[[gnu::always_inline]] inline void ChannelHost::push(uint32_t op, uint64_t id, uint64_t pos, uint64_t len,
+                                                   std::initializer_list<uint64_t> args) {
+  ChannelState& s = *s_;
   ChannelRequest r{};
   r.id = id;
   r.op = op;
   r.payload_len = static_cast<uint32_t>(len);
   r.payload_pos = pos;
   std::copy(args.begin(), args.end(), r.args);
-  s.requests.try_push(r);
+  s.requests.try_push(r);  // make_room saw a free slot, and only this thread pushes
   payload_head_ = pos + len;
-  s.ring_peer();
+  s.ring_peer(detail::kArrival);
+}
+
+bool ChannelHost::post(uint32_t op, uint64_t id, std::span<const uint8_t> payload,
+                       std::initializer_list<uint64_t> args, bool wait) {
+  if (args.size() > 5) throw std::invalid_argument("channel: at most 5 request arguments");
+  auto pos = make_room(payload.size(), wait);
+  if (!pos) return false;
+  const uint64_t size = s_->hdr->payload_bytes;
+  if (!payload.empty()) detail::copy_payload(s_->payload + (*pos & (size - 1)), payload.data(), payload.size());
+  push(op, id, *pos, payload.size(), args);
   return true;
 }
+
+std::span<uint8_t> ChannelHost::reserve(size_t len) {
+  uint64_t pos = *make_room(len, true);
+  reserved_ = true;
+  reserved_pos_ = pos;
+  reserved_len_ = len;
+  return {s_->payload + (pos & (s_->hdr->payload_bytes - 1)), len};
+}
+
+void ChannelHost::commit(uint32_t op, uint64_t id, size_t len, std::initializer_list<uint64_t> args) {
+  if (!reserved_) throw std::logic_error("channel: commit without a reservation");
+  if (len > reserved_len_) throw std::invalid_argument("channel: commit beyond the reservation");
+  if (args.size() > 5) throw std::invalid_argument("channel: at most 5 request arguments");
+  reserved_ = false;
+  // The request slot make_room saw is still free: only this thread pushes.
+  push(op, id, reserved_pos_, len, args);
+}
+
+void ChannelHost::cancel_reservation() { reserved_ = false; }
 
 void ChannelHost::submit(uint32_t op, uint64_t id, std::span<const uint8_t> payload,
                          std::initializer_list<uint64_t> args) {
@@ -355,14 +401,14 @@ bool ChannelHost::try_submit(uint32_t op, uint64_t id, std::span<const uint8_t> 
 
 size_t ChannelHost::poll_completions(ChannelCompletion* out, size_t max) {
   size_t n = s_->completions.try_pop(out, max);
-  if (n) s_->ring_peer();  // the dpu side may wait for room
+  if (n) s_->ring_peer(detail::kRoom);  // the dpu side may wait for room
   return n;
 }
 
 size_t ChannelHost::wait_completions(ChannelCompletion* out, size_t max, std::chrono::milliseconds timeout) {
   if (size_t n = poll_completions(out, max)) return n;
   ChannelState& s = *s_;
-  if (!s.wait([&] { return !s.completions.empty(); }, deadline_after(timeout))) {
+  if (!s.wait(detail::kArrival, [&] { return !s.completions.empty(); }, deadline_after(timeout))) {
     if (s.peer_hung_up) s.throw_peer_gone();
     return 0;
   }
@@ -372,7 +418,7 @@ size_t ChannelHost::wait_completions(ChannelCompletion* out, size_t max, std::ch
 void ChannelHost::close() {
   if (!s_ || s_->hdr->host_closed.load(std::memory_order_relaxed)) return;
   s_->hdr->host_closed.store(1, std::memory_order_seq_cst);
-  s_->ring_peer_always();
+  s_->ring_peer_always(detail::kArrival);
 }
 
 pid_t ChannelHost::peer_pid() const { return s_->peer; }
@@ -402,7 +448,7 @@ size_t ChannelDpu::receive(std::vector<Message>& out, size_t max, std::chrono::m
   size_t n = pop_batch(max);
   if (n == 0) {
     auto host_closed = [&] { return s.hdr->host_closed.load(std::memory_order_acquire) != 0; };
-    bool ok = s.wait([&] { return !s.requests.empty() || host_closed(); }, deadline_after(timeout));
+    bool ok = s.wait(detail::kArrival, [&] { return !s.requests.empty() || host_closed(); }, deadline_after(timeout));
     n = pop_batch(max);
     if (n == 0) {
       if (host_closed()) {
@@ -435,7 +481,7 @@ size_t ChannelDpu::receive(std::vector<Message>& out, size_t max, std::chrono::m
   }
   const ChannelRequest& last = requests_[n - 1];
   s.hdr->payload_tail.store(last.payload_pos + last.payload_len, std::memory_order_release);
-  s.ring_peer();  // the host may wait for room
+  s.ring_peer(detail::kRoom);  // the host may wait for room
   return n;
 }
 
@@ -460,17 +506,19 @@ void ChannelDpu::complete(std::span<const ChannelCompletion> completions) {
     size_t k = s.completions.try_push(completions.data() + done, completions.size() - done);
     if (k) {
       done += k;
-      s.ring_peer();
+      s.ring_peer(detail::kArrival);
       continue;
     }
-    if (!s.wait([&] { return s.completions.free_slots() > 0; }, Clock::time_point::max())) s.throw_peer_gone();
+    if (!s.wait(detail::kRoom, [&] { return s.completions.free_slots() > 0; }, Clock::time_point::max()))
+      s.throw_peer_gone();
   }
 }
 
 void ChannelDpu::close() {
   if (!s_ || s_->hdr->dpu_closed.load(std::memory_order_relaxed)) return;
   s_->hdr->dpu_closed.store(1, std::memory_order_seq_cst);
-  s_->ring_peer_always();
+  s_->ring_peer_always(detail::kArrival);
+  s_->ring_peer_always(detail::kRoom);
 }
 
 pid_t ChannelDpu::peer_pid() const { return s_->peer; }
@@ -518,14 +566,13 @@ ChannelDpu ChannelListener::accept(std::chrono::milliseconds timeout) {
   UniqueFd sock(::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC));
   if (!sock) throw detail::sys_error("channel: accept");
   detail::Hello hello{};
-  UniqueFd fds[3];
-  int got = detail::recv_with_fds(sock.get(), &hello, sizeof(hello), fds, 3, std::chrono::seconds(10));
-  if (hello.magic != detail::kChannelMagic || hello.version != detail::kChannelVersion || got != 3)
+  UniqueFd fds[1 + detail::kBells];
+  int got = detail::recv_with_fds(sock.get(), &hello, sizeof(hello), fds, 1 + detail::kBells, std::chrono::seconds(10));
+  if (hello.magic != detail::kChannelMagic || hello.version != detail::kChannelVersion || got != 1 + detail::kBells)
     throw ChannelError(ChannelError::Kind::kProtocol, "channel: a peer at " + path_ + " sent no valid channel handshake");
   auto s = std::make_unique<ChannelState>();
   s->attach(SharedMemory::map(std::move(fds[0])));
-  s->host_bell = std::move(fds[1]);
-  s->dpu_bell = std::move(fds[2]);
+  for (int i = 0; i < detail::kBells; ++i) s->bells[i] = std::move(fds[1 + i]);
   s->peer = detail::peer_pid_of(sock.get());
   s->sock = std::move(sock);
   detail::Ack ack{detail::kChannelMagic, 1, 0};
@@ -544,8 +591,10 @@ std::pair<ChannelHost, ChannelDpu> make_channel_pair(const ChannelConfig& config
   UniqueFd shm_fd(::dup(h->shm.fd()));
   if (!shm_fd) throw detail::sys_error("channel: dup");
   d->attach(SharedMemory::map(std::move(shm_fd)));
-  d->host_bell = UniqueFd(::dup(h->host_bell.get()));
-  d->dpu_bell = UniqueFd(::dup(h->dpu_bell.get()));
+  for (int i = 0; i < detail::kBells; ++i) {
+    d->bells[i] = UniqueFd(::dup(h->bells[i].get()));
+    if (!d->bells[i]) throw detail::sys_error("channel: dup");
+  }
   d->sock = UniqueFd(sv[1]);
   d->peer = ::getpid();
   return {ChannelHost(std::move(h)), ChannelDpu(std::move(d))};

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -71,6 +72,8 @@ namespace detail {
 struct ChannelState;  // the mapping, the rings, the doorbells, the socket
 }
 
+// One thread submits (submit, try_submit, reserve/commit, close) and one
+// thread — the same or another — takes completions.
 class ChannelHost {
  public:
   // Connects to a dpu side listening at `socket_path` (see ChannelListener).
@@ -90,6 +93,16 @@ class ChannelHost {
   bool try_submit(uint32_t op, uint64_t id, std::span<const uint8_t> payload = {},
                   std::initializer_list<uint64_t> args = {});
 
+  // Zero-copy submission: reserve() waits for `len` contiguous bytes of the
+  // payload region (and a request slot) and returns them; the caller fills
+  // them in place and commit() posts the request with the first `len` bytes
+  // of the reservation (the rest is given back). Nothing else may be
+  // submitted between the two. cancel_reservation() gives it all back.
+  std::span<uint8_t> reserve(size_t len);
+  void commit(uint32_t op, uint64_t id, size_t len, std::initializer_list<uint64_t> args = {});
+  void cancel_reservation();
+  bool has_reservation() const { return reserved_; }
+
   // Completions posted so far, without waiting.
   size_t poll_completions(ChannelCompletion* out, size_t max);
   // Waits up to `timeout` for at least one completion; 0 on timeout. Throws
@@ -107,8 +120,12 @@ class ChannelHost {
   explicit ChannelHost(std::unique_ptr<detail::ChannelState> s);
   bool post(uint32_t op, uint64_t id, std::span<const uint8_t> payload,
             std::initializer_list<uint64_t> args, bool wait);
+  std::optional<uint64_t> make_room(uint64_t len, bool wait);
+  void push(uint32_t op, uint64_t id, uint64_t pos, uint64_t len, std::initializer_list<uint64_t> args);
   std::unique_ptr<detail::ChannelState> s_;
   uint64_t payload_head_ = 0;
+  bool reserved_ = false;
+  uint64_t reserved_pos_ = 0, reserved_len_ = 0;
 };
 
 class ChannelDpu {
