@@ -28,6 +28,7 @@ class System(NamedTuple):
 SYSTEMS: dict[str, System] = {
     "core": System("dpukit-core", "the DPU model: ring, channel, flow-table benchmarks (dpukit-core)"),
     "measure": System("dpukit-measure", "Duet, NitroSketch and baseline sketches: run, compare, gen (dpukit-measure)"),
+    "kv": System("dpukit-kv", "PulseDB on RocksDB: db_bench on each mode, measured (dpukit-kv)"),
 }
 
 

@@ -1,0 +1,746 @@
+#include "engine.h"
+
+#include <fcntl.h>
+#include <liburing.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <system_error>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "dpukit/core/log.h"
+#include "protocol.h"
+
+namespace dpukit::kv {
+namespace {
+
+using namespace std::chrono_literals;
+using Io = IoEvent::Io;
+using Kind = IoEvent::Kind;
+
+constexpr size_t kMaxBatch = 256;                  // requests taken off the queue pair at once
+constexpr auto kReceiveTimeout = 100ms;            // how soon the dispatcher notices stop()
+constexpr long long kPollTimeoutNs = 100'000'000;  // how soon the polling thread notices it should stop
+constexpr uint64_t kWakeTag = 0;                   // user_data of the NOP that wakes the polling thread
+
+void add(std::atomic<uint64_t>& counter, uint64_t v = 1) { counter.fetch_add(v, std::memory_order_relaxed); }
+
+void raise_max(std::atomic<uint64_t>& max, uint64_t v) {
+  uint64_t cur = max.load(std::memory_order_relaxed);
+  while (v > cur && !max.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {}
+}
+
+// A write's own copy of its payload.
+struct Buffer {
+  std::unique_ptr<uint8_t[]> data;
+  size_t capacity = 0;
+};
+
+// Buffers are reused: a fresh multi-megabyte allocation per write would fault
+// in new pages every time. Keeps at most `keep_bytes`, dropping the smallest.
+class BufferPool {
+ public:
+  explicit BufferPool(uint64_t keep_bytes) : keep_bytes_(keep_bytes) {}
+  Buffer take(size_t len) {
+    for (size_t i = 0; i < free_.size(); ++i) {
+      if (free_[i].capacity < len) continue;
+      Buffer b = std::move(free_[i]);
+      free_.erase(free_.begin() + static_cast<ptrdiff_t>(i));
+      kept_ -= b.capacity;
+      return b;
+    }
+    return Buffer{std::unique_ptr<uint8_t[]>(new uint8_t[len]), len};
+  }
+  void give(Buffer b) {
+    kept_ += b.capacity;
+    free_.push_back(std::move(b));
+    while (kept_ > keep_bytes_) {
+      auto smallest = std::min_element(free_.begin(), free_.end(),
+                                       [](const Buffer& x, const Buffer& y) { return x.capacity < y.capacity; });
+      kept_ -= smallest->capacity;
+      free_.erase(smallest);
+    }
+  }
+
+ private:
+  uint64_t keep_bytes_, kept_ = 0;
+  std::vector<Buffer> free_;
+};
+
+struct FileCtx;
+
+// One SQE's worth of work; its address is the SQE's user_data.
+struct IoOp {
+  IoOp(Io io, FileCtx* file, uint64_t seq = 0, uint64_t offset = 0, uint64_t len = 0)
+      : io(io), file(file), seq(seq), offset(offset), len(len) {}
+  Io io;
+  FileCtx* file;
+  uint64_t seq;     // see IoEvent::seq
+  uint64_t offset;  // write, range_sync
+  uint64_t len;     // write: payload bytes; range_sync: bytes to sync
+  uint64_t done = 0;  // write: bytes written so far (a short write resumes there)
+  Buffer buf;         // write: the payload
+};
+
+// The file context (PulseDB §III-B3/B4): one per open file of the queue pair,
+// with the in-flight I/O the dependency tracking looks at.
+struct FileCtx {
+  uint64_t id = 0;
+  std::string name;
+  int fd = -1;
+  uint64_t slot = kNoSlot;
+  bool created = false;      // the engine made `name` (a symlink or a normal file)
+  int32_t error = 0;         // the first error (-errno); later requests are skipped
+  uint64_t bytes_written = 0;
+  uint64_t end = 0;          // highest byte written + 1
+  uint64_t writes_sent = 0;  // numbers the writes 1, 2, ...
+  std::set<uint64_t> writes_in_flight;
+  std::deque<std::unique_ptr<IoOp>> deferred_syncs;  // range_syncs waiting for earlier writes
+  unsigned syncs_in_flight = 0;
+  bool close_requested = false;
+  uint64_t final_size = 0;
+  bool closing = false;      // fsync + close submitted, or the failed file closed
+  unsigned close_cqes = 0;   // of fsync and close
+};
+
+}  // namespace
+
+struct WritePersistEngine::Impl {
+  Impl(SstPool* pool, EngineStats& stats, const EngineOptions& options);
+  ~Impl() { io_uring_queue_exit(&ring); }
+
+  void serve(ChannelDpu& qp);
+
+  // The request dispatcher (the thread in serve).
+  void dispatch_loop();
+  void dispatch(const ChannelDpu::Message& m);
+  void on_hello(const ChannelRequest& r);
+  void on_open(const ChannelDpu::Message& m);
+  bool open_in_pool(FileCtx& f);
+  void open_normal(FileCtx& f);
+  void on_write(const ChannelDpu::Message& m);
+  void on_range_sync(const ChannelRequest& r);
+  void on_sync_close(const ChannelRequest& r);
+  void on_recycle(const ChannelDpu::Message& m);
+
+  // File contexts and dependency tracking; mu held.
+  FileCtx& file(uint64_t id);
+  void fail(FileCtx& f, int32_t err, const std::string& what);
+  void advance(FileCtx& f);
+  void start_close(FileCtx& f);
+  void finish_file(FileCtx& f);
+
+  // io_uring submission; mu held.
+  void reserve(std::unique_lock<std::mutex>& lock, unsigned ios, uint64_t bytes);
+  void unreserve(unsigned ios, uint64_t bytes);
+  io_uring_sqe* next_sqe();
+  void queue(io_uring_sqe* sqe, IoOp* op);
+  void submit_write(IoOp* op);
+  void submit_range_sync(std::unique_ptr<IoOp> op);
+  void flush();
+  void trace(Kind kind, const IoOp& op, int32_t res);
+
+  // The polling thread.
+  void poll_loop();
+  void harvest();
+  void on_cqe(IoOp* op, int32_t res);
+  void write_done(IoOp* op, int32_t res);
+  void sync_done(std::unique_ptr<IoOp> op, int32_t res);
+  void close_done(std::unique_ptr<IoOp> op, int32_t res);
+
+  // Completions and the end of a queue pair.
+  void queue_completion(const ChannelCompletion& c);
+  void post_ready();
+  void drain() noexcept;
+  void wake_poller();
+  void abandon(FileCtx& f);
+  void release_slot(uint32_t slot);
+
+  SstPool* pool;
+  EngineStats& stats;
+  const EngineOptions options;
+  io_uring ring{};
+  // CQ entries. SQEs in flight plus deferred ones never exceed it, so the CQ
+  // never overflows.
+  unsigned io_capacity = 0;
+
+  std::mutex mu;  // guards everything below and the SQ
+  std::condition_variable room;
+  std::unordered_map<uint64_t, std::unique_ptr<FileCtx>> files;
+  unsigned reserved_ios = 0;    // SQEs in flight or deferred
+  uint64_t inflight_bytes = 0;  // write bytes admitted and not yet written
+  BufferPool buffers;
+  std::vector<ChannelCompletion> ready;  // completions not yet posted
+
+  ChannelDpu* qp = nullptr;
+  std::mutex post_mu;  // the completion ring has one producer at a time
+  std::atomic<bool> host_gone{false}, stop_serving{false}, stop_polling{false};
+  std::thread poller;
+};
+
+WritePersistEngine::Impl::Impl(SstPool* pool, EngineStats& stats, const EngineOptions& options)
+    : pool(pool), stats(stats), options(options), buffers(options.max_inflight_bytes) {
+  if (options.ring_entries == 0 || options.max_inflight_bytes == 0)
+    throw std::invalid_argument("write-persist engine: ring_entries and max_inflight_bytes must be positive");
+  io_uring_params p{};
+  if (int r = io_uring_queue_init_params(options.ring_entries, &ring, &p); r < 0)
+    throw std::system_error(-r, std::generic_category(),
+                            "write-persist engine: io_uring_queue_init with " + std::to_string(options.ring_entries) +
+                                " entries");
+  // The polling thread waits with a timeout while the dispatcher submits;
+  // without EXT_ARG that wait would itself take an SQE behind the lock's back.
+  if (!(p.features & IORING_FEAT_EXT_ARG)) {
+    io_uring_queue_exit(&ring);
+    throw std::runtime_error("write-persist engine: io_uring lacks IORING_FEAT_EXT_ARG (needs Linux 5.11 or later)");
+  }
+  io_capacity = p.cq_entries;
+}
+
+// ------------------------------------------------------------ the dispatcher
+
+void WritePersistEngine::Impl::serve(ChannelDpu& channel) {
+  qp = &channel;
+  host_gone = false;
+  stop_polling = false;
+  add(stats.queue_pairs);
+  poller = std::thread([this] { poll_loop(); });
+  try {
+    dispatch_loop();
+  } catch (...) {
+    drain();
+    throw;
+  }
+  drain();
+}
+
+void WritePersistEngine::Impl::dispatch_loop() {
+  std::vector<ChannelDpu::Message> batch;
+  while (!stop_serving.load(std::memory_order_relaxed)) {
+    size_t n = qp->receive(batch, kMaxBatch, kReceiveTimeout);
+    if (n == 0) {
+      if (qp->closed()) return;
+      continue;
+    }
+    raise_max(stats.max_batch, n);
+    for (const auto& m : batch) dispatch(m);
+    {
+      std::lock_guard lock(mu);
+      flush();  // one submission for the whole batch
+    }
+    post_ready();
+  }
+}
+
+void WritePersistEngine::Impl::dispatch(const ChannelDpu::Message& m) {
+  add(stats.requests);
+  switch (static_cast<Op>(m.request.op)) {
+    case Op::kHello: return on_hello(m.request);
+    case Op::kOpen: return on_open(m);
+    case Op::kWrite: return on_write(m);
+    case Op::kRangeSync: return on_range_sync(m.request);
+    case Op::kSyncClose: return on_sync_close(m.request);
+    case Op::kRecycle: return on_recycle(m);
+  }
+  add(stats.errors);
+  log_warn("write-persist: ignored a request with unknown op " + std::to_string(m.request.op) + " (id " +
+           std::to_string(m.request.id) + ")");
+}
+
+void WritePersistEngine::Impl::on_hello(const ChannelRequest& r) {
+  bool ok = r.args[0] == kProtocolVersion;
+  if (!ok) {
+    add(stats.errors);
+    log_warn("write-persist: the host speaks protocol version " + std::to_string(r.args[0]) + ", this engine " +
+             std::to_string(kProtocolVersion));
+  }
+  queue_completion({r.id, kProtocolVersion, static_cast<uint32_t>(Op::kHello), ok ? 0 : -EPROTO, 0});
+}
+
+// Opening is synchronous on the dispatcher (a claim waits for fdatasync),
+// outside the lock so that the polling thread keeps harvesting meanwhile.
+void WritePersistEngine::Impl::on_open(const ChannelDpu::Message& m) {
+  const ChannelRequest& r = m.request;
+  add(stats.files_opened);
+  {
+    std::lock_guard lock(mu);
+    flush();
+    if (auto it = files.find(r.id); it != files.end()) {
+      fail(*it->second, -EEXIST, "opened again while open (file id " + std::to_string(r.id) + ")");
+      return;
+    }
+  }
+  auto f = std::make_unique<FileCtx>();
+  f->id = r.id;
+  f->name.assign(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
+  bool in_pool = (r.args[0] & kUsePool) && pool && open_in_pool(*f);
+  if (!in_pool) open_normal(*f);
+  std::lock_guard lock(mu);
+  files.emplace(r.id, std::move(f));
+}
+
+// The SST file pool path (PulseDB §III-C): claim a slot (its owner record is
+// durable first), make the name a symlink to it, write the slot. False when
+// the pool is exhausted: the caller makes a normal file instead.
+bool WritePersistEngine::Impl::open_in_pool(FileCtx& f) {
+  if (f.name.empty() || f.name[0] != '/') {
+    fail(f, -EINVAL, "a pool file needs an absolute name");
+    return true;
+  }
+  std::optional<SstPool::Slot> slot;
+  try {
+    slot = pool->claim(f.name);
+  } catch (const std::system_error& e) {
+    fail(f, -e.code().value(), std::string("cannot claim a pool slot (") + e.what() + ")");
+    return true;
+  }
+  if (!slot) return false;
+  if ((::unlink(f.name.c_str()) != 0 && errno != ENOENT) || ::symlink(slot->path.c_str(), f.name.c_str()) != 0) {
+    int err = errno;
+    release_slot(slot->index);
+    fail(f, -err, "cannot make it a symlink to " + slot->path);
+    return true;
+  }
+  f.slot = slot->index;
+  f.created = true;
+  add(stats.pool_files);
+  f.fd = ::open(slot->path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (f.fd < 0) {
+    int err = errno;
+    fail(f, -err, "cannot open its slot " + slot->path);
+  }
+  return true;
+}
+
+void WritePersistEngine::Impl::open_normal(FileCtx& f) {
+  f.fd = ::open(f.name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (f.fd < 0) {
+    int err = errno;
+    return fail(f, -err, "cannot create it");
+  }
+  f.created = true;
+  add(stats.normal_files);
+}
+
+void WritePersistEngine::Impl::on_write(const ChannelDpu::Message& m) {
+  const ChannelRequest& r = m.request;
+  const size_t len = m.payload.size();
+  std::unique_lock lock(mu);
+  FileCtx& f = file(r.id);
+  if (f.error || f.fd < 0 || len == 0) return;
+  reserve(lock, 1, len);
+  auto op = std::make_unique<IoOp>(Io::kWrite, &f, 0, r.args[0], len);
+  op->buf = buffers.take(len);
+  lock.unlock();
+  // The "DMA read": the payload is only valid until the next receive.
+  std::memcpy(op->buf.data.get(), m.payload.data(), len);
+  lock.lock();
+  if (f.error) {  // an earlier write of the file failed meanwhile
+    buffers.give(std::move(op->buf));
+    return unreserve(1, len);
+  }
+  op->seq = ++f.writes_sent;
+  f.writes_in_flight.insert(op->seq);
+  add(stats.writes);
+  submit_write(op.release());
+}
+
+void WritePersistEngine::Impl::on_range_sync(const ChannelRequest& r) {
+  std::unique_lock lock(mu);
+  add(stats.range_syncs);
+  FileCtx& f = file(r.id);
+  if (f.error) return;
+  reserve(lock, 1, 0);
+  f.deferred_syncs.push_back(std::make_unique<IoOp>(Io::kRangeSync, &f, f.writes_sent, r.args[0], r.args[1]));
+  advance(f);
+}
+
+void WritePersistEngine::Impl::on_sync_close(const ChannelRequest& r) {
+  std::unique_lock lock(mu);
+  add(stats.sync_closes);
+  FileCtx& f = file(r.id);
+  if (f.close_requested) {
+    add(stats.errors);
+    log_warn("write-persist: " + f.name + ": a second sync_close, ignored");
+    return;
+  }
+  reserve(lock, 2, 0);  // fsync and close
+  f.close_requested = true;
+  f.final_size = r.args[0];
+  advance(f);
+}
+
+void WritePersistEngine::Impl::on_recycle(const ChannelDpu::Message& m) {
+  {
+    std::lock_guard lock(mu);
+    flush();  // unlink and release are synchronous
+  }
+  add(stats.recycles);
+  std::string path(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
+  ChannelCompletion c{m.request.id, 0, static_cast<uint32_t>(Op::kRecycle), 0, kNoSlot};
+  std::optional<uint32_t> slot;
+  if (pool) slot = pool->slot_of(path);
+  std::string problem;
+  if (::unlink(path.c_str()) != 0) {
+    int err = errno;
+    c.status = -err;
+    problem = std::strerror(err);
+  } else if (slot) {
+    try {
+      pool->release(*slot);
+      c.result = 1;
+      c.arg = *slot;
+    } catch (const std::system_error& e) {
+      c.status = -e.code().value();
+      problem = e.what();
+    } catch (const std::exception& e) {
+      c.status = -EINVAL;
+      problem = e.what();
+    }
+  }
+  if (c.status) {
+    add(stats.errors);
+    log_warn("write-persist: cannot recycle " + path + ": " + problem);
+  }
+  queue_completion(c);
+}
+
+// ------------------------------------------- file contexts and dependencies
+
+// A request for a file the host never opened gets a failed context, so that
+// the file's sync_close reports it.
+FileCtx& WritePersistEngine::Impl::file(uint64_t id) {
+  if (auto it = files.find(id); it != files.end()) return *it->second;
+  auto f = std::make_unique<FileCtx>();
+  f->id = id;
+  f->name = "file id " + std::to_string(id);
+  fail(*f, -EBADF, "a request for a file that was never opened");
+  return *files.emplace(id, std::move(f)).first->second;
+}
+
+void WritePersistEngine::Impl::fail(FileCtx& f, int32_t err, const std::string& what) {
+  if (f.error == 0) f.error = err;
+  add(stats.errors);
+  log_warn("write-persist: " + f.name + ": " + what + ": " + std::strerror(-err));
+}
+
+// The user-space dependency tracker: submits each deferred range_sync once
+// every write sent before it has completed (writes complete in any order),
+// and the sync_close once nothing of the file is in flight or deferred.
+void WritePersistEngine::Impl::advance(FileCtx& f) {
+  if (f.error) {
+    unreserve(static_cast<unsigned>(f.deferred_syncs.size()), 0);
+    f.deferred_syncs.clear();
+  }
+  auto done_through = [&](uint64_t seq) { return f.writes_in_flight.empty() || *f.writes_in_flight.begin() > seq; };
+  while (!f.deferred_syncs.empty() && done_through(f.deferred_syncs.front()->seq)) {
+    submit_range_sync(std::move(f.deferred_syncs.front()));
+    f.deferred_syncs.pop_front();
+  }
+  if (f.close_requested && !f.closing && f.writes_in_flight.empty() && f.deferred_syncs.empty() &&
+      f.syncs_in_flight == 0)
+    start_close(f);
+}
+
+// fsync linked to close, in one submission (IOSQE_IO_LINK only chains
+// adjacent SQEs of one batch). A failed file is only closed.
+void WritePersistEngine::Impl::start_close(FileCtx& f) {
+  f.closing = true;
+  // RocksDB's final size is what stat must report (its consistency check
+  // compares them); the writes alone leave `end`.
+  if (f.error == 0 && f.final_size != f.end && ::ftruncate(f.fd, static_cast<off_t>(f.final_size)) != 0) {
+    int err = errno;
+    fail(f, -err, "cannot set its final size " + std::to_string(f.final_size));
+  }
+  if (f.error || f.fd < 0) {
+    if (f.fd >= 0) ::close(f.fd);
+    f.fd = -1;
+    unreserve(2, 0);
+    return finish_file(f);
+  }
+  if (io_uring_sq_space_left(&ring) < 2) flush();
+  auto fsync_op = std::make_unique<IoOp>(Io::kFsync, &f);
+  auto close_op = std::make_unique<IoOp>(Io::kClose, &f);
+  io_uring_sqe* sqe = next_sqe();
+  io_uring_prep_fsync(sqe, f.fd, 0);
+  sqe->flags |= IOSQE_IO_LINK;
+  queue(sqe, fsync_op.release());
+  sqe = next_sqe();
+  io_uring_prep_close(sqe, f.fd);
+  queue(sqe, close_op.release());
+}
+
+void WritePersistEngine::Impl::finish_file(FileCtx& f) {
+  ready.push_back(
+      {f.id, static_cast<int64_t>(f.bytes_written), static_cast<uint32_t>(Op::kSyncClose), f.error, f.slot});
+  files.erase(f.id);
+}
+
+// --------------------------------------------------------- io_uring submission
+
+// Admits `ios` SQEs and `bytes` write bytes, waiting while too much is in
+// flight (the bounded pipeline stage: the host feels it as back-pressure).
+void WritePersistEngine::Impl::reserve(std::unique_lock<std::mutex>& lock, unsigned ios, uint64_t bytes) {
+  auto fits = [&] {
+    return reserved_ios + ios <= io_capacity &&
+           (inflight_bytes == 0 || inflight_bytes + bytes <= options.max_inflight_bytes);
+  };
+  if (!fits()) {
+    flush();  // what we wait for must be in the kernel
+    room.wait(lock, fits);
+  }
+  reserved_ios += ios;
+  inflight_bytes += bytes;
+}
+
+void WritePersistEngine::Impl::unreserve(unsigned ios, uint64_t bytes) {
+  reserved_ios -= ios;
+  inflight_bytes -= bytes;
+  room.notify_all();
+}
+
+io_uring_sqe* WritePersistEngine::Impl::next_sqe() {
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+  if (!sqe) {
+    flush();
+    sqe = io_uring_get_sqe(&ring);
+    if (!sqe) throw std::logic_error("write-persist: no SQE free after a submit");
+  }
+  return sqe;
+}
+
+// A prepared SQE takes `op` along; the next flush() submits it.
+void WritePersistEngine::Impl::queue(io_uring_sqe* sqe, IoOp* op) {
+  io_uring_sqe_set_data(sqe, op);
+  trace(Kind::kSubmit, *op, 0);
+}
+
+void WritePersistEngine::Impl::submit_write(IoOp* op) {
+  io_uring_sqe* sqe = next_sqe();
+  io_uring_prep_write(sqe, op->file->fd, op->buf.data.get() + op->done, static_cast<unsigned>(op->len - op->done),
+                      op->offset + op->done);
+  queue(sqe, op);
+}
+
+void WritePersistEngine::Impl::submit_range_sync(std::unique_ptr<IoOp> op) {
+  FileCtx& f = *op->file;
+  ++f.syncs_in_flight;
+  // The SQE's length is 32 bits; 0 means "to the end of the file", a superset.
+  unsigned len = op->len > UINT32_MAX ? 0 : static_cast<unsigned>(op->len);
+  io_uring_sqe* sqe = next_sqe();
+  io_uring_prep_sync_file_range(sqe, f.fd, len, op->offset, SYNC_FILE_RANGE_WRITE);
+  queue(sqe, op.release());
+}
+
+void WritePersistEngine::Impl::flush() {
+  while (io_uring_sq_ready(&ring) > 0) {
+    int r = io_uring_submit(&ring);
+    if (r > 0) {
+      add(stats.submit_calls);
+      add(stats.sqes_submitted, static_cast<uint64_t>(r));
+      raise_max(stats.max_inflight_ios, stats.inflight_ios.fetch_add(r, std::memory_order_relaxed) + r);
+    } else if (r == 0 || r == -EAGAIN || r == -EBUSY) {
+      std::this_thread::sleep_for(1ms);  // the kernel is short of memory for a moment
+    } else if (r != -EINTR) {
+      throw std::system_error(-r, std::generic_category(), "write-persist: io_uring_submit");
+    }
+  }
+}
+
+void WritePersistEngine::Impl::trace(Kind kind, const IoOp& op, int32_t res) {
+  if (options.trace) options.trace(IoEvent{kind, op.io, op.file->id, op.seq, res});
+}
+
+// ----------------------------------------------------------- the polling thread
+
+void WritePersistEngine::Impl::poll_loop() {
+  while (!stop_polling.load(std::memory_order_relaxed)) {
+    io_uring_cqe* cqe = nullptr;
+    __kernel_timespec ts{0, kPollTimeoutNs};
+    int r = io_uring_wait_cqe_timeout(&ring, &cqe, &ts);
+    if (r == -ETIME || r == -EINTR) continue;
+    if (r < 0) {
+      log_error(std::string("write-persist: waiting for io_uring completions: ") + std::strerror(-r));
+      std::this_thread::sleep_for(10ms);
+      continue;
+    }
+    try {
+      harvest();
+    } catch (const std::exception& e) {
+      log_error(std::string("write-persist: ") + e.what());
+    }
+    post_ready();
+  }
+}
+
+void WritePersistEngine::Impl::harvest() {
+  std::lock_guard lock(mu);
+  io_uring_cqe* cqe;
+  while (io_uring_peek_cqe(&ring, &cqe) == 0) {
+    uint64_t tag = cqe->user_data;
+    int32_t res = cqe->res;
+    io_uring_cqe_seen(&ring, cqe);
+    add(stats.cqes_completed);
+    stats.inflight_ios.fetch_sub(1, std::memory_order_relaxed);
+    if (tag != kWakeTag) on_cqe(reinterpret_cast<IoOp*>(tag), res);
+  }
+  flush();  // range_syncs and sync_closes that became ready
+}
+
+void WritePersistEngine::Impl::on_cqe(IoOp* op, int32_t res) {
+  trace(Kind::kComplete, *op, res);
+  switch (op->io) {
+    case Io::kWrite: return write_done(op, res);
+    case Io::kRangeSync: return sync_done(std::unique_ptr<IoOp>(op), res);
+    case Io::kFsync:
+    case Io::kClose: return close_done(std::unique_ptr<IoOp>(op), res);
+  }
+}
+
+void WritePersistEngine::Impl::write_done(IoOp* op, int32_t res) {
+  FileCtx& f = *op->file;
+  if (res > 0) {
+    op->done += static_cast<uint64_t>(res);
+    f.bytes_written += static_cast<uint64_t>(res);
+    add(stats.write_bytes, static_cast<uint64_t>(res));
+    if (op->done < op->len) return submit_write(op);  // a short write: the rest goes again
+    f.end = std::max(f.end, op->offset + op->len);
+  }
+  std::unique_ptr<IoOp> own(op);
+  if (res <= 0) {
+    uint64_t left = op->len - op->done, at = op->offset + op->done;
+    fail(f, res < 0 ? res : -EIO, "write of " + std::to_string(left) + " bytes at offset " + std::to_string(at));
+  }
+  f.writes_in_flight.erase(op->seq);
+  buffers.give(std::move(op->buf));
+  unreserve(1, op->len);
+  advance(f);
+}
+
+void WritePersistEngine::Impl::sync_done(std::unique_ptr<IoOp> op, int32_t res) {
+  FileCtx& f = *op->file;
+  --f.syncs_in_flight;
+  unreserve(1, 0);
+  if (res < 0)
+    fail(f, res, "range_sync of " + std::to_string(op->len) + " bytes at offset " + std::to_string(op->offset));
+  advance(f);
+}
+
+// The sync_close completes when both CQEs of its fsync + close are in.
+void WritePersistEngine::Impl::close_done(std::unique_ptr<IoOp> op, int32_t res) {
+  FileCtx& f = *op->file;
+  unreserve(1, 0);
+  if (op->io == Io::kFsync) {
+    if (res < 0) fail(f, res, "fsync");
+  } else {
+    // A failed fsync cancels the linked close on kernels that fail links for
+    // it (Linux 6.x runs the close anyway): then close the file here.
+    if (res == -ECANCELED) ::close(f.fd);
+    else if (res < 0) fail(f, res, "close");
+    f.fd = -1;
+  }
+  if (++f.close_cqes == 2) finish_file(f);
+}
+
+// --------------------------------------------- completions and the end of a queue pair
+
+void WritePersistEngine::Impl::queue_completion(const ChannelCompletion& c) {
+  std::lock_guard lock(mu);
+  ready.push_back(c);
+}
+
+void WritePersistEngine::Impl::post_ready() {
+  std::vector<ChannelCompletion> out;
+  {
+    std::lock_guard lock(mu);
+    out.swap(ready);
+  }
+  if (out.empty() || host_gone) return;
+  std::lock_guard lock(post_mu);
+  try {
+    qp->complete(out);
+  } catch (const ChannelError& e) {
+    host_gone = true;  // the dispatcher learns it from receive and winds down
+    log_warn(std::string("write-persist: cannot post completions: ") + e.what());
+  }
+}
+
+// Waits for every SQE in flight or deferred, stops the polling thread, then
+// closes and recycles the files whose sync_close never came.
+void WritePersistEngine::Impl::drain() noexcept {
+  try {
+    std::unique_lock lock(mu);
+    flush();
+    room.wait(lock, [&] { return reserved_ios == 0; });
+  } catch (const std::exception& e) {
+    log_error(std::string("write-persist: while draining: ") + e.what());
+  }
+  stop_polling = true;
+  wake_poller();
+  poller.join();
+  post_ready();
+  decltype(files) left;
+  {
+    std::lock_guard lock(mu);
+    left.swap(files);
+  }
+  for (auto& [id, f] : left) abandon(*f);
+}
+
+void WritePersistEngine::Impl::wake_poller() {
+  std::lock_guard lock(mu);
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+  if (!sqe) return;  // the SQ is never full here; the poller's timeout covers it anyway
+  io_uring_prep_nop(sqe);
+  io_uring_sqe_set_data64(sqe, kWakeTag);
+  try {
+    flush();
+  } catch (const std::exception&) {
+  }
+}
+
+void WritePersistEngine::Impl::abandon(FileCtx& f) {
+  if (f.fd >= 0) ::close(f.fd);
+  f.fd = -1;
+  if (!f.created) return;
+  log_info("write-persist: " + f.name + ": no sync_close came, removing it");
+  if (f.slot == kNoSlot) {
+    ::unlink(f.name.c_str());
+    return;
+  }
+  if (pool->slot_of(f.name) == f.slot) ::unlink(f.name.c_str());  // only if it is still our symlink
+  release_slot(static_cast<uint32_t>(f.slot));
+}
+
+void WritePersistEngine::Impl::release_slot(uint32_t slot) {
+  try {
+    pool->release(slot);
+  } catch (const std::exception& e) {
+    add(stats.errors);
+    log_warn(std::string("write-persist: ") + e.what());
+  }
+}
+
+// -------------------------------------------------------------------- facade
+
+WritePersistEngine::WritePersistEngine(SstPool* pool, EngineStats& stats, const EngineOptions& options)
+    : impl_(nullptr), pool_(pool), stats_(stats), options_(options) {
+  impl_ = new Impl(pool_, stats_, options_);
+}
+
+WritePersistEngine::~WritePersistEngine() { delete impl_; }
+
+void WritePersistEngine::serve(ChannelDpu& qp) { impl_->serve(qp); }
+
+void WritePersistEngine::stop() { impl_->stop_serving = true; }
+
+}  // namespace dpukit::kv

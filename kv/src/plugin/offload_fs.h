@@ -1,0 +1,142 @@
+// The host side of PulseDB: a RocksDB FileSystemWrapper that routes the SST
+// files compaction writes to a write-persist engine and keeps RocksDB's own
+// barriers intact (see docs/kv.md, "Consistency"):
+//   - Append copies into the queue pair's payload region and returns; the
+//     writer batches appends up to write_threshold per write request and
+//     posts a range_sync per sync_interval; Sync/Fsync/Close post sync_close
+//     without waiting; GetFileSize answers the logical size at once.
+//   - The directory fsync compaction issues before installing its outputs
+//     waits for every outstanding sync_close in that directory and returns
+//     the first error; opening an offloaded file for reading waits for its
+//     sync_close.
+//   - Deleting a pool file recycles its slot.
+#pragma once
+
+#include <rocksdb/file_system.h>
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "dpukit/kv.h"
+#include "engine.h"
+#include "pool.h"
+#include "queue_pair.h"
+
+namespace dpukit::kv {
+
+// Host-side counters (relaxed atomics), written as JSON at shutdown if asked.
+struct PluginStats {
+  std::atomic<uint64_t> files_offloaded{0}, files_pool{0}, files_local{0}, files_fallback{0};
+  std::atomic<uint64_t> bytes_offloaded{0}, write_requests{0}, range_syncs{0}, sync_closes{0};
+  std::atomic<uint64_t> dir_fsync_waits{0}, dir_fsync_wait_ns{0}, read_waits{0}, recycles{0};
+  std::atomic<uint64_t> file_errors{0}, queue_pairs{0}, broken_queue_pairs{0};
+};
+
+// One offloaded file from its kOpen to its kSyncClose completion.
+struct InFlightFile {
+  uint64_t id = 0;
+  std::string path, dir;
+  QueuePair* qp = nullptr;
+  uint64_t size = 0;         // logical size; final once host_closed
+  bool host_closed = false;  // sync_close posted
+  bool done = false;         // sync_close completed (or failed)
+  rocksdb::IOStatus status;  // the file's first error
+  std::thread::id writer;    // the thread that writes it: its directory fsync gets the file's error
+  bool reported = false;     // ... once
+  std::atomic<bool> failed{false};  // status is an error (the writer reads it without the lock)
+};
+
+class OffloadFileSystem final : public rocksdb::FileSystemWrapper, public CompletionSink {
+ public:
+  OffloadFileSystem(std::shared_ptr<rocksdb::FileSystem> base, OffloadOptions options);
+  ~OffloadFileSystem() override;
+
+  static const char* kClassName() { return "PulseDbFileSystem"; }
+  const char* Name() const override { return kClassName(); }
+
+  rocksdb::IOStatus NewWritableFile(const std::string& fname, const rocksdb::FileOptions& opts,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* result,
+                                    rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus NewRandomAccessFile(const std::string& fname, const rocksdb::FileOptions& opts,
+                                        std::unique_ptr<rocksdb::FSRandomAccessFile>* result,
+                                        rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus NewSequentialFile(const std::string& fname, const rocksdb::FileOptions& opts,
+                                      std::unique_ptr<rocksdb::FSSequentialFile>* result,
+                                      rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus GetFileSize(const std::string& fname, const rocksdb::IOOptions& opts, uint64_t* size,
+                                rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus FileExists(const std::string& fname, const rocksdb::IOOptions& opts,
+                               rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus DeleteFile(const std::string& fname, const rocksdb::IOOptions& opts,
+                               rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus RenameFile(const std::string& src, const std::string& dst, const rocksdb::IOOptions& opts,
+                               rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus LinkFile(const std::string& src, const std::string& dst, const rocksdb::IOOptions& opts,
+                             rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus NewDirectory(const std::string& name, const rocksdb::IOOptions& opts,
+                                 std::unique_ptr<rocksdb::FSDirectory>* result,
+                                 rocksdb::IODebugContext* dbg) override;
+
+  // --- for the writable file and the directory ---
+  const OffloadOptions& options() const { return options_; }
+  PluginStats& stats() { return stats_; }
+  // This thread's queue pair, connecting (again) if needed; null if the
+  // engine cannot be reached now (the file then takes the normal path).
+  QueuePair* queue_pair_for_this_thread();
+  uint64_t new_file_id();
+  std::shared_ptr<InFlightFile> begin_file(const std::string& path, QueuePair* qp, uint64_t id);
+  void file_host_closed(InFlightFile& f, uint64_t size);
+  void file_failed(InFlightFile& f, const rocksdb::IOStatus& s);
+  rocksdb::IOStatus file_status(InFlightFile& f);
+  // Waits for every posted sync_close in `dir`; the first error among the
+  // files the calling thread wrote (a compaction's thread fsyncs its output
+  // directory; another compaction's failure is reported to that one, and a
+  // flush's fsync of the same directory gets none).
+  rocksdb::IOStatus wait_directory(const std::string& dir);
+  SstPool* pool() { return pool_.get(); }
+  // True if the listener named `fname` a compaction (or flush) output.
+  enum class Purpose { kUnknown, kCompaction, kFlush };
+  static void note_purpose(const std::string& fname, Purpose p);
+  static Purpose purpose_of(const std::string& fname);
+
+  // CompletionSink
+  void on_completion(QueuePair& qp, const ChannelCompletion& c) override;
+  void on_broken(QueuePair& qp, const std::string& why) override;
+
+ private:
+  std::shared_ptr<InFlightFile> find_path(const std::string& path);
+  // Waits until the file's sync_close completed; its status.
+  rocksdb::IOStatus wait_file(InFlightFile& f);
+  rocksdb::IOStatus wait_if_in_flight(const std::string& path);
+  rocksdb::IOStatus recycle(const std::string& path);
+  std::unique_ptr<QueuePair> open_queue_pair();
+  ChannelConfig channel_config() const;
+  void write_stats() const;
+
+  OffloadOptions options_;
+  PluginStats stats_;
+  EngineStats engine_stats_;         // async-host: the in-process engine's
+  std::unique_ptr<SstPool> pool_;    // async-host and filepool: this process's pool
+
+  std::mutex qp_mu_;
+  std::vector<std::unique_ptr<QueuePair>> qps_;             // every queue pair ever opened (alive until shutdown)
+  std::unordered_map<std::thread::id, QueuePair*> by_thread_;
+  QueuePair* control_ = nullptr;                            // recycle requests from any thread
+  std::mutex control_mu_;
+  std::chrono::steady_clock::time_point next_connect_{};    // after a failure, retry no sooner
+
+  std::mutex files_mu_;
+  std::condition_variable files_cv_;
+  std::unordered_map<uint64_t, std::shared_ptr<InFlightFile>> files_;  // by id
+  std::unordered_map<std::string, uint64_t> by_path_;
+  std::atomic<uint64_t> next_id_{1};
+  std::map<uint64_t, std::pair<bool, ChannelCompletion>> control_results_;  // recycle id -> (done, completion)
+};
+
+}  // namespace dpukit::kv

@@ -1,0 +1,50 @@
+// The queue-pair protocol between the host side (the RocksDB FileSystem
+// plugin) and the write-persist engine (in the dpu-side agent, or in a thread
+// of the host process for the async-host baseline). It rides on the core
+// channel: ChannelRequest.op is an Op, ChannelRequest.id names the file.
+//
+// Per file the host sends, in order on ONE queue pair: kOpen, then kWrite and
+// kRangeSync in file order, then exactly one kSyncClose. Only kHello,
+// kSyncClose and kRecycle are completed; an error of any earlier request of a
+// file (open, write, range_sync) is kept by the engine and reported by that
+// file's kSyncClose completion (the first one wins).
+#pragma once
+
+#include <cstdint>
+
+namespace dpukit::kv {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+
+enum class Op : uint32_t {
+  // args[0] = kProtocolVersion. Completion: result = the engine's version,
+  // status = 0, or -EPROTO if it does not speak the host's version.
+  kHello = 1,
+  // id = file id (unique per queue pair for the life of the connection);
+  // payload = RocksDB's absolute file name; args[0] = OpenFlags. The engine
+  // takes a pool slot and makes the name a symlink to it, or, without a pool
+  // or with the pool exhausted, creates a normal file at the name (counted).
+  kOpen = 2,
+  // id = file id; args[0] = offset in the file; payload = the bytes.
+  kWrite = 3,
+  // id = file id; args[0] = offset, args[1] = bytes: sync_file_range of that
+  // range, once every write sent before it has completed.
+  kRangeSync = 4,
+  // id = file id; args[0] = the file's final size. Once every earlier write
+  // and range_sync of the file completed: fsync linked to close.
+  // Completion: status = the file's first error (0 if none, else -errno),
+  // result = bytes the engine wrote, arg = the pool slot or kNoSlot.
+  kSyncClose = 5,
+  // id = request id; payload = a path. If it is a symlink into the pool, the
+  // link is removed and its slot recycled; otherwise the file is unlinked.
+  // Completion: status 0 or -errno, result = 1 if a slot was recycled, else 0.
+  kRecycle = 6,
+};
+
+enum OpenFlags : uint64_t {
+  kUsePool = 1,  // take a pool slot (otherwise: a normal file at the name)
+};
+
+inline constexpr uint64_t kNoSlot = UINT64_MAX;
+
+}  // namespace dpukit::kv

@@ -1,0 +1,314 @@
+// The dpukit-agent binary as a process of its own: end to end over a real
+// channel, its signals, its exit codes, and what happens when either side dies.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "dpukit/core/channel.h"
+#include "protocol.h"
+
+extern char** environ;
+
+namespace dpukit::kv {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// A hang is a failure, not a slow run: every wait gives up after this.
+constexpr auto kPatience = 60s;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "dpukit-agent-test-XXXXXX").string();
+    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+template <class Pred>
+bool eventually(Pred pred) {
+  for (auto deadline = Clock::now() + kPatience; Clock::now() < deadline; std::this_thread::sleep_for(10ms))
+    if (pred()) return true;
+  return pred();
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The agent binary as a child process, its output in a file; killed at the
+// end of the test if it is still running.
+struct AgentProcess {
+  pid_t pid = -1;
+  fs::path socket, err;
+
+  AgentProcess(const fs::path& dir, const std::string& name, std::vector<std::string> args)
+      : socket(dir / (name + ".sock")), err(dir / (name + ".err")) {
+    args.insert(args.begin(), {DPUKIT_AGENT_TOOL, "--listen", socket.string()});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 2, 1);
+    int rc = posix_spawn(&pid, DPUKIT_AGENT_TOOL, &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) throw std::runtime_error("cannot start " + std::string(DPUKIT_AGENT_TOOL));
+  }
+  ~AgentProcess() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+  // Its wait status, once it exited (killed if it does not within kPatience).
+  int wait_exit() {
+    int status = 0;
+    bool exited = eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; });
+    if (!exited) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      ADD_FAILURE() << "the agent did not exit";
+    }
+    pid = -1;
+    return status;
+  }
+  void signal(int sig) const { ASSERT_EQ(::kill(pid, sig), 0); }
+  // Connects once the agent listens (it may still be preparing its pool).
+  ChannelHost connect() const {
+    for (auto deadline = Clock::now() + kPatience;; std::this_thread::sleep_for(10ms)) {
+      try {
+        return ChannelHost::connect(socket.string());
+      } catch (const ChannelError&) {
+        if (Clock::now() > deadline) throw;
+      }
+    }
+  }
+};
+
+constexpr uint32_t op(Op o) { return static_cast<uint32_t>(o); }
+
+ChannelCompletion wait_one(ChannelHost& ch) {
+  ChannelCompletion c{};
+  for (auto deadline = Clock::now() + kPatience; Clock::now() < deadline;)
+    if (ch.wait_completions(&c, 1, 100ms) == 1) return c;
+  throw std::runtime_error("no completion came");
+}
+
+std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+void send_open(ChannelHost& ch, uint64_t id, const fs::path& name, bool use_pool) {
+  std::string s = name.string();
+  ch.submit(op(Op::kOpen), id, {reinterpret_cast<const uint8_t*>(s.data()), s.size()},
+            {use_pool ? uint64_t{kUsePool} : uint64_t{0}});
+}
+
+// Opens `name` and sends `data` in 64 KiB writes with a range_sync after each.
+void send_file(ChannelHost& ch, uint64_t id, const fs::path& name, const std::vector<uint8_t>& data, bool use_pool) {
+  send_open(ch, id, name, use_pool);
+  constexpr size_t kChunk = 64 << 10;
+  for (size_t off = 0; off < data.size(); off += kChunk) {
+    size_t len = std::min(kChunk, data.size() - off);
+    ch.submit(op(Op::kWrite), id, std::span(data).subspan(off, len), {off});
+    ch.submit(op(Op::kRangeSync), id, {}, {off, len});
+  }
+}
+
+// The whole life of one file: its sync_close completion.
+ChannelCompletion write_file(ChannelHost& ch, uint64_t id, const fs::path& name, const std::vector<uint8_t>& data,
+                             bool use_pool) {
+  send_file(ch, id, name, data, use_pool);
+  ch.submit(op(Op::kSyncClose), id, {}, {data.size()});
+  return wait_one(ch);
+}
+
+std::vector<uint8_t> read_bytes(const fs::path& p) {
+  std::string s = read_text(p);
+  return std::vector<uint8_t>(s.begin(), s.end());
+}
+
+nlohmann::json stats_after_sigusr1(const AgentProcess& agent, const fs::path& stats) {
+  fs::remove(stats);
+  agent.signal(SIGUSR1);
+  EXPECT_TRUE(eventually([&] { return fs::exists(stats); })) << "no statistics after SIGUSR1";
+  return nlohmann::json::parse(read_text(stats));
+}
+
+TEST(Agent, WritesAPoolFileEndToEndAndReportsStatsOnSignalAndExit) {
+  TempDir t;
+  fs::path pool = t.path / "pool", stats = t.path / "stats.json", sst = t.path / "000009.sst";
+  AgentProcess agent(t.path, "agent",
+                     {"--pool", pool.string(), "--slots", "4", "--slot-size", "1MiB", "--stats", stats.string()});
+  ChannelHost ch = agent.connect();
+  ch.submit(op(Op::kHello), 77, {}, {kProtocolVersion});
+  ChannelCompletion hello = wait_one(ch);
+  EXPECT_EQ(hello.id, 77u);
+  EXPECT_EQ(hello.status, 0);
+  auto data = random_bytes(300'000, 1);
+  ChannelCompletion c = write_file(ch, 1, sst, data, true);
+  EXPECT_EQ(c.op, op(Op::kSyncClose));
+  EXPECT_EQ(c.status, 0);
+  EXPECT_EQ(c.result, static_cast<int64_t>(data.size()));
+  ASSERT_NE(c.arg, kNoSlot);
+  ASSERT_TRUE(fs::is_symlink(sst));
+  EXPECT_EQ(fs::read_symlink(sst).parent_path(), fs::canonical(pool));
+  EXPECT_EQ(fs::file_size(sst), data.size());
+  EXPECT_TRUE(read_bytes(sst) == data);
+
+  nlohmann::json j = stats_after_sigusr1(agent, stats);
+  EXPECT_EQ(j["requests"], 1 + 1 + 5 * 2 + 1) << j.dump(2);  // hello, open, 5 writes + range_syncs, sync_close
+  EXPECT_EQ(j["write_bytes"], data.size());
+  EXPECT_EQ(j["pool_files"], 1);
+  EXPECT_EQ(j["queue_pairs"]["active"], 1);
+  EXPECT_EQ(j["pool"]["slots"], 4);
+  EXPECT_EQ(j["pool"]["free"], 3);
+  EXPECT_EQ(j["pool"]["claims"], 1);
+  EXPECT_GE(j["io_uring"]["sqes_submitted"].get<uint64_t>(), 5u + 5u + 2u);
+  EXPECT_TRUE(j["cpu_seconds"]["total"].is_number());
+
+  ch.close();
+  agent.signal(SIGTERM);
+  int status = agent.wait_exit();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << read_text(agent.err);
+  j = nlohmann::json::parse(read_text(stats));
+  EXPECT_EQ(j["queue_pairs"]["accepted"], 1);
+  EXPECT_EQ(j["queue_pairs"]["active"], 0) << "written again at exit";
+  EXPECT_FALSE(fs::exists(agent.socket)) << "the socket file is removed";
+  EXPECT_TRUE(fs::is_symlink(sst)) << "a finished file outlives the agent";
+}
+
+TEST(Agent, WithoutAPoolWritesNormalFilesAndStopsOnSigint) {
+  TempDir t;
+  fs::path sst = t.path / "000010.sst";
+  AgentProcess agent(t.path, "agent", {"--no-pool"});
+  ChannelHost ch = agent.connect();
+  auto data = random_bytes(100'000, 2);
+  ChannelCompletion c = write_file(ch, 1, sst, data, true);
+  EXPECT_EQ(c.status, 0);
+  EXPECT_EQ(c.arg, kNoSlot);
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(sst)));
+  EXPECT_TRUE(read_bytes(sst) == data);
+  agent.signal(SIGINT);
+  int status = agent.wait_exit();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_text(agent.err);
+}
+
+TEST(Agent, KilledAgentIsSeenByTheHostAndItsPoolOpensAgain) {
+  TempDir t;
+  fs::path pool = t.path / "pool";
+  std::vector<std::string> args = {"--pool", pool.string(), "--slots", "4", "--slot-size", "1MiB"};
+  auto agent = std::make_unique<AgentProcess>(t.path, "first", args);
+  ChannelHost ch = agent->connect();
+  send_file(ch, 1, t.path / "unfinished.sst", random_bytes(100'000, 3), true);
+  ch.submit(op(Op::kHello), 2, {}, {kProtocolVersion});
+  wait_one(ch);  // the agent has taken everything before it
+  agent->signal(SIGKILL);
+  agent->wait_exit();
+  ChannelCompletion c;
+  EXPECT_THROW(ch.wait_completions(&c, 1, kPatience), ChannelError);
+
+  AgentProcess again(t.path, "second", args);  // the dead agent's lock went with it
+  ChannelHost ch2 = again.connect();
+  ChannelCompletion done = write_file(ch2, 1, t.path / "next.sst", random_bytes(1000, 4), true);
+  EXPECT_EQ(done.status, 0);
+}
+
+// The child: a host that starts a file and dies without closing the channel.
+[[noreturn]] void run_dying_host(const AgentProcess& agent, const fs::path& name) {
+  try {
+    ChannelHost ch = agent.connect();
+    send_file(ch, 1, name, random_bytes(200'000, 5), true);
+    ch.submit(op(Op::kHello), 2, {}, {kProtocolVersion});
+    wait_one(ch);
+    std::_Exit(fs::is_symlink(name) ? 0 : 4);  // no destructor closes the channel
+  } catch (...) {
+    std::_Exit(2);
+  }
+}
+
+TEST(Agent, AHostThatDiesEndsOnlyItsOwnQueuePair) {
+  TempDir t;
+  fs::path pool = t.path / "pool", stats = t.path / "stats.json", dead = t.path / "dead.sst";
+  AgentProcess agent(t.path, "agent",
+                     {"--pool", pool.string(), "--slots", "4", "--slot-size", "1MiB", "--stats", stats.string()});
+  pid_t child = ::fork();  // this test process has no other thread now
+  ASSERT_GE(child, 0);
+  if (child == 0) run_dying_host(agent, dead);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "the dying host failed before it died";
+  EXPECT_TRUE(eventually([&] { return !fs::exists(fs::symlink_status(dead)); }))
+      << "the dead host's unfinished file is removed";
+
+  ChannelHost ch = agent.connect();
+  auto data = random_bytes(50'000, 6);
+  ChannelCompletion c = write_file(ch, 1, t.path / "alive.sst", data, true);
+  EXPECT_EQ(c.status, 0);
+  EXPECT_TRUE(read_bytes(t.path / "alive.sst") == data);
+  nlohmann::json j = stats_after_sigusr1(agent, stats);
+  EXPECT_EQ(j["queue_pairs"]["accepted"], 2);
+  EXPECT_EQ(j["queue_pairs"]["active"], 1);
+  EXPECT_EQ(j["pool"]["free"], 3) << "the dead host's slot is free again";
+  EXPECT_EQ(j["pool"]["released"], 1);
+  EXPECT_NE(read_text(agent.err).find("is gone"), std::string::npos) << "the host's death is logged";
+}
+
+TEST(Agent, PoolProblemsExit1AndBadArgumentsExit2) {
+  TempDir t;
+  fs::path pool = t.path / "pool";
+  AgentProcess first(t.path, "first", {"--pool", pool.string(), "--slots", "4", "--slot-size", "1MiB"});
+  first.connect();  // the pool is open
+
+  auto exit_code = [&](const std::string& name, std::vector<std::string> args) {
+    AgentProcess p(t.path, name, std::move(args));
+    int status = p.wait_exit();
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  EXPECT_EQ(exit_code("busy", {"--pool", pool.string(), "--slots", "4", "--slot-size", "1MiB"}), 1);
+  std::string busy = read_text(t.path / "busy.err");
+  EXPECT_NE(busy.find("pool " + fs::canonical(pool).string() + " is in use by another process"), std::string::npos)
+      << busy;
+  first.signal(SIGTERM);
+  first.wait_exit();
+  EXPECT_EQ(exit_code("geometry", {"--pool", pool.string(), "--slots", "8", "--slot-size", "1MiB"}), 1);
+  EXPECT_NE(read_text(t.path / "geometry.err").find("created with 4 slots"), std::string::npos)
+      << read_text(t.path / "geometry.err");
+
+  EXPECT_EQ(exit_code("noslots", {"--pool", pool.string(), "--slots", "0"}), 2);
+  EXPECT_EQ(exit_code("nopool", {}), 2);
+  EXPECT_NE(read_text(t.path / "nopool.err").find("--pool DIR is required"), std::string::npos);
+  EXPECT_EQ(exit_code("badcpus", {"--no-pool", "--cpus", "x"}), 2);
+  EXPECT_EQ(exit_code("unknown", {"--no-pool", "--frobnicate"}), 2);
+  EXPECT_EQ(exit_code("help", {"--help"}), 0);
+  EXPECT_NE(read_text(t.path / "help.err").find("usage: dpukit-agent"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dpukit::kv

@@ -1,0 +1,598 @@
+#include "engine.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "protocol.h"
+
+namespace dpukit::kv {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using Io = IoEvent::Io;
+using Kind = IoEvent::Kind;
+
+// A hang is a failure, not a slow run: every wait gives up after this.
+constexpr auto kPatience = 60s;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "dpukit-engine-test-XXXXXX").string();
+    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+std::vector<uint8_t> read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+bool exists_at_all(const fs::path& p) { return fs::exists(fs::symlink_status(p)); }
+
+constexpr uint32_t op(Op o) { return static_cast<uint32_t>(o); }
+
+// The host side of the protocol, as the RocksDB plugin speaks it.
+struct Host {
+  ChannelHost& ch;
+
+  void hello(uint64_t id, uint64_t version = kProtocolVersion) { ch.submit(op(Op::kHello), id, {}, {version}); }
+  void open(uint64_t id, const fs::path& name, bool use_pool) {
+    std::string s = name.string();
+    ch.submit(op(Op::kOpen), id, {reinterpret_cast<const uint8_t*>(s.data()), s.size()},
+              {use_pool ? uint64_t{kUsePool} : uint64_t{0}});
+  }
+  void write(uint64_t id, uint64_t offset, std::span<const uint8_t> data) {
+    ch.submit(op(Op::kWrite), id, data, {offset});
+  }
+  void range_sync(uint64_t id, uint64_t offset, uint64_t len) { ch.submit(op(Op::kRangeSync), id, {}, {offset, len}); }
+  void sync_close(uint64_t id, uint64_t size) { ch.submit(op(Op::kSyncClose), id, {}, {size}); }
+  void recycle(uint64_t id, const fs::path& p) {
+    std::string s = p.string();
+    ch.submit(op(Op::kRecycle), id, {reinterpret_cast<const uint8_t*>(s.data()), s.size()});
+  }
+  // Up to `n` completions, fewer only if they do not come in kPatience.
+  std::vector<ChannelCompletion> collect(size_t n) {
+    std::vector<ChannelCompletion> out;
+    auto deadline = Clock::now() + kPatience;
+    while (out.size() < n && Clock::now() < deadline) {
+      ChannelCompletion c[16];
+      size_t k = ch.wait_completions(c, std::min<size_t>(16, n - out.size()), 100ms);
+      out.insert(out.end(), c, c + k);
+    }
+    return out;
+  }
+  // Requests are handled in order: once a hello sent now is answered, every
+  // request before it has been dispatched. Returns the other completions seen.
+  std::vector<ChannelCompletion> barrier() {
+    constexpr uint64_t kBarrierId = 0xba771e7;
+    hello(kBarrierId);
+    std::vector<ChannelCompletion> others;
+    auto deadline = Clock::now() + kPatience;
+    while (Clock::now() < deadline) {
+      ChannelCompletion c;
+      if (ch.wait_completions(&c, 1, 100ms) == 0) continue;
+      if (c.op == op(Op::kHello) && c.id == kBarrierId) return others;
+      others.push_back(c);
+    }
+    throw std::runtime_error("the engine did not answer the barrier hello");
+  }
+};
+
+// The engine serving one end of an in-process channel on its own thread.
+struct EngineRun {
+  explicit EngineRun(SstPool* pool, const EngineOptions& options = {}) {
+    auto pair = make_channel_pair({});
+    channel.emplace(std::move(pair.first));
+    engine = std::make_unique<WritePersistEngine>(pool, stats, options);
+    server = std::thread([this, dpu = std::move(pair.second)]() mutable {
+      try {
+        engine->serve(dpu);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    });
+  }
+  ~EngineRun() { finish(); }
+  // Closes the queue pair in order and waits for serve() to return.
+  void finish() {
+    if (!server.joinable()) return;
+    channel->close();
+    server.join();
+  }
+  Host host() { return Host{*channel}; }
+
+  EngineStats stats;
+  std::unique_ptr<WritePersistEngine> engine;
+  std::optional<ChannelHost> channel;
+  std::thread server;
+  std::string error;  // what serve() threw, if anything
+};
+
+// Every IoEvent the engine reports, in order.
+struct TraceLog {
+  std::mutex mu;
+  std::vector<IoEvent> events;
+
+  EngineOptions options(EngineOptions o = {}) {
+    o.trace = [this](const IoEvent& e) {
+      std::lock_guard lock(mu);
+      events.push_back(e);
+    };
+    return o;
+  }
+  std::vector<IoEvent> snapshot() {
+    std::lock_guard lock(mu);
+    return events;
+  }
+  bool has(Io io, Kind kind) {
+    auto ev = snapshot();
+    return std::any_of(ev.begin(), ev.end(), [&](const IoEvent& e) { return e.io == io && e.kind == kind; });
+  }
+};
+
+// The dependency rules of PulseDB §III-B4, checked on a trace: a range_sync
+// is submitted only after every event of the writes of its file sent before
+// it, an fsync only after every write and range_sync of its file, and the
+// close right behind its fsync (one linked submission). Every SQE completes.
+void expect_dependencies_kept(const std::vector<IoEvent>& ev) {
+  size_t submits = 0, completes = 0;
+  for (size_t i = 0; i < ev.size(); ++i) {
+    const IoEvent& e = ev[i];
+    (e.kind == Kind::kSubmit ? submits : completes)++;
+    if (e.kind != Kind::kSubmit) continue;
+    for (size_t j = i + 1; j < ev.size(); ++j) {
+      const IoEvent& later = ev[j];
+      if (later.file != e.file) continue;
+      if (e.io == Io::kRangeSync && later.io == Io::kWrite && later.seq <= e.seq)
+        ADD_FAILURE() << "file " << e.file << ": range_sync after write " << e.seq << " submitted while write "
+                      << later.seq << " was in flight";
+      if (e.io == Io::kFsync && (later.io == Io::kWrite || later.io == Io::kRangeSync))
+        ADD_FAILURE() << "file " << e.file << ": fsync submitted while I/O of the file was in flight";
+    }
+    if (e.io == Io::kFsync) {
+      ASSERT_LT(i + 1, ev.size());
+      EXPECT_TRUE(ev[i + 1].io == Io::kClose && ev[i + 1].kind == Kind::kSubmit && ev[i + 1].file == e.file)
+          << "file " << e.file << ": the close must follow its fsync in the same submission";
+    }
+  }
+  EXPECT_EQ(submits, completes);
+}
+
+struct Variant {
+  const char* name;
+  bool pool;
+  unsigned ring_entries;
+  uint64_t max_inflight_bytes;
+};
+
+class EngineWrites : public ::testing::TestWithParam<Variant> {};
+
+// Several files written at once, in random write sizes, interleaved, with
+// range_syncs: at each sync_close completion the file is complete.
+TEST_P(EngineWrites, InterleavedFilesArriveByteExact) {
+  const Variant v = GetParam();
+  TempDir t;
+  fs::path db = t.path / "db";
+  fs::create_directories(db);
+  std::optional<SstPool> pool;
+  if (v.pool) pool.emplace(SstPool::Options{(t.path / "pool").string(), 8, 4 << 20});
+  TraceLog trace;
+  EngineOptions o;
+  o.ring_entries = v.ring_entries;
+  o.max_inflight_bytes = v.max_inflight_bytes;
+  EngineRun run(pool ? &*pool : nullptr, trace.options(o));
+  Host h = run.host();
+
+  struct Out {
+    fs::path name;
+    std::vector<uint8_t> data;
+    uint64_t sent = 0, synced = 0;
+  };
+  constexpr int kFiles = 5;
+  std::mt19937_64 rng(42);
+  std::vector<Out> files(kFiles);
+  std::vector<int> unfinished;
+  for (int i = 0; i < kFiles; ++i) {
+    files[i].name = db / (std::to_string(100 + i) + ".sst");
+    files[i].data = random_bytes(200'000 + rng() % 2'300'000, i);
+    h.open(i + 1, files[i].name, v.pool);
+    unfinished.push_back(i);
+  }
+  uint64_t writes = 0, bytes = 0;
+  while (!unfinished.empty()) {
+    size_t pick = rng() % unfinished.size();
+    int k = unfinished[pick];
+    Out& f = files[k];
+    size_t len = std::min<size_t>(1 + rng() % (256 << 10), f.data.size() - f.sent);
+    h.write(k + 1, f.sent, std::span(f.data).subspan(f.sent, len));
+    f.sent += len;
+    ++writes;
+    bytes += len;
+    if (f.sent - f.synced >= (512 << 10)) {
+      h.range_sync(k + 1, f.synced, f.sent - f.synced);
+      f.synced = f.sent;
+    }
+    if (f.sent == f.data.size()) {
+      h.sync_close(k + 1, f.sent);
+      unfinished.erase(unfinished.begin() + static_cast<ptrdiff_t>(pick));
+    }
+  }
+  auto done = h.collect(kFiles);
+  ASSERT_EQ(done.size(), size_t{kFiles});
+  for (const ChannelCompletion& c : done) {
+    ASSERT_TRUE(c.id >= 1 && c.id <= kFiles) << c.id;
+    const Out& f = files[c.id - 1];
+    EXPECT_EQ(c.op, op(Op::kSyncClose));
+    EXPECT_EQ(c.status, 0) << f.name;
+    EXPECT_EQ(c.result, static_cast<int64_t>(f.data.size()));
+    if (v.pool) {
+      ASSERT_TRUE(fs::is_symlink(f.name)) << f.name;
+      EXPECT_EQ(fs::read_symlink(f.name).parent_path(), pool->dir());
+      EXPECT_EQ(pool->slot_of(f.name.string()), std::optional<uint32_t>(c.arg));
+    } else {
+      EXPECT_EQ(c.arg, kNoSlot);
+      EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(f.name)));
+    }
+    EXPECT_EQ(fs::file_size(f.name), f.data.size()) << "the size stat reports is the bytes written";
+    EXPECT_TRUE(read_all(f.name) == f.data) << f.name << " differs from what the host wrote";
+  }
+  run.finish();
+  EXPECT_EQ(run.error, "");
+  EXPECT_EQ(run.stats.writes, writes);
+  EXPECT_EQ(run.stats.write_bytes, bytes);
+  EXPECT_EQ(run.stats.sync_closes, uint64_t{kFiles});
+  EXPECT_EQ(run.stats.files_opened, uint64_t{kFiles});
+  EXPECT_EQ(run.stats.pool_files, v.pool ? uint64_t{kFiles} : 0);
+  EXPECT_EQ(run.stats.normal_files, v.pool ? 0 : uint64_t{kFiles});
+  EXPECT_EQ(run.stats.errors, 0u);
+  EXPECT_EQ(run.stats.sqes_submitted, run.stats.cqes_completed);
+  EXPECT_EQ(run.stats.inflight_ios, 0u);
+  // SQEs in flight never exceed the CQ (2 x ring entries): it cannot overflow.
+  EXPECT_LE(run.stats.max_inflight_ios, 2u * std::bit_ceil(v.ring_entries));
+  expect_dependencies_kept(trace.snapshot());
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, EngineWrites,
+                         ::testing::Values(Variant{"Pool", true, 256, 64 << 20},
+                                           Variant{"NormalFiles", false, 256, 64 << 20},
+                                           Variant{"PoolWithTinyRingAndBudget", true, 4, 64 << 10}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Engine, FallsBackToNormalFilesWhenThePoolIsExhausted) {
+  TempDir t;
+  SstPool pool(SstPool::Options{(t.path / "pool").string(), 2, 1 << 20});
+  EngineRun run(&pool);
+  Host h = run.host();
+  auto data = random_bytes(1000, 1);
+  for (uint64_t id = 1; id <= 3; ++id) {
+    h.open(id, t.path / (std::to_string(id) + ".sst"), true);
+    h.write(id, 0, data);
+    h.sync_close(id, data.size());
+  }
+  auto done = h.collect(3);
+  ASSERT_EQ(done.size(), 3u);
+  int normal = 0;
+  for (const auto& c : done) {
+    fs::path name = t.path / (std::to_string(c.id) + ".sst");
+    EXPECT_EQ(c.status, 0);
+    EXPECT_EQ(read_all(name), data);
+    if (c.arg == kNoSlot) {
+      ++normal;
+      EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(name)));
+    } else {
+      EXPECT_TRUE(fs::is_symlink(name));
+    }
+  }
+  EXPECT_EQ(normal, 1);
+  run.finish();
+  EXPECT_EQ(run.stats.pool_files, 2u);
+  EXPECT_EQ(run.stats.normal_files, 1u);
+  EXPECT_EQ(pool.stats().exhausted, 1u);
+}
+
+// A FIFO holds 64 KiB: a larger write to it stays in flight until the test
+// reads, which makes "in flight" something the test controls.
+struct Fifo {
+  fs::path path;
+  int rd = -1;
+  explicit Fifo(const fs::path& p) : path(p) {
+    if (::mkfifo(p.c_str(), 0600) != 0) throw std::runtime_error("mkfifo failed");
+    rd = ::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // so that the engine's open does not block
+  }
+  ~Fifo() { ::close(rd); }
+  std::vector<uint8_t> read_exactly(size_t n) {
+    std::vector<uint8_t> got(n);
+    size_t have = 0;
+    auto deadline = Clock::now() + kPatience;
+    while (have < n && Clock::now() < deadline) {
+      pollfd p{rd, POLLIN, 0};
+      ::poll(&p, 1, 100);
+      ssize_t k = ::read(rd, got.data() + have, n - have);
+      if (k > 0) have += static_cast<size_t>(k);
+    }
+    got.resize(have);
+    return got;
+  }
+};
+
+TEST(Engine, RangeSyncWaitsForTheWritesSentBeforeIt) {
+  TempDir t;
+  Fifo fifo(t.path / "pipe");
+  TraceLog trace;
+  EngineRun run(nullptr, trace.options());
+  Host h = run.host();
+  auto data = random_bytes(256 << 10, 3);
+  h.open(1, fifo.path, false);
+  h.write(1, 0, data);
+  h.range_sync(1, 0, data.size());
+  EXPECT_TRUE(h.barrier().empty());
+  EXPECT_TRUE(trace.has(Io::kWrite, Kind::kSubmit));
+  EXPECT_FALSE(trace.has(Io::kRangeSync, Kind::kSubmit)) << "submitted while the write before it is in flight";
+  EXPECT_EQ(fifo.read_exactly(data.size()), data);
+  h.sync_close(1, data.size());
+  auto done = h.collect(1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, -ESPIPE) << "sync_file_range fails on a FIFO, and that is the file's first error";
+  EXPECT_EQ(done[0].result, static_cast<int64_t>(data.size()));
+  EXPECT_TRUE(trace.has(Io::kRangeSync, Kind::kSubmit)) << "submitted once the write completed";
+  expect_dependencies_kept(trace.snapshot());
+}
+
+TEST(Engine, SyncCloseWaitsForItsWritesAndAFailedFsyncStillClosesTheFile) {
+  TempDir t;
+  Fifo fifo(t.path / "pipe");
+  TraceLog trace;
+  EngineRun run(nullptr, trace.options());
+  Host h = run.host();
+  auto data = random_bytes(300 << 10, 4);
+  h.open(1, fifo.path, false);
+  h.write(1, 0, data);
+  h.sync_close(1, data.size());
+  EXPECT_TRUE(h.barrier().empty()) << "no sync_close completion while its write is in flight";
+  EXPECT_FALSE(trace.has(Io::kFsync, Kind::kSubmit));
+  EXPECT_EQ(fifo.read_exactly(data.size()), data);
+  auto done = h.collect(1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].op, op(Op::kSyncClose));
+  EXPECT_EQ(done[0].status, -EINVAL) << "fsync fails on a FIFO";
+  EXPECT_EQ(done[0].result, static_cast<int64_t>(data.size()));
+  EXPECT_EQ(done[0].arg, kNoSlot);
+  // Whether the failed fsync cancels the linked close depends on the kernel
+  // (Linux 6.x runs it anyway: sync ops do not fail their links); either way
+  // the engine must have closed its end, so the reader sees end-of-file.
+  uint8_t b;
+  EXPECT_EQ(::read(fifo.rd, &b, 1), 0) << "the engine's end of the FIFO is still open";
+  auto ev = trace.snapshot();
+  auto close = std::find_if(ev.begin(), ev.end(), [](const IoEvent& e) {
+    return e.io == Io::kClose && e.kind == Kind::kComplete;
+  });
+  ASSERT_NE(close, ev.end());
+  EXPECT_TRUE(close->res == 0 || close->res == -ECANCELED) << close->res;
+  expect_dependencies_kept(ev);
+}
+
+TEST(Engine, AFailedOpenIsReportedBySyncCloseAndLaterRequestsAreSkipped) {
+  for (bool use_pool : {true, false}) {
+    SCOPED_TRACE(use_pool ? "pool" : "no pool");
+    TempDir t;
+    SstPool pool(SstPool::Options{(t.path / "pool").string(), 2, 1 << 20});
+    EngineRun run(&pool);
+    Host h = run.host();
+    auto data = random_bytes(1000, 5);
+    h.open(1, t.path / "no-such-dir" / "1.sst", use_pool);
+    h.write(1, 0, data);
+    h.range_sync(1, 0, data.size());
+    h.sync_close(1, data.size());
+    h.write(9, 0, data);  // a file that was never opened
+    h.sync_close(9, data.size());
+    if (use_pool) {
+      h.open(2, "relative.sst", true);
+      h.sync_close(2, 0);
+    }
+    size_t expected = use_pool ? 3 : 2;
+    auto done = h.collect(expected);
+    ASSERT_EQ(done.size(), expected);
+    for (const auto& c : done) {
+      EXPECT_EQ(c.op, op(Op::kSyncClose));
+      EXPECT_EQ(c.result, 0);
+      EXPECT_EQ(c.arg, kNoSlot);
+      int32_t want = c.id == 1 ? -ENOENT : c.id == 9 ? -EBADF : -EINVAL;
+      EXPECT_EQ(c.status, want) << "file id " << c.id;
+    }
+    run.finish();
+    EXPECT_EQ(run.stats.writes, 0u) << "writes of a failed file are skipped";
+    EXPECT_EQ(run.stats.sqes_submitted, 1u) << "only the wake-up of the polling thread";
+    EXPECT_GE(run.stats.errors, expected);
+    EXPECT_EQ(pool.stats().free, 2u) << "a slot claimed for a failed open is given back";
+  }
+}
+
+TEST(Engine, HelloAnswersWithTheEngineVersion) {
+  EngineRun run(nullptr);
+  Host h = run.host();
+  h.hello(1);
+  h.hello(2, kProtocolVersion + 1);
+  auto done = h.collect(2);
+  ASSERT_EQ(done.size(), 2u);
+  std::sort(done.begin(), done.end(), [](auto& a, auto& b) { return a.id < b.id; });
+  EXPECT_EQ(done[0].op, op(Op::kHello));
+  EXPECT_EQ(done[0].result, kProtocolVersion);
+  EXPECT_EQ(done[0].status, 0);
+  EXPECT_EQ(done[1].status, -EPROTO);
+}
+
+TEST(Engine, RecycleFreesThePoolSlotOrUnlinksTheFile) {
+  TempDir t;
+  SstPool pool(SstPool::Options{(t.path / "pool").string(), 4, 1 << 20});
+  EngineRun run(&pool);
+  Host h = run.host();
+  auto data = random_bytes(5000, 6);
+  fs::path pooled = t.path / "pooled.sst", normal = t.path / "normal.sst";
+  h.open(1, pooled, true);
+  h.open(2, normal, false);
+  for (uint64_t id : {1, 2}) {
+    h.write(id, 0, data);
+    h.sync_close(id, data.size());
+  }
+  auto closed = h.collect(2);
+  ASSERT_EQ(closed.size(), 2u);
+  uint64_t slot = closed[0].id == 1 ? closed[0].arg : closed[1].arg;
+  ASSERT_NE(slot, kNoSlot);
+  fs::path slot_file = fs::read_symlink(pooled);
+  EXPECT_EQ(pool.stats().free, 3u);
+
+  h.recycle(100, pooled);
+  h.recycle(101, normal);
+  h.recycle(102, t.path / "missing.sst");
+  auto done = h.collect(3);
+  ASSERT_EQ(done.size(), 3u);
+  std::sort(done.begin(), done.end(), [](auto& a, auto& b) { return a.id < b.id; });
+  for (const auto& c : done) EXPECT_EQ(c.op, op(Op::kRecycle));
+  EXPECT_EQ(done[0].status, 0);
+  EXPECT_EQ(done[0].result, 1);
+  EXPECT_EQ(done[0].arg, slot);
+  EXPECT_EQ(done[1].status, 0);
+  EXPECT_EQ(done[1].result, 0);
+  EXPECT_EQ(done[2].status, -ENOENT);
+  EXPECT_EQ(done[2].result, 0);
+  EXPECT_FALSE(exists_at_all(pooled));
+  EXPECT_FALSE(exists_at_all(normal));
+  EXPECT_EQ(pool.stats().free, 4u);
+  EXPECT_EQ(fs::file_size(slot_file), 0u) << "the recycled slot is empty";
+  run.finish();
+  EXPECT_EQ(run.stats.recycles, 3u);
+}
+
+// Files whose sync_close never came were never installed by the host.
+void expect_only_finished_file_left(SstPool& pool, const fs::path& finished, const fs::path& pooled,
+                                    const fs::path& normal, const std::vector<uint8_t>& data) {
+  EXPECT_FALSE(exists_at_all(pooled)) << "the unfinished pool file's symlink is removed";
+  EXPECT_FALSE(exists_at_all(normal)) << "the unfinished normal file is removed";
+  EXPECT_TRUE(fs::is_symlink(finished));
+  EXPECT_EQ(read_all(finished), data);
+  EXPECT_EQ(pool.stats().free, pool.stats().slots - 1) << "only the finished file keeps its slot";
+}
+
+TEST(Engine, UnfinishedFilesAreRemovedWhenTheHostClosesInOrder) {
+  TempDir t;
+  SstPool pool(SstPool::Options{(t.path / "pool").string(), 4, 1 << 20});
+  fs::path finished = t.path / "finished.sst", pooled = t.path / "pooled.sst", normal = t.path / "normal.sst";
+  auto data = random_bytes(70'000, 7);
+  EngineRun run(&pool);
+  Host h = run.host();
+  h.open(1, finished, true);
+  h.write(1, 0, data);
+  h.sync_close(1, data.size());
+  h.open(2, pooled, true);
+  h.open(3, normal, false);
+  h.write(2, 0, data);
+  h.write(3, 0, data);
+  h.barrier();
+  EXPECT_TRUE(fs::is_symlink(pooled));
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(normal)));
+  run.finish();
+  EXPECT_EQ(run.error, "");
+  expect_only_finished_file_left(pool, finished, pooled, normal, data);
+}
+
+TEST(Engine, StopEndsServeAndRemovesUnfinishedFiles) {
+  TempDir t;
+  SstPool pool(SstPool::Options{(t.path / "pool").string(), 4, 1 << 20});
+  fs::path finished = t.path / "finished.sst", pooled = t.path / "pooled.sst", normal = t.path / "normal.sst";
+  auto data = random_bytes(70'000, 8);
+  EngineRun run(&pool);
+  Host h = run.host();
+  h.open(1, finished, true);
+  h.write(1, 0, data);
+  h.sync_close(1, data.size());
+  ASSERT_EQ(h.collect(1).size(), 1u);
+  h.open(2, pooled, true);
+  h.open(3, normal, false);
+  h.write(2, 0, data);
+  h.barrier();
+  run.engine->stop();
+  run.server.join();
+  EXPECT_EQ(run.error, "");
+  expect_only_finished_file_left(pool, finished, pooled, normal, data);
+  ChannelCompletion c;
+  EXPECT_THROW(run.channel->wait_completions(&c, 1, kPatience), ChannelError) << "the host learns the engine is gone";
+}
+
+// The child: a host that finishes one file, starts another and dies without
+// closing the channel. Returns its exit status (0: it did what it should).
+int run_dying_host(const fs::path& socket, const fs::path& finished, const fs::path& pooled, const fs::path& normal,
+                   const std::vector<uint8_t>& data) {
+  try {
+    ChannelHost ch = ChannelHost::connect(socket.string());
+    Host h{ch};
+    h.open(1, finished, true);
+    h.write(1, 0, data);
+    h.sync_close(1, data.size());
+    auto done = h.collect(1);
+    if (done.size() != 1 || done[0].status != 0) return 3;
+    h.open(2, pooled, true);
+    h.open(3, normal, false);
+    h.write(2, 0, data);
+    h.write(3, 0, data);
+    h.barrier();
+    if (!fs::is_symlink(pooled) || !fs::exists(normal)) return 4;
+    std::_Exit(0);  // dies: no destructor closes the channel
+  } catch (...) {
+    return 2;
+  }
+}
+
+TEST(Engine, UnfinishedFilesAreRecycledWhenTheHostProcessDies) {
+  TempDir t;
+  SstPool pool(SstPool::Options{(t.path / "pool").string(), 4, 1 << 20});
+  fs::path socket = t.path / "engine.sock", finished = t.path / "finished.sst", pooled = t.path / "pooled.sst",
+           normal = t.path / "normal.sst";
+  auto data = random_bytes(90'000, 9);
+  ChannelListener listener(socket.string());
+  // Forked before this process starts any thread.
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) std::_Exit(run_dying_host(socket, finished, pooled, normal, data));
+  ChannelDpu qp = listener.accept(kPatience);
+  EngineStats stats;
+  WritePersistEngine engine(&pool, stats);
+  EXPECT_THROW(engine.serve(qp), ChannelError);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "the host child failed before it died";
+  expect_only_finished_file_left(pool, finished, pooled, normal, data);
+  EXPECT_EQ(stats.sqes_submitted, stats.cqes_completed);
+}
+
+}  // namespace
+}  // namespace dpukit::kv

@@ -1,0 +1,275 @@
+// dpukit-agent: the dpu side of PulseDB (ARCHITECTURE.md §2 "kv"). Owns the
+// SST file pool, listens for hosts, and runs one write-persist engine per
+// queue pair, each on a thread of its own. A host that dies ends only its own
+// thread. SIGUSR1 writes the statistics; SIGTERM or SIGINT stops accepting,
+// lets every queue pair finish its I/O in flight, writes them and exits 0.
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <list>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "dpukit/core/accounting.h"
+#include "dpukit/core/channel.h"
+#include "dpukit/core/cli.h"
+#include "dpukit/core/log.h"
+#include "engine.h"
+#include "pool.h"
+
+namespace dpukit::kv {
+namespace {
+
+using namespace std::chrono_literals;
+
+const char* kTool = "dpukit-agent";
+
+struct Config {
+  std::string listen, stats;
+  std::optional<SstPool::Options> pool;
+  CpuSet cpus;
+};
+
+Config parse_args(int argc, char** argv) {
+  ArgParser p(kTool,
+              "The dpu-side agent of PulseDB: serves write-persist queue pairs from RocksDB hosts over the channel,\n"
+              "writing SST files into a pre-allocated file pool.");
+  p.option("listen", "Unix socket path to listen at", "", true);
+  p.option("pool", "directory of the SST file pool (created if missing)");
+  p.option("slots", "slot files in the pool", "64");
+  p.option("slot-size", "bytes per slot file", "72MiB");
+  p.option("cpus", "CPUs for the agent and all its threads, e.g. 1 or 1-3");
+  p.option("stats", "write statistics as JSON to this file on SIGUSR1 and at exit");
+  p.flag("no-pool", "no pool: every SST file is a normal file at its name");
+  p.parse(argc, argv);
+  Config c;
+  c.listen = p.str("listen");
+  c.stats = p.str("stats");
+  if (p.has("no-pool") && p.has("pool")) p.fail("--pool and --no-pool exclude each other");
+  if (!p.has("no-pool")) {
+    if (!p.has("pool")) p.fail("--pool DIR is required (or --no-pool)");
+    uint64_t slots = p.u64("slots"), slot_bytes = p.bytes("slot-size");
+    if (slots == 0 || slots > 1'000'000) p.fail("--slots must be between 1 and 1000000");
+    if (slot_bytes == 0) p.fail("--slot-size must be positive");
+    c.pool = SstPool::Options{p.str("pool"), slots, slot_bytes};
+  }
+  if (p.has("cpus")) {
+    try {
+      c.cpus = CpuSet::parse(p.str("cpus"));
+    } catch (const std::invalid_argument& e) {
+      p.fail(std::string("--cpus: ") + e.what());
+    }
+  }
+  return c;
+}
+
+// One queue pair: its engine and the thread serving it.
+struct Session {
+  std::unique_ptr<WritePersistEngine> engine;
+  std::thread thread;
+  std::atomic<bool> done{false};
+};
+
+class Agent {
+ public:
+  explicit Agent(const Config& c) : config_(c), start_ns_(now_ns()) {
+    if (c.pool) pool_ = std::make_unique<SstPool>(*c.pool);
+  }
+
+  void accept(ChannelListener& listener);
+  void reap(bool all);
+  void stop_all();
+  void write_stats() const;
+
+ private:
+  nlohmann::json stats_json() const;
+  Config config_;
+  uint64_t start_ns_;
+  std::unique_ptr<SstPool> pool_;
+  EngineStats stats_;
+  std::list<Session> sessions_;
+};
+
+void serve_queue_pair(WritePersistEngine& engine, ChannelDpu qp) {
+  std::string who = "queue pair of host pid " + std::to_string(qp.peer_pid());
+  try {
+    engine.serve(qp);
+    log_info(who + " closed");
+  } catch (const ChannelError& e) {
+    log_warn(who + " ended: " + e.what());
+  } catch (const std::exception& e) {
+    log_error(who + " failed: " + e.what());
+  }
+}
+
+void Agent::accept(ChannelListener& listener) {
+  try {
+    ChannelDpu qp = listener.accept(1s);
+    auto engine = std::make_unique<WritePersistEngine>(pool_.get(), stats_);
+    log_info("queue pair from host pid " + std::to_string(qp.peer_pid()));
+    Session& s = sessions_.emplace_back();
+    s.engine = std::move(engine);
+    try {
+      s.thread = std::thread([&s, qp = std::move(qp)]() mutable {
+        serve_queue_pair(*s.engine, std::move(qp));
+        s.done = true;
+      });
+    } catch (...) {
+      sessions_.pop_back();
+      throw;
+    }
+  } catch (const std::exception& e) {
+    // A failed handshake or engine start costs only this host its queue pair.
+    log_warn(std::string("cannot take a queue pair: ") + e.what());
+  }
+}
+
+// Joins the threads of queue pairs that ended (all: every thread).
+void Agent::reap(bool all) {
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (!all && !it->done) {
+      ++it;
+      continue;
+    }
+    it->thread.join();
+    it = sessions_.erase(it);
+  }
+}
+
+void Agent::stop_all() {
+  for (auto& s : sessions_) s.engine->stop();
+  reap(true);
+}
+
+nlohmann::json Agent::stats_json() const {
+  auto get = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  nlohmann::json j = {
+      {"tool", kTool},
+      {"pid", ::getpid()},
+      {"cpus", config_.cpus.str()},
+      {"wall_seconds", (now_ns() - start_ns_) / 1e9},
+      {"cpu_seconds",
+       {{"user", seconds(ru.ru_utime)},
+        {"sys", seconds(ru.ru_stime)},
+        {"total", seconds(ru.ru_utime) + seconds(ru.ru_stime)}}},
+      {"queue_pairs", {{"accepted", get(stats_.queue_pairs)}, {"active", sessions_.size()}}},
+      {"requests", get(stats_.requests)},
+      {"writes", get(stats_.writes)},
+      {"write_bytes", get(stats_.write_bytes)},
+      {"range_syncs", get(stats_.range_syncs)},
+      {"sync_closes", get(stats_.sync_closes)},
+      {"recycles", get(stats_.recycles)},
+      {"files_opened", get(stats_.files_opened)},
+      {"pool_files", get(stats_.pool_files)},
+      {"normal_files", get(stats_.normal_files)},
+      {"errors", get(stats_.errors)},
+      {"max_batch", get(stats_.max_batch)},
+      {"io_uring",
+       {{"sqes_submitted", get(stats_.sqes_submitted)},
+        {"submit_calls", get(stats_.submit_calls)},
+        {"cqes_completed", get(stats_.cqes_completed)},
+        {"inflight_ios", get(stats_.inflight_ios)},
+        {"max_inflight_ios", get(stats_.max_inflight_ios)}}},
+      {"pool", nullptr},
+  };
+  if (pool_) {
+    SstPool::Stats p = pool_->stats();
+    j["pool"] = {{"dir", pool_->dir()},          {"slots", p.slots},
+                 {"slot_bytes", pool_->slot_bytes()}, {"free", p.free},
+                 {"claims", p.claims},           {"exhausted", p.exhausted},
+                 {"released", p.released},       {"reclaimed", p.reclaimed}};
+  }
+  return j;
+}
+
+// Written under a temporary name and renamed: a reader never sees half a file.
+void Agent::write_stats() const {
+  if (config_.stats.empty()) return;
+  std::string tmp = config_.stats + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << stats_json().dump(2) << "\n";
+    if (!out.flush()) {
+      log_error("cannot write statistics to " + tmp + ": " + std::strerror(errno));
+      std::remove(tmp.c_str());
+      return;
+    }
+  }
+  if (std::rename(tmp.c_str(), config_.stats.c_str()) != 0) {
+    log_error("cannot rename " + tmp + " to " + config_.stats + ": " + std::strerror(errno));
+    std::remove(tmp.c_str());
+  }
+}
+
+// Signals arrive as reads of a signalfd in the main loop, never in a handler.
+// Blocked before any thread starts, so every thread inherits the mask.
+int block_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaddset(&set, sig);
+  if (int e = pthread_sigmask(SIG_BLOCK, &set, nullptr); e != 0)
+    throw std::runtime_error(std::string("pthread_sigmask: ") + std::strerror(e));
+  ::signal(SIGPIPE, SIG_IGN);
+  int fd = ::signalfd(-1, &set, SFD_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
+  return fd;
+}
+
+int run(const Config& c) {
+  // Pinned first: threads made later inherit the affinity.
+  if (auto warning = pin_current_thread(c.cpus); !warning.empty()) log_warn(warning);
+  int sigfd = block_signals();
+  Agent agent(c);
+  std::optional<ChannelListener> listener(std::in_place, c.listen);
+  log_info(std::string("listening at ") + c.listen + (c.pool ? " with the pool at " + c.pool->dir : " without a pool"));
+  for (;;) {
+    pollfd fds[2] = {{listener->fd(), POLLIN, 0}, {sigfd, POLLIN, 0}};
+    int n = ::poll(fds, 2, 1000);
+    if (n < 0 && errno != EINTR) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
+    agent.reap(false);
+    if (n > 0 && (fds[1].revents & POLLIN)) {
+      signalfd_siginfo si{};
+      if (::read(sigfd, &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {
+        if (si.ssi_signo == SIGUSR1) {
+          agent.write_stats();
+          continue;
+        }
+        log_info(std::string("stopping on ") + strsignal(static_cast<int>(si.ssi_signo)));
+        break;
+      }
+    }
+    if (n > 0 && (fds[0].revents & POLLIN)) agent.accept(*listener);
+  }
+  listener.reset();  // no new hosts; the socket file goes
+  agent.stop_all();
+  agent.write_stats();
+  ::close(sigfd);
+  return 0;
+}
+
+}  // namespace
+}  // namespace dpukit::kv
+
+int main(int argc, char** argv) {
+  dpukit::kv::Config config = dpukit::kv::parse_args(argc, argv);  // exits 2 on bad arguments
+  try {
+    return dpukit::kv::run(config);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", dpukit::kv::kTool, e.what());
+    return 1;
+  }
+}

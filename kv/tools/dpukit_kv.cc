@@ -1,0 +1,449 @@
+// dpukit-kv: runs the stock db_bench on one kv mode and measures it the way
+// PulseDB's evaluation does: write throughput, write latency percentiles,
+// write-stall ratio, compaction MB/s, host compaction CPU (the CPU time of the
+// host's compaction threads, read per thread from /proc, not RocksDB's
+// cpu_micros, which leaves out I/O), and dpu CPU (the agent's).
+//
+//   vanilla     db_bench as shipped
+//   filepool    + the SST file pool, written by the compaction threads
+//   async-host  + the write-persist engine in a thread of the host process
+//   pulsedb     + the write-persist engine in the agent process (the dpu side)
+//   dcomp       whole compactions from L1 down in a worker process (dpukit-kvbench)
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "dpukit/core/accounting.h"
+#include "dpukit/core/cli.h"
+#include "dpukit/core/results.h"
+
+namespace fs = std::filesystem;
+
+namespace dpukit::kv {
+namespace {
+
+constexpr const char* kTool = "dpukit-kv";
+
+fs::path self_dir() { return fs::read_symlink("/proc/self/exe").parent_path(); }
+
+// ---------------------------------------------------------------- processes
+
+struct Child {
+  pid_t pid = -1;
+  rusage usage{};
+  int status = 0;
+};
+
+// Starts argv[0] (looked up in PATH) pinned to `cpus`, stdout and stderr to `log`.
+Child start(const std::vector<std::string>& argv, const CpuSet& cpus, const std::string& log,
+            const std::map<std::string, std::string>& env = {}) {
+  Child c;
+  c.pid = ::fork();
+  if (c.pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (c.pid == 0) {
+    if (!cpus.empty()) pin_current_thread(cpus);
+    for (auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::close(fd);
+    }
+    std::vector<char*> av;
+    for (auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
+    av.push_back(nullptr);
+    ::execvp(av[0], av.data());
+    std::fprintf(stderr, "%s: cannot run %s: %s\n", kTool, av[0], std::strerror(errno));
+    _exit(127);
+  }
+  return c;
+}
+
+bool reap(Child& c, bool wait) {
+  if (c.pid < 0) return true;
+  pid_t r = ::wait4(c.pid, &c.status, wait ? 0 : WNOHANG, &c.usage);
+  if (r == c.pid) {
+    c.pid = -1;
+    return true;
+  }
+  return false;
+}
+
+double cpu_seconds(const rusage& u) {
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec / 1e6;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// CPU time (s) of each of a process's threads whose name starts with
+// `prefix`, by thread id; threads that ended keep their last reading.
+class ThreadCpuSampler {
+ public:
+  ThreadCpuSampler() = default;
+  ThreadCpuSampler(pid_t pid, std::string prefix) : pid_(pid), prefix_(std::move(prefix)) {}
+  void sample() {
+    static const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
+    std::error_code ec;
+    for (auto& t : fs::directory_iterator("/proc/" + std::to_string(pid_) + "/task", ec)) {
+      std::string stat = slurp(t.path() / "stat");
+      auto open = stat.find('('), close = stat.rfind(')');
+      if (open == std::string::npos || close == std::string::npos) continue;
+      std::string comm = stat.substr(open + 1, close - open - 1);
+      if (comm.rfind(prefix_, 0) != 0) continue;
+      std::istringstream rest(stat.substr(close + 2));
+      std::string field;
+      unsigned long long utime = 0, stime = 0;
+      for (int i = 3; i <= 15 && rest >> field; ++i) {  // fields 14 and 15: utime, stime
+        if (i == 14) utime = std::stoull(field);
+        if (i == 15) stime = std::stoull(field);
+      }
+      cpu_[t.path().filename()] = (utime + stime) / tick;
+    }
+  }
+  double total() const {
+    double s = 0;
+    for (auto& [tid, v] : cpu_) s += v;
+    return s;
+  }
+  size_t threads() const { return cpu_.size(); }
+
+ private:
+  pid_t pid_ = 0;
+  std::string prefix_;
+  std::map<std::string, double> cpu_;
+};
+
+// The host's compaction CPU: RocksDB's compaction threads, plus the plugin's
+// own threads (the completion reaper; in async-host, the write-persist
+// engine), which do compaction's I/O work on the host.
+struct HostCompactionCpu {
+  ThreadCpuSampler rocksdb, plugin;
+  void attach(pid_t pid) {
+    rocksdb = ThreadCpuSampler(pid, "rocksdb:low");
+    plugin = ThreadCpuSampler(pid, "pulsedb:");
+  }
+  void sample() {
+    rocksdb.sample();
+    plugin.sample();
+  }
+};
+
+// ---------------------------------------------------------------- db_bench
+
+struct DbBenchReport {
+  double ops_per_sec = 0, mb_per_sec = 0, seconds = 0;
+  double p50 = 0, p99 = 0, p999 = 0, p9999 = 0, avg = 0;
+  uint64_t stall_micros = 0, compaction_write_bytes = 0, compaction_read_bytes = 0, operations = 0;
+};
+
+uint64_t ticker(const std::string& out, const std::string& name) {
+  std::smatch m;
+  if (std::regex_search(out, m, std::regex(std::regex_replace(name, std::regex("\\."), "\\.") + " COUNT : (\\d+)")))
+    return std::stoull(m[1]);
+  return 0;
+}
+
+DbBenchReport parse_db_bench(const std::string& out, const std::string& benchmark) {
+  DbBenchReport r;
+  std::smatch m;
+  std::regex line(benchmark + R"(\s+:\s+([\d.]+) micros/op (\d+) ops/sec ([\d.]+) seconds (\d+) operations;\s+([\d.]+) MB/s)");
+  if (!std::regex_search(out, m, line))
+    throw std::runtime_error("db_bench printed no result line for " + benchmark + " (see its log)");
+  r.ops_per_sec = std::stod(m[2]);
+  r.seconds = std::stod(m[3]);
+  r.operations = std::stoull(m[4]);
+  r.mb_per_sec = std::stod(m[5]);
+  // The write latency histogram follows the result line ("Microseconds per write").
+  std::string after = m.suffix();
+  std::regex pct(R"(Count: \d+ Average: ([\d.]+)[\s\S]*?Percentiles: P50: ([\d.]+) P75: [\d.]+ P99: ([\d.]+) P99.9: ([\d.]+) P99.99: ([\d.]+))");
+  if (std::regex_search(after, m, pct)) {
+    r.avg = std::stod(m[1]);
+    r.p50 = std::stod(m[2]);
+    r.p99 = std::stod(m[3]);
+    r.p999 = std::stod(m[4]);
+    r.p9999 = std::stod(m[5]);
+  }
+  r.stall_micros = ticker(out, "rocksdb.stall.micros");
+  r.compaction_write_bytes = ticker(out, "rocksdb.compact.write.bytes");
+  r.compaction_read_bytes = ticker(out, "rocksdb.compact.read.bytes");
+  return r;
+}
+
+struct Settings {
+  std::string mode, workload, db, pool, sock, host_cpus, dpu_cpus;
+  uint64_t value_size, num, write_buffer, target_file, level_base, cache;
+  int threads, jobs;
+  uint64_t write_threshold, sync_interval;
+};
+
+std::vector<std::string> db_bench_args(const Settings& s, const std::string& benchmark, bool existing) {
+  std::vector<std::string> a = {
+      "db_bench",
+      "--benchmarks=" + benchmark,
+      "--db=" + s.db,
+      "--use_existing_db=" + std::string(existing ? "1" : "0"),
+      "--num=" + std::to_string(s.num),
+      "--key_size=16",
+      "--value_size=" + std::to_string(s.value_size),
+      "--compression_type=none",
+      "--write_buffer_size=" + std::to_string(s.write_buffer),
+      "--target_file_size_base=" + std::to_string(s.target_file),
+      "--max_bytes_for_level_base=" + std::to_string(s.level_base),
+      "--max_bytes_for_level_multiplier=10",
+      "--num_levels=7",
+      "--max_background_jobs=" + std::to_string(s.jobs + 1),
+      "--max_background_compactions=" + std::to_string(s.jobs),
+      "--max_background_flushes=1",
+      "--bloom_bits=10",
+      "--cache_size=" + std::to_string(s.cache),
+      "--use_direct_reads=true",
+      "--threads=" + std::to_string(s.threads),
+      "--seed=1",
+      "--statistics",
+      "--histogram",
+  };
+  std::string q = "?write_threshold:" + std::to_string(s.write_threshold) + "&sync_interval:" +
+                  std::to_string(s.sync_interval);
+  if (s.mode == "pulsedb") a.push_back("--fs_uri=pulsedb://" + s.sock + q);
+  if (s.mode == "async-host") a.push_back("--fs_uri=pulsedb-async://" + s.pool + q);
+  if (s.mode == "filepool") a.push_back("--fs_uri=pulsedb-filepool://" + s.pool);
+  return a;
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return nullptr;
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+double agent_cpu_seconds(const nlohmann::json& stats) {
+  if (stats.is_object() && stats.contains("cpu_seconds") && stats["cpu_seconds"].contains("total"))
+    return stats["cpu_seconds"]["total"].get<double>();
+  return 0;
+}
+
+int bench(int argc, char** argv) {
+  ArgParser p(std::string(kTool) + " bench",
+              "Runs the stock db_bench (fillrandom, or overwrite on a DB it fills first) on one kv mode, with\n"
+              "the host side pinned to --host-cpus and the agent to --dpu-cpus, and writes the measured figures.\n"
+              "RocksDB settings: the paper's (64 MB memtable and SST target, 256 MB L1, fan-out 10, 7 levels,\n"
+              "bloom 10 bits/key, no compression, direct reads, 4 compaction threads) with the block cache and\n"
+              "the data scaled to this machine.");
+  p.option("mode", "vanilla, filepool, async-host, pulsedb or dcomp", "pulsedb");
+  p.option("workload", "fillrandom or overwrite", "fillrandom");
+  p.option("value-size", "value bytes (keys are 16 bytes)", "1024");
+  p.option("data", "bytes of key-value data written (sets --num)", "1G");
+  p.option("threads", "db_bench writer threads", "2");
+  p.option("compaction-threads", "max concurrent compactions (the paper: 4)", "4");
+  p.option("write-buffer", "memtable size", "64M").option("target-file", "SST target size", "64M");
+  p.option("level-base", "L1 size", "256M").option("cache", "block cache", "256M");
+  p.option("write-threshold", "pulsedb/async-host: bytes per write request", "4M");
+  p.option("sync-interval", "pulsedb/async-host: bytes per range_sync", "1M");
+  p.option("slots", "pool slots", "0").option("host-cpus", "CPUs of db_bench (the host)", "0");
+  p.option("dpu-cpus", "CPUs of the agent / dcomp worker (the dpu)", "1");
+  p.option("work-dir", "where the DB, the pool and the logs go (emptied first)", "build/kv-run");
+  p.option("json", "write the result here");
+  p.parse(argc, argv, 2);
+
+  Settings s;
+  s.mode = p.str("mode");
+  s.workload = p.str("workload");
+  if (s.mode != "vanilla" && s.mode != "filepool" && s.mode != "async-host" && s.mode != "pulsedb" && s.mode != "dcomp")
+    throw InputError("--mode: '" + s.mode + "' is not vanilla, filepool, async-host, pulsedb or dcomp");
+  if (s.workload != "fillrandom" && s.workload != "overwrite")
+    throw InputError("--workload: '" + s.workload + "' is not fillrandom or overwrite");
+  s.value_size = p.bytes("value-size");
+  s.num = std::max<uint64_t>(1, p.bytes("data") / (16 + s.value_size));
+  s.threads = static_cast<int>(p.u64("threads"));
+  s.jobs = static_cast<int>(p.u64("compaction-threads"));
+  s.write_buffer = p.bytes("write-buffer");
+  s.target_file = p.bytes("target-file");
+  s.level_base = p.bytes("level-base");
+  s.cache = p.bytes("cache");
+  s.write_threshold = p.bytes("write-threshold");
+  s.sync_interval = p.bytes("sync-interval");
+  s.host_cpus = p.str("host-cpus");
+  s.dpu_cpus = p.str("dpu-cpus");
+  fs::path work = fs::absolute(p.str("work-dir"));
+  fs::remove_all(work);
+  fs::create_directories(work);
+  s.db = (work / "db").string();
+  s.pool = (work / "pool").string();
+  s.sock = (work / "agent.sock").string();
+  Placement placement = Placement::plan(s.host_cpus, s.dpu_cpus);
+  uint64_t slots = p.bytes("slots");
+  if (slots == 0) {
+    // Enough for the live SSTs of the data set plus compaction's outputs in flight.
+    uint64_t live = p.bytes("data") * 2 / s.target_file + 16;
+    slots = std::max<uint64_t>(32, live);
+  }
+  std::string slot_size = std::to_string(s.target_file + s.target_file / 8 + (1 << 20));
+
+  Result result(kTool, argc, argv);
+  result.set_placement(placement);
+  result.set_backend("emulated");
+
+  if (s.mode == "dcomp") throw InputError("--mode dcomp: run dpukit-kvbench fill --mode dcomp (see docs/kv.md)");
+
+  std::map<std::string, std::string> env;
+  std::string plugin = (self_dir().parent_path() / "lib" / "libdpukit_kv.so").string();
+  std::string plugin_stats = (work / "plugin-stats.json").string();
+  if (s.mode != "vanilla") {
+    if (!fs::exists(plugin)) throw std::runtime_error("no " + plugin + ": build the kv plugin first");
+    env["LD_PRELOAD"] = plugin;
+    env["DPUKIT_KV_STATS"] = plugin_stats;
+    env["DPUKIT_KV_SLOTS"] = std::to_string(slots);
+    env["DPUKIT_KV_SLOT_SIZE"] = slot_size;
+  }
+
+  Child agent;
+  std::string agent_stats = (work / "agent-stats.json").string();
+  if (s.mode == "pulsedb") {
+    agent = start({(self_dir() / "dpukit-agent").string(), "--listen", s.sock, "--pool", s.pool, "--slots",
+                   std::to_string(slots), "--slot-size", slot_size, "--stats", agent_stats, "--cpus", s.dpu_cpus},
+                  CpuSet::parse(s.dpu_cpus), (work / "agent.log").string());
+    for (int i = 0; i < 1000 && !fs::exists(s.sock); ++i) {
+      if (reap(agent, false)) throw std::runtime_error("the agent exited at start: " + slurp((work / "agent.log").string()));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  auto stop_agent = [&] {
+    if (agent.pid < 0) return;
+    ::kill(agent.pid, SIGTERM);
+    reap(agent, true);
+  };
+
+  auto run_db_bench = [&](const std::string& benchmark, bool existing, const std::string& log, HostCompactionCpu* cpu,
+                          Child& c) {
+    c = start(db_bench_args(s, benchmark, existing), CpuSet::parse(s.host_cpus), log, env);
+    HostCompactionCpu sampler;
+    sampler.attach(c.pid);
+    while (!reap(c, false)) {
+      sampler.sample();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (cpu) *cpu = sampler;
+    if (!WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0) {
+      stop_agent();
+      throw std::runtime_error("db_bench " + benchmark + " failed (status " + std::to_string(c.status) + "); log " + log);
+    }
+  };
+
+  try {
+    if (s.workload == "overwrite") {  // an existing DB to overwrite: filled first, not measured
+      Child fill;
+      run_db_bench("fillrandom", false, (work / "fill.log").string(), nullptr, fill);
+    }
+    HostCompactionCpu low;
+    Child bench;
+    std::string log = (work / (s.workload + ".log")).string();
+    auto t0 = std::chrono::steady_clock::now();
+    // The agent's CPU time comes from its stats; for overwrite the fill
+    // phase's share is read (SIGUSR1) and taken off.
+    double agent_cpu0 = 0;
+    if (agent.pid > 0 && s.workload == "overwrite") {
+      fs::remove(agent_stats);
+      ::kill(agent.pid, SIGUSR1);
+      for (int i = 0; i < 200 && !fs::exists(agent_stats); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      agent_cpu0 = agent_cpu_seconds(read_json_file(agent_stats));
+    }
+    run_db_bench(s.workload, s.workload == "overwrite", log, &low, bench);
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stop_agent();
+    DbBenchReport r = parse_db_bench(slurp(log), s.workload);
+
+    auto& f = result.figures();
+    f["mode"] = s.mode;
+    f["workload"] = s.workload;
+    f["value_size"] = s.value_size;
+    f["operations"] = r.operations;
+    f["ops_per_sec"] = r.ops_per_sec;
+    f["mb_per_sec"] = r.mb_per_sec;
+    f["seconds"] = r.seconds;
+    f["write_avg_us"] = r.avg;
+    f["write_p50_us"] = r.p50;
+    f["write_p99_us"] = r.p99;
+    f["write_p999_us"] = r.p999;
+    f["write_p9999_us"] = r.p9999;
+    f["stall_micros"] = r.stall_micros;
+    f["stall_ratio"] = r.seconds > 0 ? r.stall_micros / 1e6 / (r.seconds * s.threads) : 0;
+    f["compaction_write_bytes"] = r.compaction_write_bytes;
+    f["compaction_mb_per_sec"] = r.seconds > 0 ? r.compaction_write_bytes / 1048576.0 / r.seconds : 0;
+    f["host_compaction_cpu_s"] = low.rocksdb.total() + low.plugin.total();
+    f["host_rocksdb_compaction_cpu_s"] = low.rocksdb.total();
+    f["host_plugin_cpu_s"] = low.plugin.total();
+    f["host_compaction_threads"] = low.rocksdb.threads();
+    f["host_cpu_s"] = cpu_seconds(bench.usage);
+    f["wall_s"] = wall;
+    double dpu = 0;
+    auto ag = read_json_file(agent_stats);
+    if (!ag.is_null()) {
+      f["agent"] = ag;
+      dpu = agent_cpu_seconds(ag) - agent_cpu0;
+    }
+    f["dpu_cpu_s"] = dpu;
+    auto pl = read_json_file(plugin_stats);
+    if (!pl.is_null()) f["plugin"] = pl;
+    auto& prm = result.parameters();
+    prm["num"] = s.num;
+    prm["threads"] = s.threads;
+    prm["compaction_threads"] = s.jobs;
+    prm["write_buffer"] = s.write_buffer;
+    prm["target_file"] = s.target_file;
+    prm["level_base"] = s.level_base;
+    prm["cache"] = s.cache;
+    prm["write_threshold"] = s.write_threshold;
+    prm["sync_interval"] = s.sync_interval;
+    prm["slots"] = slots;
+    CpuAccount cpu;
+    cpu.add(Place::kHost, static_cast<uint64_t>(cpu_seconds(bench.usage) * 1e9));
+    cpu.add(Place::kDpu, static_cast<uint64_t>(dpu * 1e9));
+    result.set_cpu(cpu);
+    result.set_wall_ns(static_cast<uint64_t>(wall * 1e9));
+  } catch (...) {
+    stop_agent();
+    throw;
+  }
+  std::printf("%s %s value=%llu: %.0f ops/s, %.1f MB/s, P99 %.0f us, stall %.1f %%, compaction %.1f MB/s, "
+              "host compaction CPU %.2f s, dpu CPU %.2f s\n",
+              s.mode.c_str(), s.workload.c_str(), static_cast<unsigned long long>(s.value_size),
+              result.figures()["ops_per_sec"].get<double>(), result.figures()["mb_per_sec"].get<double>(),
+              result.figures()["write_p99_us"].get<double>(), 100 * result.figures()["stall_ratio"].get<double>(),
+              result.figures()["compaction_mb_per_sec"].get<double>(),
+              result.figures()["host_compaction_cpu_s"].get<double>(), result.figures()["dpu_cpu_s"].get<double>());
+  if (p.has("json")) result.write(p.str("json"));
+  return 0;
+}
+
+}  // namespace
+}  // namespace dpukit::kv
+
+int main(int argc, char** argv) {
+  using namespace dpukit;
+  static const Subcommand commands[] = {
+      {"bench", kv::bench, "db_bench fillrandom/overwrite on one mode, measured (host/dpu CPU, latency, stalls)"},
+  };
+  return run_subcommands(kv::kTool, "dpukit kv: PulseDB on RocksDB 7.8.3 — benchmarks", commands, argc, argv);
+}

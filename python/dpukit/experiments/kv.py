@@ -1,0 +1,160 @@
+"""Experiments on PulseDB (``dpukit-kv``): the stock db_bench on every kv mode.
+
+Each run starts from an empty work directory under ``<build>/kv-runs/``; the
+host side (db_bench and, in async-host, the in-process engine) is pinned to
+CPU 0 and the agent (the dpu side) to CPU 1, as the tool does by default.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import dpukit.plots  # noqa: F401  (selects matplotlib's Agg backend)
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from dpukit.experiments import Context, Point, experiment
+from dpukit.experiments.core import parameters_note, placement_note
+from dpukit.paths import build_dir
+from dpukit.report import Section
+from dpukit.units import fmt_sig
+
+TOOL = "dpukit-kv"
+MODES = ("vanilla", "filepool", "async-host", "pulsedb")
+VALUE_SIZES = (128, 512, 1024, 2048)
+
+
+def scale(quick: bool) -> list[str]:
+    """The RocksDB settings: the paper's (64 MB memtable and SST target, 256 MB
+    L1) on about 1 GB of data in full mode; a quarter of everything in quick mode."""
+    if quick:
+        return ["--data", "256M", "--write-buffer", "16M", "--target-file", "16M", "--level-base", "64M"]
+    return ["--data", "1G", "--write-buffer", "64M", "--target-file", "64M", "--level-base", "256M"]
+
+
+def run_mode(ctx: Context, mode: str, workload: str, value: int, step: int, steps: int) -> Point:
+    work = build_dir() / "kv-runs" / f"{mode}-{workload}-{value}"
+    return ctx.run_point(
+        TOOL, ["bench", "--mode", mode, "--workload", workload, "--value-size", value, *scale(ctx.quick),
+               "--work-dir", work],
+        label=f"{mode}-{workload}-{value}", key="ops_per_sec",
+        detail=f"{mode} {workload} value={value}", step=step, steps=steps)
+
+
+def ratio(x: float, base: float) -> str:
+    return fmt_sig(x / base) if base else "-"
+
+
+def mode_rows(points: Sequence[tuple[str, Point]]) -> list[list[Any]]:
+    base = points[0][1].figures
+    rows = []
+    for mode, p in points:
+        f = p.figures
+        rows.append([
+            mode, fmt_sig(f["ops_per_sec"] / 1000), ratio(f["ops_per_sec"], base["ops_per_sec"]),
+            fmt_sig(f["compaction_mb_per_sec"]), fmt_sig(f["host_compaction_cpu_s"]),
+            ratio(f["host_compaction_cpu_s"], base["host_compaction_cpu_s"]),
+            fmt_sig(f["dpu_cpu_s"]), fmt_sig(f["write_p99_us"]), fmt_sig(f["write_p999_us"]),
+            fmt_sig(100 * f["stall_ratio"]),
+        ])
+    return rows
+
+
+MODE_HEADERS = ["mode", "k ops/s", "× vanilla", "compaction MB/s", "host compaction CPU s", "× vanilla",
+                "dpu CPU s", "P99 µs", "P99.9 µs", "stall %"]
+
+
+def bar_plot(path, labels: Sequence[str], groups: dict[str, Sequence[float]], title: str, ylabel: str) -> None:
+    fig = Figure(figsize=(7, 3.6))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    n = len(groups)
+    width = 0.8 / max(n, 1)
+    for i, (name, values) in enumerate(groups.items()):
+        xs = [j + (i - (n - 1) / 2) * width for j in range(len(labels))]
+        ax.bar(xs, values, width, label=name)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels)
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+@experiment(
+    "kv.modes",
+    title="kv.modes: db_bench on vanilla, filepool, async-host and pulsedb",
+    description="Write throughput, compaction MB/s, host compaction CPU, dpu CPU, write latency and stall "
+                "ratio of db_bench fillrandom (and overwrite in full mode) at 1024-byte values.",
+    tools=[TOOL, "dpukit-agent"],
+)
+def modes(ctx: Context) -> Section:
+    workloads = ["fillrandom"] if ctx.quick else ["fillrandom", "overwrite"]
+    sec = Section("kv.modes: db_bench on every mode, 1024-byte values")
+    steps = len(workloads) * len(MODES)
+    step = 0
+    for workload in workloads:
+        points = []
+        for mode in MODES:
+            step += 1
+            points.append((mode, run_mode(ctx, mode, workload, 1024, step, steps)))
+        sec.table(MODE_HEADERS, mode_rows(points), caption=f"db_bench {workload}, 16-byte keys, 1024-byte values")
+        path, rel = ctx.plot_path(f"modes-{workload}")
+        base = points[0][1].figures
+        bar_plot(path, [m for m, _ in points], {
+            "write throughput": [p.figures["ops_per_sec"] / base["ops_per_sec"] for _, p in points],
+            "host compaction CPU": [p.figures["host_compaction_cpu_s"] / base["host_compaction_cpu_s"]
+                                    for _, p in points],
+        }, f"db_bench {workload}, normalized to vanilla", "× vanilla")
+        sec.image(rel, f"{workload}: throughput and host compaction CPU per mode",
+                  "Throughput and host compaction CPU of each mode, normalized to vanilla.")
+    sec.paragraph(
+        "Host compaction CPU is the CPU time of db_bench's compaction threads (`rocksdb:low`) plus the "
+        "plugin's own threads (`pulsedb:*`: the completion reaper, and in async-host the write-persist engine), "
+        "read per thread from /proc every 50 ms. dpu CPU is the agent's CPU time. The stall ratio is "
+        "`rocksdb.stall.micros` over writer time. "
+        + ("Quick mode: a quarter of the data and memtable, one run per point." if ctx.quick else
+           f"Each row is the median of {ctx.repeats} runs by throughput."))
+    sec.paragraph(placement_note(ctx.runs))
+    if ctx.runs:
+        sec.paragraph(parameters_note(ctx.runs[0]))
+    return sec
+
+
+@experiment(
+    "kv.values",
+    title="kv.values: vanilla against pulsedb across value sizes",
+    description="db_bench fillrandom at 128, 512, 1024 and 2048-byte values (full mode only).",
+    tools=[TOOL, "dpukit-agent"],
+)
+def values(ctx: Context) -> Section:
+    sec = Section("kv.values: vanilla against pulsedb across value sizes")
+    if ctx.quick:
+        sec.paragraph("Skipped in quick mode (it runs db_bench eight times); `dpukit eval --only kv.values`.")
+        return sec
+    rows = []
+    steps = 2 * len(VALUE_SIZES)
+    step = 0
+    tput, cpu = [], []
+    for value in VALUE_SIZES:
+        pts = {}
+        for mode in ("vanilla", "pulsedb"):
+            step += 1
+            pts[mode] = run_mode(ctx, mode, "fillrandom", value, step, steps)
+        v, p = pts["vanilla"].figures, pts["pulsedb"].figures
+        tput.append(p["ops_per_sec"] / v["ops_per_sec"])
+        cpu.append(p["host_compaction_cpu_s"] / v["host_compaction_cpu_s"] if v["host_compaction_cpu_s"] else 0)
+        rows.append([value, fmt_sig(v["ops_per_sec"] / 1000), fmt_sig(p["ops_per_sec"] / 1000), fmt_sig(tput[-1]),
+                     fmt_sig(v["host_compaction_cpu_s"]), fmt_sig(p["host_compaction_cpu_s"]), fmt_sig(cpu[-1]),
+                     fmt_sig(p["dpu_cpu_s"])])
+    sec.table(["value bytes", "vanilla k ops/s", "pulsedb k ops/s", "× vanilla", "vanilla host compaction CPU s",
+               "pulsedb host compaction CPU s", "× vanilla", "pulsedb dpu CPU s"], rows,
+              caption="db_bench fillrandom")
+    path, rel = ctx.plot_path("values")
+    bar_plot(path, [str(v) for v in VALUE_SIZES], {"write throughput": tput, "host compaction CPU": cpu},
+             "pulsedb / vanilla by value size", "× vanilla")
+    sec.image(rel, "pulsedb against vanilla by value size", "pulsedb normalized to vanilla at each value size.")
+    sec.paragraph(placement_note(ctx.runs))
+    return sec
