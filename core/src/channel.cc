@@ -11,6 +11,7 @@
 #include <cstring>
 #include <system_error>
 
+#include "dpukit/core/copy.h"
 #include "dpukit/core/ring.h"
 #include "dpukit/core/shm.h"
 
@@ -25,17 +26,6 @@ using Clock = std::chrono::steady_clock;
 
 size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
-// Payload copies in fixed 256-byte steps, which the compiler turns into
-// vector moves. glibc's memcpy switches to `rep movsb` for copies of a few
-// KiB, and on the AMD EPYC machines we measure on that path is about 4x slower for these
-// cross-core copies (channel-bench, 4 KiB payloads: 2.6 GB/s with glibc's
-// memcpy, 11.1 GB/s with rep movsb disabled by GLIBC_TUNABLES).
-void copy_payload(uint8_t* dst, const uint8_t* src, size_t len) {
-  constexpr size_t kStep = 256;
-  size_t i = 0;
-  for (; i + kStep <= len; i += kStep) std::memcpy(dst + i, src + i, kStep);
-  if (i < len) std::memcpy(dst + i, src + i, len - i);
-}
 bool pow2(size_t v) { return v && !(v & (v - 1)); }
 
 // The first bytes of the shared mapping.
@@ -364,7 +354,7 @@ bool ChannelHost::post(uint32_t op, uint64_t id, std::span<const uint8_t> payloa
   auto pos = make_room(payload.size(), wait);
   if (!pos) return false;
   const uint64_t size = s_->hdr->payload_bytes;
-  if (!payload.empty()) detail::copy_payload(s_->payload + (*pos & (size - 1)), payload.data(), payload.size());
+  if (!payload.empty()) copy_bytes(s_->payload + (*pos & (size - 1)), payload.data(), payload.size());
   push(op, id, *pos, payload.size(), args);
   return true;
 }
@@ -475,7 +465,7 @@ size_t ChannelDpu::receive(std::vector<Message>& out, size_t max, std::chrono::m
     uint64_t phys = r.payload_pos & mask;
     if (phys + r.payload_len > s.hdr->payload_bytes)
       throw ChannelError(ChannelError::Kind::kProtocol, "channel: request payload crosses the region's end");
-    detail::copy_payload(buffer_.data() + off, s.payload + phys, r.payload_len);
+    copy_bytes(buffer_.data() + off, s.payload + phys, r.payload_len);
     out.push_back({r, std::span<const uint8_t>(buffer_.data() + off, r.payload_len)});
     off += r.payload_len;
   }

@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dpukit/core/copy.h"
 #include "dpukit/core/log.h"
 #include "protocol.h"
 
@@ -342,7 +343,7 @@ void WritePersistEngine::Impl::on_write(const ChannelDpu::Message& m) {
   op->buf = buffers.take(len);
   lock.unlock();
   // The "DMA read": the payload is only valid until the next receive.
-  std::memcpy(op->buf.data.get(), m.payload.data(), len);
+  copy_bytes(op->buf.data.get(), m.payload.data(), len);  // not glibc's rep movsb (see copy.h)
   lock.lock();
   if (f.error) {  // an earlier write of the file failed meanwhile
     buffers.give(std::move(op->buf));

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "dpukit/core/copy.h"
 #include "dpukit/core/log.h"
 #include "protocol.h"
 
@@ -301,7 +302,7 @@ class OffloadWritableFile final : public FSWritableFile, public BatchOwner {
       while (done < data.size()) {
         if (batch_.empty()) batch_ = qp_->reserve(this, fs_.options().write_threshold);
         size_t n = std::min(data.size() - done, batch_.size() - batch_used_);
-        std::memcpy(batch_.data() + batch_used_, data.data() + done, n);
+        copy_bytes_streaming(batch_.data() + batch_used_, data.data() + done, n);  // see copy.h
         batch_used_ += n;
         done += n;
         size_ += n;
