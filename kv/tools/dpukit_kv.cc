@@ -29,6 +29,7 @@
 #include "dpukit/core/accounting.h"
 #include "dpukit/core/cli.h"
 #include "dpukit/core/results.h"
+#include "thread_cpu.h"
 
 namespace fs = std::filesystem;
 
@@ -93,63 +94,11 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
-// CPU time (s) of each of a process's threads whose name starts with
-// `prefix`, by thread id; threads that ended keep their last reading.
-class ThreadCpuSampler {
- public:
-  ThreadCpuSampler() = default;
-  ThreadCpuSampler(pid_t pid, std::string prefix) : pid_(pid), prefix_(std::move(prefix)) {}
-  void sample() {
-    static const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
-    std::error_code ec;
-    for (auto& t : fs::directory_iterator("/proc/" + std::to_string(pid_) + "/task", ec)) {
-      std::string stat = slurp(t.path() / "stat");
-      auto open = stat.find('('), close = stat.rfind(')');
-      if (open == std::string::npos || close == std::string::npos) continue;
-      std::string comm = stat.substr(open + 1, close - open - 1);
-      if (comm.rfind(prefix_, 0) != 0) continue;
-      std::istringstream rest(stat.substr(close + 2));
-      std::string field;
-      unsigned long long utime = 0, stime = 0;
-      for (int i = 3; i <= 15 && rest >> field; ++i) {  // fields 14 and 15: utime, stime
-        if (i == 14) utime = std::stoull(field);
-        if (i == 15) stime = std::stoull(field);
-      }
-      cpu_[t.path().filename()] = (utime + stime) / tick;
-    }
-  }
-  double total() const {
-    double s = 0;
-    for (auto& [tid, v] : cpu_) s += v;
-    return s;
-  }
-  size_t threads() const { return cpu_.size(); }
-
- private:
-  pid_t pid_ = 0;
-  std::string prefix_;
-  std::map<std::string, double> cpu_;
-};
-
-// The host's compaction CPU: RocksDB's compaction threads, plus the plugin's
-// own threads (the completion reaper; in async-host, the write-persist
-// engine), which do compaction's I/O work on the host.
-struct HostCompactionCpu {
-  ThreadCpuSampler rocksdb, plugin;
-  void attach(pid_t pid) {
-    rocksdb = ThreadCpuSampler(pid, "rocksdb:low");
-    plugin = ThreadCpuSampler(pid, "pulsedb:");
-  }
-  void sample() {
-    rocksdb.sample();
-    plugin.sample();
-  }
-};
-
 // ---------------------------------------------------------------- db_bench
 
 struct DbBenchReport {
   double ops_per_sec = 0, mb_per_sec = 0, seconds = 0;
+  double compaction_window = 0;  // the seconds the compaction bytes were written in
   double p50 = 0, p99 = 0, p999 = 0, p9999 = 0, avg = 0;
   uint64_t stall_micros = 0, compaction_write_bytes = 0, compaction_read_bytes = 0, operations = 0;
 };
@@ -184,15 +133,46 @@ DbBenchReport parse_db_bench(const std::string& out, const std::string& benchmar
   r.stall_micros = ticker(out, "rocksdb.stall.micros");
   r.compaction_write_bytes = ticker(out, "rocksdb.compact.write.bytes");
   r.compaction_read_bytes = ticker(out, "rocksdb.compact.read.bytes");
+  r.compaction_window = r.seconds;
+  return r;
+}
+
+// The same figures from a dpukit-kvbench result; `op` is the measured write
+// (insert for fill, update for overwrite).
+DbBenchReport kvbench_report(const nlohmann::json& f, const std::string& op) {
+  DbBenchReport r;
+  r.seconds = f["run_seconds"].get<double>();
+  r.operations = f["ops"].get<uint64_t>();
+  r.ops_per_sec = f["throughput_ops_per_s"].get<double>();
+  r.mb_per_sec = f["user_bytes_written"].get<double>() / 1048576.0 / std::max(r.seconds, 1e-9);
+  const auto& lat = f["latency_us"][op];
+  r.avg = lat["avg"].get<double>();
+  r.p50 = lat["p50"].get<double>();
+  r.p99 = lat["p99"].get<double>();
+  r.p999 = lat["p99_9"].get<double>();
+  r.stall_micros = f["write_stall_micros"].get<uint64_t>();
+  r.compaction_write_bytes = f["compaction"]["bytes_written"].get<uint64_t>();
+  r.compaction_read_bytes = f["compaction"]["bytes_read_host"].get<uint64_t>() + f["compaction"]["bytes_read_worker"].get<uint64_t>();
+  // --drain: compaction goes on after the writes, until the DB is closed.
+  r.compaction_window = r.seconds + f["drain_seconds"].get<double>() + f["close_seconds"].get<double>();
   return r;
 }
 
 struct Settings {
-  std::string mode, workload, db, pool, sock, host_cpus, dpu_cpus;
+  std::string mode, driver, workload, db, pool, sock, host_cpus, dpu_cpus;
   uint64_t value_size, num, write_buffer, target_file, level_base, cache;
   int threads, jobs;
   uint64_t write_threshold, sync_interval;
 };
+
+std::string fs_uri(const Settings& s) {
+  std::string q = "?write_threshold:" + std::to_string(s.write_threshold) + "&sync_interval:" +
+                  std::to_string(s.sync_interval);
+  if (s.mode == "pulsedb") return "pulsedb://" + s.sock + q;
+  if (s.mode == "async-host") return "pulsedb-async://" + s.pool + q;
+  if (s.mode == "filepool") return "pulsedb-filepool://" + s.pool;
+  return "";
+}
 
 std::vector<std::string> db_bench_args(const Settings& s, const std::string& benchmark, bool existing) {
   std::vector<std::string> a = {
@@ -220,11 +200,32 @@ std::vector<std::string> db_bench_args(const Settings& s, const std::string& ben
       "--statistics",
       "--histogram",
   };
-  std::string q = "?write_threshold:" + std::to_string(s.write_threshold) + "&sync_interval:" +
-                  std::to_string(s.sync_interval);
-  if (s.mode == "pulsedb") a.push_back("--fs_uri=pulsedb://" + s.sock + q);
-  if (s.mode == "async-host") a.push_back("--fs_uri=pulsedb-async://" + s.pool + q);
-  if (s.mode == "filepool") a.push_back("--fs_uri=pulsedb-filepool://" + s.pool);
+  if (auto uri = fs_uri(s); !uri.empty()) a.push_back("--fs_uri=" + uri);
+  return a;
+}
+
+// dpukit-kvbench fill (every key once) or overwrite, with the same settings;
+// --drain so that each mode ends with the same compaction work done.
+std::vector<std::string> kvbench_args(const Settings& s, const std::string& command, const std::string& json) {
+  std::vector<std::string> a = {(self_dir() / "dpukit-kvbench").string(),
+                                command,
+                                "--db=" + s.db,
+                                "--num=" + std::to_string(s.num * s.threads),
+                                "--value-size=" + std::to_string(s.value_size),
+                                "--write-buffer-size=" + std::to_string(s.write_buffer),
+                                "--target-file-size=" + std::to_string(s.target_file),
+                                "--max-bytes-for-level-base=" + std::to_string(s.level_base),
+                                "--max-background-jobs=" + std::to_string(s.jobs + 1),
+                                "--cache-size=" + std::to_string(s.cache),
+                                "--threads=" + std::to_string(s.threads),
+                                "--cpus=" + s.host_cpus,
+                                "--drain",
+                                "--json=" + json};
+  if (auto uri = fs_uri(s); !uri.empty()) a.push_back("--fs-uri=" + uri);
+  if (s.mode == "dcomp") {
+    a.push_back("--mode=dcomp");
+    a.push_back("--worker-cpus=" + s.dpu_cpus);
+  }
   return a;
 }
 
@@ -244,7 +245,7 @@ double agent_cpu_seconds(const nlohmann::json& stats) {
   return 0;
 }
 
-int bench(int argc, char** argv) {
+int bench_command(int argc, char** argv) {
   ArgParser p(std::string(kTool) + " bench",
               "Runs the stock db_bench (fillrandom, or overwrite on a DB it fills first) on one kv mode, with\n"
               "the host side pinned to --host-cpus and the agent to --dpu-cpus, and writes the measured figures.\n"
@@ -252,6 +253,8 @@ int bench(int argc, char** argv) {
               "bloom 10 bits/key, no compression, direct reads, 4 compaction threads) with the block cache and\n"
               "the data scaled to this machine.");
   p.option("mode", "vanilla, filepool, async-host, pulsedb or dcomp", "pulsedb");
+  p.option("driver", "db_bench (the stock one) or kvbench (dpukit-kvbench fill/overwrite --drain; dcomp needs it)",
+           "db_bench");
   p.option("workload", "fillrandom or overwrite", "fillrandom");
   p.option("value-size", "value bytes (keys are 16 bytes)", "1024");
   p.option("data", "bytes of key-value data written (sets --num)", "1G");
@@ -275,8 +278,10 @@ int bench(int argc, char** argv) {
   if (s.workload != "fillrandom" && s.workload != "overwrite")
     throw InputError("--workload: '" + s.workload + "' is not fillrandom or overwrite");
   s.value_size = p.bytes("value-size");
-  s.num = std::max<uint64_t>(1, p.bytes("data") / (16 + s.value_size));
   s.threads = static_cast<int>(p.u64("threads"));
+  if (s.threads < 1) throw InputError("--threads must be at least 1");
+  // db_bench's --num is per writer thread.
+  s.num = std::max<uint64_t>(1, p.bytes("data") / (16 + s.value_size) / s.threads);
   s.jobs = static_cast<int>(p.u64("compaction-threads"));
   s.write_buffer = p.bytes("write-buffer");
   s.target_file = p.bytes("target-file");
@@ -305,7 +310,10 @@ int bench(int argc, char** argv) {
   result.set_placement(placement);
   result.set_backend("emulated");
 
-  if (s.mode == "dcomp") throw InputError("--mode dcomp: run dpukit-kvbench fill --mode dcomp (see docs/kv.md)");
+  s.driver = p.str("driver");
+  if (s.driver != "db_bench" && s.driver != "kvbench") throw InputError("--driver: '" + s.driver + "' is not db_bench or kvbench");
+  if (s.mode == "dcomp" && s.driver != "kvbench")
+    throw InputError("--mode dcomp needs --driver kvbench: db_bench cannot install a CompactionService");
 
   std::map<std::string, std::string> env;
   std::string plugin = (self_dir().parent_path() / "lib" / "libdpukit_kv.so").string();
@@ -335,16 +343,17 @@ int bench(int argc, char** argv) {
     reap(agent, true);
   };
 
-  auto run_db_bench = [&](const std::string& benchmark, bool existing, const std::string& log, HostCompactionCpu* cpu,
-                          Child& c) {
+  // The host's compaction CPU: RocksDB's compaction threads plus the
+  // plugin's own (the completion reaper; in async-host the write-persist
+  // engine), which do compaction's I/O work on the host.
+  using Cpu = std::map<std::string, uint64_t>;
+  auto run_db_bench = [&](const std::string& benchmark, bool existing, const std::string& log, Cpu* cpu, Child& c) {
     c = start(db_bench_args(s, benchmark, existing), CpuSet::parse(s.host_cpus), log, env);
-    HostCompactionCpu sampler;
-    sampler.attach(c.pid);
-    while (!reap(c, false)) {
-      sampler.sample();
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    if (cpu) *cpu = sampler;
+    bench::ThreadCpuSampler sampler({{"compaction", "rocksdb:low"}, {"plugin", "pulsedb:"}}, 50, c.pid);
+    sampler.start();
+    while (!reap(c, false)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    sampler.stop();
+    if (cpu) *cpu = sampler.cpu_ns();
     if (!WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0) {
       stop_agent();
       throw std::runtime_error("db_bench " + benchmark + " failed (status " + std::to_string(c.status) + "); log " + log);
@@ -352,27 +361,56 @@ int bench(int argc, char** argv) {
   };
 
   try {
-    if (s.workload == "overwrite") {  // an existing DB to overwrite: filled first, not measured
-      Child fill;
-      run_db_bench("fillrandom", false, (work / "fill.log").string(), nullptr, fill);
-    }
-    HostCompactionCpu low;
-    Child bench;
-    std::string log = (work / (s.workload + ".log")).string();
-    auto t0 = std::chrono::steady_clock::now();
     // The agent's CPU time comes from its stats; for overwrite the fill
     // phase's share is read (SIGUSR1) and taken off.
     double agent_cpu0 = 0;
-    if (agent.pid > 0 && s.workload == "overwrite") {
+    auto agent_reading = [&] {
+      if (agent.pid <= 0) return 0.0;
       fs::remove(agent_stats);
       ::kill(agent.pid, SIGUSR1);
       for (int i = 0; i < 200 && !fs::exists(agent_stats); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      agent_cpu0 = agent_cpu_seconds(read_json_file(agent_stats));
+      return agent_cpu_seconds(read_json_file(agent_stats));
+    };
+    DbBenchReport r;
+    Cpu low;
+    double host_cpu_s = 0, worker_cpu_s = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    if (s.driver == "db_bench") {
+      if (s.workload == "overwrite") {  // an existing DB to overwrite: filled first, not measured
+        Child fill;
+        run_db_bench("fillrandom", false, (work / "fill.log").string(), nullptr, fill);
+        agent_cpu0 = agent_reading();
+      }
+      Child bench;
+      std::string log = (work / (s.workload + ".log")).string();
+      t0 = std::chrono::steady_clock::now();
+      run_db_bench(s.workload, s.workload == "overwrite", log, &low, bench);
+      r = parse_db_bench(slurp(log), s.workload);
+      host_cpu_s = cpu_seconds(bench.usage);
+    } else {
+      auto run_kvbench = [&](const std::string& command) {
+        std::string json = (work / (command + ".json")).string(), log = (work / (command + ".log")).string();
+        Child c = start(kvbench_args(s, command, json), CpuSet(), log, env);
+        reap(c, true);
+        if (!WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0)
+          throw std::runtime_error("dpukit-kvbench " + command + " failed; log " + log);
+        return read_json_file(json);
+      };
+      if (s.workload == "overwrite") {
+        run_kvbench("fill");
+        agent_cpu0 = agent_reading();
+      }
+      t0 = std::chrono::steady_clock::now();
+      auto kf = run_kvbench(s.workload == "overwrite" ? "overwrite" : "fill")["figures"];
+      r = kvbench_report(kf, s.workload == "overwrite" ? "update" : "insert");
+      low["compaction"] = kf["compaction"]["host_cpu_ns"].get<uint64_t>() - kf["compaction"]["host_plugin_cpu_ns"].get<uint64_t>();
+      low["plugin"] = kf["compaction"]["host_plugin_cpu_ns"].get<uint64_t>();
+      host_cpu_s = kf["host_process_cpu_ns"].get<double>() / 1e9;
+      worker_cpu_s = kf["dpu_cpu_ns"].get<double>() / 1e9;
+      if (kf.contains("dcomp")) result.figures()["dcomp"] = kf["dcomp"];
     }
-    run_db_bench(s.workload, s.workload == "overwrite", log, &low, bench);
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     stop_agent();
-    DbBenchReport r = parse_db_bench(slurp(log), s.workload);
 
     auto& f = result.figures();
     f["mode"] = s.mode;
@@ -390,14 +428,15 @@ int bench(int argc, char** argv) {
     f["stall_micros"] = r.stall_micros;
     f["stall_ratio"] = r.seconds > 0 ? r.stall_micros / 1e6 / (r.seconds * s.threads) : 0;
     f["compaction_write_bytes"] = r.compaction_write_bytes;
-    f["compaction_mb_per_sec"] = r.seconds > 0 ? r.compaction_write_bytes / 1048576.0 / r.seconds : 0;
-    f["host_compaction_cpu_s"] = low.rocksdb.total() + low.plugin.total();
-    f["host_rocksdb_compaction_cpu_s"] = low.rocksdb.total();
-    f["host_plugin_cpu_s"] = low.plugin.total();
-    f["host_compaction_threads"] = low.rocksdb.threads();
-    f["host_cpu_s"] = cpu_seconds(bench.usage);
+    f["compaction_mb_per_sec"] =
+        r.compaction_window > 0 ? r.compaction_write_bytes / 1048576.0 / r.compaction_window : 0;
+    f["host_compaction_cpu_s"] = (low["compaction"] + low["plugin"]) / 1e9;
+    f["host_rocksdb_compaction_cpu_s"] = low["compaction"] / 1e9;
+    f["host_plugin_cpu_s"] = low["plugin"] / 1e9;
+    f["host_cpu_s"] = host_cpu_s;
+    f["driver"] = s.driver;
     f["wall_s"] = wall;
-    double dpu = 0;
+    double dpu = worker_cpu_s;  // dcomp: the worker's
     auto ag = read_json_file(agent_stats);
     if (!ag.is_null()) {
       f["agent"] = ag;
@@ -418,7 +457,7 @@ int bench(int argc, char** argv) {
     prm["sync_interval"] = s.sync_interval;
     prm["slots"] = slots;
     CpuAccount cpu;
-    cpu.add(Place::kHost, static_cast<uint64_t>(cpu_seconds(bench.usage) * 1e9));
+    cpu.add(Place::kHost, static_cast<uint64_t>(host_cpu_s * 1e9));
     cpu.add(Place::kDpu, static_cast<uint64_t>(dpu * 1e9));
     result.set_cpu(cpu);
     result.set_wall_ns(static_cast<uint64_t>(wall * 1e9));
@@ -443,7 +482,7 @@ int bench(int argc, char** argv) {
 int main(int argc, char** argv) {
   using namespace dpukit;
   static const Subcommand commands[] = {
-      {"bench", kv::bench, "db_bench fillrandom/overwrite on one mode, measured (host/dpu CPU, latency, stalls)"},
+      {"bench", kv::bench_command, "db_bench (or dpukit-kvbench) fillrandom/overwrite on one mode, measured: host/dpu CPU, latency, stalls"},
   };
   return run_subcommands(kv::kTool, "dpukit kv: PulseDB on RocksDB 7.8.3 — benchmarks", commands, argc, argv);
 }

@@ -69,3 +69,15 @@ SAMPLE_RESULT = {
 @pytest.fixture
 def sample_result() -> dict:
     return copy.deepcopy(SAMPLE_RESULT)
+
+
+@pytest.fixture
+def kv_tool() -> Path:
+    """build/bin/dpukit-kv, or skip when it has not been built."""
+    return native_tool("dpukit-kv")
+
+
+@pytest.fixture
+def kvbench_tool() -> Path:
+    """build/bin/dpukit-kvbench, or skip when it has not been built."""
+    return native_tool("dpukit-kvbench")

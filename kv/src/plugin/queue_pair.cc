@@ -59,6 +59,7 @@ void QueuePair::hello() {
 }
 
 QueuePair::~QueuePair() {
+  stopping_ = true;  // before the close: the engine's orderly close that answers it is no loss
   {
     auto l = lock();
     if (owner_) owner_->commit_batch();
@@ -69,7 +70,6 @@ QueuePair::~QueuePair() {
     } catch (...) {
     }
   }
-  stopping_ = true;
   if (reaper_.joinable()) reaper_.join();
   if (engine_thread_.joinable()) engine_thread_.join();
 }

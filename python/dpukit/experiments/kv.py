@@ -32,13 +32,14 @@ def scale(quick: bool) -> list[str]:
     return ["--data", "1G", "--write-buffer", "64M", "--target-file", "64M", "--level-base", "256M"]
 
 
-def run_mode(ctx: Context, mode: str, workload: str, value: int, step: int, steps: int) -> Point:
-    work = build_dir() / "kv-runs" / f"{mode}-{workload}-{value}"
+def run_mode(ctx: Context, mode: str, workload: str, value: int, step: int, steps: int,
+             driver: str = "db_bench") -> Point:
+    work = build_dir() / "kv-runs" / f"{mode}-{workload}-{value}-{driver}"
     return ctx.run_point(
-        TOOL, ["bench", "--mode", mode, "--workload", workload, "--value-size", value, *scale(ctx.quick),
-               "--work-dir", work],
-        label=f"{mode}-{workload}-{value}", key="ops_per_sec",
-        detail=f"{mode} {workload} value={value}", step=step, steps=steps)
+        TOOL, ["bench", "--mode", mode, "--driver", driver, "--workload", workload, "--value-size", value,
+               *scale(ctx.quick), "--work-dir", work],
+        label=f"{mode}-{workload}-{value}-{driver}", key="ops_per_sec",
+        detail=f"{mode} {workload} value={value} ({driver})", step=step, steps=steps)
 
 
 def ratio(x: float, base: float) -> str:
@@ -156,5 +157,36 @@ def values(ctx: Context) -> Section:
     bar_plot(path, [str(v) for v in VALUE_SIZES], {"write throughput": tput, "host compaction CPU": cpu},
              "pulsedb / vanilla by value size", "× vanilla")
     sec.image(rel, "pulsedb against vanilla by value size", "pulsedb normalized to vanilla at each value size.")
+    sec.paragraph(placement_note(ctx.runs))
+    return sec
+
+
+@experiment(
+    "kv.dcomp",
+    title="kv.dcomp: vanilla, pulsedb and DComp on the same driver",
+    description="dpukit-kvbench fill, drained, at 1024-byte values: the DComp "
+                "baseline needs RocksDB's CompactionService, which db_bench cannot install.",
+    tools=[TOOL, "dpukit-agent", "dpukit-kvbench"],
+)
+def dcomp(ctx: Context) -> Section:
+    modes = ("vanilla", "pulsedb", "dcomp")
+    workloads = ["fillrandom"]  # an overwrite run (fill, drain, overwrite, drain) takes minutes per point
+    sec = Section("kv.dcomp: vanilla, pulsedb and DComp, dpukit-kvbench")
+    steps = len(workloads) * len(modes)
+    step = 0
+    for workload in workloads:
+        points = []
+        for mode in modes:
+            step += 1
+            points.append((mode, run_mode(ctx, mode, workload, 1024, step, steps, driver="kvbench")))
+        sec.table(MODE_HEADERS, mode_rows(points),
+                  caption=f"dpukit-kvbench {'fill' if workload == 'fillrandom' else 'overwrite'} --drain, "
+                          "1024-byte values")
+    sec.paragraph(
+        "The same RocksDB settings as kv.modes, driven by `dpukit-kvbench` (every key written once; `--drain` "
+        "waits for compaction to finish, so each mode does the same compaction work). Throughput and latency "
+        "cover the writes; compaction MB/s and CPU cover the writes and the drain. dcomp's dpu CPU is its "
+        "worker process's (`OpenAndCompact` per job, L1 and deeper; L0→L1 stays on the host). "
+        + ("Quick mode: one run per point." if ctx.quick else f"Median of {ctx.repeats} runs by throughput."))
     sec.paragraph(placement_note(ctx.runs))
     return sec
