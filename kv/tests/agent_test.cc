@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "temp_dir.h"
 #include "dpukit/core/channel.h"
 #include "protocol.h"
 
@@ -29,19 +30,6 @@ using Clock = std::chrono::steady_clock;
 
 // A hang is a failure, not a slow run: every wait gives up after this.
 constexpr auto kPatience = 60s;
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "dpukit-agent-test-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 template <class Pred>
 bool eventually(Pred pred) {

@@ -1,3 +1,4 @@
+#include "temp_dir.h"
 #include "engine.h"
 
 #include <fcntl.h>
@@ -30,19 +31,6 @@ using Kind = IoEvent::Kind;
 
 // A hang is a failure, not a slow run: every wait gives up after this.
 constexpr auto kPatience = 60s;
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "dpukit-engine-test-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);

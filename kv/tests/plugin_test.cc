@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "dpukit/kv.h"
+#include "temp_dir.h"
 
 extern char** environ;
 
@@ -32,20 +33,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    path = fs::temp_directory_path() / ("dpukit-kv-" + tag + "-" + std::to_string(getpid()) + "-" +
-                                        std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string str(const std::string& sub = "") const { return sub.empty() ? path.string() : (path / sub).string(); }
-};
 
 // Which files flush and compaction produced, from RocksDB itself.
 class Outputs : public rocksdb::EventListener {

@@ -1,3 +1,4 @@
+#include "temp_dir.h"
 #include "pool.h"
 
 #include <fcntl.h>
@@ -20,20 +21,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr uint64_t kSlotBytes = 1 << 20;
-
-// A fresh directory under the system's temporary directory, removed afterwards.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "dpukit-pool-test-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 SstPool::Options options(const fs::path& dir, size_t slots = 4, uint64_t slot_bytes = kSlotBytes) {
   return SstPool::Options{dir.string(), slots, slot_bytes};

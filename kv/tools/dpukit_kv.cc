@@ -206,11 +206,18 @@ std::vector<std::string> db_bench_args(const Settings& s, const std::string& ben
 
 // dpukit-kvbench fill (every key once) or overwrite, with the same settings;
 // --drain so that each mode ends with the same compaction work done.
+// `command` is fill, overwrite, or ycsb:PHASE (load, a..f: the YCSB core
+// workloads on --num records, each run phase --num operations).
 std::vector<std::string> kvbench_args(const Settings& s, const std::string& command, const std::string& json) {
-  std::vector<std::string> a = {(self_dir() / "dpukit-kvbench").string(),
-                                command,
+  const std::string records = std::to_string(s.num * s.threads);
+  std::vector<std::string> a = {(self_dir() / "dpukit-kvbench").string()};
+  if (command.rfind("ycsb:", 0) == 0) {
+    a.insert(a.end(), {"ycsb", "--workload=" + command.substr(5), "--records=" + records, "--ops=" + records});
+  } else {
+    a.insert(a.end(), {command, "--num=" + records});
+  }
+  a.insert(a.end(), {
                                 "--db=" + s.db,
-                                "--num=" + std::to_string(s.num * s.threads),
                                 "--value-size=" + std::to_string(s.value_size),
                                 "--write-buffer-size=" + std::to_string(s.write_buffer),
                                 "--target-file-size=" + std::to_string(s.target_file),
@@ -220,7 +227,7 @@ std::vector<std::string> kvbench_args(const Settings& s, const std::string& comm
                                 "--threads=" + std::to_string(s.threads),
                                 "--cpus=" + s.host_cpus,
                                 "--drain",
-                                "--json=" + json};
+                                "--json=" + json});
   if (auto uri = fs_uri(s); !uri.empty()) a.push_back("--fs-uri=" + uri);
   if (s.mode == "dcomp") {
     a.push_back("--mode=dcomp");
@@ -255,7 +262,7 @@ int bench_command(int argc, char** argv) {
   p.option("mode", "vanilla, filepool, async-host, pulsedb or dcomp", "pulsedb");
   p.option("driver", "db_bench (the stock one) or kvbench (dpukit-kvbench fill/overwrite --drain; dcomp needs it)",
            "db_bench");
-  p.option("workload", "fillrandom or overwrite", "fillrandom");
+  p.option("workload", "fillrandom, overwrite, or ycsb (load, then A-F on it; --driver kvbench)", "fillrandom");
   p.option("value-size", "value bytes (keys are 16 bytes)", "1024");
   p.option("data", "bytes of key-value data written (sets --num)", "1G");
   p.option("threads", "db_bench writer threads", "2");
@@ -267,6 +274,8 @@ int bench_command(int argc, char** argv) {
   p.option("slots", "pool slots", "0").option("host-cpus", "CPUs of db_bench (the host)", "0");
   p.option("dpu-cpus", "CPUs of the agent / dcomp worker (the dpu)", "1");
   p.option("work-dir", "where the DB, the pool and the logs go (emptied first)", "build/kv-run");
+  p.flag("keep", "keep the DB and the pool afterwards (by default only the logs and stats stay: a pool is\n"
+                 "preallocated, slots x slot size, several GB at the default scale)");
   p.option("json", "write the result here");
   p.parse(argc, argv, 2);
 
@@ -275,8 +284,8 @@ int bench_command(int argc, char** argv) {
   s.workload = p.str("workload");
   if (s.mode != "vanilla" && s.mode != "filepool" && s.mode != "async-host" && s.mode != "pulsedb" && s.mode != "dcomp")
     throw InputError("--mode: '" + s.mode + "' is not vanilla, filepool, async-host, pulsedb or dcomp");
-  if (s.workload != "fillrandom" && s.workload != "overwrite")
-    throw InputError("--workload: '" + s.workload + "' is not fillrandom or overwrite");
+  if (s.workload != "fillrandom" && s.workload != "overwrite" && s.workload != "ycsb")
+    throw InputError("--workload: '" + s.workload + "' is not fillrandom, overwrite or ycsb");
   s.value_size = p.bytes("value-size");
   s.threads = static_cast<int>(p.u64("threads"));
   if (s.threads < 1) throw InputError("--threads must be at least 1");
@@ -297,6 +306,17 @@ int bench_command(int argc, char** argv) {
   s.db = (work / "db").string();
   s.pool = (work / "pool").string();
   s.sock = (work / "agent.sock").string();
+  struct Cleanup {  // the DB and the pool go, whatever happens, unless --keep
+    const Settings& s;
+    bool keep;
+    ~Cleanup() {
+      if (keep) return;
+      std::error_code ec;
+      fs::remove_all(s.db, ec);
+      fs::remove_all(s.pool, ec);
+      fs::remove_all(s.db + ".dcomp", ec);
+    }
+  } cleanup{s, p.has("keep")};
   Placement placement = Placement::plan(s.host_cpus, s.dpu_cpus);
   uint64_t slots = p.bytes("slots");
   if (slots == 0) {
@@ -312,6 +332,7 @@ int bench_command(int argc, char** argv) {
 
   s.driver = p.str("driver");
   if (s.driver != "db_bench" && s.driver != "kvbench") throw InputError("--driver: '" + s.driver + "' is not db_bench or kvbench");
+  if (s.workload == "ycsb" && s.driver != "kvbench") throw InputError("--workload ycsb needs --driver kvbench");
   if (s.mode == "dcomp" && s.driver != "kvbench")
     throw InputError("--mode dcomp needs --driver kvbench: db_bench cannot install a CompactionService");
 
@@ -389,7 +410,8 @@ int bench_command(int argc, char** argv) {
       host_cpu_s = cpu_seconds(bench.usage);
     } else {
       auto run_kvbench = [&](const std::string& command) {
-        std::string json = (work / (command + ".json")).string(), log = (work / (command + ".log")).string();
+        std::string name = command.rfind("ycsb:", 0) == 0 ? "ycsb-" + command.substr(5) : command;
+        std::string json = (work / (name + ".json")).string(), log = (work / (name + ".log")).string();
         Child c = start(kvbench_args(s, command, json), CpuSet(), log, env);
         reap(c, true);
         if (!WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0)
@@ -401,13 +423,33 @@ int bench_command(int argc, char** argv) {
         agent_cpu0 = agent_reading();
       }
       t0 = std::chrono::steady_clock::now();
-      auto kf = run_kvbench(s.workload == "overwrite" ? "overwrite" : "fill")["figures"];
-      r = kvbench_report(kf, s.workload == "overwrite" ? "update" : "insert");
-      low["compaction"] = kf["compaction"]["host_cpu_ns"].get<uint64_t>() - kf["compaction"]["host_plugin_cpu_ns"].get<uint64_t>();
-      low["plugin"] = kf["compaction"]["host_plugin_cpu_ns"].get<uint64_t>();
-      host_cpu_s = kf["host_process_cpu_ns"].get<double>() / 1e9;
-      worker_cpu_s = kf["dpu_cpu_ns"].get<double>() / 1e9;
-      if (kf.contains("dcomp")) result.figures()["dcomp"] = kf["dcomp"];
+      auto add_cpu = [&](const nlohmann::json& kf) {
+        uint64_t plugin = kf["compaction"]["host_plugin_cpu_ns"].get<uint64_t>();
+        low["compaction"] += kf["compaction"]["host_cpu_ns"].get<uint64_t>() - plugin;
+        low["plugin"] += plugin;
+        host_cpu_s += kf["host_process_cpu_ns"].get<double>() / 1e9;
+        worker_cpu_s += kf["dpu_cpu_ns"].get<double>() / 1e9;
+      };
+      if (s.workload == "ycsb") {
+        // Load, then A-F on what it loaded; the load's write figures lead,
+        // every phase's throughput and main latency are listed.
+        nlohmann::json phases = nlohmann::json::object();
+        for (const char* phase : {"load", "a", "b", "c", "d", "e", "f"}) {
+          auto kf = run_kvbench(std::string("ycsb:") + phase)["figures"];
+          add_cpu(kf);
+          if (std::string(phase) == "load") r = kvbench_report(kf, "insert");
+          nlohmann::json lat = nlohmann::json::object();
+          for (auto& [op, l] : kf["latency_us"].items()) lat[op] = {{"p50", l["p50"]}, {"p99", l["p99"]}};
+          phases[phase] = {{"ops_per_sec", kf["throughput_ops_per_s"]}, {"latency_us", lat},
+                           {"stall_ratio", kf["write_stall_ratio"]}};
+        }
+        result.figures()["ycsb"] = phases;
+      } else {
+        auto kf = run_kvbench(s.workload == "overwrite" ? "overwrite" : "fill")["figures"];
+        r = kvbench_report(kf, s.workload == "overwrite" ? "update" : "insert");
+        add_cpu(kf);
+        if (kf.contains("dcomp")) result.figures()["dcomp"] = kf["dcomp"];
+      }
     }
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     stop_agent();

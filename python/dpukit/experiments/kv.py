@@ -13,7 +13,7 @@ import dpukit.plots  # noqa: F401  (selects matplotlib's Agg backend)
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from dpukit.experiments import Context, Point, experiment
+from dpukit.experiments import Context, Point, experiment, median_run
 from dpukit.experiments.core import parameters_note, placement_note
 from dpukit.paths import build_dir
 from dpukit.report import Section
@@ -32,14 +32,26 @@ def scale(quick: bool) -> list[str]:
     return ["--data", "1G", "--write-buffer", "64M", "--target-file", "64M", "--level-base", "256M"]
 
 
-def run_mode(ctx: Context, mode: str, workload: str, value: int, step: int, steps: int,
-             driver: str = "db_bench") -> Point:
+def bench_args(ctx: Context, mode: str, workload: str, value: int, driver: str) -> list[Any]:
     work = build_dir() / "kv-runs" / f"{mode}-{workload}-{value}-{driver}"
-    return ctx.run_point(
-        TOOL, ["bench", "--mode", mode, "--driver", driver, "--workload", workload, "--value-size", value,
-               *scale(ctx.quick), "--work-dir", work],
-        label=f"{mode}-{workload}-{value}-{driver}", key="ops_per_sec",
-        detail=f"{mode} {workload} value={value} ({driver})", step=step, steps=steps)
+    return ["bench", "--mode", mode, "--driver", driver, "--workload", workload, "--value-size", value,
+            *scale(ctx.quick), "--work-dir", work]
+
+
+def run_modes(ctx: Context, modes: Sequence[str], workload: str, value: int, *, driver: str = "db_bench",
+              step0: int = 0, steps: int | None = None) -> list[tuple[str, Point]]:
+    """Every mode ``ctx.repeats`` times, round-robin (mode after mode, then
+    again), so that a slow spell of this shared machine hits every mode
+    alike; each mode's reported run is its median by throughput."""
+    steps = steps or len(modes)
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    for rep in range(1, ctx.repeats + 1):
+        for i, mode in enumerate(modes, 1):
+            note = f" run {rep}/{ctx.repeats}" if ctx.repeats > 1 else ""
+            ctx.progress(f"{mode} {workload} value={value} ({driver}){note}", step0 + i, steps)
+            label = f"{mode}-{workload}-{value}-{driver}" + (f"-r{rep}" if ctx.repeats > 1 else "")
+            runs[mode].append(ctx.run_native(TOOL, bench_args(ctx, mode, workload, value, driver), label=label))
+    return [(m, Point(runs[m], median_run(runs[m], "ops_per_sec"))) for m in modes]
 
 
 def ratio(x: float, base: float) -> str:
@@ -95,12 +107,8 @@ def modes(ctx: Context) -> Section:
     workloads = ["fillrandom"] if ctx.quick else ["fillrandom", "overwrite"]
     sec = Section("kv.modes: db_bench on every mode, 1024-byte values")
     steps = len(workloads) * len(MODES)
-    step = 0
-    for workload in workloads:
-        points = []
-        for mode in MODES:
-            step += 1
-            points.append((mode, run_mode(ctx, mode, workload, 1024, step, steps)))
+    for w, workload in enumerate(workloads):
+        points = run_modes(ctx, MODES, workload, 1024, step0=w * len(MODES), steps=steps)
         sec.table(MODE_HEADERS, mode_rows(points), caption=f"db_bench {workload}, 16-byte keys, 1024-byte values")
         path, rel = ctx.plot_path(f"modes-{workload}")
         base = points[0][1].figures
@@ -117,7 +125,7 @@ def modes(ctx: Context) -> Section:
         "read per thread from /proc every 50 ms. dpu CPU is the agent's CPU time. The stall ratio is "
         "`rocksdb.stall.micros` over writer time. "
         + ("Quick mode: a quarter of the data and memtable, one run per point." if ctx.quick else
-           f"Each row is the median of {ctx.repeats} runs by throughput."))
+           f"Each row is the median of {ctx.repeats} runs by throughput; the modes were run round-robin."))
     sec.paragraph(placement_note(ctx.runs))
     if ctx.runs:
         sec.paragraph(parameters_note(ctx.runs[0]))
@@ -140,10 +148,8 @@ def values(ctx: Context) -> Section:
     step = 0
     tput, cpu = [], []
     for value in VALUE_SIZES:
-        pts = {}
-        for mode in ("vanilla", "pulsedb"):
-            step += 1
-            pts[mode] = run_mode(ctx, mode, "fillrandom", value, step, steps)
+        pts = dict(run_modes(ctx, ("vanilla", "pulsedb"), "fillrandom", value, step0=step, steps=steps))
+        step += 2
         v, p = pts["vanilla"].figures, pts["pulsedb"].figures
         tput.append(p["ops_per_sec"] / v["ops_per_sec"])
         cpu.append(p["host_compaction_cpu_s"] / v["host_compaction_cpu_s"] if v["host_compaction_cpu_s"] else 0)
@@ -173,12 +179,8 @@ def dcomp(ctx: Context) -> Section:
     workloads = ["fillrandom"]  # an overwrite run (fill, drain, overwrite, drain) takes minutes per point
     sec = Section("kv.dcomp: vanilla, pulsedb and DComp, dpukit-kvbench")
     steps = len(workloads) * len(modes)
-    step = 0
-    for workload in workloads:
-        points = []
-        for mode in modes:
-            step += 1
-            points.append((mode, run_mode(ctx, mode, workload, 1024, step, steps, driver="kvbench")))
+    for w, workload in enumerate(workloads):
+        points = run_modes(ctx, modes, workload, 1024, driver="kvbench", step0=w * len(modes), steps=steps)
         sec.table(MODE_HEADERS, mode_rows(points),
                   caption=f"dpukit-kvbench {'fill' if workload == 'fillrandom' else 'overwrite'} --drain, "
                           "1024-byte values")
@@ -187,6 +189,48 @@ def dcomp(ctx: Context) -> Section:
         "waits for compaction to finish, so each mode does the same compaction work). Throughput and latency "
         "cover the writes; compaction MB/s and CPU cover the writes and the drain. dcomp's dpu CPU is its "
         "worker process's (`OpenAndCompact` per job, L1 and deeper; L0→L1 stays on the host). "
-        + ("Quick mode: one run per point." if ctx.quick else f"Median of {ctx.repeats} runs by throughput."))
+        + ("Quick mode: one run per point." if ctx.quick else
+           f"Median of {ctx.repeats} runs by throughput, the modes run round-robin."))
+    sec.paragraph(placement_note(ctx.runs))
+    return sec
+
+
+YCSB_PHASES = ("load", "a", "b", "c", "d", "e", "f")
+
+
+@experiment(
+    "kv.ycsb",
+    title="kv.ycsb: YCSB Load and A-F, vanilla against pulsedb",
+    description="dpukit-kvbench ycsb: load, then workloads A-F on what it loaded (full mode only).",
+    tools=[TOOL, "dpukit-agent", "dpukit-kvbench"],
+)
+def ycsb(ctx: Context) -> Section:
+    sec = Section("kv.ycsb: YCSB Load and A-F, vanilla against pulsedb")
+    if ctx.quick:
+        sec.paragraph("Skipped in quick mode (seven phases per mode); `dpukit eval --only kv.ycsb`.")
+        return sec
+    # A quarter of kv.modes' data (about 250,000 records, 250,000 operations per phase), one run per mode:
+    # the seven phases take minutes.
+    modes = ("vanilla", "pulsedb")
+    points = {}
+    for i, mode in enumerate(modes, 1):
+        ctx.progress(f"{mode} ycsb load, a-f", i, len(modes))
+        work = build_dir() / "kv-runs" / f"{mode}-ycsb"
+        points[mode] = ctx.run_native(
+            TOOL, ["bench", "--mode", mode, "--driver", "kvbench", "--workload", "ycsb", "--value-size", 1024,
+                   *scale(True), "--work-dir", work], label=f"{mode}-ycsb")
+    rows = []
+    for phase in YCSB_PHASES:
+        v = points["vanilla"]["figures"]["ycsb"][phase]
+        p = points["pulsedb"]["figures"]["ycsb"][phase]
+        rows.append([phase.upper() if phase != "load" else "Load", fmt_sig(v["ops_per_sec"] / 1000),
+                     fmt_sig(p["ops_per_sec"] / 1000), ratio(p["ops_per_sec"], v["ops_per_sec"])])
+    sec.table(["phase", "vanilla k ops/s", "pulsedb k ops/s", "× vanilla"], rows,
+              caption="YCSB, 16-byte keys, 1024-byte values, zipfian 0.99 (D: latest; E: scans of 1-100)")
+    v, p = points["vanilla"]["figures"], points["pulsedb"]["figures"]
+    sec.paragraph(
+        f"Host compaction CPU over the seven phases: vanilla {fmt_sig(v['host_compaction_cpu_s'])} s, pulsedb "
+        f"{fmt_sig(p['host_compaction_cpu_s'])} s (agent {fmt_sig(p['dpu_cpu_s'])} s). One run per mode, each "
+        "phase drained before the next; the quick-mode scale of kv.modes (16 MB memtables and SSTs).")
     sec.paragraph(placement_note(ctx.runs))
     return sec
