@@ -80,7 +80,9 @@ TEST(Placement, DegradesGracefullyOnAFewCores) {
   Placement p = Placement::plan("", "");
   EXPECT_FALSE(p.host.empty());
   EXPECT_FALSE(p.dpu.empty());
-  if (avail.cpus.size() >= 2) EXPECT_NE(p.host.cpus, p.dpu.cpus) << "separate CPUs when there are two";
+  if (avail.cpus.size() >= 2) {
+    EXPECT_NE(p.host.cpus, p.dpu.cpus) << "separate CPUs when there are two";
+  }
   Placement q = Placement::plan("0", "4000");
   EXPECT_NE(q.note.find("4000"), std::string::npos) << "a CPU that does not exist is named in the note";
   EXPECT_FALSE(q.dpu.empty()) << "and the dpu side falls back to CPUs that exist";
