@@ -120,6 +120,15 @@ bool is_symlink(const std::string& p) {
   return ::lstat(p.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
 }
 
+// Every output of `files` that still exists is (or is not) a pool symlink.
+void expect_symlinks(Outputs& o, const std::set<std::string>& files, bool linked, const char* what) {
+  std::lock_guard l(o.mu);
+  for (auto& f : files) {
+    if (!fs::exists(f)) continue;  // compacted away since
+    EXPECT_EQ(is_symlink(f), linked) << what << " " << f;
+  }
+}
+
 // Opens a DB on the plugin, runs the workload with compactions, reopens,
 // checks everything; returns the plugin's stats.
 struct DbRun {
@@ -197,15 +206,9 @@ TEST(KvPlugin, FilePoolPutsCompactionOutputsInPoolSlotsAndRecyclesThem) {
   {
     std::lock_guard l(r.outputs->mu);
     ASSERT_FALSE(r.outputs->compacted.empty());
-    for (auto& f : r.outputs->flushed)
-      if (fs::exists(f)) {
-        EXPECT_FALSE(is_symlink(f)) << "flush output " << f << " stays a normal file";
-      }
-    for (auto& f : r.outputs->compacted)
-      if (fs::exists(f)) {
-        EXPECT_TRUE(is_symlink(f)) << "compaction output " << f << " is a pool slot";
-      }
   }
+  expect_symlinks(*r.outputs, r.outputs->flushed, false, "flush output, a normal file:");
+  expect_symlinks(*r.outputs, r.outputs->compacted, true, "compaction output, a pool slot:");
   r.close();
   r.reopen();
   r.w.check(r.db);
@@ -242,13 +245,7 @@ TEST(KvPlugin, AsyncHostWithoutAPoolWritesNormalFiles) {
   r.w.write(r.db, 4000, 2000);
   r.compact_all();
   r.w.check(r.db);
-  {
-    std::lock_guard l(r.outputs->mu);
-    for (auto& f : r.outputs->compacted)
-      if (fs::exists(f)) {
-        EXPECT_FALSE(is_symlink(f));
-      }
-  }
+  expect_symlinks(*r.outputs, r.outputs->compacted, false, "compaction output, a normal file:");
   auto st = r.finish();
   EXPECT_GT(st["files_offloaded"].get<int>(), 0);
 }
@@ -293,13 +290,7 @@ TEST(KvPlugin, PulseDbSendsCompactionOutputsToTheAgent) {
   r.w.write(r.db, 6000, 3000);
   r.compact_all();
   r.w.check(r.db);
-  {
-    std::lock_guard l(r.outputs->mu);
-    for (auto& f : r.outputs->compacted)
-      if (fs::exists(f)) {
-        EXPECT_TRUE(is_symlink(f)) << f << " is an agent pool slot";
-      }
-  }
+  expect_symlinks(*r.outputs, r.outputs->compacted, true, "compaction output, an agent pool slot:");
   r.close();
   r.reopen();
   r.w.check(r.db);
