@@ -318,6 +318,7 @@ ChannelHost ChannelHost::connect(const std::string& socket_path, const ChannelCo
   if (len > size)
     throw std::invalid_argument("channel: payload of " + std::to_string(len) + " bytes exceeds the region (" +
                                 std::to_string(size) + ")");
+  if (len > UINT32_MAX) throw std::invalid_argument("channel: a payload is at most 4 GiB - 1 bytes");
   if (s.hdr->host_closed.load(std::memory_order_relaxed)) throw std::logic_error("channel: submit after close");
   if (reserved_) throw std::logic_error("channel: a reservation is open; commit it first");
   // A payload never wraps: if it would cross the end, it starts at the beginning.

@@ -303,6 +303,41 @@ TEST(KvPlugin, PulseDbSendsCompactionOutputsToTheAgent) {
   EXPECT_EQ(ag["write_bytes"], st["bytes_offloaded"]) << "the agent wrote every byte the host appended";
 }
 
+// RocksDB passes file names as the application spelled the DB path; the
+// agent, another process, gets them absolute.
+TEST(KvPlugin, ARelativeDbPathReachesTheAgentAbsolute) {
+  TempDir tmp("relative");
+  Agent a(tmp);
+  a.start();
+  std::string rel = "dpukit-kv-relative-" + std::to_string(getpid());
+  struct Remove {
+    std::string p;
+    ~Remove() {
+      std::error_code ec;
+      fs::remove_all(p, ec);
+    }
+  } remove{rel};
+  auto opts = ParseOffloadUri("pulsedb://" + a.sock + "?write_threshold:64K&sync_interval:16K");
+  opts.stats_file = tmp.str("plugin-stats.json");
+  auto env = rocksdb::NewCompositeEnv(NewOffloadFileSystem(rocksdb::FileSystem::Default(), opts));
+  auto outputs = std::make_shared<Outputs>();
+  rocksdb::DB* db = nullptr;
+  ASSERT_TRUE(rocksdb::DB::Open(small_options(env.get(), outputs), rel, &db).ok());
+  Workload w;
+  w.write(db, 4000, 2000);
+  rocksdb::CompactRangeOptions c;
+  c.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  ASSERT_TRUE(db->CompactRange(c, nullptr, nullptr).ok());
+  w.check(db);
+  expect_symlinks(*outputs, outputs->compacted, true, "compaction output, an agent pool slot:");
+  db->Close();
+  delete db;
+  env.reset();
+  auto st = read_json(tmp.str("plugin-stats.json"));
+  EXPECT_GT(st["files_offloaded"].get<int>(), 0);
+  EXPECT_EQ(st["file_errors"].get<int>(), 0);
+}
+
 // Tells the test when a compaction has begun, so the agent dies mid-compaction.
 class CompactionStarted : public rocksdb::EventListener {
  public:

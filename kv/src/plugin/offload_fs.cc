@@ -100,7 +100,9 @@ class OffloadWritableFile final : public FSWritableFile, public BatchOwner {
   OffloadWritableFile(OffloadFileSystem& fs, std::string fname, const FileOptions& opts)
       : FSWritableFile(opts), fs_(fs), fname_(std::move(fname)), opts_(opts) {}
   ~OffloadWritableFile() override {
-    if (state_ == State::kOffloaded && !host_closed_) post_sync_close();  // RocksDB dropped it unclosed
+    if (state_ != State::kOffloaded) return;
+    if (!host_closed_) post_sync_close();  // RocksDB dropped it unclosed
+    release_batch();
   }
 
   IOStatus Append(const Slice& data, const IOOptions& o, IODebugContext* dbg) override {
@@ -220,8 +222,10 @@ class OffloadWritableFile final : public FSWritableFile, public BatchOwner {
     if (!qp) return open_local(dbg, true);  // no engine now: the normal path
     try {
       auto l = qp->lock();
+      // Absolute: the agent is another process, with a working directory of its own.
+      const std::string name = std::filesystem::absolute(fname_).lexically_normal().string();
       qp->submit(static_cast<uint32_t>(Op::kOpen), next_file_id(),
-                 std::span(reinterpret_cast<const uint8_t*>(fname_.data()), fname_.size()), {kUsePool});
+                 std::span(reinterpret_cast<const uint8_t*>(name.data()), name.size()), {kUsePool});
     } catch (const ChannelError&) {
       return open_local(dbg, true);  // nothing was written yet: the normal path loses nothing
     }
@@ -282,7 +286,18 @@ class OffloadWritableFile final : public FSWritableFile, public BatchOwner {
   IOStatus fail(const ChannelError& e) {
     error_ = engine_error(e.what());
     fs_.file_failed(*file_, error_);
+    release_batch();
     return error_;
+  }
+
+  // A failed file gives its reservation back: the queue pair must not keep
+  // it as the batch owner once this object is gone.
+  void release_batch() {
+    if (batch_.empty()) return;
+    auto l = qp_->lock();
+    qp_->drop_owner(this);
+    batch_ = {};
+    batch_used_ = 0;
   }
 
   // Copies into the queue pair's payload region (RocksDB reuses its buffer
@@ -294,7 +309,10 @@ class OffloadWritableFile final : public FSWritableFile, public BatchOwner {
   }
 
   IOStatus append_offloaded(const Slice& data) {
-    if (failed_meanwhile()) return error_;
+    if (failed_meanwhile()) {
+      release_batch();
+      return error_;
+    }
     if (host_closed_) return IOStatus::InvalidArgument("pulsedb: append to " + fname_ + " after sync_close");
     try {
       auto l = qp_->lock();
@@ -319,6 +337,7 @@ class OffloadWritableFile final : public FSWritableFile, public BatchOwner {
     if (host_closed_) return file_error();
     host_closed_ = true;
     if (failed_meanwhile()) {
+      release_batch();
       fs_.file_host_closed(*file_, size_);
       return error_;
     }
@@ -482,13 +501,14 @@ void OffloadFileSystem::on_completion(QueuePair&, const ChannelCompletion& c) {
     if (!f.done) {
       f.done = true;
       if (c.status != 0) {
-        f.status = errno_status("pulsedb: write-persist of " + f.path, -c.status);
+        // Retryable whatever the errno: the compaction is redone, the DB goes on.
+        f.status = engine_error("write-persist of " + f.path + " failed in the engine: " + std::strerror(-c.status));
         f.failed = true;
         stats_.file_errors.fetch_add(1, std::memory_order_relaxed);
       }
     }
   } else if (c.op == static_cast<uint32_t>(Op::kRecycle)) {
-    control_results_[c.id] = {true, c};
+    if (auto it = control_results_.find(c.id); it != control_results_.end()) it->second = {it->second.qp, true, c};
   }
   files_cv_.notify_all();
 }
@@ -505,7 +525,7 @@ void OffloadFileSystem::on_broken(QueuePair& qp, const std::string& why) {
     stats_.file_errors.fetch_add(1, std::memory_order_relaxed);
   }
   for (auto& [id, r] : control_results_)
-    if (!r.first) r = {true, ChannelCompletion{id, 0, static_cast<uint32_t>(Op::kRecycle), -EPIPE, 0}};
+    if (r.qp == &qp && !r.done) r = {r.qp, true, ChannelCompletion{id, 0, static_cast<uint32_t>(Op::kRecycle), -EPIPE, 0}};
   files_cv_.notify_all();
 }
 
@@ -627,20 +647,24 @@ IOStatus OffloadFileSystem::recycle(const std::string& path) {
     }
     {
       std::lock_guard l(files_mu_);
-      control_results_[id] = {false, {}};
+      control_results_[id] = {control_, false, {}};
     }
+    if (control_->broken()) throw ChannelError(ChannelError::Kind::kPeerGone, "the engine is gone");  // on_broken may have missed it
+    const std::string name = std::filesystem::absolute(path).lexically_normal().string();  // for the agent
     auto l = control_->lock();
     control_->submit(static_cast<uint32_t>(Op::kRecycle), id,
-                     std::span(reinterpret_cast<const uint8_t*>(path.data()), path.size()), {});
+                     std::span(reinterpret_cast<const uint8_t*>(name.data()), name.size()), {});
   } catch (const std::exception& e) {
     std::lock_guard l(files_mu_);
     control_results_.erase(id);
     if (::unlink(path.c_str()) != 0) return errno_status("pulsedb: deleting " + path, errno);
     return IOStatus::OK();
   }
+  // Bounded: an agent that is alive but does not answer must not hang RocksDB's deletions.
   std::unique_lock l(files_mu_);
-  files_cv_.wait(l, [&] { return control_results_[id].first; });
-  ChannelCompletion c = control_results_[id].second;
+  bool answered = files_cv_.wait_for(l, std::chrono::seconds(10), [&] { return control_results_[id].done; });
+  ChannelCompletion c = answered ? control_results_[id].c
+                                 : ChannelCompletion{id, 0, static_cast<uint32_t>(Op::kRecycle), -EPIPE, 0};
   control_results_.erase(id);
   l.unlock();
   if (c.status == -EPIPE) {  // the engine went away meanwhile
@@ -654,7 +678,18 @@ IOStatus OffloadFileSystem::recycle(const std::string& path) {
 IOStatus OffloadFileSystem::RenameFile(const std::string& src, const std::string& dst, const IOOptions& opts,
                                        IODebugContext* dbg) {
   if (IOStatus s = wait_if_in_flight(src); !s.ok()) return s;
-  return target()->RenameFile(src, dst, opts, dbg);
+  IOStatus s = target()->RenameFile(src, dst, opts, dbg);
+  if (s.ok()) {  // a renamed offloaded file is known by its new name
+    std::lock_guard l(files_mu_);
+    if (auto it = by_path_.find(normal_dir(src)); it != by_path_.end()) {
+      uint64_t id = it->second;
+      by_path_.erase(it);
+      by_path_[normal_dir(dst)] = id;
+      files_.at(id)->path = dst;
+      files_.at(id)->dir = parent_dir(dst);
+    }
+  }
+  return s;
 }
 
 IOStatus OffloadFileSystem::LinkFile(const std::string& src, const std::string& dst, const IOOptions& opts,

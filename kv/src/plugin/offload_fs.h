@@ -136,7 +136,12 @@ class OffloadFileSystem final : public rocksdb::FileSystemWrapper, public Comple
   std::unordered_map<uint64_t, std::shared_ptr<InFlightFile>> files_;  // by id
   std::unordered_map<std::string, uint64_t> by_path_;
   std::atomic<uint64_t> next_id_{1};
-  std::map<uint64_t, std::pair<bool, ChannelCompletion>> control_results_;  // recycle id -> (done, completion)
+  struct PendingRecycle {
+    QueuePair* qp = nullptr;  // the queue pair it was sent on: only its loss fails it
+    bool done = false;
+    ChannelCompletion c{};
+  };
+  std::map<uint64_t, PendingRecycle> control_results_;  // by request id
 };
 
 }  // namespace dpukit::kv

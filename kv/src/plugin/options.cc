@@ -122,6 +122,8 @@ OffloadOptions ParseOffloadUri(const std::string& uri) {
     throw std::invalid_argument("kv: write_threshold and sync_interval must be positive");
   if (!pow2(o.request_queue) || !pow2(o.completion_queue))
     throw std::invalid_argument("kv: queue and completion_queue must be powers of two");
+  if (o.write_threshold >= (1ull << 32))
+    throw std::invalid_argument("kv: write_threshold must be below 4 GiB (a request's payload length is 32 bits)");
   if (o.write_threshold > o.request_queue / 2)
     throw std::invalid_argument("kv: write_threshold (" + std::to_string(o.write_threshold) +
                                 ") must be at most half the request queue (" + std::to_string(o.request_queue) + ")");

@@ -62,7 +62,10 @@ QueuePair::~QueuePair() {
   stopping_ = true;  // before the close: the engine's orderly close that answers it is no loss
   {
     auto l = lock();
-    if (owner_) owner_->commit_batch();
+    try {
+      if (owner_) owner_->commit_batch();
+    } catch (const ChannelError&) {  // the engine is gone: nothing to commit to
+    }
     owner_ = nullptr;
     if (ch_.has_reservation()) ch_.cancel_reservation();
     try {
@@ -75,8 +78,9 @@ QueuePair::~QueuePair() {
 }
 
 void QueuePair::mark_broken(const std::string& why) {
-  if (broken_.exchange(true)) return;
-  broken_why_ = why;
+  if (claimed_broken_.exchange(true)) return;
+  broken_why_ = why;  // written before broken_ is published: readers see broken() first
+  broken_.store(true, std::memory_order_release);
   sink_.on_broken(*this, why);
 }
 

@@ -71,6 +71,7 @@ class QueuePair {
   CompletionSink& sink_;
   std::mutex submit_mu_;
   BatchOwner* owner_ = nullptr;
+  std::atomic<bool> claimed_broken_{false};  // mark_broken runs once
   std::atomic<bool> broken_{false};
   std::string broken_why_;
   std::atomic<bool> stopping_{false};
