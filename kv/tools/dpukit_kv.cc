@@ -470,6 +470,7 @@ int bench_command(int argc, char** argv) {
     f["stall_micros"] = r.stall_micros;
     f["stall_ratio"] = r.seconds > 0 ? r.stall_micros / 1e6 / (r.seconds * s.threads) : 0;
     f["compaction_write_bytes"] = r.compaction_write_bytes;
+    f["compaction_read_bytes"] = r.compaction_read_bytes;
     f["compaction_mb_per_sec"] =
         r.compaction_window > 0 ? r.compaction_write_bytes / 1048576.0 / r.compaction_window : 0;
     f["host_compaction_cpu_s"] = (low["compaction"] + low["plugin"]) / 1e9;

@@ -1,10 +1,12 @@
-"""PNG line plots for reports (matplotlib, Agg backend, no pyplot state)."""
+"""PNG plots for reports — lines and grouped bars (matplotlib, Agg backend, no pyplot state)."""
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import matplotlib
 
@@ -13,6 +15,8 @@ matplotlib.use("Agg")
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
+
+from dpukit.units import fmt_sig  # noqa: E402
 
 
 @dataclass
@@ -77,5 +81,84 @@ def line_plot(
     ax.grid(True, which="major", alpha=0.35)
     if len(series) > 1 or identity:
         ax.legend()
+    fig.savefig(path, format="png")
+    return path
+
+
+def all_positive(values: Sequence[float]) -> bool:
+    """True if there is a value and every value (None and NaN aside) is > 0: a log axis can show them."""
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    return bool(vals) and all(v > 0 for v in vals)
+
+
+@dataclass
+class BarPanel:
+    title: str
+    ylabel: str
+    values: dict[str, Sequence[float]]  # group label -> one value per category
+    logy: bool = False
+    annotate: bool = True
+    fmt: Any = None  # value -> label text
+    refline: tuple[float, str] | None = None  # a dashed horizontal line (value, legend label)
+
+
+def bars_plot(path: Path, panels: Sequence[BarPanel], categories: Sequence[str], *, title: str,
+              ncols: int = 3, highlight: str | None = None, highlight_color: str = "tab:red") -> Path:
+    """Grouped bar subplots: one group of bars per category, one bar per group
+    label (one bar per category when there is a single group)."""
+    n = len(panels)
+    ncols = min(ncols, n)
+    nrows = math.ceil(n / ncols)
+    width_in = max(4.2, 0.55 * len(categories) * max(1, len(panels[0].values)) + 1.2)
+    fig = Figure(figsize=(width_in * ncols, 3.4 * nrows + 0.6), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown"]
+    handles: dict[str, Any] = {}
+    for i, ax in enumerate(axes.flat):
+        if i >= n:
+            ax.set_visible(False)
+            continue
+        p = panels[i]
+        groups = list(p.values)
+        w = 0.8 / len(groups)
+        for g, name in enumerate(groups):
+            xs = [c + (g - (len(groups) - 1) / 2) * w for c in range(len(categories))]
+            ys = [float("nan") if v is None else v for v in p.values[name]]
+            if len(groups) == 1:
+                col = [highlight_color if categories[c] == highlight else "tab:blue"
+                       for c in range(len(categories))]
+            else:
+                col = colors[g % len(colors)]
+            bars = ax.bar(xs, [0 if math.isnan(y) else y for y in ys], w * 0.95, label=name, color=col)
+            if len(groups) > 1:
+                handles.setdefault(name, bars)
+            if p.annotate:
+                fmt = p.fmt or fmt_sig
+                for b, y in zip(bars, ys):
+                    if not math.isnan(y):
+                        ax.annotate(fmt(y), (b.get_x() + b.get_width() / 2, b.get_height()),
+                                    ha="center", va="bottom", fontsize=7, xytext=(0, 1),
+                                    textcoords="offset points")
+        if p.refline is not None and not math.isnan(p.refline[0]):
+            ref = ax.axhline(p.refline[0], color="tab:gray", linestyle="--", linewidth=1.2, label=p.refline[1])
+            ax.legend(handles=[ref], fontsize=8, loc="best")
+        if p.logy and all_positive([v for vs in p.values.values() for v in vs]):
+            ax.set_yscale("log")
+            lo, hi = ax.get_ylim()
+            ax.set_ylim(lo, hi * 2.5)  # room for the value labels
+        ax.set_xticks(range(len(categories)))
+        ax.set_xticklabels(categories, rotation=30 if len(categories) > 4 else 0, ha="right"
+                           if len(categories) > 4 else "center", fontsize=8)
+        ax.set_title(p.title + (" (log)" if ax.get_yscale() == "log" else ""), fontsize=10)
+        ax.set_ylabel(p.ylabel, fontsize=9)
+        ax.tick_params(axis="y", labelsize=8)
+        ax.grid(True, axis="y", alpha=0.35)
+        if ax.get_yscale() != "log":
+            ax.margins(y=0.12)
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=len(handles),
+                   fontsize=9, frameon=False)
+    fig.suptitle(title)
     fig.savefig(path, format="png")
     return path

@@ -56,10 +56,7 @@ IOStatus engine_error(const std::string& what) {
 
 IOStatus errno_status(const std::string& context, int err) {
   if (err == ENOENT) return IOStatus::PathNotFound(context, std::strerror(err));
-  if (err == ENOSPC) {
-    IOStatus s = IOStatus::NoSpace(context, std::strerror(err));
-    return s;
-  }
+  if (err == ENOSPC) return IOStatus::NoSpace(context, std::strerror(err));
   return engine_error(context + ": " + std::strerror(err));
 }
 
@@ -72,22 +69,21 @@ bool is_pool_link(const std::string& path) {
   return !ec && target.filename().string().rfind("slot-", 0) == 0;
 }
 
-thread_local std::unordered_map<std::string, OffloadFileSystem::Purpose>* t_purposes = nullptr;
+// What the listener said about this thread's next table files (a few at most).
+thread_local std::unordered_map<std::string, OffloadFileSystem::Purpose> t_purposes;
 
 }  // namespace
 
 void OffloadFileSystem::note_purpose(const std::string& fname, Purpose p) {
-  if (!t_purposes) t_purposes = new std::unordered_map<std::string, Purpose>();  // per thread, tiny, lives with it
-  if (t_purposes->size() > 64) t_purposes->clear();
-  (*t_purposes)[normal_dir(fname)] = p;
+  if (t_purposes.size() > 64) t_purposes.clear();  // names never opened
+  t_purposes[normal_dir(fname)] = p;
 }
 
 OffloadFileSystem::Purpose OffloadFileSystem::purpose_of(const std::string& fname) {
-  if (!t_purposes) return Purpose::kUnknown;
-  auto it = t_purposes->find(normal_dir(fname));
-  if (it == t_purposes->end()) return Purpose::kUnknown;
+  auto it = t_purposes.find(normal_dir(fname));
+  if (it == t_purposes.end()) return Purpose::kUnknown;
   Purpose p = it->second;
-  t_purposes->erase(it);
+  t_purposes.erase(it);
   return p;
 }
 
@@ -278,11 +274,6 @@ class OffloadWritableFile final : public FSWritableFile, public BatchOwner {
     if (block) local_->SetPreallocationBlockSize(block);
   }
 
-  IOStatus file_error() const {
-    if (!error_.ok()) return error_;
-    return IOStatus::OK();
-  }
-
   IOStatus fail(const ChannelError& e) {
     error_ = engine_error(e.what());
     fs_.file_failed(*file_, error_);
@@ -334,7 +325,7 @@ class OffloadWritableFile final : public FSWritableFile, public BatchOwner {
 
   // Sync, Fsync and Close: the rest of the batch, then sync_close; no waiting.
   IOStatus post_sync_close() {
-    if (host_closed_) return file_error();
+    if (host_closed_) return error_;  // OK unless the file failed
     host_closed_ = true;
     if (failed_meanwhile()) {
       release_batch();

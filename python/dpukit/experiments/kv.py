@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import dpukit.plots  # noqa: F401  (selects matplotlib's Agg backend)
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
 from dpukit.experiments import Context, Point, experiment, median_run
 from dpukit.experiments.core import parameters_note, placement_note
 from dpukit.paths import build_dir
+from dpukit.plots import BarPanel, bars_plot
 from dpukit.report import Section
 from dpukit.units import fmt_sig
 
@@ -77,25 +74,6 @@ MODE_HEADERS = ["mode", "k ops/s", "× vanilla", "compaction MB/s", "host compac
                 "dpu CPU s", "P99 µs", "P99.9 µs", "stall %"]
 
 
-def bar_plot(path, labels: Sequence[str], groups: dict[str, Sequence[float]], title: str, ylabel: str) -> None:
-    fig = Figure(figsize=(7, 3.6))
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
-    n = len(groups)
-    width = 0.8 / max(n, 1)
-    for i, (name, values) in enumerate(groups.items()):
-        xs = [j + (i - (n - 1) / 2) * width for j in range(len(labels))]
-        ax.bar(xs, values, width, label=name)
-    ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels)
-    ax.axhline(1.0, color="grey", linewidth=0.8)
-    ax.set_title(title)
-    ax.set_ylabel(ylabel)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
 @experiment(
     "kv.modes",
     title="kv.modes: db_bench on vanilla, filepool, async-host and pulsedb",
@@ -112,11 +90,11 @@ def modes(ctx: Context) -> Section:
         sec.table(MODE_HEADERS, mode_rows(points), caption=f"db_bench {workload}, 16-byte keys, 1024-byte values")
         path, rel = ctx.plot_path(f"modes-{workload}")
         base = points[0][1].figures
-        bar_plot(path, [m for m, _ in points], {
+        bars_plot(path, [BarPanel("normalized to vanilla", "× vanilla", {
             "write throughput": [p.figures["ops_per_sec"] / base["ops_per_sec"] for _, p in points],
             "host compaction CPU": [p.figures["host_compaction_cpu_s"] / base["host_compaction_cpu_s"]
                                     for _, p in points],
-        }, f"db_bench {workload}, normalized to vanilla", "× vanilla")
+        }, refline=(1.0, "vanilla"))], [m for m, _ in points], title=f"db_bench {workload}")
         sec.image(rel, f"{workload}: throughput and host compaction CPU per mode",
                   "Throughput and host compaction CPU of each mode, normalized to vanilla.")
     sec.paragraph(
@@ -160,8 +138,9 @@ def values(ctx: Context) -> Section:
                "pulsedb host compaction CPU s", "× vanilla", "pulsedb dpu CPU s"], rows,
               caption="db_bench fillrandom")
     path, rel = ctx.plot_path("values")
-    bar_plot(path, [str(v) for v in VALUE_SIZES], {"write throughput": tput, "host compaction CPU": cpu},
-             "pulsedb / vanilla by value size", "× vanilla")
+    bars_plot(path, [BarPanel("pulsedb / vanilla", "× vanilla", {"write throughput": tput, "host compaction CPU": cpu},
+                              refline=(1.0, "vanilla"))], [str(v) for v in VALUE_SIZES],
+              title="pulsedb against vanilla by value size (bytes)")
     sec.image(rel, "pulsedb against vanilla by value size", "pulsedb normalized to vanilla at each value size.")
     sec.paragraph(placement_note(ctx.runs))
     return sec

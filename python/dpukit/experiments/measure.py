@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-import dpukit.plots  # noqa: F401  (selects matplotlib's Agg backend)
+from dpukit.plots import BarPanel, all_positive, bars_plot  # (also selects matplotlib's Agg backend)
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
@@ -373,11 +373,6 @@ class Panel:
     yfmt: Any = None  # value -> tick label
 
 
-def _all_positive(values: Sequence[float]) -> bool:
-    vals = [v for v in values if v is not None and not math.isnan(v)]
-    return bool(vals) and all(v > 0 for v in vals)
-
-
 def panels_plot(path: Path, panels: Sequence[Panel], *, title: str, xlabel: str, logx: bool = False,
                 xticks: Sequence[float] | None = None, xtick_format=None, ncols: int = 3) -> Path:
     """Line subplots sharing an x axis and one legend (below the panels)."""
@@ -404,7 +399,7 @@ def panels_plot(path: Path, panels: Sequence[Panel], *, title: str, xlabel: str,
             fmt = xtick_format or (lambda v: f"{v:g}")
             ax.set_xticklabels([fmt(v) for v in xticks])
         ys = [v for ln in p.lines for v in ln.y if v is not None and not math.isnan(v)]
-        if p.logy and _all_positive(ys):
+        if p.logy and all_positive(ys):
             ax.set_yscale("log")
         elif p.logy and ys and min(ys) >= 0 and max(ys) > 0:
             # Some values are exactly 0: linear near 0, logarithmic above the smallest positive value.
@@ -426,79 +421,6 @@ def panels_plot(path: Path, panels: Sequence[Panel], *, title: str, xlabel: str,
     if len(handles) > 1:
         fig.legend(list(handles.values()), list(handles), loc="outside lower center",
                    ncols=min(len(handles), 4), fontsize=9, frameon=False)
-    fig.suptitle(title)
-    fig.savefig(path, format="png")
-    return path
-
-
-@dataclass
-class BarPanel:
-    title: str
-    ylabel: str
-    values: dict[str, Sequence[float]]  # group label -> one value per category
-    logy: bool = False
-    annotate: bool = True
-    fmt: Any = None  # value -> label text
-    refline: tuple[float, str] | None = None  # a dashed horizontal line (value, legend label)
-
-
-def bars_plot(path: Path, panels: Sequence[BarPanel], categories: Sequence[str], *, title: str,
-              ncols: int = 3, highlight: str | None = None) -> Path:
-    """Grouped bar subplots: one group of bars per category, one bar per group
-    label (one bar per category when there is a single group)."""
-    n = len(panels)
-    ncols = min(ncols, n)
-    nrows = math.ceil(n / ncols)
-    width_in = max(4.2, 0.55 * len(categories) * max(1, len(panels[0].values)) + 1.2)
-    fig = Figure(figsize=(width_in * ncols, 3.4 * nrows + 0.6), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    colors = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown"]
-    handles: dict[str, Any] = {}
-    for i, ax in enumerate(axes.flat):
-        if i >= n:
-            ax.set_visible(False)
-            continue
-        p = panels[i]
-        groups = list(p.values)
-        w = 0.8 / len(groups)
-        for g, name in enumerate(groups):
-            xs = [c + (g - (len(groups) - 1) / 2) * w for c in range(len(categories))]
-            ys = [float("nan") if v is None else v for v in p.values[name]]
-            if len(groups) == 1:
-                col = [_BASE_COLOR["duet"] if categories[c] == highlight else "tab:blue"
-                       for c in range(len(categories))]
-            else:
-                col = colors[g % len(colors)]
-            bars = ax.bar(xs, [0 if math.isnan(y) else y for y in ys], w * 0.95, label=name, color=col)
-            if len(groups) > 1:
-                handles.setdefault(name, bars)
-            if p.annotate:
-                fmt = p.fmt or fmt_sig
-                for b, y in zip(bars, ys):
-                    if not math.isnan(y):
-                        ax.annotate(fmt(y), (b.get_x() + b.get_width() / 2, b.get_height()),
-                                    ha="center", va="bottom", fontsize=7, xytext=(0, 1),
-                                    textcoords="offset points")
-        if p.refline is not None and not math.isnan(p.refline[0]):
-            ref = ax.axhline(p.refline[0], color="tab:gray", linestyle="--", linewidth=1.2, label=p.refline[1])
-            ax.legend(handles=[ref], fontsize=8, loc="best")
-        if p.logy and _all_positive([v for vs in p.values.values() for v in vs]):
-            ax.set_yscale("log")
-            lo, hi = ax.get_ylim()
-            ax.set_ylim(lo, hi * 2.5)  # room for the value labels
-        ax.set_xticks(range(len(categories)))
-        ax.set_xticklabels(categories, rotation=30 if len(categories) > 4 else 0, ha="right"
-                           if len(categories) > 4 else "center", fontsize=8)
-        ax.set_title(p.title + (" (log)" if ax.get_yscale() == "log" else ""), fontsize=10)
-        ax.set_ylabel(p.ylabel, fontsize=9)
-        ax.tick_params(axis="y", labelsize=8)
-        ax.grid(True, axis="y", alpha=0.35)
-        if ax.get_yscale() != "log":
-            ax.margins(y=0.12)
-    if handles:
-        fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=len(handles),
-                   fontsize=9, frameon=False)
     fig.suptitle(title)
     fig.savefig(path, format="png")
     return path
@@ -716,7 +638,7 @@ def speed(ctx: Context) -> Section:
                  refline=(cms_ns / 2, "half of cms (the target for duet)")),
         BarPanel("throughput", "Mpps", {"Mpps": [free[a].figures["throughput_mpps"] for a in ALGOS]}),
     ], list(ALGOS), title=f"As fast as possible, backbone trace, {fmt_bytes(SPEED_MEMORY)}", ncols=2,
-        highlight="duet")
+        highlight="duet", highlight_color=_BASE_COLOR["duet"])
     sec.image(rel, "dpu CPU ns per packet and throughput per algorithm",
               "dpu CPU time per packet (left) and packets per second (right) per algorithm, one dpu worker.")
 
@@ -750,7 +672,7 @@ def speed(ctx: Context) -> Section:
                                            f"at {fmt_thousands(rate)}/s": [metric(loaded[a].figures, "hh_f1")
                                                                            for a in cats]},
                  fmt=lambda v: f"{v:.2f}"),
-    ], cats, title=f"Offered {fmt_pps(rate)} (1.5 × Count-Min's capacity), backbone trace", highlight="duet")
+    ], cats, title=f"Offered {fmt_pps(rate)} (1.5 × Count-Min's capacity), backbone trace", highlight="duet", highlight_color=_BASE_COLOR["duet"])
     sec.image(rel, "Drops and error under an offered rate",
               "Dropped packets (left), ARE (middle, log y) and heavy-hitter F1 (right) at the offered rate, "
               "beside the same algorithm without drops.")
