@@ -41,10 +41,7 @@ struct EmulatedFlowTable::Slot {
   std::atomic<uint64_t> packets{0}, bytes{0}, last_hit_ns{0}, cookie{0};
 
   static void pack(const FlowKey& key, uint64_t& a, uint64_t& b) {
-    a = 0;
-    b = 0;
-    std::memcpy(&a, key.bytes.data(), 8);
-    std::memcpy(&b, key.bytes.data() + 8, 5);
+    key.to_words(a, b);
     b |= kOccupied;
   }
   FlowKey key() const {

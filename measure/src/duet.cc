@@ -11,31 +11,26 @@
 namespace dpukit::measure {
 
 namespace {
-// Record word: state in the top two bits, packets counted in software below.
-constexpr uint64_t kStateShift = 62;
-constexpr uint64_t kCountMask = (1ull << kStateShift) - 1;
+// A record's state. Pending and installed: the flow's insertion is under way
+// or done. Refused and aged: the flow is back on the sketch path and is
+// promoted again at its next TOP.
 enum State : uint64_t { kPending = 0, kInstalled = 1, kRefused = 2, kAged = 3 };
-inline State state_of(uint64_t word) { return static_cast<State>(word >> kStateShift); }
-inline uint64_t make_word(State s, uint64_t count) { return (uint64_t(s) << kStateShift) | count; }
 
 constexpr uint64_t kOccupied = 1ull << 63;
 constexpr uint64_t kClaiming = 1ull << 62;  // k1 while the claiming worker writes the key
 
 inline uint32_t fastrange(uint32_t x, size_t n) { return static_cast<uint32_t>((uint64_t(x) * n) >> 32); }
 
-void pack(const FlowKey& key, uint64_t& a, uint64_t& b) {
-  a = 0;
-  b = 0;
-  std::memcpy(&a, key.bytes.data(), 8);
-  std::memcpy(&b, key.bytes.data() + 8, 5);
+inline void pack(const FlowKey& key, uint64_t& a, uint64_t& b) {
+  key.to_words(a, b);
   b |= kOccupied;
 }
 }  // namespace
 
 struct Duet::Record {
   std::atomic<uint64_t> k0{0}, k1{0};  // the key; k1 == 0: free, kClaiming: being written
-  std::atomic<uint64_t> word{0};       // state | packets counted in software in this episode
-  std::atomic<uint64_t> base{0};       // packets before this episode's software count: TOP + earlier episodes
+  std::atomic<uint64_t> state{kPending};
+  std::atomic<uint64_t> base{0};  // packets counted neither in the sketch nor by the hw counter above TOP
 };
 static_assert(sizeof(std::atomic<uint64_t>) * 4 == Duet::kRecordBytes);
 
@@ -61,10 +56,9 @@ Duet::~Duet() = default;
 size_t Duet::memory_bytes() const { return kRows * width_ * sizeof(uint32_t) + config_.records * kRecordBytes; }
 
 // The same row hashes as the Count-Min baseline built with the same seed, so
-// that Duet's sketch is that Count-Min minus what the hardware took over.
-// Inlined into its callers: returned through memory, the four 32-bit fields
-// were read back as 64-bit words, a store-forwarding stall on every packet.
-[[gnu::always_inline]] inline Duet::Hashes Duet::hashes(const FlowKey& key) const {
+// that Duet's sketch is that Count-Min minus what the hardware took over
+// (add_one() computes the rows the same way). Off the per-packet path.
+Duet::Hashes Duet::hashes(const FlowKey& key) const {
   Hashes out;
   uint64_t h0 = 0;
   for (int r = 0; r < kRows; ++r) {
@@ -122,64 +116,70 @@ void Duet::reset_counters(const Hashes& h, uint64_t amount) {
   }
 }
 
-[[gnu::always_inline]] inline uint64_t Duet::add_one(const Hashes& h) {
-  uint64_t m = std::numeric_limits<uint64_t>::max();
-  for (int i = 0; i < kRows; ++i) {
-    auto& c = counters_[i * width_ + h.idx[i]];
+// Lines 7-20 in one pass, row by row as a Count-Min update: every counter is
+// incremented and its old value gives the minimum, which is returned. If the
+// flow turns out to reach TOP, the reset takes the increment back with the
+// flow's count, so the counters end as Algorithm 1 leaves them (read, then
+// update or promote) after one memory pass instead of two.
+template <bool kSingleWriter>
+[[gnu::always_inline]] inline uint64_t Duet::add_one(const FlowKey& key) {
+  uint32_t m = std::numeric_limits<uint32_t>::max();
+  std::atomic<uint32_t>* row = counters_.get();
+  for (int r = 0; r < kRows; ++r, row += width_) {
+    auto& c = row[sketches::bucket_of(flow_hash(key, row_seeds_[r]), static_cast<uint32_t>(width_))];
     uint32_t old;
-    if (config_.single_writer) {
+    if constexpr (kSingleWriter) {
       // One worker: nobody else writes, so a plain (non-locked) increment is exact.
       old = c.load(std::memory_order_relaxed);
       c.store(old + 1, std::memory_order_relaxed);
     } else {
       old = c.fetch_add(1, std::memory_order_relaxed);  // sync_fetch_and_add
     }
-    m = std::min<uint64_t>(m, old);
+    m = std::min(m, old);
   }
   return m;
 }
 
 void Duet::on_sketch_path(const FlowKey& key) {
-  const Hashes h = hashes(key);
+  // No record is read here: a promoted flow is looked up only on the rare
+  // path, so a light flow's packet costs what a Count-Min update costs.
+  const uint64_t min_cnt = config_.single_writer ? add_one<true>(key) : add_one<false>(key);
+  if (min_cnt + 1 >= config_.top) on_top(key, hashes(key), min_cnt + 1);
+}
+
+// Lines 21-24, and what the paper leaves open: the flow's sketch count is
+// `count` (this packet included).
+void Duet::on_top(const FlowKey& key, const Hashes& h, uint64_t count) {
   Record* rec = find_record(key, h.rec);
   if (rec) {
-    uint64_t w = rec->word.load(std::memory_order_acquire);
-    if (state_of(w) != kAged) {
-      // A promoted flow: count it in its record. If aging retires the record
-      // between the load and this add, the add lands in the retired episode,
-      // which estimate() includes: counted once either way.
-      rec->word.fetch_add(1, std::memory_order_relaxed);
-      record_packets_.fetch_add(1, std::memory_order_relaxed);
+    uint64_t s = rec->state.load(std::memory_order_acquire);
+    if (s == kPending || s == kInstalled ||
+        !rec->state.compare_exchange_strong(s, kPending, std::memory_order_acq_rel)) {
+      // Its insertion is under way (or the packet was in flight when it was
+      // installed): move what the sketch holds of it into the record.
+      rec->base.fetch_add(count, std::memory_order_relaxed);
+      reset_counters(h, count);
+      moved_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-  }
-  // Lines 7-20 in one pass: every counter is incremented and its old value
-  // gives the minimum. If the flow turns out to reach TOP, the reset below
-  // takes the increment back with the flow's count, so the counters end as
-  // Algorithm 1 leaves them (read, then update or promote) with one memory
-  // pass instead of two.
-  const uint64_t min_cnt = add_one(h);
-  if (min_cnt + 1 < config_.top) return;
-  // Lines 21-24: promotion with count TOP, then the counter reset.
-  if (rec) {
-    // Returned from the hardware table by aging and heavy again: a new episode.
-    uint64_t w = rec->word.load(std::memory_order_relaxed);
-    rec->base.fetch_add((w & kCountMask) + config_.top, std::memory_order_relaxed);
-    rec->word.store(make_word(kPending, 0), std::memory_order_release);
+    // Refused or aged, and heavy again: a new promotion.
   } else {
-    rec = claim_record(key, h.rec);
+    rec = records_used_.load(std::memory_order_relaxed) < config_.records ? claim_record(key, h.rec) : nullptr;
     if (!rec) {
-      // No record left: the flow stays in the sketch (already counted above).
+      // No record left: the flow stays in the sketch (already counted).
       records_full_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    rec->base.store(config_.top, std::memory_order_relaxed);
-    rec->word.store(make_word(kPending, 0), std::memory_order_relaxed);
+    records_used_.fetch_add(1, std::memory_order_relaxed);
+    rec->state.store(kPending, std::memory_order_relaxed);
     uint64_t a, b;
     pack(key, a, b);
     rec->k1.store(b, std::memory_order_release);
   }
-  reset_counters(h, min_cnt + 1);  // the flow's count, this packet's increment included
+  // Promotion with count TOP (the hw counter's first TOP are in base), then
+  // the counter reset.
+  rec->base.fetch_add(config_.top, std::memory_order_relaxed);
+  reset_counters(h, count);
   promotions_.fetch_add(1, std::memory_order_relaxed);
   hw_.request_insert(key, {config_.top, 0}, static_cast<uint64_t>(rec - records_.get()));
 }
@@ -190,33 +190,26 @@ size_t Duet::apply_hw_events() {
   for (const FlowEvent& e : events_) {
     Record* rec = find_record(e.key, hashes(e.key).rec);
     if (!rec) continue;  // not a promotion of ours
-    uint64_t w = rec->word.load(std::memory_order_acquire);
+    uint64_t pending = kPending, installed = kInstalled;
     switch (e.kind) {
       case FlowEvent::Kind::kInserted:
-        while (state_of(w) == kPending &&
-               !rec->word.compare_exchange_weak(w, make_word(kInstalled, w & kCountMask), std::memory_order_acq_rel)) {
-        }
-        installed_.fetch_add(1, std::memory_order_relaxed);
+        if (rec->state.compare_exchange_strong(pending, kInstalled, std::memory_order_acq_rel))
+          installed_.fetch_add(1, std::memory_order_relaxed);
         break;
       case FlowEvent::Kind::kRefused:
-        // The table is full or busy: the flow stays exact in its record.
-        while (state_of(w) == kPending &&
-               !rec->word.compare_exchange_weak(w, make_word(kRefused, w & kCountMask), std::memory_order_acq_rel)) {
-        }
-        refused_.fetch_add(1, std::memory_order_relaxed);
+        // The table is full or busy: the flow stays on the sketch path, its
+        // TOP packets kept in base, and is promoted again at its next TOP.
+        if (rec->state.compare_exchange_strong(pending, kRefused, std::memory_order_acq_rel))
+          refused_.fetch_add(1, std::memory_order_relaxed);
         break;
       case FlowEvent::Kind::kAged:
       case FlowEvent::Kind::kRemoved:
         if (e.reason == FlowEvent::Reason::kNotFound) break;
-        // Case 5: retire the episode — its hardware count (which includes
-        // TOP) and its software count go into base; later packets go to the
-        // sketch again.
-        while (state_of(w) == kInstalled) {
-          if (rec->word.compare_exchange_weak(w, make_word(kAged, 0), std::memory_order_acq_rel)) {
-            rec->base.fetch_add(e.counters.packets + (w & kCountMask) - config_.top, std::memory_order_relaxed);
-            aged_.fetch_add(1, std::memory_order_relaxed);
-            break;
-          }
+        // Case 5: the hardware count above TOP goes into base; later packets
+        // go to the sketch again.
+        if (rec->state.compare_exchange_strong(installed, kAged, std::memory_order_acq_rel)) {
+          rec->base.fetch_add(e.counters.packets - config_.top, std::memory_order_relaxed);
+          aged_.fetch_add(1, std::memory_order_relaxed);
         }
         break;
     }
@@ -224,23 +217,17 @@ size_t Duet::apply_hw_events() {
   return events_.size();
 }
 
+// Algorithm 2, with what the paper leaves open (see duet.h). Exact for a
+// heavy flow when the sketch minimum holds only its own packets.
 double Duet::estimate(const FlowKey& key) const {
   const Hashes h = hashes(key);
-  const Record* rec = find_record(key, h.rec);
-  if (!rec) return static_cast<double>(sketch_min(h));  // Algorithm 2, lines 5-11
-  uint64_t w = rec->word.load(std::memory_order_acquire);
-  uint64_t base = rec->base.load(std::memory_order_relaxed), sw = w & kCountMask;
-  switch (state_of(w)) {
-    case kInstalled:
-      if (auto c = hw_.query(key)) return static_cast<double>(c->packets + sw + base - config_.top);  // lines 2-3
-      return static_cast<double>(base + sw);  // installed and already aged out, event not yet applied
-    case kPending:
-    case kRefused:
-      return static_cast<double>(base + sw);
-    case kAged:
-      return static_cast<double>(base + sw + sketch_min(h));
+  uint64_t est = sketch_min(h);
+  if (const Record* rec = find_record(key, h.rec)) {
+    est += rec->base.load(std::memory_order_relaxed);
+    if (rec->state.load(std::memory_order_acquire) == kInstalled)
+      if (auto c = hw_.query(key)) est += c->packets - config_.top;  // lines 2-3
   }
-  return 0;
+  return static_cast<double>(est);
 }
 
 Duet::Stats Duet::stats() const {
@@ -249,7 +236,7 @@ Duet::Stats Duet::stats() const {
   s.installed = installed_.load();
   s.refused = refused_.load();
   s.aged = aged_.load();
-  s.record_packets = record_packets_.load();
+  s.moved_to_record = moved_.load();
   s.records_full = records_full_.load();
   return s;
 }

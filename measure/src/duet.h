@@ -7,11 +7,16 @@
 // packet that missed the hardware table; Algorithm 2 (query) is estimate().
 //
 // Beyond the paper, which does not say what happens while an insertion is in
-// flight: every promoted flow gets a record. Packets of a promoted flow that
+// flight: every promoted flow gets a record, touched only on the rare path
+// (a flow reaching TOP) and by the control path, so a packet on the sketch
+// path costs what a Count-Min update costs. Packets of a promoted flow that
 // still reach a worker — while its insertion is pending, in flight in a ring
-// when it was installed, or after a refusal — are counted exactly in that
-// record, never in the sketch, so nothing is lost or counted twice. Aging
-// (Case 5) retires the record's total and returns the flow to the sketch.
+// when it was installed, or after a refusal — are counted in the sketch; when
+// they bring the flow to TOP again, that count moves into the record and the
+// counters are reset again, so nothing is lost or counted twice:
+//   estimate = sketch minimum + record base + (hw counter - TOP, if installed).
+// A refused flow is promoted again at its next TOP. Aging (Case 5) moves the
+// hardware count into the record and returns the flow to the sketch.
 #pragma once
 
 #include <atomic>
@@ -59,10 +64,10 @@ class Duet {
   struct Stats {
     uint64_t promotions = 0;      // insert requests made
     uint64_t installed = 0;
-    uint64_t refused = 0;         // kept exact in their records
+    uint64_t refused = 0;         // refusals: the flow went back to the sketch path
     uint64_t aged = 0;
-    uint64_t record_packets = 0;  // packets of promoted flows that reached a worker
-    uint64_t records_full = 0;    // promotions skipped for want of a record
+    uint64_t moved_to_record = 0;  // a promoted flow reached TOP in the sketch again (pending, in flight, or refused)
+    uint64_t records_full = 0;     // promotions skipped for want of a record
   };
   Stats stats() const;
   size_t memory_bytes() const;
@@ -79,8 +84,10 @@ class Duet {
   Record* find_record(const FlowKey& key, uint32_t start) const;
   Record* claim_record(const FlowKey& key, uint32_t start);
   uint64_t sketch_min(const Hashes& h) const;
-  uint64_t add_one(const Hashes& h);  // increments the flow's counters; returns the minimum before
+  template <bool kSingleWriter>
+  uint64_t add_one(const FlowKey& key);  // increments the flow's counters; returns the minimum before
   void reset_counters(const Hashes& h, uint64_t amount);
+  [[gnu::noinline, gnu::cold]] void on_top(const FlowKey& key, const Hashes& h, uint64_t count);
 
   DuetConfig config_;
   FlowTable& hw_;
@@ -88,7 +95,8 @@ class Duet {
   uint64_t row_seeds_[kRows];
   std::unique_ptr<std::atomic<uint32_t>[]> counters_;  // kRows x width_
   std::unique_ptr<Record[]> records_;
-  std::atomic<uint64_t> promotions_{0}, installed_{0}, refused_{0}, aged_{0}, record_packets_{0}, records_full_{0};
+  std::atomic<uint64_t> promotions_{0}, installed_{0}, refused_{0}, aged_{0}, moved_{0}, records_full_{0};
+  std::atomic<size_t> records_used_{0};
   std::vector<FlowEvent> events_;  // control path scratch
 };
 

@@ -115,6 +115,7 @@ TEST(Duet, PacketsWhileTheInsertionIsPendingAreCountedOnce) {
   for (int n = 0; n < 300; ++n) h.packet(flow(7), 100'000);  // 30 ms: still pending
   EXPECT_FALSE(h.duet.hw_count(flow(7)).has_value());
   EXPECT_EQ(h.duet.estimate(flow(7)), 310.0);
+  EXPECT_EQ(h.duet.stats().moved_to_record, 30u) << "each TOP reached while pending moved into the record";
   for (int n = 0; n < 300; ++n) h.packet(flow(7), 100'000);  // installed on the way
   ASSERT_TRUE(h.duet.hw_count(flow(7)).has_value());
   EXPECT_EQ(h.duet.estimate(flow(7)), 610.0) << "hw + packets counted in software while pending, no double count";
@@ -129,7 +130,8 @@ TEST(Duet, RefusedFlowsStayExactInSoftware) {
   }
   auto st = h.duet.stats();
   EXPECT_EQ(st.installed, 1u);
-  EXPECT_EQ(st.refused, 1u);
+  EXPECT_EQ(st.refused, 10u) << "flow 2 is promoted again at each TOP it reaches: 10, 20, ..., 100";
+  EXPECT_EQ(st.promotions, 11u);
   EXPECT_EQ(h.duet.estimate(flow(1)), 100.0);
   EXPECT_EQ(h.duet.estimate(flow(2)), 100.0);
 }

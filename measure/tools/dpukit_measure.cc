@@ -166,7 +166,7 @@ nlohmann::json figures_json(const Trace& trace, const GroundTruth& truth, const 
                {"share_of_packets", double(r.hw->hits) / r.packets}};
   if (r.duet)
     f["duet"] = {{"promotions", r.duet->promotions}, {"installed", r.duet->installed}, {"refused", r.duet->refused},
-                 {"aged", r.duet->aged}, {"record_packets", r.duet->record_packets},
+                 {"aged", r.duet->aged}, {"moved_to_record", r.duet->moved_to_record},
                  {"records_full", r.duet->records_full}};
   if (!r.timeline.empty()) {
     nlohmann::json t = nlohmann::json::array();

@@ -23,6 +23,18 @@ struct FlowKey {
   uint8_t proto() const { return bytes[12]; }
   std::string str() const;  // "10.0.0.1:53->10.0.0.2:1234/17"
 
+  // The key as two words for tables that compare keys a word at a time:
+  // bytes 0-7, and bytes 8-12 in the low 40 bits of `hi` (its top 24 bits
+  // are 0, free for the table's own flags). Built in registers: assembling
+  // the 5-byte tail in memory and reading it back whole is a
+  // store-forwarding stall on every lookup.
+  void to_words(uint64_t& lo, uint64_t& hi) const {
+    uint32_t mid;
+    std::memcpy(&lo, bytes.data(), 8);
+    std::memcpy(&mid, bytes.data() + 8, 4);
+    hi = uint64_t(mid) | (uint64_t(bytes[12]) << 32);
+  }
+
   friend bool operator==(const FlowKey&, const FlowKey&) = default;
 };
 
