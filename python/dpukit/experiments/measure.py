@@ -208,9 +208,8 @@ def polling_caveat(cms: dict[str, Any], duet: dict[str, Any]) -> str:
     if not full:
         return ""
     shown = ", ".join(f"{name} {100 * b:.0f} %" for name, b in busy.items())
-    return (f" dpu CPU time over wall time: {shown}. Where it is near 100 % the worker never slept (it polls an "
-            "empty ring before sleeping), so its CPU time per packet is about the wall time per packet: an upper "
-            "bound of its work, set by whichever of the NIC thread and the worker was slower.")
+    return (f" dpu CPU time over wall time: {shown}. Where it is near 100 % the worker never found its ring "
+            "empty: it was the slower side, and the NIC thread waited for it.")
 
 
 def sketch_path_ns(run: dict[str, Any]) -> float:
@@ -595,11 +594,10 @@ def speed(ctx: Context) -> Section:
         "(NIC thread: flow-table match for Duet, RSS, enqueue; one dpu worker updating the sketch) as fast as "
         "possible, so a full ring makes the wire wait and nothing is dropped. `dpu CPU ns/packet` is the CPU "
         "time of the dpu threads (the worker, and Duet's control thread) divided by every packet of the trace, "
-        "including the ones Duet counts in hardware; `hw CPU ns/packet` is the NIC thread's. A worker polls "
-        "briefly before sleeping on its doorbell, so part of its CPU time is waiting for packets when the NIC "
-        "thread is the slower side; throughput is set by the slower of the two threads. `dpu busy` is the "
-        "dpu CPU time over the run's wall time: near 100 % the worker never slept, and its CPU time per "
-        "packet is then close to the wall time per packet whichever thread was the bottleneck. "
+        "including the ones Duet counts in hardware; `hw CPU ns/packet` is the NIC thread's. A worker that "
+        "finds its ring empty sleeps on its doorbell at once, so its CPU time is its work plus its wake-ups; "
+        "throughput is set by the slower of the two threads. `dpu busy` is the dpu CPU time over the run's "
+        "wall time: near 100 % the worker never slept, because it was the slower side. "
         + repeats_note(reps, "dpu_cpu_ns_per_packet"))
     sec.paragraph(
         f"(b) The same runs with `--rate {rate}`: 1.5 times the rate one fully busy Count-Min worker sustains "
