@@ -141,6 +141,7 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
     dc.top = res.top;
     dc.records = cfg.duet_records ? cfg.duet_records : default_records(n, res.top, tc.capacity);
     dc.seed = cfg.sketch.seed;
+    dc.counter_bits = cfg.duet_counter_bits;
     dc.single_writer = cfg.workers == 1;
     try {
       duet = std::make_unique<Duet>(dc, *table);

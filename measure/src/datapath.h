@@ -34,6 +34,7 @@ struct RunConfig {
   uint64_t hw_insert_latency_ns = 20000;
   uint64_t hw_idle_timeout_ns = 1000000000;
   size_t duet_records = 0;  // 0 = sized from the number of flows that can reach TOP
+  unsigned duet_counter_bits = 32;
   SketchOptions sketch;
   Placement placement;
   size_t ring_slots = 16384;  // per worker: room for a wake-up's latency at tens of Mpps

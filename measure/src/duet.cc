@@ -41,19 +41,36 @@ Duet::Duet(const DuetConfig& config, FlowTable& hw) : config_(config), hw_(hw) {
   if (record_bytes >= config.memory_bytes)
     throw std::invalid_argument("duet: " + std::to_string(config.memory_bytes) + " bytes cannot hold " +
                                 std::to_string(config.records) + " promoted-flow records");
-  width_ = (config.memory_bytes - record_bytes) / (kRows * sizeof(uint32_t));
+  if (config.counter_bits != 16 && config.counter_bits != 32)
+    throw std::invalid_argument("duet: counters are 16 or 32 bits, not " + std::to_string(config.counter_bits));
+  if (config.counter_bits == 16 && config.top > kMaxTop16)
+    throw std::invalid_argument("duet: 16-bit counters need TOP <= " + std::to_string(kMaxTop16) + " packets, not " +
+                                std::to_string(config.top) + " (use 32-bit counters)");
+  width_ = (config.memory_bytes - record_bytes) / (kRows * counter_bytes());
   if (width_ < 1)
     throw std::invalid_argument("duet: " + std::to_string(config.memory_bytes) +
                                 " bytes leave no counter per row after the records");
   if (width_ > UINT32_MAX) throw std::invalid_argument("duet: budget too large");
   for (int r = 0; r < kRows; ++r) row_seeds_[r] = sketches::derive_seed(config.seed, sketches::SeedPurpose::kRow, r);
-  counters_ = std::make_unique<std::atomic<uint32_t>[]>(kRows * width_);
+  if (config.counter_bits == 16)
+    counters16_ = std::make_unique<std::atomic<uint16_t>[]>(kRows * width_);
+  else
+    counters32_ = std::make_unique<std::atomic<uint32_t>[]>(kRows * width_);
   records_ = std::make_unique<Record[]>(config.records);
 }
 
 Duet::~Duet() = default;
 
-size_t Duet::memory_bytes() const { return kRows * width_ * sizeof(uint32_t) + config_.records * kRecordBytes; }
+size_t Duet::memory_bytes() const { return kRows * width_ * counter_bytes() + config_.records * kRecordBytes; }
+
+template <>
+std::atomic<uint32_t>* Duet::counters<uint32_t>() const {
+  return counters32_.get();
+}
+template <>
+std::atomic<uint16_t>* Duet::counters<uint16_t>() const {
+  return counters16_.get();
+}
 
 // The same row hashes as the Count-Min baseline built with the same seed, so
 // that Duet's sketch is that Count-Min minus what the hardware took over
@@ -97,23 +114,33 @@ Duet::Record* Duet::claim_record(const FlowKey& key, uint32_t start) {
   return nullptr;
 }
 
+template <class T>
 uint64_t Duet::sketch_min(const Hashes& h) const {
   uint64_t m = std::numeric_limits<uint64_t>::max();
-  for (int i = 0; i < kRows; ++i)
-    m = std::min<uint64_t>(m, counters_[i * width_ + h.idx[i]].load(std::memory_order_relaxed));
+  const std::atomic<T>* c = counters<T>();
+  for (int i = 0; i < kRows; ++i) m = std::min<uint64_t>(m, c[i * width_ + h.idx[i]].load(std::memory_order_relaxed));
   return m;
+}
+
+uint64_t Duet::sketch_min(const Hashes& h) const {
+  return config_.counter_bits == 16 ? sketch_min<uint16_t>(h) : sketch_min<uint32_t>(h);
 }
 
 // Counter reset: take the flow's own count out of its counters (never below
 // zero), so that it stops inflating the light flows it collides with.
+template <class T>
 void Duet::reset_counters(const Hashes& h, uint64_t amount) {
+  std::atomic<T>* counter = counters<T>();
   for (int i = 0; i < kRows; ++i) {
-    auto& c = counters_[i * width_ + h.idx[i]];
-    uint32_t v = c.load(std::memory_order_relaxed);
-    while (!c.compare_exchange_weak(v, v > amount ? static_cast<uint32_t>(v - amount) : 0u,
-                                    std::memory_order_relaxed)) {
+    auto& c = counter[i * width_ + h.idx[i]];
+    T v = c.load(std::memory_order_relaxed);
+    while (!c.compare_exchange_weak(v, v > amount ? static_cast<T>(v - amount) : T{0}, std::memory_order_relaxed)) {
     }
   }
+}
+
+void Duet::reset_counters(const Hashes& h, uint64_t amount) {
+  config_.counter_bits == 16 ? reset_counters<uint16_t>(h, amount) : reset_counters<uint32_t>(h, amount);
 }
 
 // Lines 7-20 in one pass, row by row as a Count-Min update: every counter is
@@ -121,19 +148,25 @@ void Duet::reset_counters(const Hashes& h, uint64_t amount) {
 // flow turns out to reach TOP, the reset takes the increment back with the
 // flow's count, so the counters end as Algorithm 1 leaves them (read, then
 // update or promote) after one memory pass instead of two.
-template <bool kSingleWriter>
+template <bool kSingleWriter, class T>
 [[gnu::always_inline]] inline uint64_t Duet::add_one(const FlowKey& key) {
-  uint32_t m = std::numeric_limits<uint32_t>::max();
-  std::atomic<uint32_t>* row = counters_.get();
+  constexpr T kMax = std::numeric_limits<T>::max();
+  T m = kMax;
+  std::atomic<T>* row = counters<T>();
   for (int r = 0; r < kRows; ++r, row += width_) {
     auto& c = row[sketches::bucket_of(flow_hash(key, row_seeds_[r]), static_cast<uint32_t>(width_))];
-    uint32_t old;
+    T old;
     if constexpr (kSingleWriter) {
       // One worker: nobody else writes, so a plain (non-locked) increment is exact.
       old = c.load(std::memory_order_relaxed);
-      c.store(old + 1, std::memory_order_relaxed);
+      if (old != kMax) c.store(old + 1, std::memory_order_relaxed);
+    } else if constexpr (sizeof(T) == 4) {
+      old = c.fetch_add(1, std::memory_order_relaxed);  // sync_fetch_and_add (2^32 packets in one counter: not here)
     } else {
-      old = c.fetch_add(1, std::memory_order_relaxed);  // sync_fetch_and_add
+      // A 16-bit counter can fill: a compare-and-swap that stops at the top.
+      old = c.load(std::memory_order_relaxed);
+      while (old != kMax && !c.compare_exchange_weak(old, old + 1, std::memory_order_relaxed)) {
+      }
     }
     m = std::min(m, old);
   }
@@ -143,7 +176,11 @@ template <bool kSingleWriter>
 void Duet::on_sketch_path(const FlowKey& key) {
   // No record is read here: a promoted flow is looked up only on the rare
   // path, so a light flow's packet costs what a Count-Min update costs.
-  const uint64_t min_cnt = config_.single_writer ? add_one<true>(key) : add_one<false>(key);
+  uint64_t min_cnt;
+  if (config_.counter_bits == 16)
+    min_cnt = config_.single_writer ? add_one<true, uint16_t>(key) : add_one<false, uint16_t>(key);
+  else
+    min_cnt = config_.single_writer ? add_one<true, uint32_t>(key) : add_one<false, uint32_t>(key);
   if (min_cnt + 1 >= config_.top) on_top(key, hashes(key), min_cnt + 1);
 }
 

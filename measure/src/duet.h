@@ -33,6 +33,11 @@ struct DuetConfig {
   size_t memory_bytes = 500 * 1024;  // the dpu side's budget: Count-Min counters + promoted-flow records
   uint64_t top = 1000;               // TOP, in packets
   size_t records = 1024;             // promoted-flow records (32 bytes each, inside the budget)
+  // 32 as in the paper; or 16: a flow leaves the sketch at TOP, so its
+  // counters only ever hold light flows, and half-width counters give twice
+  // as many per row in the same bytes (Elastic's light part does the same
+  // with 8 bits). Needs TOP <= kMaxTop16. Counters saturate, never wrap.
+  unsigned counter_bits = 32;
   uint64_t seed = 1;
   // Exactly one dpu worker updates the sketch: increments need no lock
   // prefix. With several workers they are atomic fetch-adds (the paper's).
@@ -43,6 +48,9 @@ class Duet {
  public:
   static constexpr int kRows = 3;  // "3 arrays, 3 hash functions, 32-bit counters"
   static constexpr size_t kRecordBytes = 32;
+  // With 16-bit counters: a quarter of their range, the rest for the light
+  // flows that share a counter with a flow on its way to TOP.
+  static constexpr uint64_t kMaxTop16 = 16383;
 
   // Throws std::invalid_argument if the budget cannot hold the records and a usable sketch.
   Duet(const DuetConfig& config, FlowTable& hw);
@@ -72,6 +80,7 @@ class Duet {
   Stats stats() const;
   size_t memory_bytes() const;
   size_t width() const { return width_; }
+  unsigned counter_bits() const { return config_.counter_bits; }
   uint64_t top() const { return config_.top; }
 
  private:
@@ -84,8 +93,15 @@ class Duet {
   Record* find_record(const FlowKey& key, uint32_t start) const;
   Record* claim_record(const FlowKey& key, uint32_t start);
   uint64_t sketch_min(const Hashes& h) const;
-  template <bool kSingleWriter>
+  size_t counter_bytes() const { return config_.counter_bits / 8; }
+  template <class T>
+  std::atomic<T>* counters() const;
+  template <bool kSingleWriter, class T>
   uint64_t add_one(const FlowKey& key);  // increments the flow's counters; returns the minimum before
+  template <class T>
+  uint64_t sketch_min(const Hashes& h) const;
+  template <class T>
+  void reset_counters(const Hashes& h, uint64_t amount);
   void reset_counters(const Hashes& h, uint64_t amount);
   [[gnu::noinline, gnu::cold]] void on_top(const FlowKey& key, const Hashes& h, uint64_t count);
 
@@ -93,7 +109,9 @@ class Duet {
   FlowTable& hw_;
   size_t width_;
   uint64_t row_seeds_[kRows];
-  std::unique_ptr<std::atomic<uint32_t>[]> counters_;  // kRows x width_
+  // kRows x width_, one of the two by config_.counter_bits
+  std::unique_ptr<std::atomic<uint32_t>[]> counters32_;
+  std::unique_ptr<std::atomic<uint16_t>[]> counters16_;
   std::unique_ptr<Record[]> records_;
   std::atomic<uint64_t> promotions_{0}, installed_{0}, refused_{0}, aged_{0}, moved_{0}, records_full_{0};
   std::atomic<size_t> records_used_{0};

@@ -31,7 +31,7 @@ struct Harness {
   Duet duet;
   uint64_t now;
   std::unordered_map<FlowKey, uint64_t, FlowKeyHash> truth;
-  Harness(EmulatedFlowTable::Config tc, DuetConfig dc) : table(on_model_clock(tc)), duet(dc, table), now(now_ns()) {}
+  Harness(EmulatedFlowTable::Config tc, const DuetConfig& dc) : table(on_model_clock(tc)), duet(dc, table), now(now_ns()) {}
   // Duet's requests are stamped with the model time too, whatever the scheduler does.
   EmulatedFlowTable::Config on_model_clock(EmulatedFlowTable::Config tc) {
     tc.clock = [this] { return now; };
@@ -51,16 +51,32 @@ struct Harness {
   }
 };
 
-DuetConfig duet_cfg(size_t memory, uint64_t top, size_t records = 256) {
+DuetConfig duet_cfg(size_t memory, uint64_t top, size_t records = 256, unsigned bits = 32) {
   DuetConfig d;
   d.memory_bytes = memory;
   d.top = top;
   d.records = records;
+  d.counter_bits = bits;
   return d;
 }
 
-TEST(Duet, HeavyFlowsMoveToHardwareAndEveryCountIsExactWithoutCollisions) {
-  Harness h(table_cfg(), duet_cfg(4 << 20, 10));  // wide rows: no collisions among 50 flows
+// The algorithm's behaviour with the paper's 32-bit counters and with 16-bit ones.
+class DuetAlgorithm : public ::testing::TestWithParam<unsigned> {
+ protected:
+  unsigned bits() const { return GetParam(); }
+  DuetConfig cfg(size_t memory, uint64_t top, size_t records = 256) const {
+    return duet_cfg(memory, top, records, bits());
+  }
+  // The budget for `width` counters per row after `records` records.
+  size_t budget(size_t width, size_t records) const {
+    return Duet::kRecordBytes * records + 3 * width * bits() / 8;
+  }
+};
+INSTANTIATE_TEST_SUITE_P(CounterBits, DuetAlgorithm, ::testing::Values(32u, 16u),
+                         [](const auto& info) { return std::to_string(info.param) + "bit"; });
+
+TEST_P(DuetAlgorithm, HeavyFlowsMoveToHardwareAndEveryCountIsExactWithoutCollisions) {
+  Harness h(table_cfg(), cfg(4 << 20, 10));  // wide rows: no collisions among 50 flows
   std::mt19937 rng(3);
   for (int n = 0; n < 20000; ++n) {
     uint32_t i = rng() % 100 < 80 ? rng() % 5 : 5 + rng() % 45;  // 5 heavy flows, 45 light ones
@@ -77,8 +93,8 @@ TEST(Duet, HeavyFlowsMoveToHardwareAndEveryCountIsExactWithoutCollisions) {
   EXPECT_GT(h.table.stats().hits, 15000u) << "most packets counted by hw";
 }
 
-TEST(Duet, PromotionHappensAtTopWithCountTop) {
-  Harness h(table_cfg(), duet_cfg(1 << 20, 10));
+TEST_P(DuetAlgorithm, PromotionHappensAtTopWithCountTop) {
+  Harness h(table_cfg(), cfg(1 << 20, 10));
   for (int n = 0; n < 9; ++n) h.packet(flow(1));
   EXPECT_FALSE(h.duet.hw_count(flow(1)).has_value());
   EXPECT_EQ(h.duet.stats().promotions, 0u);
@@ -91,11 +107,12 @@ TEST(Duet, PromotionHappensAtTopWithCountTop) {
   EXPECT_EQ(h.duet.hw_count(flow(1))->packets, 11u) << "later packets counted in hw";
 }
 
-TEST(Duet, CounterResetTakesTheHeavyFlowOutOfItsCounters) {
+TEST_P(DuetAlgorithm, CounterResetTakesTheHeavyFlowOutOfItsCounters) {
   // One counter per row: every flow shares every counter, so the light flows'
   // estimates carry the heavy flow's count until the reset takes it out.
-  Harness h(table_cfg(), duet_cfg(Duet::kRecordBytes * 16 + 3 * 4 * 1, 106, 16));
+  Harness h(table_cfg(), cfg(budget(1, 16), 106, 16));
   ASSERT_EQ(h.duet.width(), 1u);
+  ASSERT_EQ(h.duet.counter_bits(), bits());
   for (int n = 0; n < 100; ++n) h.packet(flow(0));
   for (uint32_t i = 1; i <= 5; ++i) h.packet(flow(i));
   EXPECT_EQ(h.duet.estimate(flow(1)), 105.0) << "a light flow inflated by the heavy one";
@@ -107,9 +124,9 @@ TEST(Duet, CounterResetTakesTheHeavyFlowOutOfItsCounters) {
   EXPECT_EQ(h.duet.estimate(flow(2)), 1.0) << "light flows count from the reset on";
 }
 
-TEST(Duet, PacketsWhileTheInsertionIsPendingAreCountedOnce) {
+TEST_P(DuetAlgorithm, PacketsWhileTheInsertionIsPendingAreCountedOnce) {
   // 10 rules/s and 50 ms latency: the insertion stays pending for a while.
-  Harness h(table_cfg(1024, 10, 50'000'000), duet_cfg(4 << 20, 10));
+  Harness h(table_cfg(1024, 10, 50'000'000), cfg(4 << 20, 10));
   for (int n = 0; n < 10; ++n) h.packet(flow(7));
   EXPECT_EQ(h.duet.stats().promotions, 1u);
   for (int n = 0; n < 300; ++n) h.packet(flow(7), 100'000);  // 30 ms: still pending
@@ -122,8 +139,8 @@ TEST(Duet, PacketsWhileTheInsertionIsPendingAreCountedOnce) {
   EXPECT_EQ(h.duet.stats().promotions, 1u) << "no second promotion while pending";
 }
 
-TEST(Duet, RefusedFlowsStayExactInSoftware) {
-  Harness h(table_cfg(1), duet_cfg(4 << 20, 10));  // room for one rule
+TEST_P(DuetAlgorithm, RefusedFlowsStayExactInSoftware) {
+  Harness h(table_cfg(1), cfg(4 << 20, 10));  // room for one rule
   for (int n = 0; n < 100; ++n) {
     h.packet(flow(1));
     h.packet(flow(2));
@@ -136,8 +153,8 @@ TEST(Duet, RefusedFlowsStayExactInSoftware) {
   EXPECT_EQ(h.duet.estimate(flow(2)), 100.0);
 }
 
-TEST(Duet, AgingReturnsAnIdleHeavyFlowToTheSketchWithoutLosingItsCount) {
-  Harness h(table_cfg(1024, 0, 0, 10'000'000), duet_cfg(4 << 20, 10));  // 10 ms idle timeout
+TEST_P(DuetAlgorithm, AgingReturnsAnIdleHeavyFlowToTheSketchWithoutLosingItsCount) {
+  Harness h(table_cfg(1024, 0, 0, 10'000'000), cfg(4 << 20, 10));  // 10 ms idle timeout
   for (int n = 0; n < 50; ++n) h.packet(flow(3));
   ASSERT_TRUE(h.duet.hw_count(flow(3)).has_value());
   h.settle(50'000'000);  // idle
@@ -152,7 +169,7 @@ TEST(Duet, AgingReturnsAnIdleHeavyFlowToTheSketchWithoutLosingItsCount) {
   EXPECT_EQ(h.duet.estimate(flow(3)), 75.0);
 }
 
-TEST(Duet, ConcurrentWorkersLoseNoUpdates) {
+TEST(DuetConcurrency, ConcurrentWorkersLoseNoUpdates) {
   // 16 counters per row shared by every flow of two workers: only atomic
   // updates keep every increment. TOP is out of reach, so nothing is promoted.
   EmulatedFlowTable table(table_cfg());
@@ -171,9 +188,52 @@ TEST(Duet, ConcurrentWorkersLoseNoUpdates) {
   EXPECT_EQ(duet.stats().promotions, 0u);
 }
 
-TEST(Duet, RefusesABudgetThatCannotHoldItsRecords) {
+TEST(DuetConcurrency, SixteenBitCountersLoseNoUpdatesEither) {
+  // As above with 16-bit counters, whose atomic update is a compare-and-swap
+  // (it must stop at the top); 16 counters per row stay below TOP.
+  EmulatedFlowTable table(table_cfg());
+  Duet duet(duet_cfg(Duet::kRecordBytes * 16 + 3 * 2 * 16, Duet::kMaxTop16, 16, 16), table);
+  constexpr int kPerWorker = 40000;
+  auto work = [&](uint32_t first) {
+    for (int n = 0; n < kPerWorker; ++n) duet.on_sketch_path(flow(first + n % 100));
+  };
+  std::thread a(work, 0), b(work, 1000);
+  a.join();
+  b.join();
+  double sum = 0;
+  for (uint32_t i = 0; i < 100; ++i) sum += duet.estimate(flow(i)) + duet.estimate(flow(1000 + i));
+  EXPECT_GE(sum, 2.0 * kPerWorker);
+  EXPECT_EQ(duet.stats().promotions, 0u);
+}
+
+TEST(DuetCounters, SixteenBitCountersSaturateInsteadOfWrapping) {
+  // One counter per row and a single record: after the first promotion every
+  // other flow that reaches TOP finds no record and stays in the sketch, so
+  // the shared counters climb past 65,535 packets. They must stop there, with
+  // one worker's plain increments and with several workers' atomic ones.
+  for (bool single_writer : {true, false}) {
+    EmulatedFlowTable table(table_cfg());
+    DuetConfig c = duet_cfg(Duet::kRecordBytes * 1 + 3 * 2 * 1, Duet::kMaxTop16, 1, 16);
+    c.single_writer = single_writer;
+    Duet duet(c, table);
+    ASSERT_EQ(duet.width(), 1u);
+    for (uint64_t n = 0; n < Duet::kMaxTop16; ++n) duet.on_sketch_path(flow(0));  // takes the only record
+    EXPECT_EQ(duet.stats().promotions, 1u);
+    for (uint32_t n = 0; n < 100000; ++n) duet.on_sketch_path(flow(1 + n % 999));
+    EXPECT_EQ(duet.stats().promotions, 1u);
+    EXPECT_GT(duet.stats().records_full, 0u);
+    EXPECT_EQ(duet.estimate(flow(500)), 65535.0)
+        << "saturated, not wrapped to a small count (single writer: " << single_writer << ")";
+  }
+}
+
+TEST(DuetConfigCheck, RefusesABudgetThatCannotHoldItsRecords) {
   EmulatedFlowTable table(table_cfg());
   EXPECT_THROW(Duet(duet_cfg(1024, 10, 64), table), std::invalid_argument);
+  EXPECT_THROW(Duet(duet_cfg(1 << 20, 10, 64, 8), table), std::invalid_argument) << "8-bit counters";
+  EXPECT_THROW(Duet(duet_cfg(1 << 20, Duet::kMaxTop16 + 1, 64, 16), table),
+               std::invalid_argument)
+      << "TOP beyond what 16-bit counters hold with room for the light flows";
 }
 
 // Through the real datapath (NIC thread, RSS, rings, two workers, control

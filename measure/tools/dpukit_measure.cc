@@ -44,6 +44,7 @@ void add_run_options(ArgParser& p) {
   p.option("hw-insert-latency-us", "hardware rule insertion latency (duet)", "20");
   p.option("hw-idle-timeout-ms", "hardware entry aging; 0 = never (duet)", "1000");
   p.option("duet-records", "promoted-flow records inside Duet's budget (default: from the trace)");
+  p.option("duet-counter-bits", "width of Duet's sketch counters: 32 (the paper's) or 16 (needs TOP <= 16383)", "32");
   p.option("sample-p", "NitroSketch sampling probability", "0.1");
   p.flag("always-correct", "NitroSketch AlwaysCorrect mode (p = 1 until converged)");
   p.option("top-k", "heavy-hitter heap size (NitroSketch, UnivMon)", "1000");
@@ -68,6 +69,7 @@ RunConfig run_config(const ArgParser& p, const std::string& algo, size_t memory)
   c.hw_insert_latency_ns = static_cast<uint64_t>(p.number("hw-insert-latency-us") * 1000);
   c.hw_idle_timeout_ns = static_cast<uint64_t>(p.number("hw-idle-timeout-ms") * 1e6);
   c.duet_records = p.has("duet-records") ? p.u64("duet-records") : 0;
+  c.duet_counter_bits = static_cast<unsigned>(p.u64("duet-counter-bits"));
   c.sketch.sample_p = p.number("sample-p");
   c.sketch.always_correct = p.has("always-correct");
   c.sketch.top_k = p.u64("top-k");
@@ -192,7 +194,8 @@ nlohmann::json parameters_json(const ArgParser& p, const RunConfig& c, const std
           {"always_correct", c.sketch.always_correct},
           {"top_k", c.sketch.top_k},
           {"seed", c.sketch.seed},
-          {"duet_records", p.has("duet-records") ? nlohmann::json(c.duet_records) : nlohmann::json("auto")}};
+          {"duet_records", p.has("duet-records") ? nlohmann::json(c.duet_records) : nlohmann::json("auto")},
+          {"duet_counter_bits", c.duet_counter_bits}};
 }
 
 std::string dotted(uint32_t a) {

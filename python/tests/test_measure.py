@@ -117,6 +117,22 @@ def test_unknown_algorithm_in_compare(measure_tool, small_trace):
     assert "nope" in proc.stderr and "duet" in proc.stderr
 
 
+def test_duet_counter_bits(measure_tool, small_trace, tmp_path):
+    out = tmp_path / "d16.json"
+    proc = tool(measure_tool, "run", "--trace", small_trace, "--algo", "duet", "--memory", "100KB",
+                "--duet-counter-bits", "16", "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["parameters"]["duet_counter_bits"] == 16
+    assert doc["figures"]["metrics"]["hh_f1"] > 0.9
+    # A TOP beyond what 16-bit counters hold is refused with the reason, as is a width we do not have.
+    proc = tool(measure_tool, "run", "--trace", small_trace, "--algo", "duet", "--duet-counter-bits", "16",
+                "--heavy-threshold", "20000")
+    assert proc.returncode == 2 and "16-bit counters need TOP <= 16383" in proc.stderr, proc.stderr
+    proc = tool(measure_tool, "run", "--trace", small_trace, "--algo", "duet", "--duet-counter-bits", "8")
+    assert proc.returncode == 2 and "16 or 32 bits" in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("algo", ALGOS)
 def test_budget_too_small(measure_tool, small_trace, algo):
     proc = tool(measure_tool, "run", "--trace", small_trace, "--algo", algo, "--memory", "8B")
