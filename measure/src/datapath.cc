@@ -197,7 +197,8 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
       while (!stop_control.load(std::memory_order_acquire)) {
         if (table->wait_events(std::chrono::milliseconds(2))) duet->apply_hw_events();
       }
-      duet->apply_hw_events();
+      while (duet->apply_hw_events() > 0) {  // every outcome, not just the first 4,096
+      }
     });
   }
 

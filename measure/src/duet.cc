@@ -90,10 +90,14 @@ Duet::Hashes Duet::hashes(const FlowKey& key) const {
 Duet::Record* Duet::find_record(const FlowKey& key, uint32_t start) const {
   uint64_t a, b;
   pack(key, a, b);
-  for (size_t n = 0, i = start; n < config_.records; ++n, i = (i + 1 == config_.records ? 0 : i + 1)) {
+  // Records are never freed, so a key stays where it was claimed: no further
+  // from its start than the longest probe any claim made. Bounded by that,
+  // a miss costs a few probes even once every record is taken.
+  const size_t probes = std::min(longest_probe_.load(std::memory_order_relaxed) + 1, config_.records);
+  for (size_t n = 0, i = start; n < probes; ++n, i = (i + 1 == config_.records ? 0 : i + 1)) {
     Record& r = records_[i];
     uint64_t k1 = r.k1.load(std::memory_order_acquire);
-    if (k1 == 0) return nullptr;  // records are never freed: a free slot ends the probe
+    if (k1 == 0) return nullptr;  // a free slot ends the probe too
     if (k1 == b && r.k0.load(std::memory_order_relaxed) == a) return &r;
   }
   return nullptr;
@@ -108,6 +112,11 @@ Duet::Record* Duet::claim_record(const FlowKey& key, uint32_t start) {
     if (r.k1.load(std::memory_order_relaxed) == 0 &&
         r.k1.compare_exchange_strong(expected, kClaiming, std::memory_order_acq_rel)) {
       r.k0.store(a, std::memory_order_relaxed);
+      // Before the record is published: whoever later looks this key up (this
+      // worker, or the control path after the insert request) probes this far.
+      size_t longest = longest_probe_.load(std::memory_order_relaxed);
+      while (n > longest && !longest_probe_.compare_exchange_weak(longest, n, std::memory_order_relaxed)) {
+      }
       return &r;  // the caller fills it, then publishes k1 = b
     }
   }

@@ -75,7 +75,7 @@ class Duet {
     uint64_t refused = 0;         // refusals: the flow went back to the sketch path
     uint64_t aged = 0;
     uint64_t moved_to_record = 0;  // a promoted flow reached TOP in the sketch again (pending, in flight, or refused)
-    uint64_t records_full = 0;     // promotions skipped for want of a record
+    uint64_t records_full = 0;     // packets that brought a flow to TOP when no record was left (it stays in the sketch)
   };
   Stats stats() const;
   size_t memory_bytes() const;
@@ -115,6 +115,7 @@ class Duet {
   std::unique_ptr<Record[]> records_;
   std::atomic<uint64_t> promotions_{0}, installed_{0}, refused_{0}, aged_{0}, moved_{0}, records_full_{0};
   std::atomic<size_t> records_used_{0};
+  std::atomic<size_t> longest_probe_{0};  // the furthest any record sits from its key's start
   std::vector<FlowEvent> events_;  // control path scratch
 };
 
