@@ -480,22 +480,30 @@ TEST(Engine, RecycleFreesThePoolSlotOrUnlinksTheFile) {
   EXPECT_EQ(run.stats.recycles, 3u);
 }
 
-// Files whose sync_close never came were never installed by the host.
-void expect_only_finished_file_left(SstPool& pool, const fs::path& finished, const fs::path& pooled,
-                                    const fs::path& normal, const std::vector<uint8_t>& data) {
-  EXPECT_FALSE(exists_at_all(pooled)) << "the unfinished pool file's symlink is removed";
-  EXPECT_FALSE(exists_at_all(normal)) << "the unfinished normal file is removed";
-  EXPECT_TRUE(fs::is_symlink(finished));
-  EXPECT_EQ(read_all(finished), data);
-  EXPECT_EQ(pool.stats().free, pool.stats().slots - 1) << "only the finished file keeps its slot";
-}
+// Three files of a host that goes away: one finished by sync_close, one
+// pooled and one normal left unfinished.
+struct UnfinishedFiles {
+  explicit UnfinishedFiles(uint64_t seed, size_t bytes = 70'000) : data(random_bytes(bytes, seed)) {}
+  TempDir t;
+  SstPool pool{SstPool::Options{(t.path / "pool").string(), 4, 1 << 20}};
+  fs::path finished = t.path / "finished.sst", pooled = t.path / "pooled.sst", normal = t.path / "normal.sst";
+  std::vector<uint8_t> data;
+
+  // Files whose sync_close never came were never installed by the host.
+  void expect_only_finished_file_left() {
+    EXPECT_FALSE(exists_at_all(pooled)) << "the unfinished pool file's symlink is removed";
+    EXPECT_FALSE(exists_at_all(normal)) << "the unfinished normal file is removed";
+    EXPECT_TRUE(fs::is_symlink(finished));
+    EXPECT_EQ(read_all(finished), data);
+    EXPECT_EQ(pool.stats().free, pool.stats().slots - 1) << "only the finished file keeps its slot";
+  }
+};
 
 TEST(Engine, UnfinishedFilesAreRemovedWhenTheHostClosesInOrder) {
-  TempDir t;
-  SstPool pool(SstPool::Options{(t.path / "pool").string(), 4, 1 << 20});
-  fs::path finished = t.path / "finished.sst", pooled = t.path / "pooled.sst", normal = t.path / "normal.sst";
-  auto data = random_bytes(70'000, 7);
-  EngineRun run(&pool);
+  UnfinishedFiles u(7);
+  const fs::path &finished = u.finished, &pooled = u.pooled, &normal = u.normal;
+  const std::vector<uint8_t>& data = u.data;
+  EngineRun run(&u.pool);
   Host h = run.host();
   h.open(1, finished, true);
   h.write(1, 0, data);
@@ -509,15 +517,14 @@ TEST(Engine, UnfinishedFilesAreRemovedWhenTheHostClosesInOrder) {
   EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(normal)));
   run.finish();
   EXPECT_EQ(run.error, "");
-  expect_only_finished_file_left(pool, finished, pooled, normal, data);
+  u.expect_only_finished_file_left();
 }
 
 TEST(Engine, StopEndsServeAndRemovesUnfinishedFiles) {
-  TempDir t;
-  SstPool pool(SstPool::Options{(t.path / "pool").string(), 4, 1 << 20});
-  fs::path finished = t.path / "finished.sst", pooled = t.path / "pooled.sst", normal = t.path / "normal.sst";
-  auto data = random_bytes(70'000, 8);
-  EngineRun run(&pool);
+  UnfinishedFiles u(8);
+  const fs::path &finished = u.finished, &pooled = u.pooled, &normal = u.normal;
+  const std::vector<uint8_t>& data = u.data;
+  EngineRun run(&u.pool);
   Host h = run.host();
   h.open(1, finished, true);
   h.write(1, 0, data);
@@ -530,7 +537,7 @@ TEST(Engine, StopEndsServeAndRemovesUnfinishedFiles) {
   run.engine->stop();
   run.server.join();
   EXPECT_EQ(run.error, "");
-  expect_only_finished_file_left(pool, finished, pooled, normal, data);
+  u.expect_only_finished_file_left();
   ChannelCompletion c;
   EXPECT_THROW(run.channel->wait_completions(&c, 1, kPatience), ChannelError) << "the host learns the engine is gone";
 }
@@ -560,25 +567,22 @@ int run_dying_host(const fs::path& socket, const fs::path& finished, const fs::p
 }
 
 TEST(Engine, UnfinishedFilesAreRecycledWhenTheHostProcessDies) {
-  TempDir t;
-  SstPool pool(SstPool::Options{(t.path / "pool").string(), 4, 1 << 20});
-  fs::path socket = t.path / "engine.sock", finished = t.path / "finished.sst", pooled = t.path / "pooled.sst",
-           normal = t.path / "normal.sst";
-  auto data = random_bytes(90'000, 9);
+  UnfinishedFiles u(9, 90'000);
+  fs::path socket = u.t.path / "engine.sock";
   ChannelListener listener(socket.string());
   // Forked before this process starts any thread.
   pid_t child = ::fork();
   ASSERT_GE(child, 0);
-  if (child == 0) std::_Exit(run_dying_host(socket, finished, pooled, normal, data));
+  if (child == 0) std::_Exit(run_dying_host(socket, u.finished, u.pooled, u.normal, u.data));
   ChannelDpu qp = listener.accept(kPatience);
   EngineStats stats;
-  WritePersistEngine engine(&pool, stats);
+  WritePersistEngine engine(&u.pool, stats);
   EXPECT_THROW(engine.serve(qp), ChannelError);
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status));
   ASSERT_EQ(WEXITSTATUS(status), 0) << "the host child failed before it died";
-  expect_only_finished_file_left(pool, finished, pooled, normal, data);
+  u.expect_only_finished_file_left();
   EXPECT_EQ(stats.sqes_submitted, stats.cqes_completed);
 }
 

@@ -102,24 +102,28 @@ class BarPanel:
     refline: tuple[float, str] | None = None  # a dashed horizontal line (value, legend label)
 
 
+def panel_grid(n: int, ncols: int, panel_width: float, panel_height: float, extra_height: float) -> tuple[Figure, list]:
+    """A figure of ``n`` subplots in rows of at most ``ncols`` (the unused
+    cells of the last row hidden): the figure and the ``n`` axes, in order."""
+    ncols = min(ncols, n)
+    nrows = math.ceil(n / ncols)
+    fig = Figure(figsize=(panel_width * ncols, panel_height * nrows + extra_height), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = list(fig.subplots(nrows, ncols, squeeze=False).flat)
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    return fig, axes[:n]
+
+
 def bars_plot(path: Path, panels: Sequence[BarPanel], categories: Sequence[str], *, title: str,
               ncols: int = 3, highlight: str | None = None, highlight_color: str = "tab:red") -> Path:
     """Grouped bar subplots: one group of bars per category, one bar per group
     label (one bar per category when there is a single group)."""
-    n = len(panels)
-    ncols = min(ncols, n)
-    nrows = math.ceil(n / ncols)
     width_in = max(4.2, 0.55 * len(categories) * max(1, len(panels[0].values)) + 1.2)
-    fig = Figure(figsize=(width_in * ncols, 3.4 * nrows + 0.6), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
+    fig, axes = panel_grid(len(panels), ncols, width_in, 3.4, 0.6)
     colors = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown"]
     handles: dict[str, Any] = {}
-    for i, ax in enumerate(axes.flat):
-        if i >= n:
-            ax.set_visible(False)
-            continue
-        p = panels[i]
+    for p, ax in zip(panels, axes):
         groups = list(p.values)
         w = 0.8 / len(groups)
         for g, name in enumerate(groups):

@@ -19,9 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from dpukit.plots import BarPanel, all_positive, bars_plot  # (also selects matplotlib's Agg backend)
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+from dpukit.plots import BarPanel, all_positive, bars_plot, panel_grid  # (also selects matplotlib's Agg backend)
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from dpukit.experiments import Context, Point, experiment, median_run
@@ -380,18 +378,9 @@ class Panel:
 def panels_plot(path: Path, panels: Sequence[Panel], *, title: str, xlabel: str, logx: bool = False,
                 xticks: Sequence[float] | None = None, xtick_format=None, ncols: int = 3) -> Path:
     """Line subplots sharing an x axis and one legend (below the panels)."""
-    n = len(panels)
-    ncols = min(ncols, n)
-    nrows = math.ceil(n / ncols)
-    fig = Figure(figsize=(4.2 * ncols, 3.3 * nrows + 0.9), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
+    fig, axes = panel_grid(len(panels), ncols, 4.2, 3.3, 0.9)
     handles: dict[str, Any] = {}
-    for i, ax in enumerate(axes.flat):
-        if i >= n:
-            ax.set_visible(False)
-            continue
-        p = panels[i]
+    for p, ax in zip(panels, axes):
         for ln in p.lines:
             (h,) = ax.plot(list(ln.x), list(ln.y), label=ln.label, **ln.style)
             handles.setdefault(ln.label, h)
