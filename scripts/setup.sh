@@ -42,3 +42,23 @@ if [ ! -x .venv/bin/python ] || [ ! -f "$stamp" ] || [ python/pyproject.toml -nt
   fi
   touch "$stamp"
 fi
+
+# mesh: fortio, the load generator of the paper's §V, built from its Go module
+# into .tools/bin (gitignored) unless that exact version is there.
+fortio_version=1.68.2
+fortio=.tools/bin/fortio
+if [ ! -x "$fortio" ] || [ "$("$fortio" version 2>/dev/null)" != "$fortio_version" ]; then
+  # fortio needs Go >= 1.22: the machine's Go in /usr/local/go first (Debian
+  # bookworm's golang-go is 1.19, too old), else whatever go is on PATH.
+  go=/usr/local/go/bin/go
+  [ -x "$go" ] || go=$(command -v go || true)
+  [ -n "$go" ] || { echo "setup: go (>= 1.22) not found, needed to build fortio" >&2; exit 1; }
+  echo "setup: building fortio $fortio_version into .tools/bin"
+  mkdir -p .tools/bin
+  log=.tools/fortio-install.log
+  if ! GOBIN="$PWD/.tools/bin" GOFLAGS=-mod=mod "$go" install "fortio.org/fortio@v$fortio_version" >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "setup: go install fortio failed (log above, kept in $log)" >&2
+    exit 1
+  fi
+fi

@@ -29,6 +29,7 @@ SYSTEMS: dict[str, System] = {
     "core": System("dpukit-core", "the DPU model: ring, channel, flow-table benchmarks (dpukit-core)"),
     "measure": System("dpukit-measure", "Duet, NitroSketch and baseline sketches: run, compare, gen (dpukit-measure)"),
     "kv": System("dpukit-kv", "PulseDB on RocksDB: db_bench on each mode, measured (dpukit-kv)"),
+    "mesh": System("dpukit-mesh", "FlatProxy: the node proxy (Envoy-configured), validate, echo service (dpukit-mesh)"),
 }
 
 

@@ -23,7 +23,7 @@ from dpukit import native
 from dpukit.report import Section
 
 # Modules whose import registers experiments, in report order.
-MODULES = ["dpukit.experiments.core", "dpukit.experiments.measure", "dpukit.experiments.kv"]
+MODULES = ["dpukit.experiments.core", "dpukit.experiments.measure", "dpukit.experiments.kv", "dpukit.experiments.mesh"]
 
 
 @dataclass(frozen=True)

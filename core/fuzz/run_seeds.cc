@@ -1,9 +1,13 @@
-// Regression driver for the fuzz target when built without libFuzzer (GCC):
-//   measure_fuzz_seeds <corpus dir> [mutations per seed, default 3000]
+// Regression driver for a fuzz target when built without libFuzzer (GCC),
+// linked with the target's LLVMFuzzerTestOneInput:
+//   <target>_fuzz_seeds <corpus dir> [mutations per seed, default 3000]
+//                       [selector values, default 0]
 // Feeds every file of the corpus, each of its prefixes, and deterministic
 // pseudo-random mutations of it (bit flips, interesting bytes, insertions,
 // deletions, truncations, splices with another seed) to
-// LLVMFuzzerTestOneInput. Each input is placed so that it ends right at an
+// LLVMFuzzerTestOneInput. For a target whose first byte selects a mode (a
+// link type, a way to split the input), "selector values" N also feeds each
+// seed with its first byte set to 0, 1, ..., N-1. Each input is placed so that it ends right at an
 // inaccessible page: a read past the end faults even without a sanitizer.
 // Exits non-zero if the corpus is missing or empty; a failed invariant in the
 // target aborts.
@@ -112,10 +116,11 @@ Bytes mutate(const Bytes& seed, const std::vector<Bytes>& all, Rng& rng) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s <corpus dir> [mutations per seed]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s <corpus dir> [mutations per seed] [selector values]\n", argv[0]);
     return 2;
   }
   long per_seed = argc > 2 ? std::strtol(argv[2], nullptr, 10) : 3000;
+  long selectors = argc > 3 ? std::clamp(std::strtol(argv[3], nullptr, 10), 0L, 256L) : 0;
   std::vector<std::filesystem::path> files;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(argv[1], ec)) {
@@ -146,10 +151,10 @@ int main(int argc, char** argv) {
       buf.run(Bytes(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(len)));
       ++runs;
     }
-    // The same frame under every link type.
-    for (uint8_t lt = 0; lt < 5 && !s.empty(); ++lt) {
+    // The same input under every mode.
+    for (long v = 0; v < selectors && !s.empty(); ++v) {
       Bytes b = s;
-      b[0] = lt;
+      b[0] = static_cast<uint8_t>(v);
       buf.run(b);
       ++runs;
     }
@@ -159,7 +164,7 @@ int main(int argc, char** argv) {
       ++runs;
     }
   }
-  std::printf("measure_fuzz_seeds: %zu seed files, %llu inputs, no failure\n", seeds.size(),
-              static_cast<unsigned long long>(runs));
+  std::printf("%s: %zu seed files, %llu inputs, no failure\n",
+              std::filesystem::path(argv[0]).filename().c_str(), seeds.size(), static_cast<unsigned long long>(runs));
   return 0;
 }

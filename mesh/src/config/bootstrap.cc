@@ -1,0 +1,732 @@
+// Envoy v3 bootstrap YAML -> the structs of bootstrap.h. Each parse_* reads
+// one Envoy message through Fields, which refuses keys we do not implement;
+// the cross-checks (names, references) run once everything is read.
+#include "config/bootstrap.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "config/checked_yaml.h"
+
+namespace dpukit::mesh::config {
+namespace {
+
+constexpr std::string_view kHcmType =
+    "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+constexpr std::string_view kTcpProxyType = "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy";
+constexpr std::string_view kLocalRateLimitType =
+    "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit";
+constexpr std::string_view kRouterType = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
+constexpr std::string_view kHttpProtocolOptions = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+constexpr std::string_view kHttpProtocolOptionsType =
+    "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+
+bool is_ip_literal(const std::string& text) {
+  unsigned char buf[16];
+  return inet_pton(AF_INET, text.c_str(), buf) == 1 || inet_pton(AF_INET6, text.c_str(), buf) == 1;
+}
+
+// Envoy compiles regexes with RE2; we use std::regex ECMAScript, whose
+// common subset with RE2 (classes, anchors, alternation, counted
+// repetition) is what routes use. RE2-only syntax such as (?P<name>) fails here.
+void check_regex(const At& at, const std::string& regex) {
+  try {
+    std::regex compiled(regex, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    at.fail("invalid regex '" + regex + "': " + e.what());
+  }
+}
+
+std::string parse_regex(const At& at) {  // envoy.type.matcher.v3.RegexMatcher
+  const Fields f = at.fields("envoy.type.matcher.v3.RegexMatcher", {"regex"});
+  const At regex = f.required("regex");
+  std::string value = regex.nonempty_str();
+  check_regex(regex, value);
+  return value;
+}
+
+// The @type of a typed_config, which must be `type`.
+Fields typed_config(const At& at, std::string_view message, std::string_view type,
+                    std::initializer_list<std::string_view> known) {
+  const Fields f = at.fields(message, known);
+  const At type_at = f.required("@type");
+  if (type_at.str() != type) type_at.fail("expected " + std::string(type) + ", got '" + type_at.str() + "'");
+  return f;
+}
+
+Address parse_address(const At& at) {
+  const Fields f = at.fields("envoy.config.core.v3.Address", {"socket_address", "pipe"});
+  Address address;
+  if (f.exactly_one_of({"socket_address", "pipe"}) == "pipe") {
+    const Fields pipe = f["pipe"].fields("envoy.config.core.v3.Pipe", {"path"});
+    address.pipe_path = pipe.required("path").nonempty_str();
+    return address;
+  }
+  const Fields sa = f["socket_address"].fields("envoy.config.core.v3.SocketAddress", {"address", "port_value", "protocol"});
+  address.ip = sa.required("address").nonempty_str();
+  address.port = static_cast<uint16_t>(sa.required("port_value").u32(1, 65535));
+  if (sa.has("protocol")) sa["protocol"].choice<int>({{"TCP", 0}}, {"UDP"});
+  return address;
+}
+
+// A listener's or the admin's address: no DNS names.
+Address parse_bind_address(const At& at) {
+  Address address = parse_address(at);
+  if (!address.is_pipe() && !is_ip_literal(address.ip))
+    at.fail("address '" + address.ip + "' is not an IP address");
+  return address;
+}
+
+// --- header rules -----------------------------------------------------------
+
+HeaderValueOption parse_header_value_option(const At& at) {
+  const Fields f = at.fields("envoy.config.core.v3.HeaderValueOption", {"header", "append", "append_action"});
+  const Fields header = f.required("header").fields("envoy.config.core.v3.HeaderValue", {"key", "value"});
+  HeaderValueOption option;
+  option.key = header.required("key").nonempty_str();
+  option.value = header["value"].str_or("");
+  using A = HeaderValueOption::Action;
+  if (f.has("append") && f.has("append_action")) f.self().fail("append and append_action both given");
+  if (f.has("append"))
+    option.action = f["append"].boolean() ? A::kAppendIfExistsOrAdd : A::kOverwriteIfExistsOrAdd;
+  if (f.has("append_action"))
+    option.action = f["append_action"].choice<A>({{"APPEND_IF_EXISTS_OR_ADD", A::kAppendIfExistsOrAdd},
+                                                   {"ADD_IF_ABSENT", A::kAddIfAbsent},
+                                                   {"OVERWRITE_IF_EXISTS_OR_ADD", A::kOverwriteIfExistsOrAdd},
+                                                   {"OVERWRITE_IF_EXISTS", A::kOverwriteIfExists}},
+                                                  {});
+  return option;
+}
+
+std::vector<HeaderValueOption> parse_header_value_options(const At& at) {
+  std::vector<HeaderValueOption> out;
+  if (at.present())
+    for (const At& item : at.items()) out.push_back(parse_header_value_option(item));
+  return out;
+}
+
+std::vector<std::string> parse_header_names(const At& at) {
+  std::vector<std::string> out;
+  if (at.present())
+    for (const At& item : at.items()) out.push_back(item.nonempty_str());
+  return out;
+}
+
+// request_headers_to_add/remove and response_headers_to_add/remove.
+HeaderRules parse_header_rules(const Fields& f) {
+  return HeaderRules{parse_header_value_options(f["request_headers_to_add"]),
+                     parse_header_names(f["request_headers_to_remove"]),
+                     parse_header_value_options(f["response_headers_to_add"]),
+                     parse_header_names(f["response_headers_to_remove"])};
+}
+
+#define HEADER_RULE_FIELDS \
+  "request_headers_to_add", "request_headers_to_remove", "response_headers_to_add", "response_headers_to_remove"
+
+// --- routes -----------------------------------------------------------------
+
+void parse_string_match(const Fields& f, HeaderMatcher& m);
+
+HeaderMatcher parse_header_matcher(const At& at) {
+  const Fields f =
+      at.fields("envoy.config.route.v3.HeaderMatcher", {"name", "string_match", "present_match", "invert_match"});
+  HeaderMatcher m;
+  m.name = f.required("name").nonempty_str();
+  m.invert = f["invert_match"].boolean_or(false);
+  const auto which = f.one_of({"string_match", "present_match"});
+  if (which == "present_match") {  // absent: Envoy matches on the header's presence
+    m.present = f["present_match"].boolean();
+    return m;
+  }
+  if (!which) return m;
+  parse_string_match(f, m);
+  return m;
+}
+
+HeaderMatcher parse_query_parameter_matcher(const At& at) {
+  const Fields f =
+      at.fields("envoy.config.route.v3.QueryParameterMatcher", {"name", "string_match", "present_match"});
+  HeaderMatcher m;
+  m.name = f.required("name").nonempty_str();
+  if (f.exactly_one_of({"string_match", "present_match"}) == "present_match") {
+    m.present = f["present_match"].boolean();
+    if (!m.present) f["present_match"].fail("present_match: false matches nothing in Envoy");
+    return m;
+  }
+  parse_string_match(f, m);
+  return m;
+}
+
+// string_match {exact|prefix|suffix|contains|safe_regex, ignore_case} into `m`.
+void parse_string_match(const Fields& f, HeaderMatcher& m) {
+  using K = HeaderMatcher::Kind;
+  const Fields sm = f["string_match"].fields("envoy.type.matcher.v3.StringMatcher",
+                                             {"exact", "prefix", "suffix", "contains", "safe_regex", "ignore_case"});
+  const std::string_view kind = sm.exactly_one_of({"exact", "prefix", "suffix", "contains", "safe_regex"});
+  m.ignore_case = sm["ignore_case"].boolean_or(false);
+  if (kind == "safe_regex") {
+    if (m.ignore_case) sm["ignore_case"].fail("ignore_case has no effect for safe_regex");  // as in Envoy
+    m.kind = K::kSafeRegex;
+    m.value = parse_regex(sm["safe_regex"]);
+    return;
+  }
+  m.kind = kind == "exact" ? K::kExact : kind == "prefix" ? K::kPrefix : kind == "suffix" ? K::kSuffix : K::kContains;
+  m.value = sm[kind].str();
+}
+
+RouteMatch parse_route_match(const At& at) {
+  const Fields f =
+      at.fields("envoy.config.route.v3.RouteMatch",
+                {"prefix", "path", "safe_regex", "case_sensitive", "headers", "query_parameters"});
+  RouteMatch m;
+  const std::string_view kind = f.exactly_one_of({"prefix", "path", "safe_regex"});
+  m.case_sensitive = f["case_sensitive"].boolean_or(true);
+  if (kind == "safe_regex") {
+    // Envoy ignores case_sensitive for regexes; we refuse what would be ignored.
+    if (!m.case_sensitive) f["case_sensitive"].fail("case_sensitive has no effect for safe_regex");
+    m.kind = RouteMatch::Kind::kSafeRegex;
+    m.value = parse_regex(f["safe_regex"]);
+  } else {
+    m.kind = kind == "prefix" ? RouteMatch::Kind::kPrefix : RouteMatch::Kind::kPath;
+    m.value = f[kind].str();
+  }
+  if (f.has("headers"))
+    for (const At& item : f["headers"].items()) m.headers.push_back(parse_header_matcher(item));
+  if (f.has("query_parameters"))
+    for (const At& item : f["query_parameters"].items())
+      m.query_parameters.push_back(parse_query_parameter_matcher(item));
+  return m;
+}
+
+std::vector<WeightedCluster> parse_weighted_clusters(const At& at, std::string_view message,
+                                                     std::string_view weight_message) {
+  const Fields f = at.fields(message, {"clusters"});
+  std::vector<WeightedCluster> out;
+  for (const At& item : f.required("clusters").items()) {
+    const Fields c = item.fields(weight_message, {"name", "weight"});
+    out.push_back({c.required("name").nonempty_str(), c.required("weight").u32(1)});
+  }
+  if (out.empty()) f["clusters"].fail("at least one cluster is required");
+  return out;
+}
+
+RetryPolicy parse_retry_policy(const At& at) {
+  const Fields f = at.fields("envoy.config.route.v3.RetryPolicy", {"retry_on", "num_retries", "per_try_timeout"});
+  RetryPolicy p;
+  const At retry_on = f.required("retry_on");
+  std::stringstream list(retry_on.nonempty_str());
+  for (std::string item; std::getline(list, item, ',');) {
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (item == "5xx") p.on_5xx = true;
+    else if (item == "gateway-error") p.on_gateway_error = true;
+    else if (item == "connect-failure") p.on_connect_failure = true;
+    else if (item == "reset") p.on_reset = true;
+    else if (item == "retriable-4xx") p.on_retriable_4xx = true;
+    else retry_on.fail("'" + item + "' is not supported by dpukit-mesh");  // Envoy would silently ignore a typo
+  }
+  p.num_retries = f["num_retries"].u32_or(p.num_retries);
+  p.per_try_timeout = f["per_try_timeout"].duration_or(p.per_try_timeout);
+  return p;
+}
+
+HashPolicy parse_hash_policy(const At& at) {
+  const Fields f =
+      at.fields("envoy.config.route.v3.RouteAction.HashPolicy", {"header", "connection_properties", "terminal"});
+  HashPolicy h;
+  h.terminal = f["terminal"].boolean_or(false);
+  if (f.exactly_one_of({"header", "connection_properties"}) == "header") {
+    const Fields header = f["header"].fields("envoy.config.route.v3.RouteAction.HashPolicy.Header", {"header_name"});
+    h.header_name = header.required("header_name").nonempty_str();
+    return h;
+  }
+  const Fields cp = f["connection_properties"].fields(
+      "envoy.config.route.v3.RouteAction.HashPolicy.ConnectionProperties", {"source_ip"});
+  if (!cp.required("source_ip").boolean()) cp["source_ip"].fail("source_ip: false hashes nothing");
+  h.kind = HashPolicy::Kind::kSourceIp;
+  return h;
+}
+
+RouteAction parse_route_action(const At& at) {
+  const Fields f = at.fields("envoy.config.route.v3.RouteAction", {"cluster", "weighted_clusters", "timeout",
+                                                                   "retry_policy", "prefix_rewrite", "hash_policy"});
+  RouteAction a;
+  if (f.exactly_one_of({"cluster", "weighted_clusters"}) == "cluster")
+    a.cluster = f["cluster"].nonempty_str();
+  else
+    a.weighted = parse_weighted_clusters(f["weighted_clusters"], "envoy.config.route.v3.WeightedCluster",
+                                         "envoy.config.route.v3.WeightedCluster.ClusterWeight");
+  a.timeout = f["timeout"].duration_or(a.timeout);
+  if (f.has("retry_policy")) a.retry_policy = parse_retry_policy(f["retry_policy"]);
+  if (f.has("prefix_rewrite")) a.prefix_rewrite = f["prefix_rewrite"].str();
+  if (f.has("hash_policy"))
+    for (const At& item : f["hash_policy"].items()) a.hash_policy.push_back(parse_hash_policy(item));
+  return a;
+}
+
+DirectResponse parse_direct_response(const At& at) {
+  const Fields f = at.fields("envoy.config.route.v3.DirectResponseAction", {"status", "body"});
+  DirectResponse d;
+  d.status = f.required("status").u32(200, 599);  // Envoy: [200, 600)
+  if (f.has("body"))
+    d.body = f["body"].fields("envoy.config.core.v3.DataSource", {"inline_string"}).required("inline_string").str();
+  return d;
+}
+
+Route parse_route(const At& at) {
+  const Fields f = at.fields("envoy.config.route.v3.Route", {"name", "match", "route", "direct_response", HEADER_RULE_FIELDS});
+  Route r;
+  r.name = f["name"].str_or("");
+  r.match = parse_route_match(f.required("match"));
+  if (f.exactly_one_of({"route", "direct_response"}) == "route") {
+    r.route = parse_route_action(f["route"]);
+    // Envoy takes this too, but a regex names no prefix to replace.
+    if (r.route->prefix_rewrite && r.match.kind == RouteMatch::Kind::kSafeRegex)
+      f["route"].fail("prefix_rewrite needs a prefix or path match, not safe_regex");
+  } else {
+    r.direct_response = parse_direct_response(f["direct_response"]);
+  }
+  r.headers = parse_header_rules(f);
+  return r;
+}
+
+VirtualHost parse_virtual_host(const At& at) {
+  const Fields f = at.fields("envoy.config.route.v3.VirtualHost",
+                             {"name", "domains", "routes", "include_request_attempt_count", HEADER_RULE_FIELDS});
+  VirtualHost v;
+  v.name = f.required("name").nonempty_str();
+  const At domains = f.required("domains");
+  v.domains = domains.strings();
+  if (v.domains.empty()) domains.fail("at least one domain is required");
+  if (f.has("routes"))
+    for (const At& item : f["routes"].items()) v.routes.push_back(parse_route(item));
+  v.headers = parse_header_rules(f);
+  v.include_request_attempt_count = f["include_request_attempt_count"].boolean_or(false);
+  return v;
+}
+
+RouteConfiguration parse_route_config(const At& at) {
+  const Fields f =
+      at.fields("envoy.config.route.v3.RouteConfiguration", {"name", "virtual_hosts", HEADER_RULE_FIELDS});
+  RouteConfiguration rc;
+  rc.name = f["name"].str_or("");
+  std::set<std::string> domains;  // Envoy refuses a domain in two virtual hosts (domains are case-insensitive)
+  std::set<std::string> names;
+  if (f.has("virtual_hosts")) {
+    for (const At& item : f["virtual_hosts"].items()) {
+      rc.virtual_hosts.push_back(parse_virtual_host(item));
+      if (!names.insert(rc.virtual_hosts.back().name).second)
+        item.fail("duplicate virtual host name '" + rc.virtual_hosts.back().name + "'");
+      for (std::string domain : rc.virtual_hosts.back().domains) {
+        std::transform(domain.begin(), domain.end(), domain.begin(), [](unsigned char c) { return std::tolower(c); });
+        if (!domains.insert(domain).second) item.fail("domain '" + domain + "' is given twice (domains are unique across virtual hosts)");
+      }
+    }
+  }
+  rc.headers = parse_header_rules(f);
+  return rc;
+}
+
+// --- HTTP filters -----------------------------------------------------------
+
+double parse_fractional_percent(const At& at) {  // RuntimeFractionalPercent -> a fraction
+  // runtime_key is accepted: with no runtime layers (we have none) Envoy uses default_value.
+  const Fields f = at.fields("envoy.config.core.v3.RuntimeFractionalPercent", {"default_value", "runtime_key"});
+  const Fields value =
+      f.required("default_value").fields("envoy.type.v3.FractionalPercent", {"numerator", "denominator"});
+  const double denominator =
+      value["denominator"].present()
+          ? value["denominator"].choice<double>({{"HUNDRED", 100}, {"TEN_THOUSAND", 10'000}, {"MILLION", 1'000'000}}, {})
+          : 100;
+  return std::min(1.0, value["numerator"].u32_or(0) / denominator);  // Envoy caps the numerator at the denominator
+}
+
+LocalRateLimit parse_local_ratelimit(const At& at) {
+  const Fields f = typed_config(at, "envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
+                                kLocalRateLimitType,
+                                {"@type", "stat_prefix", "token_bucket", "filter_enabled", "filter_enforced",
+                                 "response_headers_to_add"});
+  LocalRateLimit l;
+  l.stat_prefix = f.required("stat_prefix").nonempty_str();
+  const Fields bucket =
+      f.required("token_bucket").fields("envoy.type.v3.TokenBucket", {"max_tokens", "tokens_per_fill", "fill_interval"});
+  l.max_tokens = bucket.required("max_tokens").u32(1);
+  l.tokens_per_fill = bucket["tokens_per_fill"].u32_or(l.tokens_per_fill, 1);
+  const At fill = bucket.required("fill_interval");
+  l.fill_interval = fill.duration();
+  if (l.fill_interval < Duration(50)) fill.fail("fill_interval must be at least 50ms (as in Envoy)");
+  if (f.has("filter_enabled")) l.enabled_fraction = parse_fractional_percent(f["filter_enabled"]);
+  if (f.has("filter_enforced")) l.enforced_fraction = parse_fractional_percent(f["filter_enforced"]);
+  l.response_headers_to_add = parse_header_value_options(f["response_headers_to_add"]);
+  return l;
+}
+
+HttpFilter parse_http_filter(const At& at) {
+  const Fields f = at.fields("envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter",
+                             {"name", "typed_config"});
+  HttpFilter filter;
+  const At name = f.required("name");
+  filter.name = name.nonempty_str();
+  if (filter.name == "envoy.filters.http.local_ratelimit") {
+    filter.kind = HttpFilter::Kind::kLocalRateLimit;
+    filter.local_ratelimit = parse_local_ratelimit(f.required("typed_config"));
+  } else if (filter.name == "envoy.filters.http.router") {
+    filter.kind = HttpFilter::Kind::kRouter;
+    typed_config(f.required("typed_config"), "envoy.extensions.filters.http.router.v3.Router", kRouterType, {"@type"});
+  } else {
+    name.fail(filter.name + " is not supported by dpukit-mesh");
+  }
+  return filter;
+}
+
+// --- network filters --------------------------------------------------------
+
+HttpConnectionManager parse_hcm(const At& at) {
+  const Fields f = typed_config(
+      at, "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager", kHcmType,
+      {"@type", "stat_prefix", "codec_type", "route_config", "http_filters", "max_request_headers_kb",
+       "common_http_protocol_options", "stream_idle_timeout", "request_timeout", "request_headers_timeout",
+       "use_remote_address", "generate_request_id"});
+  HttpConnectionManager h;
+  h.stat_prefix = f.required("stat_prefix").nonempty_str();
+  using C = HttpConnectionManager::Codec;
+  if (f.has("codec_type"))
+    h.codec_type = f["codec_type"].choice<C>({{"AUTO", C::kAuto}, {"HTTP1", C::kHttp1}, {"HTTP2", C::kHttp2}}, {"HTTP3"});
+  h.route_config = parse_route_config(f.required("route_config"));
+  const At filters = f.required("http_filters");
+  for (const At& item : filters.items()) {
+    if (!h.http_filters.empty() && h.http_filters.back().kind == HttpFilter::Kind::kRouter)
+      item.fail("envoy.filters.http.router must be the last HTTP filter");
+    h.http_filters.push_back(parse_http_filter(item));
+  }
+  if (h.http_filters.empty() || h.http_filters.back().kind != HttpFilter::Kind::kRouter)
+    filters.fail("the last HTTP filter must be envoy.filters.http.router");
+  h.max_request_headers_kb = f["max_request_headers_kb"].u32_or(h.max_request_headers_kb, 1, 8192);  // Envoy's range
+  if (f.has("common_http_protocol_options")) {
+    const Fields o = f["common_http_protocol_options"].fields("envoy.config.core.v3.HttpProtocolOptions",
+                                                              {"idle_timeout", "max_headers_count"});
+    h.idle_timeout = o["idle_timeout"].duration_or(h.idle_timeout);
+    h.max_headers_count = o["max_headers_count"].u32_or(h.max_headers_count, 1);
+  }
+  h.stream_idle_timeout = f["stream_idle_timeout"].duration_or(h.stream_idle_timeout);
+  h.request_timeout = f["request_timeout"].duration_or(h.request_timeout);
+  h.request_headers_timeout = f["request_headers_timeout"].duration_or(h.request_headers_timeout);
+  h.use_remote_address = f["use_remote_address"].boolean_or(h.use_remote_address);
+  h.generate_request_id = f["generate_request_id"].boolean_or(h.generate_request_id);
+  return h;
+}
+
+TcpProxy parse_tcp_proxy(const At& at) {
+  const Fields f = typed_config(at, "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy", kTcpProxyType,
+                                {"@type", "stat_prefix", "cluster", "weighted_clusters", "idle_timeout",
+                                 "max_connect_attempts"});
+  TcpProxy t;
+  t.stat_prefix = f.required("stat_prefix").nonempty_str();
+  if (f.exactly_one_of({"cluster", "weighted_clusters"}) == "cluster")
+    t.cluster = f["cluster"].nonempty_str();
+  else
+    t.weighted = parse_weighted_clusters(f["weighted_clusters"],
+                                         "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy.WeightedCluster",
+                                         "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy.WeightedCluster.ClusterWeight");
+  t.idle_timeout = f["idle_timeout"].duration_or(t.idle_timeout);
+  t.max_connect_attempts = f["max_connect_attempts"].u32_or(t.max_connect_attempts, 1);
+  return t;
+}
+
+NetworkFilter parse_network_filter(const At& at) {
+  const Fields f = at.fields("envoy.config.listener.v3.Filter", {"name", "typed_config"});
+  NetworkFilter filter;
+  const At name = f.required("name");
+  filter.name = name.nonempty_str();
+  if (filter.name == "envoy.filters.network.http_connection_manager") {
+    filter.kind = NetworkFilter::Kind::kHttpConnectionManager;
+    filter.hcm = parse_hcm(f.required("typed_config"));
+  } else if (filter.name == "envoy.filters.network.tcp_proxy") {
+    filter.kind = NetworkFilter::Kind::kTcpProxy;
+    filter.tcp_proxy = parse_tcp_proxy(f.required("typed_config"));
+  } else {
+    name.fail(filter.name + " is not supported by dpukit-mesh");
+  }
+  return filter;
+}
+
+Listener parse_listener(const At& at) {
+  const Fields f = at.fields("envoy.config.listener.v3.Listener",
+                             {"name", "address", "filter_chains", "per_connection_buffer_limit_bytes"});
+  Listener l;
+  l.name = f.required("name").nonempty_str();
+  l.address = parse_bind_address(f.required("address"));
+  const At chains_at = f.required("filter_chains");
+  const std::vector<At> chains = chains_at.items();
+  if (chains.size() != 1) chains_at.fail("exactly one filter chain is supported, got " + std::to_string(chains.size()));
+  const Fields chain = chains[0].fields("envoy.config.listener.v3.FilterChain", {"filters"});
+  // Both filters we implement are terminal: the chain is exactly one of them.
+  const At filters = chain.required("filters");
+  for (const At& item : filters.items()) {
+    if (!l.filters.empty()) item.fail("the filter chain already ends with " + l.filters.back().name);
+    l.filters.push_back(parse_network_filter(item));
+  }
+  if (l.filters.empty()) filters.fail("the filter chain must end with http_connection_manager or tcp_proxy");
+  l.per_connection_buffer_limit_bytes = f["per_connection_buffer_limit_bytes"].u32_or(l.per_connection_buffer_limit_bytes);
+  return l;
+}
+
+// --- clusters ---------------------------------------------------------------
+
+std::vector<Endpoint> parse_load_assignment(const At& at, const Cluster& cluster) {
+  const Fields f = at.fields("envoy.config.endpoint.v3.ClusterLoadAssignment", {"cluster_name", "endpoints"});
+  f.required("cluster_name").nonempty_str();
+  std::vector<Endpoint> out;
+  if (!f.has("endpoints")) return out;
+  for (const At& locality : f["endpoints"].items()) {
+    const Fields lf = locality.fields("envoy.config.endpoint.v3.LocalityLbEndpoints", {"lb_endpoints"});
+    if (!lf.has("lb_endpoints")) continue;
+    for (const At& item : lf["lb_endpoints"].items()) {
+      const Fields e = item.fields("envoy.config.endpoint.v3.LbEndpoint", {"endpoint", "load_balancing_weight"});
+      const Fields ep = e.required("endpoint").fields("envoy.config.endpoint.v3.Endpoint", {"address"});
+      const At address_at = ep.required("address");
+      Endpoint endpoint{parse_address(address_at), e["load_balancing_weight"].u32_or(1, 1)};
+      if (cluster.type == Cluster::Type::kStatic && !endpoint.address.is_pipe() && !is_ip_literal(endpoint.address.ip))
+        address_at.fail("a STATIC cluster needs IP addresses, got '" + endpoint.address.ip + "' (use STRICT_DNS)");
+      out.push_back(std::move(endpoint));
+    }
+  }
+  return out;
+}
+
+CircuitBreakerThresholds parse_circuit_breakers(const At& at) {
+  const Fields f = at.fields("envoy.config.cluster.v3.CircuitBreakers", {"thresholds"});
+  CircuitBreakerThresholds t;
+  if (!f.has("thresholds")) return t;
+  const std::vector<At> items = f["thresholds"].items();
+  if (items.size() > 1) items[1].fail("only the DEFAULT priority's thresholds are supported");
+  for (const At& item : items) {
+    const Fields tf = item.fields("envoy.config.cluster.v3.CircuitBreakers.Thresholds",
+                                  {"priority", "max_connections", "max_pending_requests", "max_requests", "max_retries"});
+    if (tf.has("priority")) tf["priority"].choice<int>({{"DEFAULT", 0}}, {"HIGH"});
+    t.max_connections = tf["max_connections"].u32_or(t.max_connections);
+    t.max_pending_requests = tf["max_pending_requests"].u32_or(t.max_pending_requests);
+    t.max_requests = tf["max_requests"].u32_or(t.max_requests);
+    t.max_retries = tf["max_retries"].u32_or(t.max_retries);
+  }
+  return t;
+}
+
+OutlierDetection parse_outlier_detection(const At& at) {
+  const Fields f = at.fields("envoy.config.cluster.v3.OutlierDetection",
+                             {"consecutive_5xx", "interval", "base_ejection_time", "max_ejection_percent",
+                              "enforcing_consecutive_5xx"});
+  OutlierDetection o;
+  o.consecutive_5xx = f["consecutive_5xx"].u32_or(o.consecutive_5xx);
+  o.interval = f["interval"].duration_or(o.interval);
+  if (o.interval <= Duration(0)) f["interval"].fail("must be greater than 0");
+  o.base_ejection_time = f["base_ejection_time"].duration_or(o.base_ejection_time);
+  if (o.base_ejection_time <= Duration(0)) f["base_ejection_time"].fail("must be greater than 0");
+  o.max_ejection_percent = f["max_ejection_percent"].u32_or(o.max_ejection_percent, 0, 100);
+  o.enforcing_consecutive_5xx = f["enforcing_consecutive_5xx"].u32_or(o.enforcing_consecutive_5xx, 0, 100);
+  return o;
+}
+
+Duration positive_duration(const At& at) {
+  const Duration d = at.duration();
+  if (d <= Duration(0)) at.fail("must be greater than 0");
+  return d;
+}
+
+HealthCheck parse_health_check(const At& at, const std::string& cluster_name) {
+  const Fields f = at.fields("envoy.config.core.v3.HealthCheck", {"timeout", "interval", "unhealthy_threshold",
+                                                                  "healthy_threshold", "http_health_check"});
+  HealthCheck h;
+  h.timeout = positive_duration(f.required("timeout"));
+  h.interval = positive_duration(f.required("interval"));
+  h.unhealthy_threshold = f.required("unhealthy_threshold").u32();
+  h.healthy_threshold = f.required("healthy_threshold").u32();
+  const Fields http = f.required("http_health_check")
+                          .fields("envoy.config.core.v3.HealthCheck.HttpHealthCheck", {"path", "host", "expected_statuses"});
+  h.path = http.required("path").nonempty_str();
+  h.host = http["host"].str_or(cluster_name);
+  if (http.has("expected_statuses")) {
+    for (const At& item : http["expected_statuses"].items()) {
+      const Fields range = item.fields("envoy.type.v3.Int64Range", {"start", "end"});
+      const auto start = static_cast<uint32_t>(range.required("start").integer(100, 599));
+      const auto end = static_cast<uint32_t>(range.required("end").integer(101, 600));
+      if (end <= start) item.fail("end must be greater than start (the range is [start, end))");
+      h.expected_statuses.emplace_back(start, end);
+    }
+  }
+  if (h.expected_statuses.empty()) h.expected_statuses.emplace_back(200, 201);
+  return h;
+}
+
+// typed_extension_protocol_options: only the upstream HTTP protocol choice.
+bool parse_upstream_http2(const At& at) {
+  const Fields ext = at.extension_map({kHttpProtocolOptions});
+  const Fields f = typed_config(ext.required(kHttpProtocolOptions), kHttpProtocolOptions, kHttpProtocolOptionsType,
+                                {"@type", "explicit_http_config"});
+  const Fields explicit_config = f.required("explicit_http_config")
+                                     .fields("envoy.extensions.upstreams.http.v3.HttpProtocolOptions.ExplicitHttpConfig",
+                                             {"http_protocol_options", "http2_protocol_options"});
+  const std::string_view which = explicit_config.exactly_one_of({"http_protocol_options", "http2_protocol_options"});
+  // No option of either protocol is implemented: they must be {}.
+  if (which == "http2_protocol_options")
+    explicit_config[which].fields("envoy.config.core.v3.Http2ProtocolOptions", {});
+  else
+    explicit_config[which].fields("envoy.config.core.v3.Http1ProtocolOptions", {});
+  return which == "http2_protocol_options";
+}
+
+Cluster parse_cluster(const At& at) {
+  const Fields f = at.fields("envoy.config.cluster.v3.Cluster",
+                             {"name", "type", "connect_timeout", "lb_policy", "least_request_lb_config",
+                              "ring_hash_lb_config", "load_assignment", "circuit_breakers", "outlier_detection",
+                              "health_checks", "dns_refresh_rate", "typed_extension_protocol_options"});
+  Cluster c;
+  c.name = f.required("name").nonempty_str();
+  using T = Cluster::Type;
+  if (f.has("type"))
+    c.type = f["type"].choice<T>({{"STATIC", T::kStatic}, {"STRICT_DNS", T::kStrictDns}},
+                                 {"LOGICAL_DNS", "EDS", "ORIGINAL_DST"});
+  if (f.has("connect_timeout")) c.connect_timeout = positive_duration(f["connect_timeout"]);
+  using P = Cluster::LbPolicy;
+  if (f.has("lb_policy"))
+    c.lb_policy = f["lb_policy"].choice<P>({{"ROUND_ROBIN", P::kRoundRobin},
+                                            {"LEAST_REQUEST", P::kLeastRequest},
+                                            {"RANDOM", P::kRandom},
+                                            {"RING_HASH", P::kRingHash}},
+                                           {"MAGLEV", "CLUSTER_PROVIDED", "LOAD_BALANCING_POLICY_CONFIG"});
+  // A policy's config under another policy would be silently ignored: refuse it.
+  if (f.has("least_request_lb_config")) {
+    if (c.lb_policy != P::kLeastRequest) f["least_request_lb_config"].fail("needs lb_policy: LEAST_REQUEST");
+    const Fields lr =
+        f["least_request_lb_config"].fields("envoy.config.cluster.v3.Cluster.LeastRequestLbConfig", {"choice_count"});
+    c.least_request_choice_count = lr["choice_count"].u32_or(c.least_request_choice_count, 2);
+  }
+  if (f.has("ring_hash_lb_config")) {
+    if (c.lb_policy != P::kRingHash) f["ring_hash_lb_config"].fail("needs lb_policy: RING_HASH");
+    const Fields rh = f["ring_hash_lb_config"].fields("envoy.config.cluster.v3.Cluster.RingHashLbConfig",
+                                                      {"minimum_ring_size", "maximum_ring_size"});
+    constexpr uint64_t kMaxRing = 8 * 1024 * 1024;  // Envoy's upper bound for both
+    if (rh.has("minimum_ring_size")) c.ring_hash_minimum_ring_size = rh["minimum_ring_size"].integer(1, kMaxRing);
+    if (rh.has("maximum_ring_size")) c.ring_hash_maximum_ring_size = rh["maximum_ring_size"].integer(1, kMaxRing);
+    if (c.ring_hash_minimum_ring_size > c.ring_hash_maximum_ring_size)
+      rh.self().fail("minimum_ring_size is greater than maximum_ring_size");
+  }
+  if (f.has("load_assignment")) c.endpoints = parse_load_assignment(f["load_assignment"], c);
+  if (f.has("circuit_breakers")) c.circuit_breakers = parse_circuit_breakers(f["circuit_breakers"]);
+  if (f.has("outlier_detection")) c.outlier_detection = parse_outlier_detection(f["outlier_detection"]);
+  if (f.has("health_checks"))
+    for (const At& item : f["health_checks"].items()) c.health_checks.push_back(parse_health_check(item, c.name));
+  if (f.has("dns_refresh_rate")) {
+    if (c.type != T::kStrictDns) f["dns_refresh_rate"].fail("needs type: STRICT_DNS");
+    c.dns_refresh_rate = positive_duration(f["dns_refresh_rate"]);
+  }
+  if (f.has("typed_extension_protocol_options"))
+    c.http2 = parse_upstream_http2(f["typed_extension_protocol_options"]);
+  return c;
+}
+
+// --- the bootstrap ----------------------------------------------------------
+
+// Where each cluster name was used, checked once all clusters are known.
+struct ClusterReference {
+  std::string name;
+  std::string path;
+};
+
+void collect_references(const Listener& l, std::size_t li, std::vector<ClusterReference>& refs) {
+  const std::string base = "static_resources.listeners[" + std::to_string(li) + "].filter_chains[0].filters[0].typed_config";
+  const auto add_weighted = [&](const std::vector<WeightedCluster>& weighted, const std::string& at) {
+    for (std::size_t i = 0; i < weighted.size(); ++i)
+      refs.push_back({weighted[i].name, at + ".weighted_clusters.clusters[" + std::to_string(i) + "].name"});
+  };
+  for (const NetworkFilter& filter : l.filters) {
+    if (filter.tcp_proxy) {
+      if (!filter.tcp_proxy->cluster.empty()) refs.push_back({filter.tcp_proxy->cluster, base + ".cluster"});
+      add_weighted(filter.tcp_proxy->weighted, base);
+      continue;
+    }
+    const auto& vhosts = filter.hcm->route_config.virtual_hosts;
+    for (std::size_t v = 0; v < vhosts.size(); ++v) {
+      for (std::size_t r = 0; r < vhosts[v].routes.size(); ++r) {
+        const auto& action = vhosts[v].routes[r].route;
+        if (!action) continue;
+        const std::string at = base + ".route_config.virtual_hosts[" + std::to_string(v) + "].routes[" +
+                               std::to_string(r) + "].route";
+        if (!action->cluster.empty()) refs.push_back({action->cluster, at + ".cluster"});
+        add_weighted(action->weighted, at);
+      }
+    }
+  }
+}
+
+void cross_check(const Bootstrap& b) {
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < b.listeners.size(); ++i)
+    if (!names.insert(b.listeners[i].name).second)
+      throw ConfigError("static_resources.listeners[" + std::to_string(i) + "].name",
+                        "duplicate listener name '" + b.listeners[i].name + "'");
+  std::set<std::string> clusters;
+  for (std::size_t i = 0; i < b.clusters.size(); ++i)
+    if (!clusters.insert(b.clusters[i].name).second)
+      throw ConfigError("static_resources.clusters[" + std::to_string(i) + "].name",
+                        "duplicate cluster name '" + b.clusters[i].name + "'");
+  std::vector<ClusterReference> refs;
+  for (std::size_t i = 0; i < b.listeners.size(); ++i) collect_references(b.listeners[i], i, refs);
+  for (const ClusterReference& ref : refs)
+    if (!clusters.contains(ref.name)) throw ConfigError(ref.path, "unknown cluster '" + ref.name + "'");
+}
+
+Bootstrap parse_root(const At& root) {
+  const Fields f = root.fields("envoy.config.bootstrap.v3.Bootstrap", {"node", "admin", "static_resources"});
+  Bootstrap b;
+  if (f.has("node")) {
+    const Fields node = f["node"].fields("envoy.config.core.v3.Node", {"id", "cluster"});
+    b.node = Node{node["id"].str_or(""), node["cluster"].str_or("")};
+  }
+  if (f.has("admin")) {
+    const Fields admin = f["admin"].fields("envoy.config.bootstrap.v3.Admin", {"address"});
+    if (admin.has("address")) b.admin.address = parse_bind_address(admin["address"]);
+  }
+  if (f.has("static_resources")) {
+    const Fields sr =
+        f["static_resources"].fields("envoy.config.bootstrap.v3.Bootstrap.StaticResources", {"listeners", "clusters"});
+    if (sr.has("listeners"))
+      for (const At& item : sr["listeners"].items()) b.listeners.push_back(parse_listener(item));
+    if (sr.has("clusters"))
+      for (const At& item : sr["clusters"].items()) b.clusters.push_back(parse_cluster(item));
+  }
+  cross_check(b);
+  return b;
+}
+
+}  // namespace
+
+Bootstrap parse_bootstrap(const std::string& yaml_text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError("", e.mark.line + 1, "YAML syntax error: " + e.msg);
+  }
+  if (!root.IsDefined() || root.IsNull()) throw ConfigError("", "the configuration is empty");
+  return parse_root(At(root, "", 0));
+}
+
+Bootstrap load_bootstrap(const std::string& file_path) {
+  std::ifstream in(file_path);
+  if (!in) throw ConfigError("", "cannot read " + file_path + ": " + std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ConfigError("", "cannot read " + file_path + ": " + std::strerror(errno));
+  return parse_bootstrap(text.str());
+}
+
+}  // namespace dpukit::mesh::config

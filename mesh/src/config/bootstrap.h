@@ -1,0 +1,288 @@
+// The configuration plane: an Envoy v3 bootstrap (YAML), the subset people
+// write, read into plain structs with Envoy's field names and defaults.
+//
+// Strict by design: an unknown field is an error naming its path
+// ("static_resources.clusters[0].lb_polcy: unknown field"), a field Envoy has
+// but we do not implement is refused by name ("...: not supported by
+// dpukit-mesh"), and nothing is silently ignored. Errors are ConfigError.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dpukit::mesh::config {
+
+// A fault in a configuration: `path` is where (dotted, with [i] for list
+// items), what() is "<path>: <reason>".
+class ConfigError : public std::runtime_error {
+ public:
+  ConfigError(std::string path, const std::string& reason)
+      : std::runtime_error(path.empty() ? reason : path + ": " + reason), path_(std::move(path)) {}
+  // With the YAML line (1-based): what() is "<path> (line N): <reason>", path() stays bare.
+  ConfigError(std::string path, int line, const std::string& reason)
+      : std::runtime_error((path.empty() ? "line " + std::to_string(line) : path + " (line " + std::to_string(line) + ")") +
+                           ": " + reason),
+        path_(std::move(path)),
+        line_(line) {}
+  const std::string& path() const { return path_; }
+  int line() const { return line_; }  // 0 when unknown
+
+ private:
+  std::string path_;
+  int line_ = 0;
+};
+
+using Duration = std::chrono::milliseconds;  // Envoy durations ("1.5s", or {seconds, nanos}), to ms
+
+// address: {socket_address: {address, port_value}} or {pipe: {path}} (a Unix socket).
+struct Address {
+  std::string ip;         // socket_address.address (an IP literal, or a DNS name for STRICT_DNS)
+  uint16_t port = 0;      // socket_address.port_value
+  std::string pipe_path;  // pipe.path; non-empty means a Unix domain socket
+  bool is_pipe() const { return !pipe_path.empty(); }
+};
+
+struct HeaderValueOption {  // request_headers_to_add[i]
+  std::string key, value;   // header.key, header.value
+  // append_action: APPEND_IF_EXISTS_OR_ADD (default), ADD_IF_ABSENT,
+  // OVERWRITE_IF_EXISTS_OR_ADD, OVERWRITE_IF_EXISTS; the legacy `append: bool`
+  // maps true -> APPEND_IF_EXISTS_OR_ADD, false -> OVERWRITE_IF_EXISTS_OR_ADD.
+  enum class Action { kAppendIfExistsOrAdd, kAddIfAbsent, kOverwriteIfExistsOrAdd, kOverwriteIfExists };
+  Action action = Action::kAppendIfExistsOrAdd;
+};
+
+// Header rules that a route, a virtual host or a route configuration carries.
+struct HeaderRules {
+  std::vector<HeaderValueOption> request_headers_to_add;
+  std::vector<std::string> request_headers_to_remove;
+  std::vector<HeaderValueOption> response_headers_to_add;
+  std::vector<std::string> response_headers_to_remove;
+};
+
+// envoy.config.route.v3.HeaderMatcher: string_match {exact|prefix|suffix|
+// contains|safe_regex, ignore_case}, present_match, invert_match.
+struct HeaderMatcher {
+  std::string name;
+  enum class Kind { kExact, kPrefix, kSuffix, kContains, kSafeRegex, kPresent };
+  Kind kind = Kind::kPresent;
+  std::string value;         // the string or the regex (RE2 syntax; we use std::regex ECMAScript, see docs)
+  bool ignore_case = false;  // string_match.ignore_case (not with safe_regex)
+  bool present = true;       // present_match's value
+  bool invert = false;       // invert_match
+};
+
+struct RouteMatch {
+  enum class Kind { kPrefix, kPath, kSafeRegex };
+  Kind kind = Kind::kPrefix;
+  std::string value;          // the prefix, the exact path, or the regex (matched against the whole path)
+  bool case_sensitive = true;  // case_sensitive (default true); not with safe_regex
+  std::vector<HeaderMatcher> headers;
+  // query_parameters: QueryParameterMatcher {name, string_match | present_match}, in a
+  // HeaderMatcher (invert is never set): the query parameter's first value is matched.
+  std::vector<HeaderMatcher> query_parameters;
+};
+
+struct RetryPolicy {
+  bool on_5xx = false;              // retry_on contains "5xx"
+  bool on_gateway_error = false;    // "gateway-error": 502, 503, 504
+  bool on_connect_failure = false;  // "connect-failure"
+  bool on_reset = false;            // "reset"
+  bool on_retriable_4xx = false;    // "retriable-4xx": 409
+  uint32_t num_retries = 1;         // Envoy's default when retry_policy is present
+  Duration per_try_timeout{0};      // 0: the route's timeout applies to each try
+};
+
+struct WeightedCluster {
+  std::string name;
+  uint32_t weight = 0;
+};
+
+// hash_policy entries (for RING_HASH): a header's value, or the source IP.
+struct HashPolicy {
+  enum class Kind { kHeader, kSourceIp };
+  Kind kind = Kind::kHeader;
+  std::string header_name;
+  bool terminal = false;
+};
+
+struct RouteAction {
+  std::string cluster;                    // exactly one of cluster /
+  std::vector<WeightedCluster> weighted;  // weighted_clusters.clusters
+  Duration timeout{15000};                // Envoy's default 15 s; 0 disables
+  std::optional<RetryPolicy> retry_policy;
+  std::optional<std::string> prefix_rewrite;
+  std::vector<HashPolicy> hash_policy;
+};
+
+struct DirectResponse {
+  uint32_t status = 200;
+  std::string body;  // body.inline_string
+};
+
+struct Route {
+  std::string name;
+  RouteMatch match;
+  std::optional<RouteAction> route;                // exactly one of route /
+  std::optional<DirectResponse> direct_response;  // direct_response
+  HeaderRules headers;
+};
+
+struct VirtualHost {
+  std::string name;
+  std::vector<std::string> domains;  // "*", "*.suffix", "prefix*", exact; an optional ":port" is part of the domain
+  std::vector<Route> routes;
+  HeaderRules headers;
+  bool include_request_attempt_count = false;  // x-envoy-attempt-count on upstream requests
+};
+
+struct RouteConfiguration {
+  std::string name;
+  std::vector<VirtualHost> virtual_hosts;
+  HeaderRules headers;
+};
+
+// envoy.filters.http.local_ratelimit
+struct LocalRateLimit {
+  std::string stat_prefix;
+  uint32_t max_tokens = 0;       // token_bucket.max_tokens (required, > 0)
+  uint32_t tokens_per_fill = 1;  // token_bucket.tokens_per_fill (default 1)
+  Duration fill_interval{0};     // token_bucket.fill_interval (required, >= 50 ms as in Envoy)
+  // filter_enabled / filter_enforced: default_value as a fraction of
+  // requests. Envoy's default when absent is 0 % for both (the filter does nothing).
+  double enabled_fraction = 0.0;
+  double enforced_fraction = 0.0;
+  std::vector<HeaderValueOption> response_headers_to_add;  // on a limited (429) response
+};
+
+struct HttpFilter {
+  enum class Kind { kLocalRateLimit, kRouter };
+  Kind kind = Kind::kRouter;
+  std::string name;  // as written
+  std::optional<LocalRateLimit> local_ratelimit;
+};
+
+// envoy.filters.network.http_connection_manager
+struct HttpConnectionManager {
+  std::string stat_prefix;
+  enum class Codec { kAuto, kHttp1, kHttp2 };
+  Codec codec_type = Codec::kAuto;
+  RouteConfiguration route_config;  // inline route_config (rds is refused)
+  std::vector<HttpFilter> http_filters;  // must end with envoy.filters.http.router
+  // Limits and timeouts, with Envoy's defaults.
+  uint32_t max_request_headers_kb = 60;       // max_request_headers_kb
+  uint32_t max_headers_count = 100;           // common_http_protocol_options.max_headers_count
+  Duration idle_timeout{3600 * 1000};         // common_http_protocol_options.idle_timeout (1 h)
+  Duration stream_idle_timeout{300 * 1000};   // stream_idle_timeout (5 min)
+  Duration request_timeout{0};                // request_timeout (0: disabled)
+  Duration request_headers_timeout{0};        // request_headers_timeout (0: disabled)
+  bool use_remote_address = false;
+  bool generate_request_id = true;
+};
+
+// envoy.filters.network.tcp_proxy
+struct TcpProxy {
+  std::string stat_prefix;
+  std::string cluster;                    // exactly one of cluster /
+  std::vector<WeightedCluster> weighted;  // weighted_clusters.clusters
+  Duration idle_timeout{3600 * 1000};     // Envoy's default 1 h
+  uint32_t max_connect_attempts = 1;
+};
+
+struct NetworkFilter {
+  enum class Kind { kHttpConnectionManager, kTcpProxy };
+  Kind kind = Kind::kHttpConnectionManager;
+  std::string name;
+  std::optional<HttpConnectionManager> hcm;
+  std::optional<TcpProxy> tcp_proxy;
+};
+
+struct Listener {
+  std::string name;
+  Address address;
+  // One filter chain (filter_chain_match is refused) whose last filter is
+  // the HCM or tcp_proxy.
+  std::vector<NetworkFilter> filters;
+  uint32_t per_connection_buffer_limit_bytes = 1024 * 1024;
+};
+
+struct Endpoint {
+  Address address;
+  uint32_t load_balancing_weight = 1;
+};
+
+struct CircuitBreakerThresholds {  // thresholds[priority DEFAULT]; Envoy's defaults
+  uint32_t max_connections = 1024;
+  uint32_t max_pending_requests = 1024;
+  uint32_t max_requests = 1024;
+  uint32_t max_retries = 3;
+};
+
+struct OutlierDetection {
+  uint32_t consecutive_5xx = 5;
+  Duration interval{10000};
+  Duration base_ejection_time{30000};
+  uint32_t max_ejection_percent = 10;
+  uint32_t enforcing_consecutive_5xx = 100;  // percent
+};
+
+struct HealthCheck {
+  Duration timeout{0};   // required
+  Duration interval{0};  // required
+  uint32_t unhealthy_threshold = 0;  // required
+  uint32_t healthy_threshold = 0;    // required
+  std::string path;                  // http_health_check.path (required)
+  std::string host;                  // http_health_check.host (default: the cluster's name)
+  // expected_statuses: [start, end) ranges; default [200, 201).
+  std::vector<std::pair<uint32_t, uint32_t>> expected_statuses;
+};
+
+struct Cluster {
+  std::string name;
+  enum class Type { kStatic, kStrictDns };
+  Type type = Type::kStatic;
+  Duration connect_timeout{5000};
+  enum class LbPolicy { kRoundRobin, kLeastRequest, kRandom, kRingHash };
+  LbPolicy lb_policy = LbPolicy::kRoundRobin;
+  uint32_t least_request_choice_count = 2;   // least_request_lb_config.choice_count
+  uint64_t ring_hash_minimum_ring_size = 1024;  // ring_hash_lb_config.minimum_ring_size
+  uint64_t ring_hash_maximum_ring_size = 8 * 1024 * 1024;
+  std::vector<Endpoint> endpoints;  // load_assignment.endpoints[*].lb_endpoints[*], flattened
+  CircuitBreakerThresholds circuit_breakers;
+  std::optional<OutlierDetection> outlier_detection;
+  std::vector<HealthCheck> health_checks;
+  Duration dns_refresh_rate{5000};  // STRICT_DNS
+  bool http2 = false;  // typed_extension_protocol_options ... explicit_http_config.http2_protocol_options
+};
+
+struct Admin {
+  std::optional<Address> address;  // absent: no admin listener
+};
+
+struct Node {
+  std::string id, cluster;
+};
+
+struct Bootstrap {
+  Node node;
+  std::vector<Listener> listeners;
+  std::vector<Cluster> clusters;
+  Admin admin;
+};
+
+// Parses YAML text (a whole bootstrap). Throws ConfigError. Cross-checks too:
+// every route's cluster exists, names are unique, a filter chain ends in a
+// terminal filter, the router filter is last, weights are positive.
+Bootstrap parse_bootstrap(const std::string& yaml_text);
+// Reads and parses a file; an unreadable file is a ConfigError with an empty path.
+Bootstrap load_bootstrap(const std::string& file_path);
+
+// The parsed configuration as JSON with Envoy's field names (admin /config_dump).
+nlohmann::json to_json(const Bootstrap& bootstrap);
+
+}  // namespace dpukit::mesh::config

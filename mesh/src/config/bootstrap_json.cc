@@ -1,0 +1,267 @@
+// The parsed bootstrap back in Envoy's v3 shape (admin /config_dump), with
+// every default made explicit. It parses again to the same Bootstrap.
+#include <cmath>
+#include <cstdio>
+
+#include "config/bootstrap.h"
+
+namespace dpukit::mesh::config {
+namespace {
+
+using json = nlohmann::json;
+
+// proto-JSON's Duration form: "5s", "0.250s".
+std::string duration(Duration d) {
+  const auto ms = d.count();
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld.%03llds", static_cast<long long>(ms / 1000), static_cast<long long>(ms % 1000));
+  return buf;
+}
+
+json address(const Address& a) {
+  if (a.is_pipe()) return {{"pipe", {{"path", a.pipe_path}}}};
+  return {{"socket_address", {{"address", a.ip}, {"port_value", a.port}}}};
+}
+
+std::string append_action(HeaderValueOption::Action action) {
+  switch (action) {
+    case HeaderValueOption::Action::kAppendIfExistsOrAdd: return "APPEND_IF_EXISTS_OR_ADD";
+    case HeaderValueOption::Action::kAddIfAbsent: return "ADD_IF_ABSENT";
+    case HeaderValueOption::Action::kOverwriteIfExistsOrAdd: return "OVERWRITE_IF_EXISTS_OR_ADD";
+    case HeaderValueOption::Action::kOverwriteIfExists: return "OVERWRITE_IF_EXISTS";
+  }
+  return "";
+}
+
+json header_options(const std::vector<HeaderValueOption>& options) {
+  json out = json::array();
+  for (const auto& o : options)
+    out.push_back({{"header", {{"key", o.key}, {"value", o.value}}}, {"append_action", append_action(o.action)}});
+  return out;
+}
+
+void add_header_rules(json& j, const HeaderRules& h) {
+  if (!h.request_headers_to_add.empty()) j["request_headers_to_add"] = header_options(h.request_headers_to_add);
+  if (!h.request_headers_to_remove.empty()) j["request_headers_to_remove"] = h.request_headers_to_remove;
+  if (!h.response_headers_to_add.empty()) j["response_headers_to_add"] = header_options(h.response_headers_to_add);
+  if (!h.response_headers_to_remove.empty()) j["response_headers_to_remove"] = h.response_headers_to_remove;
+}
+
+json weighted_clusters(const std::vector<WeightedCluster>& weighted) {
+  json clusters = json::array();
+  for (const auto& w : weighted) clusters.push_back({{"name", w.name}, {"weight", w.weight}});
+  return {{"clusters", clusters}};
+}
+
+json header_matcher(const HeaderMatcher& m) {
+  json j = {{"name", m.name}};
+  if (m.invert) j["invert_match"] = true;
+  using K = HeaderMatcher::Kind;
+  switch (m.kind) {
+    case K::kPresent: j["present_match"] = m.present; return j;
+    case K::kSafeRegex: j["string_match"] = {{"safe_regex", {{"regex", m.value}}}}; return j;
+    case K::kExact: j["string_match"] = {{"exact", m.value}}; break;
+    case K::kPrefix: j["string_match"] = {{"prefix", m.value}}; break;
+    case K::kSuffix: j["string_match"] = {{"suffix", m.value}}; break;
+    case K::kContains: j["string_match"] = {{"contains", m.value}}; break;
+  }
+  if (m.ignore_case) j["string_match"]["ignore_case"] = true;
+  return j;
+}
+
+json route_match(const RouteMatch& m) {
+  json j;
+  switch (m.kind) {
+    case RouteMatch::Kind::kPrefix: j["prefix"] = m.value; break;
+    case RouteMatch::Kind::kPath: j["path"] = m.value; break;
+    case RouteMatch::Kind::kSafeRegex: j["safe_regex"] = {{"regex", m.value}}; break;
+  }
+  if (m.kind != RouteMatch::Kind::kSafeRegex) j["case_sensitive"] = m.case_sensitive;
+  if (!m.headers.empty()) {
+    j["headers"] = json::array();
+    for (const auto& h : m.headers) j["headers"].push_back(header_matcher(h));
+  }
+  if (!m.query_parameters.empty()) {
+    j["query_parameters"] = json::array();
+    for (const auto& q : m.query_parameters) j["query_parameters"].push_back(header_matcher(q));
+  }
+  return j;
+}
+
+std::string retry_on(const RetryPolicy& p) {
+  std::string out;
+  const auto add = [&](bool on, const char* name) {
+    if (on) out += (out.empty() ? "" : ",") + std::string(name);
+  };
+  add(p.on_5xx, "5xx");
+  add(p.on_gateway_error, "gateway-error");
+  add(p.on_connect_failure, "connect-failure");
+  add(p.on_reset, "reset");
+  add(p.on_retriable_4xx, "retriable-4xx");
+  return out;
+}
+
+json route_action(const RouteAction& a) {
+  json j;
+  if (!a.cluster.empty()) j["cluster"] = a.cluster;
+  else j["weighted_clusters"] = weighted_clusters(a.weighted);
+  j["timeout"] = duration(a.timeout);
+  if (a.retry_policy)
+    j["retry_policy"] = {{"retry_on", retry_on(*a.retry_policy)},
+                         {"num_retries", a.retry_policy->num_retries},
+                         {"per_try_timeout", duration(a.retry_policy->per_try_timeout)}};
+  if (a.prefix_rewrite) j["prefix_rewrite"] = *a.prefix_rewrite;
+  for (const auto& h : a.hash_policy) {
+    json p = h.kind == HashPolicy::Kind::kHeader ? json{{"header", {{"header_name", h.header_name}}}}
+                                                  : json{{"connection_properties", {{"source_ip", true}}}};
+    if (h.terminal) p["terminal"] = true;
+    j["hash_policy"].push_back(p);
+  }
+  return j;
+}
+
+json route_config(const RouteConfiguration& rc) {
+  json j = {{"name", rc.name}, {"virtual_hosts", json::array()}};
+  for (const auto& v : rc.virtual_hosts) {
+    json vh = {{"name", v.name}, {"domains", v.domains}, {"routes", json::array()}};
+    if (v.include_request_attempt_count) vh["include_request_attempt_count"] = true;
+    for (const auto& r : v.routes) {
+      json route = {{"match", route_match(r.match)}};
+      if (!r.name.empty()) route["name"] = r.name;
+      if (r.route) route["route"] = route_action(*r.route);
+      if (r.direct_response) {
+        route["direct_response"] = {{"status", r.direct_response->status}};
+        if (!r.direct_response->body.empty())
+          route["direct_response"]["body"] = {{"inline_string", r.direct_response->body}};
+      }
+      add_header_rules(route, r.headers);
+      vh["routes"].push_back(route);
+    }
+    add_header_rules(vh, v.headers);
+    j["virtual_hosts"].push_back(vh);
+  }
+  add_header_rules(j, rc.headers);
+  return j;
+}
+
+// A fraction as Envoy's FractionalPercent, in millionths.
+json fractional_percent(double fraction) {
+  return {{"default_value", {{"numerator", std::lround(fraction * 1'000'000)}, {"denominator", "MILLION"}}}};
+}
+
+json http_filter(const HttpFilter& f) {
+  if (f.kind == HttpFilter::Kind::kRouter)
+    return {{"name", f.name}, {"typed_config", {{"@type", "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}}};
+  const LocalRateLimit& l = *f.local_ratelimit;
+  json c = {{"@type", "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit"},
+            {"stat_prefix", l.stat_prefix},
+            {"token_bucket",
+             {{"max_tokens", l.max_tokens}, {"tokens_per_fill", l.tokens_per_fill}, {"fill_interval", duration(l.fill_interval)}}},
+            {"filter_enabled", fractional_percent(l.enabled_fraction)},
+            {"filter_enforced", fractional_percent(l.enforced_fraction)}};
+  if (!l.response_headers_to_add.empty()) c["response_headers_to_add"] = header_options(l.response_headers_to_add);
+  return {{"name", f.name}, {"typed_config", c}};
+}
+
+json hcm(const HttpConnectionManager& h) {
+  static constexpr const char* kCodec[] = {"AUTO", "HTTP1", "HTTP2"};
+  json j = {{"@type", "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"},
+            {"stat_prefix", h.stat_prefix},
+            {"codec_type", kCodec[static_cast<int>(h.codec_type)]},
+            {"route_config", route_config(h.route_config)},
+            {"http_filters", json::array()},
+            {"max_request_headers_kb", h.max_request_headers_kb},
+            {"common_http_protocol_options",
+             {{"idle_timeout", duration(h.idle_timeout)}, {"max_headers_count", h.max_headers_count}}},
+            {"stream_idle_timeout", duration(h.stream_idle_timeout)},
+            {"request_timeout", duration(h.request_timeout)},
+            {"request_headers_timeout", duration(h.request_headers_timeout)},
+            {"use_remote_address", h.use_remote_address},
+            {"generate_request_id", h.generate_request_id}};
+  for (const auto& f : h.http_filters) j["http_filters"].push_back(http_filter(f));
+  return j;
+}
+
+json tcp_proxy(const TcpProxy& t) {
+  json j = {{"@type", "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy"},
+            {"stat_prefix", t.stat_prefix},
+            {"idle_timeout", duration(t.idle_timeout)},
+            {"max_connect_attempts", t.max_connect_attempts}};
+  if (!t.cluster.empty()) j["cluster"] = t.cluster;
+  else j["weighted_clusters"] = weighted_clusters(t.weighted);
+  return j;
+}
+
+json listener(const Listener& l) {
+  json filters = json::array();
+  for (const auto& f : l.filters)
+    filters.push_back({{"name", f.name}, {"typed_config", f.hcm ? hcm(*f.hcm) : tcp_proxy(*f.tcp_proxy)}});
+  return {{"name", l.name},
+          {"address", address(l.address)},
+          {"filter_chains", json::array({{{"filters", filters}}})},
+          {"per_connection_buffer_limit_bytes", l.per_connection_buffer_limit_bytes}};
+}
+
+json cluster(const Cluster& c) {
+  static constexpr const char* kType[] = {"STATIC", "STRICT_DNS"};
+  static constexpr const char* kLbPolicy[] = {"ROUND_ROBIN", "LEAST_REQUEST", "RANDOM", "RING_HASH"};
+  json endpoints = json::array();
+  for (const auto& e : c.endpoints)
+    endpoints.push_back({{"endpoint", {{"address", address(e.address)}}}, {"load_balancing_weight", e.load_balancing_weight}});
+  const auto& cb = c.circuit_breakers;
+  json j = {{"name", c.name},
+            {"type", kType[static_cast<int>(c.type)]},
+            {"connect_timeout", duration(c.connect_timeout)},
+            {"lb_policy", kLbPolicy[static_cast<int>(c.lb_policy)]},
+            {"load_assignment", {{"cluster_name", c.name}, {"endpoints", json::array({{{"lb_endpoints", endpoints}}})}}},
+            {"circuit_breakers",
+             {{"thresholds", json::array({{{"priority", "DEFAULT"},
+                                           {"max_connections", cb.max_connections},
+                                           {"max_pending_requests", cb.max_pending_requests},
+                                           {"max_requests", cb.max_requests},
+                                           {"max_retries", cb.max_retries}}})}}}};
+  if (c.lb_policy == Cluster::LbPolicy::kLeastRequest)
+    j["least_request_lb_config"] = {{"choice_count", c.least_request_choice_count}};
+  if (c.lb_policy == Cluster::LbPolicy::kRingHash)  // uint64: strings in proto-JSON
+    j["ring_hash_lb_config"] = {{"minimum_ring_size", std::to_string(c.ring_hash_minimum_ring_size)},
+                                {"maximum_ring_size", std::to_string(c.ring_hash_maximum_ring_size)}};
+  if (c.outlier_detection) {
+    const auto& o = *c.outlier_detection;
+    j["outlier_detection"] = {{"consecutive_5xx", o.consecutive_5xx},
+                              {"interval", duration(o.interval)},
+                              {"base_ejection_time", duration(o.base_ejection_time)},
+                              {"max_ejection_percent", o.max_ejection_percent},
+                              {"enforcing_consecutive_5xx", o.enforcing_consecutive_5xx}};
+  }
+  for (const auto& h : c.health_checks) {
+    json statuses = json::array();
+    for (const auto& [start, end] : h.expected_statuses)
+      statuses.push_back({{"start", std::to_string(start)}, {"end", std::to_string(end)}});  // int64: strings
+    j["health_checks"].push_back({{"timeout", duration(h.timeout)},
+                                  {"interval", duration(h.interval)},
+                                  {"unhealthy_threshold", h.unhealthy_threshold},
+                                  {"healthy_threshold", h.healthy_threshold},
+                                  {"http_health_check", {{"path", h.path}, {"host", h.host}, {"expected_statuses", statuses}}}});
+  }
+  if (c.type == Cluster::Type::kStrictDns) j["dns_refresh_rate"] = duration(c.dns_refresh_rate);
+  if (c.http2)
+    j["typed_extension_protocol_options"] = {
+        {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+         {{"@type", "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"},
+          {"explicit_http_config", {{"http2_protocol_options", json::object()}}}}}};
+  return j;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const Bootstrap& b) {
+  json j = {{"node", {{"id", b.node.id}, {"cluster", b.node.cluster}}},
+            {"static_resources", {{"listeners", json::array()}, {"clusters", json::array()}}}};
+  if (b.admin.address) j["admin"] = {{"address", address(*b.admin.address)}};
+  for (const auto& l : b.listeners) j["static_resources"]["listeners"].push_back(listener(l));
+  for (const auto& c : b.clusters) j["static_resources"]["clusters"].push_back(cluster(c));
+  return j;
+}
+
+}  // namespace dpukit::mesh::config

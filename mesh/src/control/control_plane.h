@@ -1,0 +1,74 @@
+// The control plane (the slow path), on a thread of its own so that none of
+// its work runs on a data-plane thread: it binds listeners and installs
+// compiled match-action tables into the workers, runs active health checks
+// and STRICT_DNS resolution, returns ejected hosts, aggregates statistics for
+// the admin listener, and reloads the configuration on SIGHUP or a file change.
+#pragma once
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange without it
+#include <boost/asio.hpp>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dataplane/snapshot.h"
+#include "dataplane/worker.h"
+#include "dpukit/mesh.h"
+#include "stats.h"
+
+namespace dpukit::mesh {
+
+class ControlPlane {
+ public:
+  ControlPlane(ProxyOptions options, std::vector<int> dpu_cpus, unsigned workers);
+  ~ControlPlane();
+
+  // Binds and installs `bootstrap`, starts the workers; throws on a listener
+  // that cannot be bound (the message names the address).
+  void start(config::Bootstrap bootstrap);
+  // Runs the control loop on the calling thread until stop() (signals, /quitquitquit).
+  void run();
+  void stop();
+
+  const StatsStore& stats() const { return stats_; }
+  uint64_t workers_cpu_ns() const;
+  uint64_t requests_total() const;
+  std::vector<HostStatsView> host_views() const;
+
+ private:
+  struct ListenSocket {
+    std::string key;
+    int family = 0;
+    std::vector<int> fds;  // one per worker (SO_REUSEPORT), or one for a Unix socket
+  };
+  class Admin;
+  class HealthChecker;
+
+  void install(std::shared_ptr<const Snapshot> snapshot);
+  std::map<std::string, ListenSocket> bind_listeners(const config::Bootstrap& b);
+  void reload(const std::string& why);
+  void watch_file();
+  void resolve_dns(bool first);
+  void start_services();
+
+  ProxyOptions options_;
+  std::vector<int> dpu_cpus_;
+  StatsStore stats_;
+  boost::asio::io_context io_;
+  boost::asio::signal_set signals_;
+  boost::asio::steady_timer watch_timer_, dns_timer_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::shared_ptr<const Snapshot> snapshot_;
+  std::map<std::string, ListenSocket> listen_;
+  std::unique_ptr<Admin> admin_;
+  std::vector<std::unique_ptr<HealthChecker>> health_;
+  std::atomic<bool> ready_{false};
+  uint64_t version_ = 0;
+  int64_t file_mtime_ns_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace dpukit::mesh

@@ -1,0 +1,791 @@
+// The L7 chain for one downstream connection, run to completion on its
+// worker: connection -> parser -> filter (local rate limit) -> router and
+// load balancer (Algorithm 1) -> deparser -> upstream, and the response back
+// through the parser and deparser. HTTP/1.1 requests on a connection are
+// served one at a time (pipelined requests wait in the read buffer); bodies
+// stream in both directions with back-pressure and are never held whole.
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "dataplane/l7_chain.h"
+#include "dataplane/pipeline.h"
+#include "dataplane/worker.h"
+#include "dpukit/core/log.h"
+
+namespace dpukit::mesh {
+
+namespace {
+
+constexpr size_t kReadChunk = 64 * 1024;
+
+// Envoy's texts for its local replies.
+constexpr const char* kConnectFailure =
+    "upstream connect error or disconnect/reset before headers. reset reason: connection failure";
+constexpr const char* kConnectTimeout =
+    "upstream connect error or disconnect/reset before headers. reset reason: connection timeout";
+constexpr const char* kUpstreamReset =
+    "upstream connect error or disconnect/reset before headers. reset reason: connection termination";
+constexpr const char* kOverflow = "upstream connect error or disconnect/reset before headers. reset reason: overflow";
+constexpr const char* kProtocolError =
+    "upstream connect error or disconnect/reset before headers. reset reason: protocol error";
+
+const char* reason_phrase(unsigned status) {
+  switch (status) {
+    case 200: return "OK";
+    case 204: return "No Content";
+    case 301: return "Moved Permanently";
+    case 302: return "Found";
+    case 400: return "Bad Request";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 408: return "Request Timeout";
+    case 413: return "Payload Too Large";
+    case 414: return "URI Too Long";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Unknown";
+  }
+}
+
+class HttpSession : public std::enable_shared_from_this<HttpSession>,
+                    public http::RequestEvents,
+                    public UpstreamConn::User,
+                    public PipelineClient {
+ public:
+  HttpSession(Worker& w, Socket sock, const ListenerRuntime& lr)
+      : w_(w), sock_(std::move(sock)), snapshot_(w.snapshot()), lr_(&lr), hcm_(lr.hcm.get()),
+        stats_(hcm_->stats[w.id()]), parser_(hcm_->limits), buf_(kReadChunk), idle_timer_(w.io()),
+        stream_timer_(w.io()), try_timer_(w.io()), resp_events_(this) {
+    stats_->downstream_cx_total.inc();
+    stats_->downstream_cx_active.add(1);
+  }
+  ~HttpSession() override { stats_->downstream_cx_active.add(-1); }
+
+  void start() {
+    peer_ = peer_address();  // once per connection: x-forwarded-for and source_ip hashing
+    last_activity_ns_ = mono_ns();
+    arm_idle_timer();
+    do_read();
+  }
+
+ private:
+  // ---- the stream (one request and its response) ----
+  struct Stream {
+    http::RequestHead head;
+    RouteDecision decision;  // what the filter and router modules chose
+    ClusterRuntime* cluster = nullptr;
+    std::shared_ptr<Host> host;
+    std::shared_ptr<UpstreamConn> up;
+    LbContext lb;
+    std::string head_bytes;   // the deparsed head for the upstream
+    std::string body_bytes;   // the encoded body so far, kept for a retry
+    bool replay_ok = true;    // false once the request outgrew the retry buffer
+    bool in_stage = false;    // the head is away in the pipeline's stages
+    Draws draws{};
+    uint64_t deparser_ns = 0;
+    http::BodyEncoder req_body, resp_body;
+    bool request_complete = false, response_started = false, response_complete = false;
+    bool local_reply = false;  // answered here; the request body is discarded
+    bool keep_alive = true;
+    bool holds_request = false;  // a circuit-breaker request slot
+    bool holds_retry = false;    // a circuit-breaker retry slot, during the back-off
+    bool retrying = false;
+    uint32_t attempts = 0;
+    int64_t start_ns = 0;
+    unsigned status = 0;
+  };
+
+  // ---- downstream reading ----
+  void do_read() {
+    if (reading_ || read_paused_ || closed_) return;
+    if (wpos_ == buf_.size()) {
+      if (rpos_ > 0) {
+        std::memmove(buf_.data(), buf_.data() + rpos_, wpos_ - rpos_);
+        wpos_ -= rpos_;
+        rpos_ = 0;
+      } else if (buf_.size() < hcm_->limits.max_header_bytes + kReadChunk) {
+        buf_.resize(buf_.size() * 2);  // a head that needs more room (up to the header limit)
+      } else {
+        return;  // the parser holds a full buffer without progress: it will have failed
+      }
+    }
+    reading_ = true;
+    sock_.async_read_some(asio::buffer(buf_.data() + wpos_, buf_.size() - wpos_),
+                          [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
+                            self->reading_ = false;
+                            if (self->closed_) return;
+                            if (ec) {
+                              self->on_downstream_closed();
+                              return;
+                            }
+                            self->wpos_ += n;
+                            self->last_activity_ns_ = mono_ns();
+                            self->process_input();
+                            self->do_read();
+                          });
+  }
+
+  void process_input() {
+    while (rpos_ < wpos_ && !closed_ && !read_paused_) {
+      if (stream_ && stream_->request_complete) break;  // a pipelined request waits for this response
+      // The parser is reset here, never inside its own callbacks (a stream may end within feed()).
+      if (!stream_ && parser_.done()) parser_.reset();
+      if (!stream_) feed_start_ns_ = mono_ns();
+      size_t used = parser_.feed(std::string_view(buf_.data() + rpos_, wpos_ - rpos_), *this);
+      rpos_ += used;
+      if (parser_.failure()) {
+        protocol_error(*parser_.failure());
+        return;
+      }
+      if (used == 0) break;
+    }
+    if (rpos_ == wpos_) rpos_ = wpos_ = 0;
+  }
+
+  void on_downstream_closed() {
+    if (stream_ && !stream_->response_complete) {
+      if (stream_->request_complete || parser_.in_message()) stats_->downstream_cx_destroy_remote_active_rq.inc();
+      if (!stream_->request_complete) stats_->downstream_rq_rx_reset.inc();
+    }
+    close();
+  }
+
+  // ---- RequestEvents (the parser module's output) ----
+  void on_head(http::RequestHead& head) override {
+    int64_t t_parsed = mono_ns();
+    w_.modules().add(Module::kParser, static_cast<uint64_t>(t_parsed - feed_start_ns_));
+    // A new request uses the newest configuration if its listener is still there.
+    if (w_.snapshot() != snapshot_) {
+      if (const ListenerRuntime* l = w_.snapshot()->listener(lr_->cfg->name); l && l->hcm) {
+        snapshot_ = w_.snapshot();
+        lr_ = l;
+        hcm_ = l->hcm.get();
+        stats_->downstream_cx_active.add(-1);
+        stats_ = hcm_->stats[w_.id()];
+        stats_->downstream_cx_active.add(1);
+      }
+    }
+    stream_.emplace();
+    Stream& s = *stream_;
+    s.head = std::move(head);
+    s.start_ns = t_parsed;
+    s.keep_alive = s.head.keep_alive;
+    stats_->downstream_rq_total.inc();
+    stats_->downstream_rq_active.add(1);
+    s.draws = Draws{w_.random(), w_.random(), w_.random(), w_.random(), w_.random()};
+    if (Pipeline* p = w_.pipeline()) {
+      s.in_stage = true;
+      in_stage_self_ = shared_from_this();  // alive until the stages hand the request back
+      if (p->submit(StageItem{this, generation_})) return;
+      s.in_stage = false;  // the first ring is full: run the modules here
+      in_stage_self_.reset();
+    }
+    stage_match_action();
+    stage_deparse();
+    act_on_decision();
+  }
+
+  void on_body(std::string_view data) override {
+    if (!stream_ || stream_->local_reply) return;
+    Stream& s = *stream_;
+    std::string& enc = scratch_;
+    enc.clear();
+    s.req_body.data(data, enc);
+    forward_body(enc);
+  }
+
+  // Body bytes go to the upstream and, while a retry is still possible, are
+  // kept. With no upstream (the head is in the pipeline, or a retry is
+  // backing off) every byte is kept, and reading stops at the buffer limit.
+  void forward_body(const std::string& enc) {
+    Stream& s = *stream_;
+    size_t limit = lr_->cfg->per_connection_buffer_limit_bytes;
+    if (!s.up) {
+      s.body_bytes += enc;
+      if (s.body_bytes.size() > limit) read_paused_ = true;  // back-pressure until there is an upstream
+      return;
+    }
+    keep_for_replay(enc);
+    s.up->send(enc);
+    if (s.up->queued() > limit) read_paused_ = true;  // back-pressure
+  }
+
+  void on_complete() override {
+    if (!stream_) return;
+    Stream& s = *stream_;
+    s.request_complete = true;
+    if (s.local_reply) {
+      if (s.response_complete) finish_stream();
+      return;
+    }
+    std::string& enc = scratch_;
+    enc.clear();
+    s.req_body.end(enc);
+    if (!enc.empty()) forward_body(enc);
+    if (!s.in_stage) arm_stream_timers();
+  }
+
+  void keep_for_replay(const std::string& enc) {
+    Stream& s = *stream_;
+    if (!s.replay_ok) return;
+    if (s.head_bytes.size() + s.body_bytes.size() + enc.size() > lr_->cfg->per_connection_buffer_limit_bytes) {
+      s.replay_ok = false;  // Envoy, too, does not retry a request larger than its buffer limit
+      std::string().swap(s.body_bytes);
+      return;
+    }
+    s.body_bytes += enc;
+  }
+
+  // ---- filter and router modules (dataplane/l7_chain.h) and the deparser: PipelineClient ----
+  // On a stage thread in the pipelined model: these touch only the stream's
+  // head, draws and decision, never the connection.
+  void stage_match_action() override {
+    Stream& s = *stream_;
+    s.decision = filter_and_route(*hcm_, s.head, peer_, s.draws, mono_ns());
+  }
+
+  void stage_deparse() override {
+    Stream& s = *stream_;
+    if (s.decision.kind != RouteDecision::Kind::kForward) return;
+    int64_t t0 = mono_ns();
+    s.req_body = http::request_body_encoder(s.head);
+    http::write_request_head(s.head, s.head_bytes);
+    s.deparser_ns = static_cast<uint64_t>(mono_ns() - t0);
+  }
+
+  void stage_done(uint64_t generation) override {
+    auto self = std::move(in_stage_self_);
+    if (!stream_ || generation != generation_) return;
+    stream_->in_stage = false;
+    if (closed_) {  // the connection went away while the request was in the stages
+      release_stream();
+      stream_.reset();
+      return;
+    }
+    act_on_decision();
+    if (closed_ || !stream_) return;
+    if (stream_->request_complete) arm_stream_timers();
+    process_input();
+    do_read();
+  }
+
+  // Back on the connection's thread: statistics, then a local reply or the upstream.
+  void act_on_decision() {
+    Stream& s = *stream_;
+    RouteDecision& d = s.decision;
+    w_.modules().add(Module::kFilter, d.filter_ns);
+    if (d.router_ns) w_.modules().add(Module::kRouter, d.router_ns);
+    count_decision(d, *stats_);
+    if (d.kind == RouteDecision::Kind::kLocalReply) {
+      local_reply(d.status, d.body, &d.extra, d.direct);
+      return;
+    }
+    w_.modules().add(Module::kDeparser, s.deparser_ns);
+    s.cluster = d.cluster;
+    s.lb = d.lb;
+    if (!s.cluster->try_acquire_request()) {
+      s.cluster->stats(w_.id()).upstream_rq_pending_overflow.inc();
+      http::HeaderList extra;
+      extra.add("x-envoy-overloaded", "true");
+      local_reply(503, kOverflow, &extra);
+      return;
+    }
+    s.holds_request = true;
+    s.cluster->stats(w_.id()).upstream_rq_active.add(1);
+    if (s.head_bytes.size() + s.body_bytes.size() > lr_->cfg->per_connection_buffer_limit_bytes) s.replay_ok = false;
+    start_attempt();
+  }
+
+  std::string peer_address() {
+    boost::system::error_code ec;
+    auto ep = sock_.remote_endpoint(ec);
+    if (ec || ep.protocol().family() == AF_UNIX) return "";
+    if (ep.protocol().family() == AF_INET) {
+      const auto* sa = reinterpret_cast<const sockaddr_in*>(ep.data());
+      return asio::ip::address_v4(ntohl(sa->sin_addr.s_addr)).to_string();
+    }
+    const auto* sa6 = reinterpret_cast<const sockaddr_in6*>(ep.data());
+    asio::ip::address_v6::bytes_type b;
+    std::memcpy(b.data(), &sa6->sin6_addr, 16);
+    return asio::ip::address_v6(b).to_string();
+  }
+
+  // ---- upstream attempts (Algorithm 1, lines 4-10) ----
+  void start_attempt() {
+    Stream& s = *stream_;
+    s.retrying = false;
+    s.attempts++;
+    int64_t now = mono_ns();
+    s.host = s.cluster->choose(s.lb.has_hash ? s.lb : LbContext{false, 0, w_.random()}, now);
+    if (!s.host) {
+      finish_with_local_reply(503, "no healthy upstream");
+      return;
+    }
+    auto& cs = s.cluster->stats(w_.id());
+    cs.upstream_rq_total.inc();
+    s.host->active_requests.fetch_add(1, std::memory_order_relaxed);
+    std::shared_ptr<UpstreamConn> up = w_.take_idle(s.host.get());
+    if (up) {
+      up->attach(this);
+      s.up = up;
+      prepare_upstream(*up);
+      send_request(*up);
+      if (s.request_complete) arm_try_timer();
+      return;
+    }
+    if (!s.cluster->try_acquire_connection()) {
+      cs.upstream_cx_overflow.inc();
+      s.host->active_requests.fetch_sub(1, std::memory_order_relaxed);
+      http::HeaderList extra;
+      extra.add("x-envoy-overloaded", "true");
+      finish_with_local_reply(503, kOverflow, &extra);
+      return;
+    }
+    up = std::make_shared<UpstreamConn>(w_, snapshot_->clusters.at(s.cluster->name()), s.host);
+    s.up = up;
+    prepare_upstream(*up);
+    send_request(*up);  // queued until connected
+    up->connect(this);
+    if (s.request_complete) arm_try_timer();
+  }
+
+  // The head and the body so far; what cannot be kept for a retry is sent once and dropped.
+  void send_request(UpstreamConn& up) {
+    Stream& s = *stream_;
+    if (s.decision.vhost->cfg->include_request_attempt_count && s.attempts > 1) {
+      // x-envoy-attempt-count changes with each attempt: deparse the head again.
+      s.head.headers.set("x-envoy-attempt-count", std::to_string(s.attempts));
+      s.head_bytes.clear();
+      http::write_request_head(s.head, s.head_bytes);
+    }
+    up.send(s.head_bytes);
+    up.send(s.body_bytes);
+    if (!s.replay_ok) std::string().swap(s.body_bytes);
+    if (read_paused_ && !s.in_stage && up.queued() <= lr_->cfg->per_connection_buffer_limit_bytes) {
+      read_paused_ = false;
+      asio::post(w_.io(), [self = shared_from_this()] {
+        self->process_input();
+        self->do_read();
+      });
+    }
+  }
+
+  void prepare_upstream(UpstreamConn& up) {
+    up.parser().reset();
+    up.parser().expect_no_body(stream_->head.method == "HEAD");
+  }
+
+  void release_host() {
+    Stream& s = *stream_;
+    if (s.host) {
+      s.host->active_requests.fetch_sub(1, std::memory_order_relaxed);
+      s.host.reset();
+    }
+  }
+
+  void drop_upstream() {
+    Stream& s = *stream_;
+    if (s.up) {
+      s.up->close();
+      s.up.reset();
+    }
+    release_host();
+  }
+
+  enum class Why { kConnect, kConnectTimeout, kReset, kProtocol, kPerTryTimeout, kStatus };
+
+  // Whether retry_on covers this outcome, and a retry is left (num_retries, max_retries, the buffer).
+  bool may_retry(Why why, unsigned status) {
+    Stream& s = *stream_;
+    const auto& a = *s.decision.route->cfg->route;
+    if (!a.retry_policy || !s.replay_ok || s.response_started) return false;
+    const auto& p = *a.retry_policy;
+    if (s.attempts > p.num_retries) return false;
+    bool covered = false;
+    switch (why) {
+      case Why::kConnect:
+      case Why::kConnectTimeout: covered = p.on_5xx || p.on_gateway_error || p.on_connect_failure; break;
+      case Why::kReset:
+      case Why::kProtocol: covered = p.on_5xx || p.on_gateway_error || p.on_reset; break;
+      case Why::kPerTryTimeout: covered = p.on_5xx || p.on_gateway_error; break;
+      case Why::kStatus:
+        covered = (p.on_5xx && status >= 500) ||
+                  (p.on_gateway_error && (status == 502 || status == 503 || status == 504)) ||
+                  (p.on_retriable_4xx && status == 409);
+        break;
+    }
+    if (!covered) return false;
+    if (!s.cluster->try_acquire_retry()) {
+      s.cluster->stats(w_.id()).upstream_rq_retry_overflow.inc();
+      return false;
+    }
+    s.holds_retry = true;
+    return true;
+  }
+
+  void retry() {
+    Stream& s = *stream_;
+    s.cluster->stats(w_.id()).upstream_rq_retry.inc();
+    s.retrying = true;
+    try_timer_.cancel();
+    // Envoy's back-off: a random time up to 25 ms x 2^(retries so far), capped at 250 ms.
+    uint64_t cap_ms = std::min<uint64_t>(250, 25ull << std::min<uint32_t>(s.attempts - 1, 4));
+    auto delay = std::chrono::milliseconds(w_.random() % (cap_ms + 1));
+    try_timer_.expires_after(delay);
+    try_timer_.async_wait([self = shared_from_this(), gen = generation_](const boost::system::error_code& ec) {
+      if (ec || self->closed_ || !self->stream_ || gen != self->generation_) return;
+      self->stream_->cluster->release_retry();
+      self->stream_->holds_retry = false;
+      self->start_attempt();
+    });
+  }
+
+  void attempt_failed(Why why, const char* reason, unsigned status) {
+    Stream& s = *stream_;
+    if (s.host) s.cluster->report_status(*s.host, status, mono_ns());
+    drop_upstream();
+    if (may_retry(why, status)) {
+      retry();
+      return;
+    }
+    if (s.response_started) {
+      close();  // the client already has part of a response: it can only see a reset
+      return;
+    }
+    finish_with_local_reply(status, reason);
+  }
+
+  // ---- UpstreamConn::User ----
+  void upstream_connected() override {}
+  void upstream_drained() override {
+    if (read_paused_ && stream_ && !stream_->local_reply) {
+      read_paused_ = false;
+      process_input();
+      do_read();
+    }
+  }
+  void upstream_failed(Failure f) override {
+    if (!stream_) return;
+    stream_->up.reset();
+    switch (f) {
+      case Failure::kConnect: attempt_failed(Why::kConnect, kConnectFailure, 503); break;
+      case Failure::kConnectTimeout: attempt_failed(Why::kConnectTimeout, kConnectTimeout, 503); break;
+      case Failure::kReset:
+        stream_->cluster->stats(w_.id()).upstream_rq_rx_reset.inc();
+        attempt_failed(Why::kReset, kUpstreamReset, 503);
+        break;
+      case Failure::kProtocol: attempt_failed(Why::kProtocol, kProtocolError, 502); break;
+    }
+  }
+  http::ResponseEvents& response_events() override { return resp_events_; }
+
+  void upstream_response_complete() override {
+    if (!stream_ || !stream_->up) return;
+    Stream& s = *stream_;
+    auto up = std::move(s.up);
+    release_host();
+    // The connection goes back to the pool when both sides kept it alive and the whole request went out.
+    if (up->reusable() && resp_keep_alive_ && s.request_complete && up->queued() == 0) w_.put_idle(std::move(up));
+    else up->close();
+    s.response_complete = true;
+    if (s.request_complete) finish_stream();
+    else close_after_write_ = true;  // answered before the request ended: the rest of it cannot be framed
+  }
+
+  // ---- the response (ResponseEvents, through an adapter: the names clash with RequestEvents) ----
+  struct RespEvents : http::ResponseEvents {
+    HttpSession* s;
+    explicit RespEvents(HttpSession* session) : s(session) {}
+    void on_head(http::ResponseHead& h) override { s->on_response_head(h); }
+    void on_body(std::string_view d) override { s->on_response_body(d); }
+    void on_complete() override { s->on_response_end(); }
+  };
+
+  void on_response_head(http::ResponseHead& h) {
+    if (!stream_ || stream_->response_started) return;
+    Stream& s = *stream_;
+    unsigned status = h.status;
+    auto& cs = s.cluster->stats(w_.id());
+    if (status >= 500 && may_retry(Why::kStatus, status)) {
+      cs.upstream_rq_xx[4].inc();
+      s.cluster->report_status(*s.host, status, mono_ns());
+      // Abandon this answer (the connection cannot be reused mid-response) and try again.
+      auto up = std::move(s.up);
+      up->close();
+      release_host();
+      retry();
+      return;
+    }
+    int64_t t0 = mono_ns();
+    s.cluster->report_status(*s.host, status, t0);
+    cs.upstream_rq_xx[std::min(4u, std::max(1u, status / 100) - 1)].inc();
+    cs.upstream_rq_completed.inc();
+    s.response_started = true;
+    s.status = status;
+    stream_timer_.cancel();
+    try_timer_.cancel();
+    resp_keep_alive_ = h.keep_alive && !h.body_until_close;
+    apply_response_rules(s.decision, *hcm_, h.headers);
+    h.headers.set("x-envoy-upstream-service-time", std::to_string((t0 - s.start_ns) / 1000000));
+    bool head_req = s.head.method == "HEAD";
+    // An HTTP/1.0 client reads a body of unknown length until we close.
+    if (!head_req && s.head.version != 11 && !h.content_length) s.keep_alive = false;
+    s.resp_body = head_req ? http::BodyEncoder{} : http::response_body_encoder(h, s.head.version);
+    if (!s.keep_alive) close_after_write_ = true;
+    http::write_response_head(h, s.keep_alive, s.head.version, out_.pending);
+    w_.modules().add(Module::kDeparser, static_cast<uint64_t>(mono_ns() - t0));
+    count_downstream_status(status);
+    flush();
+  }
+
+  void on_response_body(std::string_view d) {
+    // An abandoned answer (retried) still has body events in the parser's call: drop them.
+    if (!stream_ || !stream_->response_started || stream_->response_complete) return;
+    Stream& s = *stream_;
+    s.resp_body.data(d, out_.pending);
+    flush();
+    if (out_.size() > lr_->cfg->per_connection_buffer_limit_bytes && s.up) s.up->pause_reading();  // back-pressure
+  }
+
+  void on_response_end() {
+    if (!stream_ || !stream_->response_started || stream_->response_complete) return;
+    stream_->resp_body.end(out_.pending);
+    flush();
+  }
+
+  void count_downstream_status(unsigned status) {
+    stats_->downstream_rq_xx[std::min(4u, std::max(1u, status / 100) - 1)].inc();
+  }
+
+  // ---- local replies ----
+  void local_reply(unsigned status, std::string_view body, const http::HeaderList* extra = nullptr,
+                   bool direct = false) {
+    Stream& s = *stream_;
+    s.local_reply = true;
+    http::ResponseHead h;
+    h.status = status;
+    h.reason = reason_phrase(status);
+    if (extra) h.headers = *extra;
+    if (!body.empty()) h.headers.add("content-type", "text/plain");
+    h.content_length = body.size();
+    if (direct) apply_response_rules(s.decision, *hcm_, h.headers);
+    // A request whose body is still arriving cannot be followed by another on this connection.
+    if (!s.request_complete && (s.head.content_length.value_or(0) > 0 || s.head.chunked)) s.keep_alive = false;
+    if (!s.keep_alive) close_after_write_ = true;
+    http::write_response_head(h, s.keep_alive, s.head.version, out_.pending);
+    if (s.head.method != "HEAD") out_.pending.append(body);
+    count_downstream_status(status);
+    s.response_started = s.response_complete = true;
+    s.status = status;
+    flush();
+    if (s.request_complete) finish_stream();
+  }
+
+  void finish_with_local_reply(unsigned status, std::string_view body, const http::HeaderList* extra = nullptr) {
+    stream_timer_.cancel();
+    try_timer_.cancel();
+    local_reply(status, body, extra);
+  }
+
+  void protocol_error(const http::ParseFailure& f) {
+    stats_->downstream_cx_protocol_error.inc();
+    if (stream_ && (stream_->response_started || stream_->in_stage)) {
+      close();
+      return;
+    }
+    if (stream_) {
+      release_stream();
+      stream_.reset();
+    }
+    std::string body = f.status == 400 ? "Bad Request" : reason_phrase(f.status);
+    http::ResponseHead h;
+    h.status = f.status;
+    h.reason = reason_phrase(f.status);
+    h.headers.add("content-type", "text/plain");
+    h.content_length = body.size();
+    http::write_response_head(h, false, out_.pending);
+    out_.pending += body;
+    count_downstream_status(f.status);
+    close_after_write_ = true;
+    read_paused_ = true;
+    flush();
+  }
+
+  // Gives back what the stream holds: circuit-breaker slots, the upstream, the host's count.
+  void release_stream() {
+    Stream& s = *stream_;
+    if (s.holds_request) {
+      s.cluster->release_request();
+      s.cluster->stats(w_.id()).upstream_rq_active.add(-1);
+      s.holds_request = false;
+    }
+    if (s.holds_retry) {
+      s.cluster->release_retry();
+      s.holds_retry = false;
+    }
+    drop_upstream();
+    stats_->downstream_rq_active.add(-1);
+    stream_timer_.cancel();
+    try_timer_.cancel();
+  }
+
+  void finish_stream() {
+    release_stream();
+    bool keep = stream_->keep_alive;
+    stream_.reset();
+    generation_++;
+    if (!keep) {
+      close_after_write_ = true;
+      flush();
+      return;
+    }
+    if (read_paused_ && !close_after_write_) read_paused_ = false;
+    // The next pipelined request, if it is already here.
+    asio::post(w_.io(), [self = shared_from_this()] {
+      if (self->closed_) return;
+      self->process_input();
+      self->do_read();
+    });
+  }
+
+  // ---- timers ----
+  void arm_stream_timers() {
+    Stream& s = *stream_;
+    if (s.local_reply || s.response_started) return;
+    const auto& a = *s.decision.route->cfg->route;
+    if (a.timeout.count() > 0) {
+      stream_timer_.expires_after(a.timeout);
+      stream_timer_.async_wait([self = shared_from_this(), gen = generation_](const boost::system::error_code& ec) {
+        if (ec || self->closed_ || !self->stream_ || gen != self->generation_) return;
+        self->on_route_timeout();
+      });
+    }
+    if (s.up) arm_try_timer();
+  }
+
+  void arm_try_timer() {
+    Stream& s = *stream_;
+    const auto& a = *s.decision.route->cfg->route;
+    if (!a.retry_policy || a.retry_policy->per_try_timeout.count() == 0) return;
+    try_timer_.expires_after(a.retry_policy->per_try_timeout);
+    try_timer_.async_wait([self = shared_from_this(), gen = generation_](const boost::system::error_code& ec) {
+      if (ec || self->closed_ || !self->stream_ || gen != self->generation_ || self->stream_->response_started ||
+          self->stream_->retrying)
+        return;
+      self->stream_->cluster->stats(self->w_.id()).upstream_rq_per_try_timeout.inc();
+      self->attempt_failed(Why::kPerTryTimeout, "upstream request timeout", 504);
+    });
+  }
+
+  void on_route_timeout() {
+    Stream& s = *stream_;
+    s.cluster->stats(w_.id()).upstream_rq_timeout.inc();
+    stats_->downstream_rq_timeout.inc();
+    if (s.response_started) {
+      close();
+      return;
+    }
+    if (s.host) s.cluster->report_status(*s.host, 504, mono_ns());
+    drop_upstream();
+    finish_with_local_reply(504, "upstream request timeout");
+  }
+
+  // Idle and stream-idle timeouts, checked lazily against the last activity.
+  void arm_idle_timer() {
+    auto timeout = stream_ ? hcm_->cfg->stream_idle_timeout : hcm_->cfg->idle_timeout;
+    if (timeout.count() == 0) timeout = std::chrono::milliseconds(3600 * 1000);
+    int64_t due = last_activity_ns_ + static_cast<int64_t>(timeout.count()) * 1000000;
+    idle_timer_.expires_after(std::chrono::nanoseconds(std::max<int64_t>(0, due - mono_ns())));
+    idle_timer_.async_wait([self = shared_from_this(), timeout](const boost::system::error_code& ec) {
+      if (ec || self->closed_) return;
+      auto now = mono_ns();
+      if (self->stream_ && self->stream_->in_stage) {  // the stages have it: look again later
+        self->arm_idle_timer();
+        return;
+      }
+      if (now - self->last_activity_ns_ >= static_cast<int64_t>(timeout.count()) * 1000000 && !self->out_.writing) {
+        if (self->stream_ && !self->stream_->response_started) {
+          self->stats_->downstream_rq_timeout.inc();
+          self->finish_with_local_reply(408, "stream timeout");
+          self->close_after_write_ = true;
+          return;
+        }
+        self->stats_->downstream_cx_idle_timeout.inc();
+        self->close();
+        return;
+      }
+      self->arm_idle_timer();
+    });
+  }
+
+  // ---- downstream writing ----
+  void flush() {
+    if (closed_ || out_.writing) return;
+    if (out_.pending.empty()) {
+      if (close_after_write_) close();
+      return;
+    }
+    out_.start(sock_, [self = shared_from_this()](const boost::system::error_code& ec) {
+      if (self->closed_) return;
+      if (ec) {
+        self->on_downstream_closed();
+        return;
+      }
+      self->last_activity_ns_ = mono_ns();
+      if (self->stream_ && self->stream_->up && self->out_.size() <= self->lr_->cfg->per_connection_buffer_limit_bytes)
+        self->stream_->up->resume_reading();
+      self->flush();
+    });
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    if (stream_ && !stream_->in_stage) {  // a request in the stages is released when it comes back
+      release_stream();
+      stream_.reset();
+    }
+    idle_timer_.cancel();
+    stream_timer_.cancel();
+    try_timer_.cancel();
+    boost::system::error_code ignored;
+    sock_.shutdown(Socket::shutdown_both, ignored);
+    sock_.close(ignored);
+  }
+
+  Worker& w_;
+  Socket sock_;
+  std::shared_ptr<const Snapshot> snapshot_;
+  const ListenerRuntime* lr_;
+  const HcmRuntime* hcm_;
+  HttpStats* stats_;
+  http::RequestParser parser_;
+  std::vector<char> buf_;
+  size_t rpos_ = 0, wpos_ = 0;
+  WriteQueue out_;
+  std::string scratch_, peer_;
+  asio::steady_timer idle_timer_, stream_timer_, try_timer_;
+  RespEvents resp_events_;
+  std::optional<Stream> stream_;
+  std::shared_ptr<HttpSession> in_stage_self_;
+  uint64_t generation_ = 0;  // which stream a timer belongs to
+  int64_t feed_start_ns_ = 0, last_activity_ns_ = 0;
+  bool reading_ = false, read_paused_ = false, closed_ = false, close_after_write_ = false;
+  bool resp_keep_alive_ = true;
+};
+
+}  // namespace
+
+void start_http_session(Worker& w, Socket sock, const ListenerRuntime& listener) {
+  std::make_shared<HttpSession>(w, std::move(sock), listener)->start();
+}
+
+}  // namespace dpukit::mesh

@@ -1,0 +1,172 @@
+#include "dataplane/l7_chain.h"
+
+#include <cstdio>
+
+#include "dpukit/core/accounting.h"
+
+namespace dpukit::mesh {
+
+namespace {
+
+std::string request_id(uint64_t a, uint64_t b) {
+  // A version-4 UUID from two random words, as Envoy's x-request-id.
+  char out[37];
+  b = (b & 0x3fffffffffffffffull) | 0x8000000000000000ull;
+  a = (a & 0xffffffffffff0fffull) | 0x0000000000004000ull;
+  std::snprintf(out, sizeof out, "%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(a >> 32),
+                static_cast<unsigned>((a >> 16) & 0xffff), static_cast<unsigned>(a & 0xffff),
+                static_cast<unsigned>(b >> 48), static_cast<unsigned long long>(b & 0xffffffffffffull));
+  return out;
+}
+
+void strip_connection_named(http::HeaderList& headers) {
+  std::vector<std::string> named;
+  for (const auto& f : headers.fields) {
+    if (!http::iequals(f.name, "connection")) continue;
+    std::string_view v = f.value;
+    while (!v.empty()) {
+      size_t comma = v.find(',');
+      std::string_view token = v.substr(0, comma);
+      while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
+      while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+      if (!token.empty() && !http::iequals(token, "close") && !http::iequals(token, "keep-alive"))
+        named.emplace_back(token);
+      if (comma == std::string_view::npos) break;
+      v.remove_prefix(comma + 1);
+    }
+  }
+  for (const auto& n : named) headers.remove(n);
+}
+
+RouteDecision local(unsigned status, std::string body) {
+  RouteDecision d;
+  d.kind = RouteDecision::Kind::kLocalReply;
+  d.status = status;
+  d.body = std::move(body);
+  return d;
+}
+
+// The filter module; returns true when it answered the request itself.
+bool run_filters(const HcmRuntime& hcm, const http::RequestHead& head, const Draws& draws, int64_t now_ns,
+                 RouteDecision& d) {
+  for (const auto& rl : hcm.rate_limits) {
+    switch (rl->check(now_ns, draws.rate_limit)) {
+      case LocalRateLimit::Verdict::kNotEnabled: break;
+      case LocalRateLimit::Verdict::kAllowed:
+        d.rl_enabled++;
+        d.rl_ok++;
+        break;
+      case LocalRateLimit::Verdict::kLimitedNotEnforced:
+        d.rl_enabled++;
+        d.rl_rate_limited++;
+        break;
+      case LocalRateLimit::Verdict::kLimited: {
+        RouteDecision r = local(429, "local_rate_limited");
+        r.rl_enabled = d.rl_enabled + 1;
+        r.rl_ok = d.rl_ok;
+        r.rl_rate_limited = d.rl_rate_limited + 1;
+        r.rl_enforced = 1;
+        apply_header_adds(rl->config().response_headers_to_add, r.extra);
+        d = std::move(r);
+        return true;
+      }
+    }
+  }
+  if (head.upgrade) {
+    RouteDecision r = local(403, "upgrade failed");  // no upgrade_configs: Envoy answers so
+    r.rl_enabled = d.rl_enabled;
+    r.rl_ok = d.rl_ok;
+    r.rl_rate_limited = d.rl_rate_limited;
+    d = std::move(r);
+    return true;
+  }
+  return false;
+}
+
+void route(const HcmRuntime& hcm, http::RequestHead& head, const std::string& peer, const Draws& draws,
+           RouteDecision& d) {
+  auto m = hcm.routes->match(head);
+  if (!m.route) {
+    d.kind = RouteDecision::Kind::kLocalReply;
+    d.status = 404;
+    d.no_route = true;
+    return;
+  }
+  d.vhost = m.vhost;
+  d.route = m.route;
+  const config::Route& r = *m.route->cfg;
+  if (r.direct_response) {
+    d.kind = RouteDecision::Kind::kLocalReply;
+    d.status = r.direct_response->status;
+    d.body = r.direct_response->body;
+    d.direct = true;
+    return;
+  }
+  // Fields the client named in Connection are hop-by-hop: drop them now, so
+  // that one named like a field we add (x-forwarded-proto) cannot remove ours.
+  strip_connection_named(head.headers);
+  // Request header rules: the route's, the virtual host's, the route configuration's.
+  apply_header_rules_request(r.headers, head.headers);
+  apply_header_rules_request(m.vhost->cfg->headers, head.headers);
+  apply_header_rules_request(hcm.routes->config().headers, head.headers);
+  const config::RouteAction& a = *r.route;
+  if (a.prefix_rewrite && r.match.kind == config::RouteMatch::Kind::kPrefix)
+    head.target = *a.prefix_rewrite + head.target.substr(r.match.value.size());
+  head.headers.set("x-forwarded-proto", "http");
+  if (hcm.cfg->use_remote_address && !peer.empty()) {
+    // Envoy appends the peer to x-forwarded-for when it is the edge (use_remote_address).
+    auto xff = head.headers.get("x-forwarded-for");
+    head.headers.set("x-forwarded-for", xff ? std::string(*xff) + ", " + peer : peer);
+  }
+  if (hcm.cfg->generate_request_id && !head.headers.get("x-request-id"))
+    head.headers.add("x-request-id", request_id(draws.request_id_a, draws.request_id_b));
+  if (a.timeout.count() > 0) head.headers.set("x-envoy-expected-rq-timeout-ms", std::to_string(a.timeout.count()));
+  if (m.vhost->cfg->include_request_attempt_count) head.headers.set("x-envoy-attempt-count", "1");
+  d.lb.random = draws.lb;
+  for (const auto& hp : a.hash_policy) {
+    if (hp.kind == config::HashPolicy::Kind::kHeader) {
+      if (auto v = head.headers.get(hp.header_name)) {
+        d.lb.has_hash = true;
+        d.lb.hash = lb_hash(*v);
+      }
+    } else if (!peer.empty()) {
+      d.lb.has_hash = true;
+      d.lb.hash = lb_hash(peer);
+    }
+    if (d.lb.has_hash && hp.terminal) break;
+  }
+  d.kind = RouteDecision::Kind::kForward;
+  d.cluster = m.route->pick_cluster(draws.cluster);
+}
+
+}  // namespace
+
+RouteDecision filter_and_route(const HcmRuntime& hcm, http::RequestHead& head, const std::string& peer,
+                               const Draws& draws, int64_t t0_ns) {
+  RouteDecision d;
+  bool answered = run_filters(hcm, head, draws, t0_ns, d);
+  int64_t t1 = static_cast<int64_t>(now_ns());
+  d.filter_ns = static_cast<uint64_t>(t1 - t0_ns);
+  if (answered) return d;
+  route(hcm, head, peer, draws, d);
+  d.router_ns = now_ns() - static_cast<uint64_t>(t1);
+  return d;
+}
+
+void count_decision(const RouteDecision& d, HttpStats& stats) {
+  if (d.rl_enabled) stats.rl_enabled.inc(d.rl_enabled);
+  if (d.rl_ok) stats.rl_ok.inc(d.rl_ok);
+  if (d.rl_rate_limited) stats.rl_rate_limited.inc(d.rl_rate_limited);
+  if (d.rl_enforced) stats.rl_enforced.inc(d.rl_enforced);
+  if (d.no_route) stats.no_route.inc();
+  if (d.direct) stats.rq_direct_response.inc();
+}
+
+void apply_response_rules(const RouteDecision& d, const HcmRuntime& hcm, http::HeaderList& headers) {
+  if (!d.route) return;
+  apply_header_rules_response(d.route->cfg->headers, headers);
+  apply_header_rules_response(d.vhost->cfg->headers, headers);
+  apply_header_rules_response(hcm.routes->config().headers, headers);
+}
+
+}  // namespace dpukit::mesh

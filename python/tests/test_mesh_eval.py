@@ -1,0 +1,110 @@
+"""dpukit eval's mesh experiments: the parsers of the load generators' output,
+and an end-to-end quick run that produces the mesh table and plot."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import native_tool
+from dpukit import experiments, native
+
+# The registry keeps import order: load every system's experiments first, so
+# that importing the mesh module here does not put it ahead of core.
+experiments.registry()
+from dpukit.experiments import mesh as mesh_exps  # noqa: E402
+
+WRK_OUTPUT = """\
+Running 3s test @ http://127.0.0.1:40000/
+  1 threads and 16 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   114.13us   90.45us   2.25ms   98.29%
+    Req/Sec   130.58k    14.67k  142.38k    80.65%
+  Latency Distribution
+     50%  101.00us
+     75%  120.00us
+     90%    1.50ms
+     99%    2.00s
+  401545 requests in 3.10s, 64.33MB read
+  Socket errors: connect 0, read 2, write 0, timeout 1
+  Non-2xx or 3xx responses: 7
+Requests/sec: 129485.62
+Transfer/sec:     20.75MB
+"""
+
+
+def test_parse_wrk():
+    f = mesh_exps.parse_wrk(WRK_OUTPUT)
+    assert f["requests"] == 401545 and f["qps"] == pytest.approx(129485.62)
+    assert f["errors"] == 3 and f["non_2xx"] == 7
+    assert f["p50_ms"] == pytest.approx(0.101) and f["p90_ms"] == pytest.approx(1.5)
+    assert f["p99_ms"] == pytest.approx(2000.0)
+
+
+def test_parse_fortio():
+    text = json.dumps({
+        "RequestedQPS": "1000", "ActualQPS": 998.5,
+        "RetCodes": {"200": 2990, "503": 4, "-1": 1},
+        "DurationHistogram": {"Count": 2995, "Avg": 0.0005, "Percentiles": [
+            {"Percentile": 50, "Value": 0.0004}, {"Percentile": 99, "Value": 0.002},
+            {"Percentile": 99.9, "Value": 0.004}]},
+    })
+    f = mesh_exps.parse_fortio("", text)
+    assert f["requests"] == 2995 and f["qps"] == 998.5 and f["requested_qps"] == 1000
+    assert f["non_2xx"] == 5 and f["errors"] == 1
+    assert f["p50_ms"] == pytest.approx(0.4) and f["p99_9_ms"] == pytest.approx(4.0)
+
+
+def test_topologies_are_registered_and_selectable(monkeypatch):
+    names = [t.name for t in mesh_exps.TOPOLOGIES]
+    assert names[:3] == ["direct", "envoy-sidecars", "node-proxy"]
+    assert {"mesh.quick", "mesh.latency", "mesh.throughput"} <= set(experiments.registry())
+    monkeypatch.setenv(mesh_exps.TOPOLOGIES_ENV, "node-proxy,direct")
+    assert [t.name for t in mesh_exps.topologies()] == ["node-proxy", "direct"]
+    monkeypatch.setenv(mesh_exps.TOPOLOGIES_ENV, "sidecar")
+    with pytest.raises(Exception, match="unknown topology"):
+        mesh_exps.topologies()
+
+
+def test_bootstrap_is_valid_for_envoy(tmp_path: Path):
+    """The generated sidecar / node-proxy bootstrap passes Envoy's own validation."""
+    import subprocess
+
+    from mesh_support import envoy_bin
+    path = tmp_path / "b.yaml"
+    path.write_text(mesh_exps.bootstrap_yaml(listen_port=10001, admin_port=10002, upstream_port=10003, node="t"))
+    proc = subprocess.run([str(envoy_bin()), "--mode", "validate", "-c", str(path), "-l", "error",
+                           "--disable-hot-restart"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_eval_quick_mesh(tmp_path: Path, run_dpukit):
+    native_tool("dpukit-mesh")
+    out = tmp_path / "results"
+    proc = run_dpukit("eval", "--quick", "--only", "mesh.quick", "--out", str(out), timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = (out / "latest").resolve()
+    md = (run_dir / "report.md").read_text()
+    assert "## mesh.quick" in md
+    names = [t.name for t in mesh_exps.TOPOLOGIES]
+    assert {"direct", "envoy-sidecars", "node-proxy", "node-proxy-uds", "node-proxy-pipelined"} <= set(names)
+    for name in names:
+        assert re.search(rf"^\| {name} \| [\d,]+ \|", md, re.M), name  # a row with a measured max qps
+    assert "host CPU ms / 1k req" in md and "p99.9 ms" in md
+    assert "0 errors and 0 non-2xx" in md
+    pngs = list((run_dir / "plots").glob("mesh.quick-*.png"))
+    assert len(pngs) == 1 and pngs[0].stat().st_size > 5000
+    runs = sorted((run_dir / "runs").glob("mesh.quick-*.json"))
+    assert len(runs) == 2 * len(names)  # wrk and fortio per topology
+    for p in runs:
+        r = native.load_result(p)
+        assert r["figures"]["requests"] > 0
+        assert r["parameters"]["chain"][0]["name"] == "service"
+        if r["parameters"]["topology"].startswith("node-proxy"):
+            assert r["cpu_ns"]["dpu"] > 0
+        if r["parameters"]["topology"] == "envoy-sidecars":
+            assert r["cpu_ns"]["host"] > 0 and r["cpu_ns"]["dpu"] == 0
