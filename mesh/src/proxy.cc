@@ -33,11 +33,6 @@ void refuse_unimplemented(const config::Bootstrap& b) {
                         std::to_string(j) + "].typed_config";
       if (f.hcm->codec_type == config::HttpConnectionManager::Codec::kHttp2)
         throw config::ConfigError(at + ".codec_type", "HTTP2 is not supported by dpukit-mesh yet (HTTP1 and AUTO serve HTTP/1.1)");
-      if (f.hcm->request_timeout.count() != 0)
-        throw config::ConfigError(at + ".request_timeout", "request_timeout is not supported by dpukit-mesh yet");
-      if (f.hcm->request_headers_timeout.count() != 0)
-        throw config::ConfigError(at + ".request_headers_timeout",
-                                  "request_headers_timeout is not supported by dpukit-mesh yet");
     }
   }
   for (size_t i = 0; i < b.clusters.size(); ++i)

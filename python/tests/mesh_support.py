@@ -71,9 +71,11 @@ def echoes(tmp_path: Path) -> Iterator[Echoes]:
 # -- the proxy under test: Envoy or dpukit-mesh --------------------------------------
 
 
-@pytest.fixture(params=["envoy", "mesh"])
+@pytest.fixture(params=["envoy", "mesh", "mesh-pipelined"])
 def proxy_kind(request: pytest.FixtureRequest) -> str:
-    """Each proxy test runs against real Envoy (the reference) and dpukit-mesh."""
+    """Each proxy test runs against real Envoy (the reference) and dpukit-mesh
+    in both execution models (run-to-completion, and pipelined: the same
+    modules on stage threads)."""
     return request.param
 
 
@@ -99,7 +101,8 @@ def start_proxy(group: Group, kind: str, config_text: str, work: Path, *, port: 
         argv = [str(envoy_bin()), "-c", str(config), "--concurrency", "1", "--disable-hot-restart",
                 "--base-id", str(next(_base_ids)), "-l", "warning"]
     else:
-        argv = [str(native_tool("dpukit-mesh")), "run", "--config", str(config), "--workers", "1"]
+        model = "pipelined" if kind == "mesh-pipelined" else "rtc"
+        argv = [str(native_tool("dpukit-mesh")), "run", "--config", str(config), "--workers", "1", "--model", model]
     proc = group.start(argv, name=f"{kind}-{port}")
     deadline = time.monotonic() + 15
     while http_get(f"http://127.0.0.1:{admin}/ready")[0] != 200:

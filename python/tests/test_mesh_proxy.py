@@ -160,6 +160,14 @@ def test_prefix_rewrite(setup: Setup):
     assert r.header("x-echo-path") == "/new/thing?x=1"
 
 
+def test_prefix_rewrite_of_an_absolute_form_target(setup: Setup):
+    data = b"GET http://x.local/old/abs?q=2 HTTP/1.1\r\nHost: x.local\r\n\r\n"
+    answers, _ = raw_exchange(setup.proxy.port, data, responses=1)
+    assert [a.status for a in answers] == [200]
+    assert answers[0].header("x-served-by") == "a"
+    assert answers[0].header("x-echo-path") == "/new/abs?q=2"
+
+
 def test_request_headers_to_add_and_remove(setup: Setup):
     r = setup.get("/headers", headers={"x-secret": "s", "x-added": "client", "x-kept": "k",
                                        "x-echo-headers": "x-secret,x-added,x-kept"})
@@ -208,6 +216,20 @@ def test_upstream_status_passes_through(setup: Setup):
 
 
 # -- HTTP/1.1 on the client side ------------------------------------------------------------
+
+
+def test_chunked_body_that_looks_like_a_request_stays_a_body(setup: Setup):
+    """A decoded chunked body holding a request must reach the upstream as
+    body bytes, re-framed, never as a second request (request smuggling)."""
+    inner = b"0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+    data = (b"POST /p1 HTTP/1.1\r\nHost: x.local\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + f"{len(inner):x}\r\n".encode() + inner + b"\r\n0\r\n\r\n"
+            + b"GET /after HTTP/1.1\r\nHost: x.local\r\n\r\n")
+    answers, _ = raw_exchange(setup.proxy.port, data, responses=2)
+    assert [a.status for a in answers] == [200, 200]
+    assert answers[0].header("x-echo-body-bytes") == str(len(inner))
+    assert answers[0].header("x-echo-body-hash") == f"{zlib.crc32(inner):08x}"
+    assert [a.header("x-echo-path") for a in answers] == ["/p1", "/after"]
 
 
 def test_keepalive_and_pipelining(setup: Setup):
@@ -464,3 +486,35 @@ def test_sighup_reload_keeps_connections(proxy_kind: str, echoes: Echoes, tmp_pa
     assert on_kept() == 200  # the established keep-alive connection survived the reload
     kept.close()
     proxy.proc.check_alive()
+
+
+# -- slow clients ------------------------------------------------------------------------
+
+
+def test_slow_clients_get_408(proxy_kind: str, echoes: Echoes, tmp_path: Path):
+    """request_headers_timeout and request_timeout: a client that stalls in its
+    head, or in its body, is answered 408 and its connection closed; a prompt
+    one on the same proxy is served."""
+    pa = echoes.start("a")
+    port, admin = ports(2)
+    config = bootstrap(port=port, admin=admin, clusters=cluster("a", [pa]), hcm_extra="""\
+          request_headers_timeout: 0.5s
+          request_timeout: 1s
+""", virtual_hosts="""\
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/"}
+                route: {cluster: a}""")
+    start_proxy(echoes.group, proxy_kind, config, tmp_path, port=port, admin=admin)
+    for stalled in (b"GET / HTTP/1.1\r\nHost: x\r\nx-partial: ",                           # in the head
+                    b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc"):       # in the body
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            t0 = time.monotonic()
+            s.sendall(stalled)
+            answer = s.recv(4096)
+            waited = time.monotonic() - t0
+            assert answer.startswith(b"HTTP/1.1 408"), (stalled, answer)
+            assert 0.3 < waited < 3.0, waited
+            assert s.recv(4096) == b""  # closed
+    assert request(port).status == 200

@@ -168,7 +168,7 @@ class ControlPlane::Admin {
 };
 
 // ---- active HTTP health checks, one checker per cluster ----
-class ControlPlane::HealthChecker {
+class ControlPlane::HealthChecker : public std::enable_shared_from_this<ControlPlane::HealthChecker> {
  public:
   HealthChecker(ControlPlane& cp, std::shared_ptr<ClusterRuntime> cluster, const config::HealthCheck& hc)
       : cp_(cp), cluster_(std::move(cluster)), hc_(hc), timer_(cp.io_) {}
@@ -185,6 +185,7 @@ class ControlPlane::HealthChecker {
 
  private:
   struct Probe : std::enable_shared_from_this<Probe> {
+    std::shared_ptr<HealthChecker> owner;  // keeps the checker alive while the probe is in flight
     HealthChecker& hc;
     std::shared_ptr<Host> host;
     Socket sock;
@@ -193,7 +194,8 @@ class ControlPlane::HealthChecker {
     bhttp::request<bhttp::empty_body> req;
     bhttp::response<bhttp::string_body> res;
     bool finished = false;
-    Probe(HealthChecker& h, std::shared_ptr<Host> hst) : hc(h), host(std::move(hst)), sock(h.cp_.io_), deadline(h.cp_.io_) {}
+    Probe(std::shared_ptr<HealthChecker> h, std::shared_ptr<Host> hst)
+        : owner(std::move(h)), hc(*owner), host(std::move(hst)), sock(hc.cp_.io_), deadline(hc.cp_.io_) {}
     void run() {
       deadline.expires_after(hc.hc_.timeout);
       deadline.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
@@ -243,10 +245,11 @@ class ControlPlane::HealthChecker {
     auto set = cluster_->hosts();
     pending_ = set->hosts.size();
     if (pending_ == 0) return round_done();
-    for (const auto& h : set->hosts) std::make_shared<Probe>(*this, h)->run();
+    for (const auto& h : set->hosts) std::make_shared<Probe>(shared_from_this(), h)->run();
   }
 
   void record(Host& h, bool ok) {
+    if (stopped_) return;  // a probe of a replaced configuration
     auto& st = state_[&h];
     if (ok) {
       st.fails = 0;
@@ -268,8 +271,8 @@ class ControlPlane::HealthChecker {
     }
     if (stopped_) return;
     timer_.expires_after(hc_.interval);
-    timer_.async_wait([this](const boost::system::error_code& ec) {
-      if (!ec) round();
+    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (!ec) self->round();
     });
   }
 
@@ -300,6 +303,7 @@ ControlPlane::~ControlPlane() {
   for (auto& w : workers_) w->join();
   for (auto& [k, ls] : listen_)
     for (int fd : ls.fds) ::close(fd);
+  for (int fd : retired_fds_) ::close(fd);
 }
 
 std::map<std::string, ControlPlane::ListenSocket> ControlPlane::bind_listeners(const config::Bootstrap& b) {
@@ -356,7 +360,7 @@ void ControlPlane::start_services() {
   auto pending = std::make_shared<size_t>(0);
   for (const auto& [name, c] : snapshot_->clusters)
     for (const auto& hc : c->config().health_checks) {
-      health_.push_back(std::make_unique<HealthChecker>(*this, c, hc));
+      health_.push_back(std::make_shared<HealthChecker>(*this, c, hc));
       ++*pending;
     }
   if (*pending == 0) ready_ = true;
@@ -424,14 +428,15 @@ void ControlPlane::reload(const std::string& why) {
   try {
     auto bootstrap = config::load_bootstrap(options_.config_path);
     auto listen = bind_listeners(bootstrap);
-    // Sockets of addresses that are gone are closed once the workers dropped them.
-    std::vector<int> retired;
+    // Sockets of addresses that are gone: each worker dups what it keeps when it takes an install, and
+    // an install posted earlier may still name them, so ours close at the next reload, not now.
+    for (int fd : retired_fds_) ::close(fd);
+    retired_fds_.clear();
     for (auto& [k, ls] : listen_)
-      if (!listen.count(k)) retired.insert(retired.end(), ls.fds.begin(), ls.fds.end());
+      if (!listen.count(k)) retired_fds_.insert(retired_fds_.end(), ls.fds.begin(), ls.fds.end());
     listen_ = std::move(listen);
     auto snapshot = Snapshot::build(std::move(bootstrap), stats_, snapshot_.get(), ++version_, mono_ns());
     install(snapshot);
-    for (int fd : retired) ::close(fd);  // each worker holds its own duplicate until it drops it
     dns_timer_.cancel();
     start_services();
     log_info("mesh: configuration reloaded (" + why + "), version " + std::to_string(version_));

@@ -64,11 +64,12 @@ class ControlPlane {
   std::shared_ptr<const Snapshot> snapshot_;
   std::map<std::string, ListenSocket> listen_;
   std::unique_ptr<Admin> admin_;
-  std::vector<std::unique_ptr<HealthChecker>> health_;
+  std::vector<std::shared_ptr<HealthChecker>> health_;  // shared: probes in flight outlive a reload
   std::atomic<bool> ready_{false};
   uint64_t version_ = 0;
   int64_t file_mtime_ns_ = 0;
   bool stopped_ = false;
+  std::vector<int> retired_fds_;  // listener sockets of a previous configuration, closed at the next reload
 };
 
 }  // namespace dpukit::mesh

@@ -62,7 +62,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
  public:
   HttpSession(Worker& w, Socket sock, const ListenerRuntime& lr)
       : w_(w), sock_(std::move(sock)), snapshot_(w.snapshot()), lr_(&lr), hcm_(lr.hcm.get()),
-        stats_(hcm_->stats[w.id()]), parser_(hcm_->limits), buf_(kReadChunk), idle_timer_(w.io()),
+        stats_(hcm_->stats[w.id()]), parser_(hcm_->limits), buf_(kReadChunk), idle_timer_(w.io()), request_timer_(w.io()),
         stream_timer_(w.io()), try_timer_(w.io()), resp_events_(this) {
     stats_->downstream_cx_total.inc();
     stats_->downstream_cx_active.add(1);
@@ -134,10 +134,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   }
 
   void process_input() {
-    while (rpos_ < wpos_ && !closed_ && !read_paused_) {
+    while (rpos_ < wpos_ && !closed_ && !read_paused_ && !close_after_write_) {
       if (stream_ && stream_->request_complete) break;  // a pipelined request waits for this response
       // The parser is reset here, never inside its own callbacks (a stream may end within feed()).
       if (!stream_ && parser_.done()) parser_.reset();
+      if (!stream_ && !parser_.in_message()) arm_request_timer(hcm_->cfg->request_headers_timeout);
       if (!stream_) feed_start_ns_ = mono_ns();
       size_t used = parser_.feed(std::string_view(buf_.data() + rpos_, wpos_ - rpos_), *this);
       rpos_ += used;
@@ -175,12 +176,17 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     }
     stream_.emplace();
     Stream& s = *stream_;
+    request_timer_.cancel();  // the headers are in: request_headers_timeout ends, request_timeout starts
+    arm_request_timer(hcm_->cfg->request_timeout);
     s.head = std::move(head);
     s.start_ns = t_parsed;
     s.keep_alive = s.head.keep_alive;
     stats_->downstream_rq_total.inc();
     stats_->downstream_rq_active.add(1);
     s.draws = Draws{w_.random(), w_.random(), w_.random(), w_.random(), w_.random()};
+    // The body framing is fixed by the head (routing never changes it): set here, before the
+    // parser's body events of this same feed() and before any stage thread sees the stream.
+    s.req_body = http::request_body_encoder(s.head);
     if (Pipeline* p = w_.pipeline()) {
       s.in_stage = true;
       in_stage_self_ = shared_from_this();  // alive until the stages hand the request back
@@ -222,10 +228,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     if (!stream_) return;
     Stream& s = *stream_;
     s.request_complete = true;
-    if (s.local_reply) {
-      if (s.response_complete) finish_stream();
+    if (s.response_complete) {  // a local reply, or an upstream that answered before the body ended
+      finish_stream();
       return;
     }
+    if (s.local_reply) return;
     std::string& enc = scratch_;
     enc.clear();
     s.req_body.end(enc);
@@ -256,7 +263,6 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     Stream& s = *stream_;
     if (s.decision.kind != RouteDecision::Kind::kForward) return;
     int64_t t0 = mono_ns();
-    s.req_body = http::request_body_encoder(s.head);
     http::write_request_head(s.head, s.head_bytes);
     s.deparser_ns = static_cast<uint64_t>(mono_ns() - t0);
   }
@@ -343,7 +349,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     }
     if (!s.cluster->try_acquire_connection()) {
       cs.upstream_cx_overflow.inc();
-      s.host->active_requests.fetch_sub(1, std::memory_order_relaxed);
+      release_host();
       http::HeaderList extra;
       extra.add("x-envoy-overloaded", "true");
       finish_with_local_reply(503, kOverflow, &extra);
@@ -441,7 +447,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     auto delay = std::chrono::milliseconds(w_.random() % (cap_ms + 1));
     try_timer_.expires_after(delay);
     try_timer_.async_wait([self = shared_from_this(), gen = generation_](const boost::system::error_code& ec) {
-      if (ec || self->closed_ || !self->stream_ || gen != self->generation_) return;
+      if (ec || self->closed_ || !self->stream_ || gen != self->generation_ || !self->stream_->retrying ||
+          self->stream_->local_reply)
+        return;
       self->stream_->cluster->release_retry();
       self->stream_->holds_retry = false;
       self->start_attempt();
@@ -496,8 +504,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     if (up->reusable() && resp_keep_alive_ && s.request_complete && up->queued() == 0) w_.put_idle(std::move(up));
     else up->close();
     s.response_complete = true;
-    if (s.request_complete) finish_stream();
-    else close_after_write_ = true;  // answered before the request ended: the rest of it cannot be framed
+    if (s.request_complete) {
+      finish_stream();
+    } else {
+      close_after_write_ = true;  // answered before the request ended: the rest of it cannot be framed
+      flush();
+    }
   }
 
   // ---- the response (ResponseEvents, through an adapter: the names clash with RequestEvents) ----
@@ -605,15 +617,19 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
       release_stream();
       stream_.reset();
     }
-    std::string body = f.status == 400 ? "Bad Request" : reason_phrase(f.status);
+    final_reply(f.status, f.status == 400 ? "Bad Request" : reason_phrase(f.status));
+  }
+
+  // An answer outside any stream, after which the connection closes (a bad request, a slow client).
+  void final_reply(unsigned status, std::string_view body) {
     http::ResponseHead h;
-    h.status = f.status;
-    h.reason = reason_phrase(f.status);
+    h.status = status;
+    h.reason = reason_phrase(status);
     h.headers.add("content-type", "text/plain");
     h.content_length = body.size();
     http::write_response_head(h, false, out_.pending);
-    out_.pending += body;
-    count_downstream_status(f.status);
+    out_.pending.append(body);
+    count_downstream_status(status);
     close_after_write_ = true;
     read_paused_ = true;
     flush();
@@ -633,6 +649,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     }
     drop_upstream();
     stats_->downstream_rq_active.add(-1);
+    request_timer_.cancel();
     stream_timer_.cancel();
     try_timer_.cancel();
   }
@@ -644,6 +661,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     generation_++;
     if (!keep) {
       close_after_write_ = true;
+      read_paused_ = true;  // nothing after a "Connection: close" request is served (RFC 9112 §9.6)
       flush();
       return;
     }
@@ -669,6 +687,31 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
       });
     }
     if (s.up) arm_try_timer();
+  }
+
+  // request_headers_timeout (from a request's first byte to the end of its
+  // head) and request_timeout (from the head to the end of the request or the
+  // start of the response): a slow client gets 408 and the connection closes.
+  void arm_request_timer(std::chrono::milliseconds timeout) {
+    if (timeout.count() == 0) return;
+    request_timer_.expires_after(timeout);
+    request_timer_.async_wait([self = shared_from_this(), gen = generation_, headers = !stream_](
+                                  const boost::system::error_code& ec) {
+      if (ec || self->closed_ || gen != self->generation_) return;
+      if (headers) {
+        if (self->stream_ || (!self->parser_.in_message() && self->rpos_ == self->wpos_)) return;  // nothing arrived
+        self->stats_->downstream_rq_timeout.inc();
+        self->final_reply(408, "request headers timeout");
+        return;
+      }
+      if (!self->stream_ || self->stream_->request_complete || self->stream_->response_started ||
+          self->stream_->in_stage)
+        return;
+      self->stats_->downstream_rq_timeout.inc();
+      self->release_stream();
+      self->stream_.reset();
+      self->final_reply(408, "request timeout");
+    });
   }
 
   void arm_try_timer() {
@@ -711,7 +754,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
         self->arm_idle_timer();
         return;
       }
-      if (now - self->last_activity_ns_ >= static_cast<int64_t>(timeout.count()) * 1000000 && !self->out_.writing) {
+      if (now - self->last_activity_ns_ >= static_cast<int64_t>(timeout.count()) * 1000000 ) {
         if (self->stream_ && !self->stream_->response_started) {
           self->stats_->downstream_rq_timeout.inc();
           self->finish_with_local_reply(408, "stream timeout");
@@ -754,6 +797,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
       stream_.reset();
     }
     idle_timer_.cancel();
+    request_timer_.cancel();
     stream_timer_.cancel();
     try_timer_.cancel();
     boost::system::error_code ignored;
@@ -772,7 +816,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   size_t rpos_ = 0, wpos_ = 0;
   WriteQueue out_;
   std::string scratch_, peer_;
-  asio::steady_timer idle_timer_, stream_timer_, try_timer_;
+  asio::steady_timer idle_timer_, request_timer_, stream_timer_, try_timer_;
   RespEvents resp_events_;
   std::optional<Stream> stream_;
   std::shared_ptr<HttpSession> in_stage_self_;

@@ -19,6 +19,15 @@ std::string request_id(uint64_t a, uint64_t b) {
   return out;
 }
 
+// "/p?q" of "/p?q" or of "http://host/p?q" ("/?q" of "http://host?q").
+std::string origin_form(std::string_view target) {
+  size_t scheme_end = target.find("://");
+  if (target.empty() || target.front() == '/' || scheme_end == std::string_view::npos) return std::string(target);
+  size_t path = target.find_first_of("/?", scheme_end + 3);
+  if (path == std::string_view::npos) return "/";
+  return (target[path] == '?' ? "/" : "") + std::string(target.substr(path));
+}
+
 void strip_connection_named(http::HeaderList& headers) {
   std::vector<std::string> named;
   for (const auto& f : headers.fields) {
@@ -110,8 +119,11 @@ void route(const HcmRuntime& hcm, http::RequestHead& head, const std::string& pe
   apply_header_rules_request(m.vhost->cfg->headers, head.headers);
   apply_header_rules_request(hcm.routes->config().headers, head.headers);
   const config::RouteAction& a = *r.route;
-  if (a.prefix_rewrite && r.match.kind == config::RouteMatch::Kind::kPrefix)
-    head.target = *a.prefix_rewrite + head.target.substr(r.match.value.size());
+  if (a.prefix_rewrite && r.match.kind == config::RouteMatch::Kind::kPrefix) {
+    // The prefix matched the path: rewrite it in the origin-form target (an absolute-form one loses its authority).
+    std::string origin = origin_form(head.target);
+    head.target = *a.prefix_rewrite + origin.substr(std::min(origin.size(), r.match.value.size()));
+  }
   head.headers.set("x-forwarded-proto", "http");
   if (hcm.cfg->use_remote_address && !peer.empty()) {
     // Envoy appends the peer to x-forwarded-for when it is the edge (use_remote_address).

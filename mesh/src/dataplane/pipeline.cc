@@ -26,12 +26,15 @@ struct Pipeline::Link {
 
   bool push(const StageItem& item) {
     if (!producer.try_push(item)) return false;
-    if (sleeping.load(std::memory_order_seq_cst)) ring_bell();
+    // A full fence: the head's store must be visible before the flag is read (x86 reorders a store and a later load).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (sleeping.load(std::memory_order_relaxed)) ring_bell();
     return true;
   }
   // The consumer, about to wait: true when it may (the ring is still empty).
   bool may_sleep() {
-    sleeping.store(true, std::memory_order_seq_cst);
+    sleeping.store(true, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // the flag before the ring's head is read
     if (!consumer.empty()) {
       sleeping.store(false, std::memory_order_relaxed);
       return false;

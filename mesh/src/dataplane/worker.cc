@@ -106,7 +106,8 @@ void Worker::install(std::shared_ptr<const Snapshot> snapshot, std::map<std::str
 void Worker::accept_next(Acceptor& a) {
   a.acceptor.async_accept([this, &a, key = a.key](const boost::system::error_code& ec, Socket sock) {
     if (ec == asio::error::operation_aborted) return;
-    if (!acceptors_.count(key)) return;
+    auto it = acceptors_.find(key);
+    if (it == acceptors_.end() || it->second.get() != &a) return;  // removed (and maybe re-added) meanwhile
     if (!ec) on_accept(key, std::move(sock));
     else if (ec != asio::error::connection_aborted) log_warn("mesh: accept on " + key + ": " + ec.message());
     accept_next(a);
@@ -140,7 +141,9 @@ std::shared_ptr<UpstreamConn> Worker::take_idle(const Host* host) {
 
 void Worker::put_idle(std::shared_ptr<UpstreamConn> conn) {
   conn->detach();
-  idle_[&conn->host()].push_back(std::move(conn));
+  UpstreamConn& c = *conn;
+  idle_[&c.host()].push_back(std::move(conn));
+  c.resume_reading();  // paused for a slow client: an idle connection must watch for the upstream's close
 }
 
 void Worker::forget_idle(const UpstreamConn* conn) {
@@ -263,6 +266,7 @@ void UpstreamConn::do_read() {
                                 return;
                               }
                             }
+                            if (!self->user_) self->w_.forget_idle(self.get());  // an idle pooled one went away
                             self->fail(User::Failure::kReset);
                             return;
                           }

@@ -69,6 +69,13 @@ def fortio_path() -> Path:
     raise DpukitError("fortio not found: run `make eval` (scripts/setup.sh installs it into .tools/bin)")
 
 
+def iperf3_path() -> Path:
+    found = shutil.which("iperf3")
+    if not found:
+        raise DpukitError("iperf3 not found: run `make eval` (Debian package iperf3)")
+    return Path(found)
+
+
 def wrk_path() -> Path:
     found = shutil.which("wrk")
     if not found:
@@ -346,8 +353,9 @@ def wrk_load(url: str, connections: int, seconds: int) -> Load:
 
 
 def fortio_load(url: str, qps: int, connections: int, seconds: int, json_file: Path) -> Load:
+    # -r: 10 µs histogram buckets (fortio's default of 1 ms would quantize every percentile here).
     argv = [str(fortio_path()), "load", "-qps", str(qps), "-c", str(connections), "-t", f"{seconds}s",
-            "-p", "50,90,99,99.9", "-loglevel", "Warning", "-json", str(json_file), url]
+            "-r", "0.00001", "-p", "50,90,99,99.9", "-loglevel", "Warning", "-json", str(json_file), url]
     return Load("fortio load", argv, seconds, parse_fortio, json_file)
 
 
@@ -396,11 +404,11 @@ def measure(ctx: Context, topology: Topology, chain: Chain, load: Load, *, label
     used = {name: after[name] - before[name] for name in after}
     places = {p.name: p.place for p in chain.group.procs}
     cpu = {place: sum(ns for name, ns in used.items() if places[name] == place) for place in ("host", "dpu")}
-    n = figures["requests"]
+    n = figures.get("requests", 0)
+    if n:  # an HTTP load: CPU per 1,000 requests (an L4 load reports CPU per byte instead)
+        figures.update({"host_cpu_ms_per_1k": per_1k(cpu["host"], n), "dpu_cpu_ms_per_1k": per_1k(cpu["dpu"], n),
+                        "load_cpu_ms_per_1k": per_1k(load_cpu, n)})
     figures.update({
-        "host_cpu_ms_per_1k": per_1k(cpu["host"], n),
-        "dpu_cpu_ms_per_1k": per_1k(cpu["dpu"], n),
-        "load_cpu_ms_per_1k": per_1k(load_cpu, n),
         "load_cpu_ns": load_cpu,
         "process_cpu_ns": used,
         "thread_cpu_ns_after": threads,
@@ -587,9 +595,38 @@ def quick(ctx: Context) -> Section:
     sec.image(rel, "Max qps, p99 latency and CPU per 1,000 requests per topology",
               "Max qps (wrk), p99 at 1000 qps (fortio), host and dpu CPU ms per 1,000 requests at max qps"
               + (" (medians)." if rounds > 1 else "."))
+    goals = goal_rows(tops, wrk_runs, fortio_runs)
+    if goals:
+        sec.table(["node proxy", "max qps × sidecars (goal ≥ 4)", "added p99 × sidecars' (goal ≤ 0.3)",
+                   "host CPU / 1k req × sidecars' (goal ≤ 0.2)"], goals,
+                  caption="The issue's goals as paired ratios: each round's node proxy against the same round's "
+                          "sidecar pair (median, range)")
+        sec.paragraph("Added p99 is the topology's p99 at 1000 qps minus the same round's direct p99. Host CPU is "
+                      "at max qps: the service's CPU and, for the sidecars, the two Envoys'.")
     sec.paragraph(error_note([*sum(wrk_runs.values(), []), *sum(fortio_runs.values(), [])]))
     add_chain_commands(sec, ctx.runs)
     return sec
+
+
+def goal_rows(tops: Sequence[Topology], wrk_runs: dict[str, list[dict[str, Any]]],
+              fortio_runs: dict[str, list[dict[str, Any]]]) -> list[list[str]]:
+    """Per node-proxy topology: round-by-round ratios to the sidecar pair (rounds are paired by index)."""
+    names = {t.name for t in tops}
+    if not {"direct", "envoy-sidecars"} <= names:
+        return []
+    side_w, side_f, direct_f = wrk_runs["envoy-sidecars"], fortio_runs["envoy-sidecars"], fortio_runs["direct"]
+    rows = []
+    for t in tops:
+        if not t.name.startswith("node-proxy"):
+            continue
+        qps, p99, cpu = [], [], []
+        for i, (w, f) in enumerate(zip(wrk_runs[t.name], fortio_runs[t.name])):
+            qps.append(w["figures"]["qps"] / side_w[i]["figures"]["qps"])
+            base = direct_f[i]["figures"]["p99_ms"]
+            p99.append((f["figures"]["p99_ms"] - base) / (side_f[i]["figures"]["p99_ms"] - base))
+            cpu.append(w["figures"]["host_cpu_ms_per_1k"] / side_w[i]["figures"]["host_cpu_ms_per_1k"])
+        rows.append([t.name, fmt_mr(qps), fmt_mr(p99), fmt_mr(cpu)])
+    return rows
 
 
 # -- mesh.latency (Fig. 17) --------------------------------------------------------------
@@ -797,5 +834,142 @@ def soak(ctx: Context) -> Section:
               title=f"node proxy RSS at {SOAK_QPS} qps", xlabel="seconds", ylabel="MiB", ymin_zero=True)
     sec.image(rel, "node proxy RSS over the soak", "The node proxy's resident memory during the soak.")
     sec.paragraph(error_note([result["run"]]))
+    add_chain_commands(sec, ctx.runs)
+    return sec
+
+
+# -- mesh.l4 ------------------------------------------------------------------------
+
+L4_STREAMS = (1, 4, 16)
+
+
+def tcp_bootstrap_yaml(*, listen_port: int, admin_port: int, upstream_port: int, node: str) -> str:
+    """One listener relaying TCP to one upstream (envoy.filters.network.tcp_proxy)."""
+    return f"""\
+# {node}: generated by dpukit eval (python/dpukit/experiments/mesh.py)
+node: {{id: {node}, cluster: dpukit}}
+admin:
+  address:
+    socket_address: {{address: {LOOPBACK}, port_value: {admin_port}}}
+static_resources:
+  listeners:
+  - name: l4
+    address:
+      socket_address: {{address: {LOOPBACK}, port_value: {listen_port}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.tcp_proxy
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
+          stat_prefix: l4
+          cluster: service
+  clusters:
+  - name: service
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: service
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: {{address: {LOOPBACK}, port_value: {upstream_port}}}
+"""
+
+
+def start_iperf_server(chain: Chain) -> int:
+    """The L4 service: an iperf3 server on the host CPU; its port."""
+    port = free_port()
+    proc = chain.group.start([iperf3_path(), "-s", "-p", str(port), "-B", LOOPBACK], name="service",
+                             cpus=HOST_CPU, place="host")
+    proc.wait_port(port)
+    return port
+
+
+def start_l4_proxy(chain: Chain, name: str, kind: str, upstream: int, place: str) -> int:
+    """An Envoy or a dpukit-mesh tcp_proxy on the dpu CPU in front of `upstream`; its port."""
+    listen, admin = free_port(), free_port()
+    config = tcp_bootstrap_yaml(listen_port=listen, admin_port=admin, upstream_port=upstream, node=name)
+    path = chain.work_dir / f"{name}.yaml"
+    path.write_text(config)
+    chain.configs[name] = config
+    if kind == "envoy":
+        _base_id[0] += 1
+        argv = [envoy_path(), "-c", path, "--concurrency", "1", "--disable-hot-restart", "--base-id",
+                str(_base_id[0]), "-l", "warning"]
+        proc = chain.group.start(argv, name=name, cpus=DPU_CPU, place=place)
+    else:
+        argv = [tool_path(TOOL), "run", "--config", path, "--workers", "1", "--dpu-cpus", DPU_CPU]
+        proc = chain.group.start(argv, name=name, place=place)
+    wait_ready(proc, listen, admin)
+    return listen
+
+
+def l4_direct(chain: Chain) -> None:
+    chain.entry_port = start_iperf_server(chain)
+
+
+def l4_envoy_sidecars(chain: Chain) -> None:
+    server_side = start_l4_proxy(chain, "server-sidecar", "envoy", start_iperf_server(chain), "host")
+    chain.entry_port = start_l4_proxy(chain, "client-sidecar", "envoy", server_side, "host")
+
+
+def l4_node_proxy(chain: Chain) -> None:
+    chain.entry_port = start_l4_proxy(chain, "node-proxy", "mesh", start_iperf_server(chain), "dpu")
+
+
+L4_TOPOLOGIES: tuple[Topology, ...] = (
+    Topology("direct", "iperf3 client → iperf3 server", l4_direct),
+    Topology("envoy-sidecars", "client → Envoy tcp_proxy → Envoy tcp_proxy → server", l4_envoy_sidecars),
+    Topology("node-proxy", "client → dpukit-mesh tcp_proxy (1 worker) → server", l4_node_proxy),
+)
+
+
+def parse_iperf3(stdout: str, _json: str = "") -> dict[str, Any]:
+    """Figures from ``iperf3 -J``: what the server received."""
+    data = json.loads(stdout)
+    if "error" in data:
+        raise DpukitError(f"iperf3: {data['error']}")
+    got = data["end"]["sum_received"]
+    return {"gbps": got["bits_per_second"] / 1e9, "bytes": int(got["bytes"]), "errors": 0, "non_2xx": 0}
+
+
+def iperf3_load(port: int, streams: int, seconds: int) -> Load:
+    argv = [str(iperf3_path()), "-c", LOOPBACK, "-p", str(port), "-t", str(seconds), "-P", str(streams), "-J"]
+    return Load("iperf3", argv, seconds, parse_iperf3)
+
+
+@experiment(
+    "mesh.l4",
+    title="mesh.l4: TCP throughput through tcp_proxy vs connections",
+    description="iperf3 Gbps with 1, 4 and 16 streams directly, through an Envoy tcp_proxy pair and through "
+                "the dpukit-mesh tcp_proxy, with CPU per GB (full mode only).",
+    tools=[TOOL],
+)
+def l4(ctx: Context) -> Section:
+    sec = Section("mesh.l4: TCP throughput through tcp_proxy vs connections")
+    if ctx.quick:
+        sec.paragraph("Skipped in quick mode; `dpukit eval --only mesh.l4`.")
+        return sec
+    tops = list(L4_TOPOLOGIES)
+    runs = sweep(ctx, tops, L4_STREAMS, "streams", lambda chain, n: iperf3_load(chain.entry_port, n, FULL_SECONDS),
+                 lambda n: {"load": "iperf3", "streams": n, "seconds": FULL_SECONDS}, "gbps")
+
+    def cpu_per_gb(r: dict[str, Any], place: str) -> float:
+        return r["cpu_ns"][place] / 1e9 / (r["figures"]["bytes"] / 1e9)
+
+    sec.paragraph("Topologies: " + "; ".join(f"`{t.name}`: {t.description}" for t in tops) + ". "
+                  f"`iperf3 -c -t {FULL_SECONDS} -P N -J` on CPU 0 against `iperf3 -s` on CPU 0; every proxy on "
+                  f"CPU 1. {ctx.repeats} interleaved rounds; cells are medians (range). CPU is per GB received.")
+    rows = [[t.name, n, fmt_mr([r["figures"]["gbps"] for r in runs[t.name][n]]),
+             fmt_mr([cpu_per_gb(r, "host") for r in runs[t.name][n]]),
+             fmt_mr([cpu_per_gb(r, "dpu") for r in runs[t.name][n]])]
+            for t in tops for n in L4_STREAMS]
+    sec.table(["topology", "streams", "Gbps", "host CPU s / GB", "dpu CPU s / GB"], rows,
+              caption="TCP throughput through tcp_proxy")
+    path, rel = ctx.plot_path("l4")
+    line_plot(path, [Series(t.name, list(L4_STREAMS), medians(runs[t.name], "gbps")) for t in tops],
+              title="TCP throughput vs streams", xlabel="iperf3 streams", ylabel="Gbps", logx=True,
+              xticks=L4_STREAMS, ymin_zero=True)
+    sec.image(rel, "TCP throughput vs streams", "Gbps (median of rounds) vs parallel streams, per topology.")
     add_chain_commands(sec, ctx.runs)
     return sec
