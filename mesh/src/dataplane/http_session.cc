@@ -62,7 +62,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
  public:
   HttpSession(Worker& w, Socket sock, const ListenerRuntime& lr)
       : w_(w), sock_(std::move(sock)), snapshot_(w.snapshot()), lr_(&lr), hcm_(lr.hcm.get()),
-        stats_(hcm_->stats[w.id()]), parser_(hcm_->limits), buf_(kReadChunk), idle_timer_(w.io()), request_timer_(w.io()),
+        stats_(hcm_->stats[w.id()]), parser_(hcm_->limits), in_(kReadChunk), idle_timer_(w.io()), request_timer_(w.io()),
         stream_timer_(w.io()), try_timer_(w.io()), resp_events_(this) {
     stats_->downstream_cx_total.inc();
     stats_->downstream_cx_active.add(1);
@@ -106,19 +106,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   // ---- downstream reading ----
   void do_read() {
     if (reading_ || read_paused_ || closed_) return;
-    if (wpos_ == buf_.size()) {
-      if (rpos_ > 0) {
-        std::memmove(buf_.data(), buf_.data() + rpos_, wpos_ - rpos_);
-        wpos_ -= rpos_;
-        rpos_ = 0;
-      } else if (buf_.size() < hcm_->limits.max_header_bytes + kReadChunk) {
-        buf_.resize(buf_.size() * 2);  // a head that needs more room (up to the header limit)
-      } else {
-        return;  // the parser holds a full buffer without progress: it will have failed
-      }
-    }
+    // A head may need more than one read's room, up to the header limit (past it the parser fails).
+    if (!in_.make_room(hcm_->limits.max_header_bytes + kReadChunk)) return;
     reading_ = true;
-    sock_.async_read_some(asio::buffer(buf_.data() + wpos_, buf_.size() - wpos_),
+    sock_.async_read_some(in_.space(),
                           [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
                             self->reading_ = false;
                             if (self->closed_) return;
@@ -126,7 +117,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
                               self->on_downstream_closed();
                               return;
                             }
-                            self->wpos_ += n;
+                            self->in_.wpos += n;
                             self->last_activity_ns_ = mono_ns();
                             self->process_input();
                             self->do_read();
@@ -134,21 +125,20 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   }
 
   void process_input() {
-    while (rpos_ < wpos_ && !closed_ && !read_paused_ && !close_after_write_) {
+    while (!in_.empty() && !closed_ && !read_paused_ && !close_after_write_) {
       if (stream_ && stream_->request_complete) break;  // a pipelined request waits for this response
       // The parser is reset here, never inside its own callbacks (a stream may end within feed()).
       if (!stream_ && parser_.done()) parser_.reset();
       if (!stream_ && !parser_.in_message()) arm_request_timer(hcm_->cfg->request_headers_timeout);
       if (!stream_) feed_start_ns_ = mono_ns();
-      size_t used = parser_.feed(std::string_view(buf_.data() + rpos_, wpos_ - rpos_), *this);
-      rpos_ += used;
+      size_t used = parser_.feed(in_.unread(), *this);
+      in_.consume(used);
       if (parser_.failure()) {
         protocol_error(*parser_.failure());
         return;
       }
       if (used == 0) break;
     }
-    if (rpos_ == wpos_) rpos_ = wpos_ = 0;
   }
 
   void on_downstream_closed() {
@@ -699,7 +689,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
                                   const boost::system::error_code& ec) {
       if (ec || self->closed_ || gen != self->generation_) return;
       if (headers) {
-        if (self->stream_ || (!self->parser_.in_message() && self->rpos_ == self->wpos_)) return;  // nothing arrived
+        if (self->stream_ || (!self->parser_.in_message() && self->in_.empty())) return;  // nothing arrived
         self->stats_->downstream_rq_timeout.inc();
         self->final_reply(408, "request headers timeout");
         return;
@@ -812,8 +802,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   const HcmRuntime* hcm_;
   HttpStats* stats_;
   http::RequestParser parser_;
-  std::vector<char> buf_;
-  size_t rpos_ = 0, wpos_ = 0;
+  ReadBuffer in_;
   WriteQueue out_;
   std::string scratch_, peer_;
   asio::steady_timer idle_timer_, request_timer_, stream_timer_, try_timer_;

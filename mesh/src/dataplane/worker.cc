@@ -161,6 +161,7 @@ void Worker::forget_idle(const UpstreamConn* conn) {
 
 namespace {
 constexpr size_t kReadChunk = 64 * 1024;
+constexpr size_t kMaxReadBuffer = 256 * 1024;
 
 Protocol::endpoint endpoint_of(const config::Address& a) {
   if (a.is_pipe()) return Protocol::endpoint(asio::local::stream_protocol::endpoint(a.pipe_path));
@@ -170,7 +171,7 @@ Protocol::endpoint endpoint_of(const config::Address& a) {
 
 UpstreamConn::UpstreamConn(Worker& w, std::shared_ptr<ClusterRuntime> cluster, std::shared_ptr<Host> host)
     : w_(w), cluster_(std::move(cluster)), host_(std::move(host)), sock_(w.io()), timer_(w.io()),
-      buf_(kReadChunk) {
+      in_(kReadChunk) {
   cluster_->stats(w_.id()).upstream_cx_total.inc();
   cluster_->stats(w_.id()).upstream_cx_active.add(1);
 }
@@ -237,17 +238,10 @@ void UpstreamConn::flush() {
 
 void UpstreamConn::do_read() {
   if (reading_ || paused_ || closed_) return;
-  if (wpos_ == buf_.size()) {
-    if (rpos_ > 0) {
-      std::memmove(buf_.data(), buf_.data() + rpos_, wpos_ - rpos_);
-      wpos_ -= rpos_;
-      rpos_ = 0;
-    } else {
-      buf_.resize(buf_.size() * 2);
-    }
-  }
+  // A response head beyond this fails in the parser (its header limit) before the buffer is full.
+  if (!in_.make_room(kMaxReadBuffer)) return;
   reading_ = true;
-  sock_.async_read_some(asio::buffer(buf_.data() + wpos_, buf_.size() - wpos_),
+  sock_.async_read_some(in_.space(),
                         [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
                           self->reading_ = false;
                           if (self->closed_) return;
@@ -275,7 +269,7 @@ void UpstreamConn::do_read() {
 }
 
 void UpstreamConn::on_read(size_t n) {
-  wpos_ += n;
+  in_.wpos += n;
   if (!user_) {
     // Bytes or a close on an idle pooled connection: it cannot be reused.
     w_.forget_idle(this);
@@ -283,9 +277,9 @@ void UpstreamConn::on_read(size_t n) {
     return;
   }
   auto self = shared_from_this();  // the user may drop us during the events
-  while (rpos_ < wpos_ && user_ && !closed_) {
-    size_t used = parser_.feed(std::string_view(buf_.data() + rpos_, wpos_ - rpos_), user_->response_events());
-    rpos_ += used;
+  while (!in_.empty() && user_ && !closed_) {
+    size_t used = parser_.feed(in_.unread(), user_->response_events());
+    in_.consume(used);
     if (parser_.failure()) {
       cluster_->stats(w_.id()).upstream_cx_protocol_error.inc();
       fail(User::Failure::kProtocol);
@@ -293,7 +287,6 @@ void UpstreamConn::on_read(size_t n) {
     }
     if (parser_.done() || used == 0) break;
   }
-  if (rpos_ == wpos_) rpos_ = wpos_ = 0;
   if (parser_.done() && user_ && !closed_) {
     user_->upstream_response_complete();  // may pool us (reading goes on) or close us
     if (closed_) return;
@@ -305,7 +298,7 @@ void UpstreamConn::resume_reading() {
   if (!paused_) return;
   paused_ = false;
   // Bytes already buffered are parsed before reading more.
-  if (rpos_ < wpos_) on_read(0);
+  if (!in_.empty()) on_read(0);
   else do_read();
 }
 

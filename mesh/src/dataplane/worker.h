@@ -8,7 +8,9 @@
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange without it
 #include <boost/asio.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <random>
@@ -30,6 +32,34 @@ using Protocol = asio::generic::stream_protocol;
 using Socket = Protocol::socket;
 
 class UpstreamConn;
+
+// Bytes read from a socket: [rpos, wpos) wait for the parser, reads land after wpos.
+struct ReadBuffer {
+  std::vector<char> bytes;
+  size_t rpos = 0, wpos = 0;
+  explicit ReadBuffer(size_t size) : bytes(size) {}
+  std::string_view unread() const { return {bytes.data() + rpos, wpos - rpos}; }
+  bool empty() const { return rpos == wpos; }
+  void consume(size_t n) {
+    rpos += n;
+    if (rpos == wpos) rpos = wpos = 0;
+  }
+  // Room for the next read: moves the unread bytes to the front, or doubles
+  // the buffer up to `max_size` (a head longer than one read). False when full at that size.
+  bool make_room(size_t max_size) {
+    if (wpos < bytes.size()) return true;
+    if (rpos > 0) {
+      std::memmove(bytes.data(), bytes.data() + rpos, wpos - rpos);
+      wpos -= rpos;
+      rpos = 0;
+      return true;
+    }
+    if (bytes.size() >= max_size) return false;
+    bytes.resize(std::min(max_size, bytes.size() * 2));
+    return true;
+  }
+  asio::mutable_buffer space() { return asio::buffer(bytes.data() + wpos, bytes.size() - wpos); }
+};
 
 // Bytes for a socket with at most one async_write in flight: what is added
 // meanwhile waits in `pending` and goes out next, in one write.
@@ -144,7 +174,7 @@ class UpstreamConn : public std::enable_shared_from_this<UpstreamConn> {
   Host& host() { return *host_; }
   ClusterRuntime& cluster() { return *cluster_; }
   // Reusable for another request: open, the last response ended cleanly, nothing buffered.
-  bool reusable() const { return open() && !parser_.in_message() && !parser_.failure() && rpos_ == wpos_; }
+  bool reusable() const { return open() && !parser_.in_message() && !parser_.failure() && in_.empty(); }
 
  private:
   void do_read();
@@ -159,8 +189,7 @@ class UpstreamConn : public std::enable_shared_from_this<UpstreamConn> {
   asio::steady_timer timer_;
   User* user_ = nullptr;
   http::ResponseParser parser_;
-  std::vector<char> buf_;
-  size_t rpos_ = 0, wpos_ = 0;
+  ReadBuffer in_;
   WriteQueue out_;
   bool reading_ = false, paused_ = false, connected_ = false, closed_ = false;
 };
