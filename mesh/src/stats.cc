@@ -74,7 +74,7 @@ uint64_t sum(const std::deque<T>& d, const std::function<uint64_t(const T&)>& f)
 
 }  // namespace
 
-std::string StatsStore::prometheus(const std::vector<HostStatsView>& hosts, const std::string&) const {
+std::string StatsStore::prometheus(const std::vector<HostStatsView>& hosts) const {
   std::lock_guard lock(mu_);
   Exposition e;
   using C = ClusterStats;

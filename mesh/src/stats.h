@@ -89,7 +89,7 @@ class StatsStore {
 
   // Prometheus text exposition with Envoy's metric names (envoy_cluster_*,
   // envoy_http_*, envoy_tcp_*) plus dpukit_mesh_module_* and the host health gauges.
-  std::string prometheus(const std::vector<HostStatsView>& hosts, const std::string& local_rl_prefix_note = "") const;
+  std::string prometheus(const std::vector<HostStatsView>& hosts) const;
   // Per-module totals over workers: {ns, calls}.
   std::pair<uint64_t, uint64_t> module_total(Module m) const;
 
