@@ -686,6 +686,32 @@ TEST(ClusterOutlier, MaxEjectionPercentIsStrict) {
   EXPECT_EQ(ejected(f.cluster("o34")), 1);  // 1/3 = 33 % <= 34 %, 2/3 > 34 %
 }
 
+TEST(ClusterOutlier, EnforcingConsecutive5xxIsTheShareOfDetectionsThatEject) {
+  // Each detection (consecutive_5xx: 1, so each 500) ejects with probability
+  // enforcing_consecutive_5xx %; the host comes back before the next one.
+  Fixture f(bootstrap_yaml(routes_vh(rt("r", "{prefix: /}")),
+                           kBackend +
+                               cluster_yaml("e0", {{1, 1}, {2, 1}},
+                                            od("consecutive_5xx: 1, base_ejection_time: 1s, max_ejection_percent: 50, "
+                                               "enforcing_consecutive_5xx: 0")) +
+                               cluster_yaml("e30", {{1, 1}, {2, 1}},
+                                            od("consecutive_5xx: 1, base_ejection_time: 1s, max_ejection_percent: 50, "
+                                               "enforcing_consecutive_5xx: 30"))));
+  auto detections_that_eject = [&](ClusterRuntime& c) {
+    Host& h = *c.hosts()->hosts[0];
+    int64_t t = kSec;
+    for (int i = 0; i < 10000; ++i) {
+      c.report_status(h, 500, t);
+      t += 400 * kSec;  // past any ejection (capped at 300 s), and the backoff decays
+    }
+    return h.ejections.load();
+  };
+  EXPECT_EQ(detections_that_eject(f.cluster("e0")), 0u);
+  uint32_t n = detections_that_eject(f.cluster("e30"));
+  EXPECT_GT(n, 2700u);  // 3000 expected; 46 is one standard deviation
+  EXPECT_LT(n, 3300u);
+}
+
 TEST(ClusterOutlier, NoOutlierDetectionNoEjection) {
   Fixture f(bootstrap_yaml(routes_vh(rt("r", "{prefix: /}")), kBackend));
   auto& c = f.cluster("backend");

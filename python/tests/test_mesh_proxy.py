@@ -25,7 +25,7 @@ import pytest
 from conftest import native_tool
 from mesh_support import *  # noqa: F401,F403
 from mesh_support import (Echoes, Proxy, bootstrap, cluster, envoy_bin, http_get, ports, raw_exchange,
-                          read_response, request, start_proxy)
+                          request, start_proxy)
 
 MiB = 1 << 20
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 
 from mesh_support import *  # noqa: F401,F403
 from mesh_support import Echoes, bootstrap, cluster, ports, request, start_proxy
@@ -133,7 +132,7 @@ def run_table(kind: str, echoes: Echoes, tmp_path: Path) -> list[tuple[int, str 
 
 def test_same_upstream_and_status_as_envoy(echoes: Echoes, tmp_path: Path):
     from mesh_support import envoy_bin
-    envoy_bin()  # skip when Envoy is not installed
+    envoy_bin()  # fails, with the how-to, when Envoy is not installed
     for name in CLUSTERS:
         echoes.start(name)
     reference = run_table("envoy", echoes, tmp_path)

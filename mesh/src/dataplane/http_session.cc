@@ -31,30 +31,6 @@ constexpr const char* kOverflow = "upstream connect error or disconnect/reset be
 constexpr const char* kProtocolError =
     "upstream connect error or disconnect/reset before headers. reset reason: protocol error";
 
-const char* reason_phrase(unsigned status) {
-  switch (status) {
-    case 200: return "OK";
-    case 204: return "No Content";
-    case 301: return "Moved Permanently";
-    case 302: return "Found";
-    case 400: return "Bad Request";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 408: return "Request Timeout";
-    case 413: return "Payload Too Large";
-    case 414: return "URI Too Long";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Unknown";
-  }
-}
-
 class HttpSession : public std::enable_shared_from_this<HttpSession>,
                     public http::RequestEvents,
                     public UpstreamConn::User,
@@ -574,7 +550,6 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     s.local_reply = true;
     http::ResponseHead h;
     h.status = status;
-    h.reason = reason_phrase(status);
     if (extra) h.headers = *extra;
     if (!body.empty()) h.headers.add("content-type", "text/plain");
     h.content_length = body.size();
@@ -607,14 +582,13 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
       release_stream();
       stream_.reset();
     }
-    final_reply(f.status, f.status == 400 ? "Bad Request" : reason_phrase(f.status));
+    final_reply(f.status, http::reason_phrase(f.status));
   }
 
   // An answer outside any stream, after which the connection closes (a bad request, a slow client).
   void final_reply(unsigned status, std::string_view body) {
     http::ResponseHead h;
     h.status = status;
-    h.reason = reason_phrase(status);
     h.headers.add("content-type", "text/plain");
     h.content_length = body.size();
     http::write_response_head(h, false, out_.pending);

@@ -28,25 +28,6 @@ std::string origin_form(std::string_view target) {
   return (target[path] == '?' ? "/" : "") + std::string(target.substr(path));
 }
 
-void strip_connection_named(http::HeaderList& headers) {
-  std::vector<std::string> named;
-  for (const auto& f : headers.fields) {
-    if (!http::iequals(f.name, "connection")) continue;
-    std::string_view v = f.value;
-    while (!v.empty()) {
-      size_t comma = v.find(',');
-      std::string_view token = v.substr(0, comma);
-      while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
-      while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
-      if (!token.empty() && !http::iequals(token, "close") && !http::iequals(token, "keep-alive"))
-        named.emplace_back(token);
-      if (comma == std::string_view::npos) break;
-      v.remove_prefix(comma + 1);
-    }
-  }
-  for (const auto& n : named) headers.remove(n);
-}
-
 RouteDecision local(unsigned status, std::string body) {
   RouteDecision d;
   d.kind = RouteDecision::Kind::kLocalReply;
@@ -113,7 +94,7 @@ void route(const HcmRuntime& hcm, http::RequestHead& head, const std::string& pe
   }
   // Fields the client named in Connection are hop-by-hop: drop them now, so
   // that one named like a field we add (x-forwarded-proto) cannot remove ours.
-  strip_connection_named(head.headers);
+  head.headers.remove_connection_named();
   // Request header rules: the route's, the virtual host's, the route configuration's.
   apply_header_rules_request(r.headers, head.headers);
   apply_header_rules_request(m.vhost->cfg->headers, head.headers);

@@ -34,7 +34,15 @@ struct HeaderList {
   void remove(std::string_view name);  // every field with this name
   void add(std::string name, std::string value);
   void set(std::string name, std::string value);  // replace all with one
+  // The field names that Connection fields list (hop-by-hop, RFC 9110
+  // §7.6.1), as views into this list: "close" and "keep-alive" included.
+  std::vector<std::string_view> connection_tokens() const;
+  // Removes the fields that Connection names (not Connection itself).
+  void remove_connection_named();
 };
+
+// The reason phrase for a status code ("Not Found"), for heads we write.
+std::string_view reason_phrase(unsigned status);
 
 struct Limits {
   uint32_t max_headers_count = 100;        // Envoy: common_http_protocol_options.max_headers_count

@@ -17,28 +17,14 @@ namespace {
 constexpr std::string_view kNotCopied[] = {"connection",        "keep-alive", "proxy-connection", "te",
                                            "transfer-encoding", "upgrade",    "trailer",          "content-length"};
 
-// Is `name` listed in a Connection field (as a hop-by-hop field)?
-bool named_in_connection(const HeaderList& headers, std::string_view name) {
-  for (const Header& h : headers.fields) {
-    if (!iequals(h.name, "connection")) continue;
-    std::string_view list = h.value;
-    for (size_t at = 0; at <= list.size();) {
-      size_t comma = std::min(list.find(',', at), list.size());
-      std::string_view token = list.substr(at, comma - at);
-      while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
-      while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
-      if (iequals(token, name)) return true;
-      at = comma + 1;
-    }
-  }
-  return false;
-}
-
-bool copied(const HeaderList& headers, const Header& h) {
+// `connection` is the head's connection_tokens(), read once per head.
+bool copied(const std::vector<std::string_view>& connection, const Header& h) {
   for (std::string_view n : kNotCopied) {
     if (iequals(h.name, n)) return false;
   }
-  return !named_in_connection(headers, h.name);
+  for (std::string_view t : connection)
+    if (iequals(t, h.name)) return false;
+  return true;
 }
 
 void append_field(std::string& out, std::string_view name, std::string_view value) {
@@ -89,8 +75,9 @@ void write_request_head(const RequestHead& head, std::string& out) {
   // Host first (RFC 9112 §3.2), from head.host: the parser put the
   // absolute-form's authority there, and routing may rewrite it.
   append_field(out, "Host", head.host);
+  const auto connection = head.headers.connection_tokens();
   for (const Header& h : head.headers.fields) {
-    if (!iequals(h.name, "host") && copied(head.headers, h)) append_field(out, h.name, h.value);
+    if (!iequals(h.name, "host") && copied(connection, h)) append_field(out, h.name, h.value);
   }
   if (head.content_length) {
     append_content_length(out, *head.content_length);
@@ -115,12 +102,12 @@ void write_response_head(const ResponseHead& head, bool keep_alive, unsigned cli
   if (!head.reason.empty()) {
     out.append(head.reason);
   } else {
-    auto phrase = boost::beast::http::obsolete_reason(static_cast<boost::beast::http::status>(head.status));
-    out.append(phrase.data(), phrase.size());
+    out.append(reason_phrase(head.status));
   }
   out.append("\r\n");
+  const auto connection = head.headers.connection_tokens();
   for (const Header& h : head.headers.fields) {
-    if (copied(head.headers, h)) append_field(out, h.name, h.value);
+    if (copied(connection, h)) append_field(out, h.name, h.value);
   }
   // A body that is neither chunked nor length-delimited for this client ends
   // when the connection closes.

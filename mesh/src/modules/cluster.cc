@@ -153,9 +153,9 @@ void ClusterRuntime::report_status(Host& host, unsigned status, int64_t now_ns) 
   size_t ejected = 0;
   for (const auto& h : set->hosts) ejected += h->ejected_until_ns.load(std::memory_order_relaxed) > now_ns;
   if ((ejected + 1) * 100 > set->hosts.size() * static_cast<uint64_t>(od.max_ejection_percent)) return;
-  // enforcing_consecutive_5xx is a percentage; a deterministic share of detections is enforced.
+  // enforcing_consecutive_5xx: the chance, in percent, that a detection ejects (Envoy draws at random too).
   if (od.enforcing_consecutive_5xx < 100 &&
-      (host.ejections.load(std::memory_order_relaxed) * 37 + n) % 100 >= od.enforcing_consecutive_5xx)
+      mix(enforce_draws_.fetch_add(1, std::memory_order_relaxed)) % 100 >= od.enforcing_consecutive_5xx)
     return;
   const int64_t base_ns = static_cast<int64_t>(od.base_ejection_time.count()) * 1000000;
   const int64_t max_ns = std::max<int64_t>(300'000'000'000, base_ns);  // Envoy's default max_ejection_time

@@ -109,6 +109,7 @@ class ClusterRuntime {
   std::vector<config::Endpoint> endpoints_;
   std::shared_ptr<const HostSet> hosts_;
   std::atomic<uint64_t> rr_{0};
+  std::atomic<uint64_t> enforce_draws_{0};  // a splitmix64 stream for enforcing_consecutive_5xx
   std::atomic<uint32_t> active_requests_{0}, active_connections_{0}, pending_{0}, active_retries_{0};
   std::mutex eject_mu_;  // ejection decisions (rare)
 };

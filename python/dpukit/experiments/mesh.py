@@ -28,7 +28,6 @@ import statistics
 import tempfile
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,7 +38,7 @@ from dpukit.errors import DpukitError
 from dpukit.experiments import Context, experiment
 from dpukit.paths import repo_root, tool_path
 from dpukit.plots import BarPanel, Series, bars_plot, line_plot
-from dpukit.procs import Group, Proc, free_port, run_measured
+from dpukit.procs import Group, Proc, free_port, http_get, run_measured
 from dpukit.report import Section
 from dpukit.units import fmt_int, fmt_sig
 
@@ -145,16 +144,6 @@ static_resources:
             address:
               {upstream}
 """
-
-
-def http_get(url: str, timeout: float = 1.0) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read().decode(errors="replace")
-    except urllib.error.HTTPError as e:
-        return e.code, ""
-    except OSError:
-        return 0, ""
 
 
 # -- topologies ----------------------------------------------------------------
