@@ -14,6 +14,7 @@
 #include "dpukit/core/copy.h"
 #include "dpukit/core/ring.h"
 #include "dpukit/core/shm.h"
+#include "unix_socket.h"
 
 namespace dpukit {
 namespace detail {
@@ -56,72 +57,6 @@ struct Ack {
   uint32_t ok;
   uint32_t reserved;
 };
-
-ChannelError sys_error(const std::string& what) {
-  return ChannelError(ChannelError::Kind::kSystem, what + ": " + std::strerror(errno));
-}
-
-pid_t peer_pid_of(int sock) {
-  ucred cred{};
-  socklen_t len = sizeof(cred);
-  if (::getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return 0;
-  return cred.pid;
-}
-
-void send_with_fds(int sock, const void* data, size_t len, const int* fds, int nfds) {
-  iovec iov{const_cast<void*>(data), len};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  if (nfds > 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-  }
-  if (::sendmsg(sock, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(len)) throw sys_error("channel: handshake send");
-}
-
-// Receives one message of exactly `len` bytes and up to `nfds` descriptors, waiting up to timeout.
-int recv_with_fds(int sock, void* data, size_t len, UniqueFd* fds, int nfds, std::chrono::milliseconds timeout) {
-  pollfd p{sock, POLLIN, 0};
-  int r = ::poll(&p, 1, static_cast<int>(timeout.count()));
-  if (r < 0) throw sys_error("channel: handshake poll");
-  if (r == 0) throw ChannelError(ChannelError::Kind::kProtocol, "channel: handshake timed out");
-  iovec iov{data, len};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  ssize_t n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-  if (n < 0) throw sys_error("channel: handshake receive");
-  int got = 0;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    int count = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-    for (int i = 0; i < count; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      if (got < nfds) fds[got++].reset(fd); else ::close(fd);
-    }
-  }
-  if (n == 0) throw ChannelError(ChannelError::Kind::kPeerGone, "channel: peer hung up during the handshake");
-  if (static_cast<size_t>(n) != len || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
-    throw ChannelError(ChannelError::Kind::kProtocol, "channel: malformed handshake message");
-  return got;
-}
-
-UniqueFd make_eventfd() {
-  UniqueFd fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!fd) throw sys_error("channel: eventfd");
-  return fd;
-}
 
 }  // namespace
 
@@ -233,7 +168,7 @@ struct alignas(kCacheLine) ChannelState {
     payload = base + pay_off;
     std::atomic_thread_fence(std::memory_order_release);
     hdr->magic = kChannelMagic;
-    for (auto& b : bells) b = make_eventfd();
+    for (auto& b : bells) b = make_eventfd("channel");
     is_host = true;
   }
 
@@ -289,21 +224,13 @@ ChannelHost::~ChannelHost() { close(); }
 ChannelHost ChannelHost::connect(const std::string& socket_path, const ChannelConfig& config) {
   auto s = std::make_unique<ChannelState>();
   s->create(config);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (socket_path.size() >= sizeof(addr.sun_path))
-    throw ChannelError(ChannelError::Kind::kSystem, "channel: socket path too long: " + socket_path);
-  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
-  s->sock = UniqueFd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  if (!s->sock) throw detail::sys_error("channel: socket");
-  if (::connect(s->sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
-    throw detail::sys_error("channel: no dpu side listening at " + socket_path);
+  s->sock = detail::connect_seqpacket(socket_path, "channel", "dpu side");
   detail::Hello hello{detail::kChannelMagic, detail::kChannelVersion, 0, s->hdr->total_bytes};
   int fds[1 + detail::kBells] = {s->shm.fd()};
   for (int i = 0; i < detail::kBells; ++i) fds[1 + i] = s->bells[i].get();
-  detail::send_with_fds(s->sock.get(), &hello, sizeof(hello), fds, 1 + detail::kBells);
+  detail::send_with_fds(s->sock.get(), &hello, sizeof(hello), fds, 1 + detail::kBells, "channel");
   detail::Ack ack{};
-  detail::recv_with_fds(s->sock.get(), &ack, sizeof(ack), nullptr, 0, std::chrono::seconds(10));
+  detail::recv_with_fds(s->sock.get(), &ack, sizeof(ack), nullptr, 0, std::chrono::seconds(10), "channel");
   if (ack.magic != detail::kChannelMagic || ack.ok != 1)
     throw ChannelError(ChannelError::Kind::kProtocol, "channel: the dpu side at " + socket_path + " refused the channel");
   s->peer = detail::peer_pid_of(s->sock.get());
@@ -516,21 +443,8 @@ pid_t ChannelDpu::peer_pid() const { return s_->peer; }
 
 // ----------------------------------------------------------------- listener
 
-ChannelListener::ChannelListener(const std::string& socket_path) : path_(socket_path) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (socket_path.size() >= sizeof(addr.sun_path))
-    throw ChannelError(ChannelError::Kind::kSystem, "channel: socket path too long: " + socket_path);
-  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
-  fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) throw detail::sys_error("channel: socket");
-  ::unlink(socket_path.c_str());  // a stale socket from a dead agent
-  if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd_, 64) != 0) {
-    auto e = detail::sys_error("channel: cannot listen at " + socket_path);
-    ::close(fd_);
-    throw e;
-  }
-}
+ChannelListener::ChannelListener(const std::string& socket_path)
+    : fd_(detail::listen_seqpacket(socket_path, "channel").release()), path_(socket_path) {}
 
 ChannelListener::ChannelListener(ChannelListener&& o) noexcept
     : fd_(std::exchange(o.fd_, -1)), path_(std::move(o.path_)) {}
@@ -550,15 +464,10 @@ ChannelListener::~ChannelListener() {
 }
 
 ChannelDpu ChannelListener::accept(std::chrono::milliseconds timeout) {
-  pollfd p{fd_, POLLIN, 0};
-  int r = ::poll(&p, 1, timeout.count() < 0 ? -1 : static_cast<int>(timeout.count()));
-  if (r < 0) throw detail::sys_error("channel: accept poll");
-  if (r == 0) throw ChannelError(ChannelError::Kind::kSystem, "channel: no host connected to " + path_ + " in time");
-  UniqueFd sock(::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC));
-  if (!sock) throw detail::sys_error("channel: accept");
+  UniqueFd sock = detail::accept_seqpacket(fd_, path_, timeout, "channel");
   detail::Hello hello{};
   UniqueFd fds[1 + detail::kBells];
-  int got = detail::recv_with_fds(sock.get(), &hello, sizeof(hello), fds, 1 + detail::kBells, std::chrono::seconds(10));
+  int got = detail::recv_with_fds(sock.get(), &hello, sizeof(hello), fds, 1 + detail::kBells, std::chrono::seconds(10), "channel");
   if (hello.magic != detail::kChannelMagic || hello.version != detail::kChannelVersion || got != 1 + detail::kBells)
     throw ChannelError(ChannelError::Kind::kProtocol, "channel: a peer at " + path_ + " sent no valid channel handshake");
   auto s = std::make_unique<ChannelState>();
@@ -567,7 +476,7 @@ ChannelDpu ChannelListener::accept(std::chrono::milliseconds timeout) {
   s->peer = detail::peer_pid_of(sock.get());
   s->sock = std::move(sock);
   detail::Ack ack{detail::kChannelMagic, 1, 0};
-  detail::send_with_fds(s->sock.get(), &ack, sizeof(ack), nullptr, 0);
+  detail::send_with_fds(s->sock.get(), &ack, sizeof(ack), nullptr, 0, "channel");
   return ChannelDpu(std::move(s));
 }
 

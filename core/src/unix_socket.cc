@@ -1,0 +1,124 @@
+#include "unix_socket.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace dpukit::detail {
+
+namespace {
+sockaddr_un unix_address(const std::string& path, const char* who) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(addr.sun_path))
+    throw ChannelError(ChannelError::Kind::kSystem, std::string(who) + ": bad socket path (empty or too long): " + path);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+}  // namespace
+
+ChannelError sys_error(const std::string& what) {
+  return ChannelError(ChannelError::Kind::kSystem, what + ": " + std::strerror(errno));
+}
+
+pid_t peer_pid_of(int sock) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return 0;
+  return cred.pid;
+}
+
+void send_with_fds(int sock, const void* data, size_t len, const int* fds, int nfds, const char* who) {
+  iovec iov{const_cast<void*>(data), len};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (nfds > 8) throw std::invalid_argument(std::string(who) + ": at most 8 descriptors per message");
+  if (nfds > 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+  }
+  if (::sendmsg(sock, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(len)) throw sys_error(std::string(who) + ": handshake send");
+}
+
+int recv_with_fds(int sock, void* data, size_t len, UniqueFd* fds, int nfds, std::chrono::milliseconds timeout,
+                  const char* who) {
+  pollfd p{sock, POLLIN, 0};
+  int r = ::poll(&p, 1, static_cast<int>(timeout.count()));
+  if (r < 0) throw sys_error(std::string(who) + ": handshake poll");
+  if (r == 0) throw ChannelError(ChannelError::Kind::kProtocol, std::string(who) + ": handshake timed out");
+  iovec iov{data, len};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  if (n < 0) {
+    if (errno == ECONNRESET) throw ChannelError(ChannelError::Kind::kPeerGone, std::string(who) + ": peer reset the handshake");
+    throw sys_error(std::string(who) + ": handshake receive");
+  }
+  int got = 0;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    int count = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    for (int i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      if (got < nfds) fds[got++].reset(fd); else ::close(fd);
+    }
+  }
+  if (n == 0) throw ChannelError(ChannelError::Kind::kPeerGone, std::string(who) + ": peer hung up during the handshake");
+  if (static_cast<size_t>(n) != len || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+    throw ChannelError(ChannelError::Kind::kProtocol, std::string(who) + ": malformed handshake message");
+  return got;
+}
+
+UniqueFd make_eventfd(const char* who) {
+  UniqueFd fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!fd) throw sys_error(std::string(who) + ": eventfd");
+  return fd;
+}
+
+UniqueFd listen_seqpacket(const std::string& path, const char* who) {
+  sockaddr_un addr = unix_address(path, who);
+  UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!fd) throw sys_error(std::string(who) + ": socket");
+  ::unlink(path.c_str());  // a stale socket from a dead process
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd.get(), 128) != 0)
+    throw sys_error(std::string(who) + ": cannot listen at " + path);
+  return fd;
+}
+
+UniqueFd connect_seqpacket(const std::string& path, const char* who, const char* peer) {
+  sockaddr_un addr = unix_address(path, who);
+  UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!fd) throw sys_error(std::string(who) + ": socket");
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+    throw sys_error(std::string(who) + ": no " + peer + " listening at " + path);
+  return fd;
+}
+
+UniqueFd accept_seqpacket(int listen_fd, const std::string& path, std::chrono::milliseconds timeout, const char* who) {
+  pollfd p{listen_fd, POLLIN, 0};
+  int r = ::poll(&p, 1, timeout.count() < 0 ? -1 : static_cast<int>(timeout.count()));
+  if (r < 0) throw sys_error(std::string(who) + ": accept poll");
+  if (r == 0) throw ChannelError(ChannelError::Kind::kSystem, std::string(who) + ": no peer connected to " + path + " in time");
+  UniqueFd sock(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC));
+  if (!sock) throw sys_error(std::string(who) + ": accept");
+  return sock;
+}
+
+}  // namespace dpukit::detail

@@ -1,0 +1,42 @@
+// Unix-socket plumbing shared by the channel and the shared-memory stream
+// (private to core): passing descriptors (SCM_RIGHTS), eventfd doorbells and
+// the listening and connecting of SOCK_SEQPACKET sockets, whose message
+// boundaries keep a handshake in one piece.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+
+#include "dpukit/core/channel.h"
+#include "dpukit/core/shm.h"
+
+namespace dpukit::detail {
+
+// ChannelError(kSystem) with errno's text: "what: strerror(errno)".
+ChannelError sys_error(const std::string& what);
+
+pid_t peer_pid_of(int sock);
+
+// Sends `len` bytes and `nfds` descriptors (at most 8) in one message. `who` prefixes errors.
+void send_with_fds(int sock, const void* data, size_t len, const int* fds, int nfds, const char* who);
+
+// Receives one message of exactly `len` bytes and up to `nfds` descriptors,
+// waiting up to `timeout` (0: only what is there now); returns how many
+// descriptors came. Throws ChannelError: kPeerGone on a hang-up, kProtocol on
+// a message of another size or a time-out.
+int recv_with_fds(int sock, void* data, size_t len, UniqueFd* fds, int nfds, std::chrono::milliseconds timeout,
+                  const char* who);
+
+UniqueFd make_eventfd(const char* who);  // non-blocking, close-on-exec
+
+// A SOCK_SEQPACKET Unix socket listening at `path` (a stale socket file is replaced).
+UniqueFd listen_seqpacket(const std::string& path, const char* who);
+// A SOCK_SEQPACKET Unix socket connected to `path` (blocking); `peer` names
+// what should listen there, for the error.
+UniqueFd connect_seqpacket(const std::string& path, const char* who, const char* peer);
+// Accepts one connection, waiting up to `timeout` (negative: forever).
+UniqueFd accept_seqpacket(int listen_fd, const std::string& path, std::chrono::milliseconds timeout, const char* who);
+
+}  // namespace dpukit::detail
