@@ -21,30 +21,8 @@ ExecutionModel parse_model(const std::string& name) {
 
 namespace {
 
-// Envoy features the configuration plane reads but the data plane does not
-// carry out yet: refused by name rather than silently ignored.
-void refuse_unimplemented(const config::Bootstrap& b) {
-  for (size_t i = 0; i < b.listeners.size(); ++i) {
-    const auto& l = b.listeners[i];
-    for (size_t j = 0; j < l.filters.size(); ++j) {
-      const auto& f = l.filters[j];
-      if (!f.hcm) continue;
-      std::string at = "static_resources.listeners[" + std::to_string(i) + "].filter_chains[0].filters[" +
-                        std::to_string(j) + "].typed_config";
-      if (f.hcm->codec_type == config::HttpConnectionManager::Codec::kHttp2)
-        throw config::ConfigError(at + ".codec_type", "HTTP2 is not supported by dpukit-mesh yet (HTTP1 and AUTO serve HTTP/1.1)");
-    }
-  }
-  for (size_t i = 0; i < b.clusters.size(); ++i)
-    if (b.clusters[i].http2)
-      throw config::ConfigError("static_resources.clusters[" + std::to_string(i) + "].typed_extension_protocol_options",
-                                "HTTP/2 upstreams are not supported by dpukit-mesh yet");
-}
-
 config::Bootstrap load_checked(const std::string& path) {
-  auto b = config::load_bootstrap(path);
-  refuse_unimplemented(b);
-  return b;
+  return config::load_bootstrap(path);
 }
 
 }  // namespace

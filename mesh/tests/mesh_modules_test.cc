@@ -477,6 +477,24 @@ TEST(ClusterLb, RandomCoversAllHosts) {
   for (auto [port, count] : n) EXPECT_NEAR(count, 10000, 600) << port;  // sd ~87
 }
 
+TEST(ClusterLb, WeightedLeastRequestSharesByWeightOverActiveRequests) {
+  Fixture f(bootstrap_yaml(routes_vh(rt("r", "{prefix: /}")),
+                           kBackend + cluster_yaml("w", {{1, 1}, {2, 3}}, lb("LEAST_REQUEST"))));
+  auto& c = f.cluster("w");
+  std::mt19937_64 rng(5);
+  constexpr int kDraws = 40000;
+  auto share_of_first = [&] {
+    int first = 0;
+    for (int i = 0; i < kDraws; ++i) first += c.choose({false, 0, rng()}, 0)->address.port == 1;
+    return first;
+  };
+  // Idle: by weight, 1 : 3.
+  EXPECT_NEAR(share_of_first(), kDraws / 4, 600);  // sd ~87
+  // The heavy host busy with 5 requests: 1 / (3 / 6) = 2 : 1 for the light one.
+  c.hosts()->hosts[1]->active_requests = 5;
+  EXPECT_NEAR(share_of_first(), kDraws * 2 / 3, 600);
+}
+
 TEST(ClusterLb, LeastRequestPrefersFewerActiveRequests) {
   Fixture f(bootstrap_yaml(routes_vh(rt("r", "{prefix: /}")),
                            kBackend + cluster_yaml("lr2", {{1, 1}, {2, 1}}, lb("LEAST_REQUEST")) +

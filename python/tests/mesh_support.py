@@ -9,11 +9,15 @@ from the module namespace).
 
 from __future__ import annotations
 
+import collections
 import http.client
 import itertools
 import os
 import re
+import signal
 import socket
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -25,7 +29,8 @@ from dpukit.experiments.mesh import envoy_path, wait_ready
 from dpukit.procs import Group, Proc, free_port, http_get
 
 __all__ = ["echoes", "proxy_kind", "start_proxy", "envoy_bin", "Echoes", "Proxy", "Response", "request",
-           "raw_exchange", "read_response", "http_get", "HCM", "ROUTER", "bootstrap", "cluster", "ports"]
+           "raw_exchange", "read_response", "http_get", "HCM", "ROUTER", "bootstrap", "cluster", "cluster_of",
+           "ports", "kill_under_load"]
 
 _base_ids = itertools.count(os.getpid() % 1000 * 1000 + 500_000)
 
@@ -114,10 +119,17 @@ ROUTER = """\
 
 def cluster(name: str, ports: list[int], extra: str = "") -> str:
     """A STATIC round-robin cluster on 127.0.0.1:ports (``extra``: more cluster fields, indented 4)."""
+    return cluster_of(name, [f"socket_address: {{address: 127.0.0.1, port_value: {p}}}" for p in ports], extra)
+
+
+def cluster_of(name: str, addresses: list[str], extra: str = "", endpoint_extra: str = "") -> str:
+    """A STATIC round-robin cluster of endpoints at ``addresses`` (Envoy address
+    bodies); ``endpoint_extra``: one more field of every lb_endpoint (its metadata)."""
+    more = f"\n          {endpoint_extra}" if endpoint_extra else ""
     endpoints = "".join(f"""
         - endpoint:
             address:
-              socket_address: {{address: 127.0.0.1, port_value: {p}}}""" for p in ports)
+              {a}{more}""" for a in addresses)
     return f"""\
   - name: {name}
     connect_timeout: 0.5s
@@ -128,6 +140,29 @@ def cluster(name: str, ports: list[int], extra: str = "") -> str:
       endpoints:
       - lb_endpoints:{endpoints}
 """
+
+
+def kill_under_load(port: int, pid: int) -> collections.Counter:
+    """SIGKILL ``pid`` while a client sends request after request to ``port``;
+    the statuses seen meanwhile ("error": the client got no answer)."""
+    stop = threading.Event()
+    during: collections.Counter = collections.Counter()
+
+    def load() -> None:
+        while not stop.is_set():
+            try:
+                during[request(port, timeout=2).status] += 1
+            except OSError:
+                during["error"] += 1
+
+    t = threading.Thread(target=load)
+    t.start()
+    time.sleep(0.3)
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(1.0)
+    stop.set()
+    t.join()
+    return during
 
 
 def bootstrap(*, port: int, admin: int, virtual_hosts: str, clusters: str, http_filters: str = "",

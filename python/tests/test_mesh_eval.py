@@ -60,8 +60,9 @@ def test_parse_fortio():
 
 def test_topologies_are_registered_and_selectable(monkeypatch):
     names = [t.name for t in mesh_exps.TOPOLOGIES]
-    assert names[:3] == ["direct", "envoy-sidecars", "node-proxy"]
-    assert {"mesh.quick", "mesh.latency", "mesh.throughput"} <= set(experiments.registry())
+    assert names[:2] == ["direct", "envoy-sidecars"]
+    assert {"envoy-sockmap", "node-proxy", "node-proxy-uds", "node-proxy-shm", "node-proxy-pipelined"} <= set(names)
+    assert {"mesh.quick", "mesh.latency", "mesh.throughput", "mesh.jitter"} <= set(experiments.registry())
     monkeypatch.setenv(mesh_exps.TOPOLOGIES_ENV, "node-proxy,direct")
     assert [t.name for t in mesh_exps.topologies()] == ["node-proxy", "direct"]
     monkeypatch.setenv(mesh_exps.TOPOLOGIES_ENV, "sidecar")
@@ -91,7 +92,8 @@ def test_eval_quick_mesh(tmp_path: Path, run_dpukit):
     md = (run_dir / "report.md").read_text()
     assert "## mesh.quick" in md
     names = [t.name for t in mesh_exps.TOPOLOGIES]
-    assert {"direct", "envoy-sidecars", "node-proxy", "node-proxy-uds", "node-proxy-pipelined"} <= set(names)
+    assert {"direct", "envoy-sidecars", "envoy-sockmap", "node-proxy", "node-proxy-uds", "node-proxy-shm",
+            "node-proxy-pipelined"} <= set(names)
     for name in names:
         assert re.search(rf"^\| {name} \| [\d,]+ \|", md, re.M), name  # a row with a measured max qps
     assert "host CPU ms / 1k req" in md and "p99.9 ms" in md
@@ -103,8 +105,34 @@ def test_eval_quick_mesh(tmp_path: Path, run_dpukit):
     for p in runs:
         r = native.load_result(p)
         assert r["figures"]["requests"] > 0
-        assert r["parameters"]["chain"][0]["name"] == "service"
+        chain = r["parameters"]["chain"]
+        assert "service" in [p["name"] for p in chain]
+        if r["parameters"]["topology"] == "node-proxy-shm":
+            proxy = next(p for p in chain if p["name"] == "node-proxy")
+            assert "attach: shm" in proxy["config"]
         if r["parameters"]["topology"].startswith("node-proxy"):
             assert r["cpu_ns"]["dpu"] > 0
         if r["parameters"]["topology"] == "envoy-sidecars":
             assert r["cpu_ns"]["host"] > 0 and r["cpu_ns"]["dpu"] == 0
+
+
+SOCKPERF_OUT = """\
+sockperf: [Valid Duration] RunTime=1.550 sec; SentMessages=7751; ReceivedMessages=7749
+sockperf: \x1b[2;35m====> avg-latency=12.816 (std-dev=26.693)\x1b[0m
+sockperf: # dropped messages = 1; # duplicated messages = 0; # out-of-order messages = 0
+sockperf: ---> <MAX> observation = 1553.781
+sockperf: ---> percentile 99.999 = 1553.781
+sockperf: ---> percentile 99.900 =   67.489
+sockperf: ---> percentile 99.000 =   17.210
+sockperf: ---> percentile 50.000 =   12.308
+sockperf: ---> <MIN> observation =    6.965
+"""
+
+
+def test_parse_sockperf():
+    f = mesh_exps.parse_sockperf(SOCKPERF_OUT)
+    assert f["avg_us"] == 12.816 and f["std_dev_us"] == 26.693
+    assert (f["p50_us"], f["p99_us"], f["p99_9_us"], f["max_us"]) == (12.308, 17.210, 67.489, 1553.781)
+    assert f["messages"] == 7749 and f["lost"] == 3  # 2 unanswered + 1 dropped
+    with pytest.raises(Exception, match="no statistics"):
+        mesh_exps.parse_sockperf("sockperf: error: connection refused")

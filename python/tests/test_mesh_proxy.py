@@ -14,7 +14,6 @@ import re
 import signal
 import socket
 import subprocess
-import threading
 import time
 import zlib
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ import pytest
 
 from conftest import native_tool
 from mesh_support import *  # noqa: F401,F403
-from mesh_support import (Echoes, Proxy, bootstrap, cluster, envoy_bin, http_get, ports, raw_exchange,
+from mesh_support import (Echoes, Proxy, bootstrap, cluster, envoy_bin, http_get, kill_under_load, ports, raw_exchange,
                           request, start_proxy)
 
 MiB = 1 << 20
@@ -342,23 +341,7 @@ def test_killed_upstream_is_routed_around(proxy_kind: str, echoes: Echoes, tmp_p
     served = collections.Counter(request(port).header("x-served-by") for _ in range(10))
     assert served == {"a": 5, "b": 5}
 
-    stop = threading.Event()
-    during: collections.Counter = collections.Counter()
-
-    def load() -> None:
-        while not stop.is_set():
-            try:
-                during[request(port, timeout=2).status] += 1
-            except OSError:
-                during["error"] += 1
-
-    t = threading.Thread(target=load)
-    t.start()
-    time.sleep(0.3)
-    os.kill(echoes.procs["b"].pid, signal.SIGKILL)
-    time.sleep(1.0)
-    stop.set()
-    t.join()
+    during = kill_under_load(port, echoes.procs["b"].pid)
     assert during[200] > 0
     after = [request(port) for _ in range(100)]
     assert [r.status for r in after] == [200] * 100

@@ -389,12 +389,26 @@ HttpFilter parse_http_filter(const At& at) {
 
 // --- network filters --------------------------------------------------------
 
+// envoy.config.core.v3.Http2ProtocolOptions (the HCM's, or an upstream's):
+// the stream limit and the flow-control windows, in Envoy's ranges.
+Http2ProtocolOptions parse_http2_protocol_options(const At& at) {
+  const Fields f = at.fields("envoy.config.core.v3.Http2ProtocolOptions",
+                             {"max_concurrent_streams", "initial_stream_window_size", "initial_connection_window_size"});
+  constexpr uint32_t kMax31 = 0x7fffffff;
+  Http2ProtocolOptions o;
+  o.max_concurrent_streams = f["max_concurrent_streams"].u32_or(o.max_concurrent_streams, 1, kMax31);
+  o.initial_stream_window_size = f["initial_stream_window_size"].u32_or(o.initial_stream_window_size, 65535, kMax31);
+  o.initial_connection_window_size =
+      f["initial_connection_window_size"].u32_or(o.initial_connection_window_size, 65535, kMax31);
+  return o;
+}
+
 HttpConnectionManager parse_hcm(const At& at) {
   const Fields f = typed_config(
       at, "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager", kHcmType,
       {"@type", "stat_prefix", "codec_type", "route_config", "http_filters", "max_request_headers_kb",
        "common_http_protocol_options", "stream_idle_timeout", "request_timeout", "request_headers_timeout",
-       "use_remote_address", "generate_request_id"});
+       "use_remote_address", "generate_request_id", "http2_protocol_options"});
   HttpConnectionManager h;
   h.stat_prefix = f.required("stat_prefix").nonempty_str();
   using C = HttpConnectionManager::Codec;
@@ -421,6 +435,11 @@ HttpConnectionManager parse_hcm(const At& at) {
   h.request_headers_timeout = f["request_headers_timeout"].duration_or(h.request_headers_timeout);
   h.use_remote_address = f["use_remote_address"].boolean_or(h.use_remote_address);
   h.generate_request_id = f["generate_request_id"].boolean_or(h.generate_request_id);
+  if (f.has("http2_protocol_options")) {
+    if (h.codec_type == HttpConnectionManager::Codec::kHttp1)
+      f["http2_protocol_options"].fail("needs codec_type AUTO or HTTP2 (HTTP1 never serves HTTP/2)");
+    h.http2_protocol_options = parse_http2_protocol_options(f["http2_protocol_options"]);
+  }
   return h;
 }
 
@@ -481,6 +500,22 @@ Listener parse_listener(const At& at) {
 
 // --- clusters ---------------------------------------------------------------
 
+// An lb_endpoint's metadata: only dpukit-mesh's own namespace, which says how
+// a service attaches (no other filter here reads metadata, so any other
+// namespace would be silently ignored: it is refused instead).
+bool parse_endpoint_attach(const At& at, const Address& address) {
+  const Fields md = at.fields("envoy.config.core.v3.Metadata", {"filter_metadata"});
+  if (!md.has("filter_metadata")) return false;
+  const Fields namespaces = md["filter_metadata"].extension_map({"dpukit.mesh"});
+  if (!namespaces.has("dpukit.mesh")) return false;
+  const Fields ours = namespaces["dpukit.mesh"].fields("dpukit.mesh.EndpointMetadata", {"attach"});
+  if (!ours.has("attach")) return false;
+  const At attach = ours["attach"];
+  const bool shm = attach.choice<bool>({{"shm", true}, {"socket", false}}, {});
+  if (shm && !address.is_pipe()) attach.fail("attach: shm needs a pipe address (the service's attach point)");
+  return shm;
+}
+
 std::vector<Endpoint> parse_load_assignment(const At& at, const Cluster& cluster) {
   const Fields f = at.fields("envoy.config.endpoint.v3.ClusterLoadAssignment", {"cluster_name", "endpoints"});
   f.required("cluster_name").nonempty_str();
@@ -490,10 +525,12 @@ std::vector<Endpoint> parse_load_assignment(const At& at, const Cluster& cluster
     const Fields lf = locality.fields("envoy.config.endpoint.v3.LocalityLbEndpoints", {"lb_endpoints"});
     if (!lf.has("lb_endpoints")) continue;
     for (const At& item : lf["lb_endpoints"].items()) {
-      const Fields e = item.fields("envoy.config.endpoint.v3.LbEndpoint", {"endpoint", "load_balancing_weight"});
+      const Fields e =
+          item.fields("envoy.config.endpoint.v3.LbEndpoint", {"endpoint", "load_balancing_weight", "metadata"});
       const Fields ep = e.required("endpoint").fields("envoy.config.endpoint.v3.Endpoint", {"address"});
       const At address_at = ep.required("address");
       Endpoint endpoint{parse_address(address_at), e["load_balancing_weight"].u32_or(1, 1)};
+      if (e.has("metadata")) endpoint.address.shm_attach = parse_endpoint_attach(e["metadata"], endpoint.address);
       if (cluster.type == Cluster::Type::kStatic && !endpoint.address.is_pipe() && !is_ip_literal(endpoint.address.ip))
         address_at.fail("a STATIC cluster needs IP addresses, got '" + endpoint.address.ip + "' (use STRICT_DNS)");
       out.push_back(std::move(endpoint));
@@ -566,8 +603,9 @@ HealthCheck parse_health_check(const At& at, const std::string& cluster_name) {
   return h;
 }
 
-// typed_extension_protocol_options: only the upstream HTTP protocol choice.
-bool parse_upstream_http2(const At& at) {
+// typed_extension_protocol_options: only the upstream HTTP protocol choice
+// (and, for HTTP/2, its Http2ProtocolOptions).
+bool parse_upstream_http2(const At& at, Http2ProtocolOptions& h2) {
   const Fields ext = at.extension_map({kHttpProtocolOptions});
   const Fields f = typed_config(ext.required(kHttpProtocolOptions), kHttpProtocolOptions, kHttpProtocolOptionsType,
                                 {"@type", "explicit_http_config"});
@@ -575,12 +613,12 @@ bool parse_upstream_http2(const At& at) {
                                      .fields("envoy.extensions.upstreams.http.v3.HttpProtocolOptions.ExplicitHttpConfig",
                                              {"http_protocol_options", "http2_protocol_options"});
   const std::string_view which = explicit_config.exactly_one_of({"http_protocol_options", "http2_protocol_options"});
-  // No option of either protocol is implemented: they must be {}.
-  if (which == "http2_protocol_options")
-    explicit_config[which].fields("envoy.config.core.v3.Http2ProtocolOptions", {});
-  else
-    explicit_config[which].fields("envoy.config.core.v3.Http1ProtocolOptions", {});
-  return which == "http2_protocol_options";
+  if (which == "http2_protocol_options") {
+    h2 = parse_http2_protocol_options(explicit_config[which]);
+    return true;
+  }
+  explicit_config[which].fields("envoy.config.core.v3.Http1ProtocolOptions", {});  // no option implemented: {}
+  return false;
 }
 
 Cluster parse_cluster(const At& at) {
@@ -629,7 +667,7 @@ Cluster parse_cluster(const At& at) {
     c.dns_refresh_rate = positive_duration(f["dns_refresh_rate"]);
   }
   if (f.has("typed_extension_protocol_options"))
-    c.http2 = parse_upstream_http2(f["typed_extension_protocol_options"]);
+    c.http2 = parse_upstream_http2(f["typed_extension_protocol_options"], c.http2_protocol_options);
   return c;
 }
 
@@ -639,18 +677,19 @@ Cluster parse_cluster(const At& at) {
 struct ClusterReference {
   std::string name;
   std::string path;
+  bool tcp_proxy = false;  // used by a tcp_proxy (an L4 relay), not an HTTP route
 };
 
 void collect_references(const Listener& l, std::size_t li, std::vector<ClusterReference>& refs) {
   const std::string base = "static_resources.listeners[" + std::to_string(li) + "].filter_chains[0].filters[0].typed_config";
-  const auto add_weighted = [&](const std::vector<WeightedCluster>& weighted, const std::string& at) {
+  const auto add_weighted = [&](const std::vector<WeightedCluster>& weighted, const std::string& at, bool tcp) {
     for (std::size_t i = 0; i < weighted.size(); ++i)
-      refs.push_back({weighted[i].name, at + ".weighted_clusters.clusters[" + std::to_string(i) + "].name"});
+      refs.push_back({weighted[i].name, at + ".weighted_clusters.clusters[" + std::to_string(i) + "].name", tcp});
   };
   for (const NetworkFilter& filter : l.filters) {
     if (filter.tcp_proxy) {
-      if (!filter.tcp_proxy->cluster.empty()) refs.push_back({filter.tcp_proxy->cluster, base + ".cluster"});
-      add_weighted(filter.tcp_proxy->weighted, base);
+      if (!filter.tcp_proxy->cluster.empty()) refs.push_back({filter.tcp_proxy->cluster, base + ".cluster", true});
+      add_weighted(filter.tcp_proxy->weighted, base, true);
       continue;
     }
     const auto& vhosts = filter.hcm->route_config.virtual_hosts;
@@ -661,7 +700,7 @@ void collect_references(const Listener& l, std::size_t li, std::vector<ClusterRe
         const std::string at = base + ".route_config.virtual_hosts[" + std::to_string(v) + "].routes[" +
                                std::to_string(r) + "].route";
         if (!action->cluster.empty()) refs.push_back({action->cluster, at + ".cluster"});
-        add_weighted(action->weighted, at);
+        add_weighted(action->weighted, at, false);
       }
     }
   }
@@ -680,8 +719,16 @@ void cross_check(const Bootstrap& b) {
                         "duplicate cluster name '" + b.clusters[i].name + "'");
   std::vector<ClusterReference> refs;
   for (std::size_t i = 0; i < b.listeners.size(); ++i) collect_references(b.listeners[i], i, refs);
-  for (const ClusterReference& ref : refs)
+  for (const ClusterReference& ref : refs) {
     if (!clusters.contains(ref.name)) throw ConfigError(ref.path, "unknown cluster '" + ref.name + "'");
+    if (!ref.tcp_proxy) continue;
+    for (const Cluster& c : b.clusters)
+      for (const Endpoint& e : c.endpoints)
+        if (c.name == ref.name && e.address.shm_attach)
+          throw ConfigError(ref.path, "cluster '" + ref.name +
+                                          "' has endpoints attached over shm: tcp_proxy to them is not supported by "
+                                          "dpukit-mesh (shared-memory attach serves HTTP routes)");
+  }
 }
 
 Bootstrap parse_root(const At& root) {

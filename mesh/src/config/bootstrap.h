@@ -45,6 +45,10 @@ struct Address {
   std::string ip;         // socket_address.address (an IP literal, or a DNS name for STRICT_DNS)
   uint16_t port = 0;      // socket_address.port_value
   std::string pipe_path;  // pipe.path; non-empty means a Unix domain socket
+  // An upstream pipe that is a service's attach point: the bytes go through
+  // shared-memory rings (socket direct). Set by the lb_endpoint's metadata
+  // filter_metadata: {dpukit.mesh: {attach: shm}}.
+  bool shm_attach = false;
   bool is_pipe() const { return !pipe_path.empty(); }
 };
 
@@ -167,6 +171,14 @@ struct HttpFilter {
   std::optional<LocalRateLimit> local_ratelimit;
 };
 
+// envoy.config.core.v3.Http2ProtocolOptions, the fields people set, with
+// Envoy 1.40's defaults (what its SETTINGS frame advertises).
+struct Http2ProtocolOptions {
+  uint32_t max_concurrent_streams = 1024;                      // 1 .. 2^31-1
+  uint32_t initial_stream_window_size = 16 * 1024 * 1024;      // 65535 .. 2^31-1
+  uint32_t initial_connection_window_size = 24 * 1024 * 1024;  // 65535 .. 2^31-1
+};
+
 // envoy.filters.network.http_connection_manager
 struct HttpConnectionManager {
   std::string stat_prefix;
@@ -183,6 +195,7 @@ struct HttpConnectionManager {
   Duration request_headers_timeout{0};        // request_headers_timeout (0: disabled)
   bool use_remote_address = false;
   bool generate_request_id = true;
+  Http2ProtocolOptions http2_protocol_options;  // for HTTP/2 clients (codec_type HTTP2, or AUTO with the preface)
 };
 
 // envoy.filters.network.tcp_proxy
@@ -258,6 +271,7 @@ struct Cluster {
   std::vector<HealthCheck> health_checks;
   Duration dns_refresh_rate{5000};  // STRICT_DNS
   bool http2 = false;  // typed_extension_protocol_options ... explicit_http_config.http2_protocol_options
+  Http2ProtocolOptions http2_protocol_options;  // its fields, when http2
 };
 
 struct Admin {

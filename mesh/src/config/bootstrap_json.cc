@@ -164,6 +164,12 @@ json http_filter(const HttpFilter& f) {
   return {{"name", f.name}, {"typed_config", c}};
 }
 
+json http2_options(const Http2ProtocolOptions& o) {
+  return {{"max_concurrent_streams", o.max_concurrent_streams},
+          {"initial_stream_window_size", o.initial_stream_window_size},
+          {"initial_connection_window_size", o.initial_connection_window_size}};
+}
+
 json hcm(const HttpConnectionManager& h) {
   static constexpr const char* kCodec[] = {"AUTO", "HTTP1", "HTTP2"};
   json j = {{"@type", "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"},
@@ -179,6 +185,7 @@ json hcm(const HttpConnectionManager& h) {
             {"request_headers_timeout", duration(h.request_headers_timeout)},
             {"use_remote_address", h.use_remote_address},
             {"generate_request_id", h.generate_request_id}};
+  if (h.codec_type != HttpConnectionManager::Codec::kHttp1) j["http2_protocol_options"] = http2_options(h.http2_protocol_options);
   for (const auto& f : h.http_filters) j["http_filters"].push_back(http_filter(f));
   return j;
 }
@@ -249,7 +256,7 @@ json cluster(const Cluster& c) {
     j["typed_extension_protocol_options"] = {
         {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
          {{"@type", "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"},
-          {"explicit_http_config", {{"http2_protocol_options", json::object()}}}}}};
+          {"explicit_http_config", {{"http2_protocol_options", http2_options(c.http2_protocol_options)}}}}}};
   return j;
 }
 

@@ -117,6 +117,8 @@ const std::vector<std::string_view>* envoy_fields(std::string_view message) {
     {"envoy.config.core.v3.SocketAddress",
      {"protocol", "address", "port_value", "named_port", "resolver_name", "ipv4_compat",
      "network_namespace_filepath"}},
+    {"envoy.config.core.v3.Metadata",
+     {"filter_metadata", "typed_filter_metadata"}},
     {"envoy.config.endpoint.v3.ClusterLoadAssignment",
      {"cluster_name", "endpoints", "named_endpoints", "policy"}},
     {"envoy.config.endpoint.v3.Endpoint",
@@ -267,6 +269,10 @@ const std::vector<std::string_view>* envoy_fields(std::string_view message) {
      {"max_tokens", "tokens_per_fill", "fill_interval"}},
     {"google.protobuf.Duration",
      {"seconds", "nanos"}},
+    // Not Envoy's: the struct dpukit-mesh reads from an lb_endpoint's
+    // metadata.filter_metadata["dpukit.mesh"] (Envoy keeps it as opaque data).
+    {"dpukit.mesh.EndpointMetadata",
+     {"attach"}},
   };
   auto it = kFields.find(message);
   return it == kFields.end() ? nullptr : &it->second;

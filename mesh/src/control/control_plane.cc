@@ -188,28 +188,20 @@ class ControlPlane::HealthChecker : public std::enable_shared_from_this<ControlP
     std::shared_ptr<HealthChecker> owner;  // keeps the checker alive while the probe is in flight
     HealthChecker& hc;
     std::shared_ptr<Host> host;
-    Socket sock;
+    ServiceStream sock;
     asio::steady_timer deadline;
     beast::flat_buffer buf;
     bhttp::request<bhttp::empty_body> req;
     bhttp::response<bhttp::string_body> res;
     bool finished = false;
     Probe(std::shared_ptr<HealthChecker> h, std::shared_ptr<Host> hst)
-        : owner(std::move(h)), hc(*owner), host(std::move(hst)), sock(hc.cp_.io_), deadline(hc.cp_.io_) {}
+        : owner(std::move(h)), hc(*owner), host(std::move(hst)), sock(hc.cp_.io_.get_executor()), deadline(hc.cp_.io_) {}
     void run() {
       deadline.expires_after(hc.hc_.timeout);
       deadline.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
         if (!ec) self->done(false);
       });
-      Protocol::endpoint ep;
-      try {
-        if (host->address.is_pipe()) ep = Protocol::endpoint(asio::local::stream_protocol::endpoint(host->address.pipe_path));
-        else ep = Protocol::endpoint(tcp::endpoint(asio::ip::make_address(host->address.ip), host->address.port));
-      } catch (const std::exception&) {
-        done(false);
-        return;
-      }
-      sock.async_connect(ep, [self = shared_from_this()](const boost::system::error_code& ec) {
+      sock.async_connect(host->address, [self = shared_from_this()](const boost::system::error_code& ec) {
         if (ec) return self->done(false);
         self->req.method(bhttp::verb::get);
         self->req.target(self->hc.hc_.path);
@@ -234,8 +226,7 @@ class ControlPlane::HealthChecker : public std::enable_shared_from_this<ControlP
       if (finished) return;
       finished = true;
       deadline.cancel();
-      boost::system::error_code ignored;
-      sock.close(ignored);
+      sock.close();
       hc.record(*host, ok);
     }
   };

@@ -13,6 +13,9 @@
 #include "dataplane/pipeline.h"
 #include "dataplane/worker.h"
 #include "dpukit/core/log.h"
+#include "http2/h2_headers.h"
+#include "http2/h2_session.h"
+#include "http2/h2_upstream.h"
 
 namespace dpukit::mesh {
 
@@ -20,16 +23,12 @@ namespace {
 
 constexpr size_t kReadChunk = 64 * 1024;
 
-// Envoy's texts for its local replies.
-constexpr const char* kConnectFailure =
-    "upstream connect error or disconnect/reset before headers. reset reason: connection failure";
-constexpr const char* kConnectTimeout =
-    "upstream connect error or disconnect/reset before headers. reset reason: connection timeout";
-constexpr const char* kUpstreamReset =
-    "upstream connect error or disconnect/reset before headers. reset reason: connection termination";
-constexpr const char* kOverflow = "upstream connect error or disconnect/reset before headers. reset reason: overflow";
-constexpr const char* kProtocolError =
-    "upstream connect error or disconnect/reset before headers. reset reason: protocol error";
+// Envoy's texts for its local replies (dataplane/l7_chain.h, shared with HTTP/2).
+constexpr const char* kConnectFailure = kReplyConnectFailure;
+constexpr const char* kConnectTimeout = kReplyConnectTimeout;
+constexpr const char* kUpstreamReset = kReplyUpstreamReset;
+constexpr const char* kOverflow = kReplyOverflow;
+constexpr const char* kProtocolError = kReplyProtocolError;
 
 class HttpSession : public std::enable_shared_from_this<HttpSession>,
                     public http::RequestEvents,
@@ -46,8 +45,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   ~HttpSession() override { stats_->downstream_cx_active.add(-1); }
 
   void start() {
-    peer_ = peer_address();  // once per connection: x-forwarded-for and source_ip hashing
+    peer_ = mesh::peer_address(sock_.native_handle());  // once per connection: x-forwarded-for and source_ip hashing
     last_activity_ns_ = mono_ns();
+    h2_sniff_ = hcm_->cfg->codec_type != config::HttpConnectionManager::Codec::kHttp1;
     arm_idle_timer();
     do_read();
   }
@@ -59,10 +59,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     RouteDecision decision;  // what the filter and router modules chose
     ClusterRuntime* cluster = nullptr;
     std::shared_ptr<Host> host;
-    std::shared_ptr<UpstreamConn> up;
+    std::shared_ptr<UpstreamConn> up;         // an HTTP/1.1 upstream
+    std::shared_ptr<H2UpstreamExchange> h2;  // or a stream on an HTTP/2 one
     LbContext lb;
-    std::string head_bytes;   // the deparsed head for the upstream
-    std::string body_bytes;   // the encoded body so far, kept for a retry
+    std::string head_bytes;   // the deparsed head for an HTTP/1.1 upstream
+    std::string body_bytes;   // the body so far (as received, unframed), kept for a retry
     bool replay_ok = true;    // false once the request outgrew the retry buffer
     bool in_stage = false;    // the head is away in the pipeline's stages
     Draws draws{};
@@ -94,10 +95,28 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
                               return;
                             }
                             self->in_.wpos += n;
+                            if (self->h2_sniff_ && self->handed_to_h2()) return;
                             self->last_activity_ns_ = mono_ns();
                             self->process_input();
                             self->do_read();
                           });
+  }
+
+  // codec_type HTTP2, or AUTO and the client preface (RFC 9113 §3.4): the
+  // connection goes to the HTTP/2 session (http2/h2_session.h) with what was read.
+  bool handed_to_h2() {
+    auto sniff = h2::sniff_preface(in_.unread());
+    if (sniff == h2::Sniff::kNeedMore) {
+      do_read();
+      return true;
+    }
+    bool h2_only = hcm_->cfg->codec_type == config::HttpConnectionManager::Codec::kHttp2;
+    h2_sniff_ = false;
+    if (sniff == h2::Sniff::kHttp1 && !h2_only) return false;
+    closed_ = true;
+    idle_timer_.cancel();
+    start_h2_session(w_, std::move(sock_), *lr_, in_.unread());
+    return true;
   }
 
   void process_input() {
@@ -142,6 +161,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     }
     stream_.emplace();
     Stream& s = *stream_;
+    arm_idle_timer();         // now stream_idle_timeout, not the connection's idle_timeout
     request_timer_.cancel();  // the headers are in: request_headers_timeout ends, request_timeout starts
     arm_request_timer(hcm_->cfg->request_timeout);
     s.head = std::move(head);
@@ -167,27 +187,35 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
 
   void on_body(std::string_view data) override {
     if (!stream_ || stream_->local_reply) return;
-    Stream& s = *stream_;
-    std::string& enc = scratch_;
-    enc.clear();
-    s.req_body.data(data, enc);
-    forward_body(enc);
+    forward_body(data);
   }
 
   // Body bytes go to the upstream and, while a retry is still possible, are
   // kept. With no upstream (the head is in the pipeline, or a retry is
   // backing off) every byte is kept, and reading stops at the buffer limit.
-  void forward_body(const std::string& enc) {
+  void forward_body(std::string_view data) {
     Stream& s = *stream_;
     size_t limit = lr_->cfg->per_connection_buffer_limit_bytes;
-    if (!s.up) {
-      s.body_bytes += enc;
+    if (!s.up && !s.h2) {
+      s.body_bytes += data;
       if (s.body_bytes.size() > limit) read_paused_ = true;  // back-pressure until there is an upstream
       return;
     }
-    keep_for_replay(enc);
-    s.up->send(enc);
-    if (s.up->queued() > limit) read_paused_ = true;  // back-pressure
+    keep_for_replay(data);
+    if (s.h2) {
+      s.h2->send(data);
+    } else {
+      std::string& enc = scratch_;
+      enc.clear();
+      s.req_body.data(data, enc);  // HTTP/1.1 framing (chunks) for the upstream
+      s.up->send(enc);
+    }
+    if (upstream_queued() > limit) read_paused_ = true;  // back-pressure
+  }
+
+  size_t upstream_queued() const {
+    const Stream& s = *stream_;
+    return s.h2 ? s.h2->queued() : s.up ? s.up->queued() : 0;
   }
 
   void on_complete() override {
@@ -199,22 +227,27 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
       return;
     }
     if (s.local_reply) return;
-    std::string& enc = scratch_;
-    enc.clear();
-    s.req_body.end(enc);
-    if (!enc.empty()) forward_body(enc);
+    // Without an upstream yet, the attempt sends the end with the body (send_request).
+    if (s.h2) {
+      s.h2->end();
+    } else if (s.up) {
+      std::string& enc = scratch_;
+      enc.clear();
+      s.req_body.end(enc);
+      if (!enc.empty()) s.up->send(enc);
+    }
     if (!s.in_stage) arm_stream_timers();
   }
 
-  void keep_for_replay(const std::string& enc) {
+  void keep_for_replay(std::string_view data) {
     Stream& s = *stream_;
     if (!s.replay_ok) return;
-    if (s.head_bytes.size() + s.body_bytes.size() + enc.size() > lr_->cfg->per_connection_buffer_limit_bytes) {
+    if (s.head_bytes.size() + s.body_bytes.size() + data.size() > lr_->cfg->per_connection_buffer_limit_bytes) {
       s.replay_ok = false;  // Envoy, too, does not retry a request larger than its buffer limit
       std::string().swap(s.body_bytes);
       return;
     }
-    s.body_bytes += enc;
+    s.body_bytes += data;
   }
 
   // ---- filter and router modules (dataplane/l7_chain.h) and the deparser: PipelineClient ----
@@ -265,29 +298,13 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     s.lb = d.lb;
     if (!s.cluster->try_acquire_request()) {
       s.cluster->stats(w_.id()).upstream_rq_pending_overflow.inc();
-      http::HeaderList extra;
-      extra.add("x-envoy-overloaded", "true");
-      local_reply(503, kOverflow, &extra);
+      overflow_reply();
       return;
     }
     s.holds_request = true;
     s.cluster->stats(w_.id()).upstream_rq_active.add(1);
     if (s.head_bytes.size() + s.body_bytes.size() > lr_->cfg->per_connection_buffer_limit_bytes) s.replay_ok = false;
     start_attempt();
-  }
-
-  std::string peer_address() {
-    boost::system::error_code ec;
-    auto ep = sock_.remote_endpoint(ec);
-    if (ec || ep.protocol().family() == AF_UNIX) return "";
-    if (ep.protocol().family() == AF_INET) {
-      const auto* sa = reinterpret_cast<const sockaddr_in*>(ep.data());
-      return asio::ip::address_v4(ntohl(sa->sin_addr.s_addr)).to_string();
-    }
-    const auto* sa6 = reinterpret_cast<const sockaddr_in6*>(ep.data());
-    asio::ip::address_v6::bytes_type b;
-    std::memcpy(b.data(), &sa6->sin6_addr, 16);
-    return asio::ip::address_v6(b).to_string();
   }
 
   // ---- upstream attempts (Algorithm 1, lines 4-10) ----
@@ -304,6 +321,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     auto& cs = s.cluster->stats(w_.id());
     cs.upstream_rq_total.inc();
     s.host->active_requests.fetch_add(1, std::memory_order_relaxed);
+    if (s.cluster->config().http2) {
+      start_h2_attempt();
+      return;
+    }
     std::shared_ptr<UpstreamConn> up = w_.take_idle(s.host.get());
     if (up) {
       up->attach(this);
@@ -316,9 +337,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     if (!s.cluster->try_acquire_connection()) {
       cs.upstream_cx_overflow.inc();
       release_host();
-      http::HeaderList extra;
-      extra.add("x-envoy-overloaded", "true");
-      finish_with_local_reply(503, kOverflow, &extra);
+      overflow_reply();
       return;
     }
     up = std::make_shared<UpstreamConn>(w_, snapshot_->clusters.at(s.cluster->name()), s.host);
@@ -339,15 +358,53 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
       http::write_request_head(s.head, s.head_bytes);
     }
     up.send(s.head_bytes);
-    up.send(s.body_bytes);
+    if (s.req_body.chunked) {  // the body so far as one chunk, and the last chunk if it ended
+      std::string framed;
+      s.req_body.data(s.body_bytes, framed);
+      if (s.request_complete) s.req_body.end(framed);
+      up.send(framed);
+    } else {
+      up.send(s.body_bytes);
+    }
+    body_sent();
+  }
+
+  // An HTTP/2 upstream: a stream on the host's connection (http2/h2_upstream.h), the body so far with it.
+  void start_h2_attempt() {
+    Stream& s = *stream_;
+    if (s.decision.vhost->cfg->include_request_attempt_count && s.attempts > 1)
+      s.head.headers.set("x-envoy-attempt-count", std::to_string(s.attempts));
+    bool overflow = false;
+    s.h2 = H2UpstreamExchange::open(w_, snapshot_->clusters.at(s.cluster->name()), s.host, s.head, s.body_bytes,
+                                    s.request_complete, this, overflow);
+    if (!s.h2) {
+      release_host();
+      overflow_reply();
+      return;
+    }
+    body_sent();
+    if (s.request_complete) arm_try_timer();
+  }
+
+  // The body so far went to a new attempt: what cannot be kept for a retry is
+  // dropped, and reading resumes if it waited for an upstream.
+  void body_sent() {
+    Stream& s = *stream_;
     if (!s.replay_ok) std::string().swap(s.body_bytes);
-    if (read_paused_ && !s.in_stage && up.queued() <= lr_->cfg->per_connection_buffer_limit_bytes) {
+    if (read_paused_ && !s.in_stage && upstream_queued() <= lr_->cfg->per_connection_buffer_limit_bytes) {
       read_paused_ = false;
       asio::post(w_.io(), [self = shared_from_this()] {
         self->process_input();
         self->do_read();
       });
     }
+  }
+
+  // The circuit breakers refused: 503 and x-envoy-overloaded, as Envoy.
+  void overflow_reply() {
+    http::HeaderList extra;
+    extra.add("x-envoy-overloaded", "true");
+    finish_with_local_reply(503, kOverflow, &extra);
   }
 
   void prepare_upstream(UpstreamConn& up) {
@@ -369,32 +426,16 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
       s.up->close();
       s.up.reset();
     }
+    s.h2.reset();  // resets the upstream stream unless it ended
     release_host();
   }
 
-  enum class Why { kConnect, kConnectTimeout, kReset, kProtocol, kPerTryTimeout, kStatus };
+  using Why = AttemptOutcome;
 
   // Whether retry_on covers this outcome, and a retry is left (num_retries, max_retries, the buffer).
   bool may_retry(Why why, unsigned status) {
     Stream& s = *stream_;
-    const auto& a = *s.decision.route->cfg->route;
-    if (!a.retry_policy || !s.replay_ok || s.response_started) return false;
-    const auto& p = *a.retry_policy;
-    if (s.attempts > p.num_retries) return false;
-    bool covered = false;
-    switch (why) {
-      case Why::kConnect:
-      case Why::kConnectTimeout: covered = p.on_5xx || p.on_gateway_error || p.on_connect_failure; break;
-      case Why::kReset:
-      case Why::kProtocol: covered = p.on_5xx || p.on_gateway_error || p.on_reset; break;
-      case Why::kPerTryTimeout: covered = p.on_5xx || p.on_gateway_error; break;
-      case Why::kStatus:
-        covered = (p.on_5xx && status >= 500) ||
-                  (p.on_gateway_error && (status == 502 || status == 503 || status == 504)) ||
-                  (p.on_retriable_4xx && status == 409);
-        break;
-    }
-    if (!covered) return false;
+    if (!s.replay_ok || s.response_started || !retry_wanted(s.decision, s.attempts, why, status)) return false;
     if (!s.cluster->try_acquire_retry()) {
       s.cluster->stats(w_.id()).upstream_rq_retry_overflow.inc();
       return false;
@@ -408,10 +449,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     s.cluster->stats(w_.id()).upstream_rq_retry.inc();
     s.retrying = true;
     try_timer_.cancel();
-    // Envoy's back-off: a random time up to 25 ms x 2^(retries so far), capped at 250 ms.
-    uint64_t cap_ms = std::min<uint64_t>(250, 25ull << std::min<uint32_t>(s.attempts - 1, 4));
-    auto delay = std::chrono::milliseconds(w_.random() % (cap_ms + 1));
-    try_timer_.expires_after(delay);
+    try_timer_.expires_after(retry_backoff(s.attempts, w_.random()));
     try_timer_.async_wait([self = shared_from_this(), gen = generation_](const boost::system::error_code& ec) {
       if (ec || self->closed_ || !self->stream_ || gen != self->generation_ || !self->stream_->retrying ||
           self->stream_->local_reply)
@@ -449,6 +487,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   void upstream_failed(Failure f) override {
     if (!stream_) return;
     stream_->up.reset();
+    stream_->h2.reset();
     switch (f) {
       case Failure::kConnect: attempt_failed(Why::kConnect, kConnectFailure, 503); break;
       case Failure::kConnectTimeout: attempt_failed(Why::kConnectTimeout, kConnectTimeout, 503); break;
@@ -462,13 +501,17 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   http::ResponseEvents& response_events() override { return resp_events_; }
 
   void upstream_response_complete() override {
-    if (!stream_ || !stream_->up) return;
+    if (!stream_ || (!stream_->up && !stream_->h2)) return;
     Stream& s = *stream_;
-    auto up = std::move(s.up);
+    if (s.h2) {
+      s.h2.reset();  // the HTTP/2 connection stays in the worker's pool for other streams
+    } else {
+      auto up = std::move(s.up);
+      // The connection goes back to the pool when both sides kept it alive and the whole request went out.
+      if (up->reusable() && resp_keep_alive_ && s.request_complete && up->queued() == 0) w_.put_idle(std::move(up));
+      else up->close();
+    }
     release_host();
-    // The connection goes back to the pool when both sides kept it alive and the whole request went out.
-    if (up->reusable() && resp_keep_alive_ && s.request_complete && up->queued() == 0) w_.put_idle(std::move(up));
-    else up->close();
     s.response_complete = true;
     if (s.request_complete) {
       finish_stream();
@@ -495,16 +538,14 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     if (status >= 500 && may_retry(Why::kStatus, status)) {
       cs.upstream_rq_xx[4].inc();
       s.cluster->report_status(*s.host, status, mono_ns());
-      // Abandon this answer (the connection cannot be reused mid-response) and try again.
-      auto up = std::move(s.up);
-      up->close();
-      release_host();
+      // Abandon this answer (an HTTP/1.1 connection cannot be reused mid-response) and try again.
+      drop_upstream();
       retry();
       return;
     }
     int64_t t0 = mono_ns();
     s.cluster->report_status(*s.host, status, t0);
-    cs.upstream_rq_xx[std::min(4u, std::max(1u, status / 100) - 1)].inc();
+    cs.upstream_rq_xx[status_class(status)].inc();
     cs.upstream_rq_completed.inc();
     s.response_started = true;
     s.status = status;
@@ -530,7 +571,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     Stream& s = *stream_;
     s.resp_body.data(d, out_.pending);
     flush();
-    if (out_.size() > lr_->cfg->per_connection_buffer_limit_bytes && s.up) s.up->pause_reading();  // back-pressure
+    if (out_.size() > lr_->cfg->per_connection_buffer_limit_bytes) {  // back-pressure
+      if (s.up) s.up->pause_reading();
+      if (s.h2) s.h2->pause_reading();
+    }
   }
 
   void on_response_end() {
@@ -540,7 +584,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   }
 
   void count_downstream_status(unsigned status) {
-    stats_->downstream_rq_xx[std::min(4u, std::max(1u, status / 100) - 1)].inc();
+    stats_->downstream_rq_xx[status_class(status)].inc();
   }
 
   // ---- local replies ----
@@ -650,7 +694,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
         self->on_route_timeout();
       });
     }
-    if (s.up) arm_try_timer();
+    if (s.up || s.h2) arm_try_timer();
   }
 
   // request_headers_timeout (from a request's first byte to the end of its
@@ -721,7 +765,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
       if (now - self->last_activity_ns_ >= static_cast<int64_t>(timeout.count()) * 1000000 ) {
         if (self->stream_ && !self->stream_->response_started) {
           self->stats_->downstream_rq_timeout.inc();
-          self->finish_with_local_reply(408, "stream timeout");
+          // As Envoy: 504 once the request was all received (the upstream is slow), else 408.
+          self->finish_with_local_reply(self->stream_->request_complete ? 504 : 408, "stream timeout");
           self->close_after_write_ = true;
           return;
         }
@@ -747,8 +792,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
         return;
       }
       self->last_activity_ns_ = mono_ns();
-      if (self->stream_ && self->stream_->up && self->out_.size() <= self->lr_->cfg->per_connection_buffer_limit_bytes)
-        self->stream_->up->resume_reading();
+      if (self->stream_ && self->out_.size() <= self->lr_->cfg->per_connection_buffer_limit_bytes) {
+        if (self->stream_->up) self->stream_->up->resume_reading();
+        if (self->stream_->h2) self->stream_->h2->resume_reading();
+      }
       self->flush();
     });
   }
@@ -787,6 +834,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   int64_t feed_start_ns_ = 0, last_activity_ns_ = 0;
   bool reading_ = false, read_paused_ = false, closed_ = false, close_after_write_ = false;
   bool resp_keep_alive_ = true;
+  bool h2_sniff_ = false;  // the first bytes may be the HTTP/2 preface
 };
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include "dataplane/l7_chain.h"
 
+#include <arpa/inet.h>
+#include <sys/socket.h>
+
 #include <cstdio>
 
 #include "dpukit/core/accounting.h"
@@ -153,6 +156,35 @@ void count_decision(const RouteDecision& d, HttpStats& stats) {
   if (d.rl_enforced) stats.rl_enforced.inc(d.rl_enforced);
   if (d.no_route) stats.no_route.inc();
   if (d.direct) stats.rq_direct_response.inc();
+}
+
+std::string peer_address(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
+  char text[INET6_ADDRSTRLEN] = "";
+  if (ss.ss_family == AF_INET) ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, text, sizeof text);
+  else if (ss.ss_family == AF_INET6) ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, text, sizeof text);
+  return text;
+}
+
+bool retry_on_covers(const config::RetryPolicy& p, AttemptOutcome why, unsigned status) {
+  switch (why) {
+    case AttemptOutcome::kConnect:
+    case AttemptOutcome::kConnectTimeout: return p.on_5xx || p.on_gateway_error || p.on_connect_failure;
+    case AttemptOutcome::kReset:
+    case AttemptOutcome::kProtocol: return p.on_5xx || p.on_gateway_error || p.on_reset;
+    case AttemptOutcome::kPerTryTimeout: return p.on_5xx || p.on_gateway_error;
+    case AttemptOutcome::kStatus:
+      return (p.on_5xx && status >= 500) || (p.on_gateway_error && (status == 502 || status == 503 || status == 504)) ||
+             (p.on_retriable_4xx && status == 409);
+  }
+  return false;
+}
+
+bool retry_wanted(const RouteDecision& d, uint32_t attempts, AttemptOutcome why, unsigned status) {
+  const auto& policy = d.route->cfg->route->retry_policy;
+  return policy && attempts <= policy->num_retries && retry_on_covers(*policy, why, status);
 }
 
 void apply_response_rules(const RouteDecision& d, const HcmRuntime& hcm, http::HeaderList& headers) {

@@ -5,6 +5,8 @@
 // the connection's worker (run-to-completion) or on a stage thread of its own.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -51,5 +53,45 @@ void count_decision(const RouteDecision& d, HttpStats& stats);
 // The response side of the router module: the route's, the virtual host's
 // and the route configuration's response header rules.
 void apply_response_rules(const RouteDecision& d, const HcmRuntime& hcm, http::HeaderList& headers);
+
+// ---- shared by the HTTP/1.1 and HTTP/2 sessions: what an upstream attempt's outcome means ----
+
+// Envoy's texts for its local replies about an upstream.
+inline constexpr const char* kReplyConnectFailure =
+    "upstream connect error or disconnect/reset before headers. reset reason: connection failure";
+inline constexpr const char* kReplyConnectTimeout =
+    "upstream connect error or disconnect/reset before headers. reset reason: connection timeout";
+inline constexpr const char* kReplyUpstreamReset =
+    "upstream connect error or disconnect/reset before headers. reset reason: connection termination";
+inline constexpr const char* kReplyOverflow =
+    "upstream connect error or disconnect/reset before headers. reset reason: overflow";
+inline constexpr const char* kReplyProtocolError =
+    "upstream connect error or disconnect/reset before headers. reset reason: protocol error";
+
+// How an upstream attempt ended, for retry_on.
+enum class AttemptOutcome { kConnect, kConnectTimeout, kReset, kProtocol, kPerTryTimeout, kStatus };
+
+// Whether the route's retry_on covers this outcome (`status`: the upstream's, for kStatus).
+bool retry_on_covers(const config::RetryPolicy& p, AttemptOutcome why, unsigned status);
+
+// Whether the route retries an attempt that ended so: retry_on covers it and
+// num_retries is not used up (`attempts`: tries so far). The caller checks
+// the rest: the request still replayable, no response started, the retry
+// circuit breaker.
+bool retry_wanted(const RouteDecision& d, uint32_t attempts, AttemptOutcome why, unsigned status);
+
+// Envoy's back-off before retry number `attempts` (1 after the first try):
+// a random time up to 25 ms x 2^(attempts - 1), capped at 250 ms.
+inline std::chrono::milliseconds retry_backoff(uint32_t attempts, uint64_t random) {
+  uint64_t cap_ms = std::min<uint64_t>(250, 25ull << std::min<uint32_t>(attempts - 1, 4));
+  return std::chrono::milliseconds(random % (cap_ms + 1));
+}
+
+// The client's IP address of a connected socket ("" for a Unix socket): for
+// x-forwarded-for and source_ip hashing.
+std::string peer_address(int fd);
+
+// The index of a status's class in the *_rq_xx counters (1xx .. 5xx).
+inline unsigned status_class(unsigned status) { return std::min(4u, std::max(1u, status / 100) - 1); }
 
 }  // namespace dpukit::mesh

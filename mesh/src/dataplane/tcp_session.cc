@@ -57,8 +57,11 @@ class TcpSession : public std::enable_shared_from_this<TcpSession> {
     auto& cs = cluster_->stats(w_.id());
     cs.upstream_cx_total.inc();
     Protocol::endpoint ep;
-    if (host_->address.is_pipe()) ep = Protocol::endpoint(asio::local::stream_protocol::endpoint(host_->address.pipe_path));
-    else ep = Protocol::endpoint(asio::ip::tcp::endpoint(asio::ip::make_address(host_->address.ip), host_->address.port));
+    try {
+      ep = endpoint_of(host_->address);
+    } catch (const std::exception&) {
+      ep = Protocol::endpoint();  // a STRICT_DNS name not resolved yet: the connect fails and the next host is tried
+    }
     timer_.expires_after(cluster_->config().connect_timeout);
     timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (!ec && !self->connected_) {

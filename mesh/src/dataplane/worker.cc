@@ -163,14 +163,15 @@ namespace {
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kMaxReadBuffer = 256 * 1024;
 
+}  // namespace
+
 Protocol::endpoint endpoint_of(const config::Address& a) {
   if (a.is_pipe()) return Protocol::endpoint(asio::local::stream_protocol::endpoint(a.pipe_path));
   return Protocol::endpoint(asio::ip::tcp::endpoint(asio::ip::make_address(a.ip), a.port));
 }
-}  // namespace
 
 UpstreamConn::UpstreamConn(Worker& w, std::shared_ptr<ClusterRuntime> cluster, std::shared_ptr<Host> host)
-    : w_(w), cluster_(std::move(cluster)), host_(std::move(host)), sock_(w.io()), timer_(w.io()),
+    : w_(w), cluster_(std::move(cluster)), host_(std::move(host)), sock_(w.io().get_executor()), timer_(w.io()),
       in_(kReadChunk) {
   cluster_->stats(w_.id()).upstream_cx_total.inc();
   cluster_->stats(w_.id()).upstream_cx_active.add(1);
@@ -184,37 +185,19 @@ UpstreamConn::~UpstreamConn() {
 
 void UpstreamConn::connect(User* user) {
   user_ = user;
-  Protocol::endpoint ep;
-  try {
-    ep = endpoint_of(host_->address);
-  } catch (const std::exception&) {
-    // A STRICT_DNS name that did not resolve to an address yet.
-    asio::post(w_.io(), [self = shared_from_this()] { self->fail(User::Failure::kConnect); });
-    return;
-  }
-  auto timeout = cluster_->config().connect_timeout;
-  timer_.expires_after(timeout);
-  timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-    if (ec || self->connected_ || self->closed_) return;
-    self->cluster_->stats(self->w_.id()).upstream_cx_connect_timeout.inc();
-    self->fail(User::Failure::kConnectTimeout);
-  });
-  sock_.async_connect(ep, [self = shared_from_this()](const boost::system::error_code& ec) {
-    if (self->closed_) return;
-    self->timer_.cancel();
-    if (ec) {
-      self->cluster_->stats(self->w_.id()).upstream_cx_connect_fail.inc();
-      self->fail(User::Failure::kConnect);
-      return;
+  connect_upstream(shared_from_this(), sock_, timer_, *cluster_, w_.id(), *host_, [this](ConnectOutcome o) {
+    if (closed_ || connected_) return;
+    if (o == ConnectOutcome::kTimedOut) {
+      cluster_->stats(w_.id()).upstream_cx_connect_timeout.inc();
+      fail(User::Failure::kConnectTimeout);
+    } else if (o == ConnectOutcome::kFailed) {
+      fail(User::Failure::kConnect);
+    } else {
+      connected_ = true;
+      do_read();
+      flush();
+      if (user_) user_->upstream_connected();
     }
-    self->connected_ = true;
-    if (self->host_->address.is_pipe() == false) {
-      int one = 1;
-      ::setsockopt(self->sock_.native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    }
-    self->do_read();
-    self->flush();
-    if (self->user_) self->user_->upstream_connected();
   });
 }
 
@@ -313,8 +296,7 @@ void UpstreamConn::close() {
   closed_ = true;
   user_ = nullptr;
   timer_.cancel();
-  boost::system::error_code ignored;
-  sock_.close(ignored);
+  sock_.close();
 }
 
 }  // namespace dpukit::mesh

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "dataplane/pipeline.h"
+#include "dataplane/service_stream.h"
 #include "dataplane/snapshot.h"
 #include "dpukit/mesh.h"
 #include "dpukit/core/accounting.h"
@@ -27,11 +28,8 @@
 
 namespace dpukit::mesh {
 
-namespace asio = boost::asio;
-using Protocol = asio::generic::stream_protocol;
-using Socket = Protocol::socket;
-
 class UpstreamConn;
+class H2UpstreamPool;  // http2/h2_upstream.h
 
 // Bytes read from a socket: [rpos, wpos) wait for the parser, reads land after wpos.
 struct ReadBuffer {
@@ -136,6 +134,11 @@ class Worker {
   std::unique_ptr<Pipeline> pipeline_;
   std::atomic<uint64_t> cpu_ns_{0};
   std::atomic<pid_t> tid_{0};
+
+ public:
+  // HTTP/2 upstream connections, one per host (http2/h2_upstream.h); declared
+  // after io_ so that its sockets go before the event loop does.
+  std::shared_ptr<H2UpstreamPool> h2_upstreams;
 };
 
 // One upstream connection. Owned by the stream that uses it, or by the
@@ -168,9 +171,9 @@ class UpstreamConn : public std::enable_shared_from_this<UpstreamConn> {
   void resume_reading();
   void close();
   bool open() const { return sock_.is_open() && !closed_; }
+  bool attached() const { return sock_.attached(); }  // socket direct (shared-memory rings)
   bool connected() const { return connected_; }
   http::ResponseParser& parser() { return parser_; }
-  Socket& socket() { return sock_; }
   Host& host() { return *host_; }
   ClusterRuntime& cluster() { return *cluster_; }
   // Reusable for another request: open, the last response ended cleanly, nothing buffered.
@@ -185,7 +188,7 @@ class UpstreamConn : public std::enable_shared_from_this<UpstreamConn> {
   Worker& w_;
   std::shared_ptr<ClusterRuntime> cluster_;
   std::shared_ptr<Host> host_;
-  Socket sock_;
+  ServiceStream sock_;
   asio::steady_timer timer_;
   User* user_ = nullptr;
   http::ResponseParser parser_;
@@ -193,6 +196,29 @@ class UpstreamConn : public std::enable_shared_from_this<UpstreamConn> {
   WriteQueue out_;
   bool reading_ = false, paused_ = false, connected_ = false, closed_ = false;
 };
+
+// How an upstream connection attempt ended (connect_upstream).
+enum class ConnectOutcome { kConnected, kFailed, kTimedOut };
+
+// Connects `sock` to `host` within the cluster's connect_timeout, counting
+// Envoy's upstream_cx_connect_fail / _timeout. `done(outcome)` runs once per
+// event (the timer's and the connect's): the owner ignores the one that comes
+// after it is connected or closed. `owner` is kept alive meanwhile.
+template <typename Owner, typename Done>
+void connect_upstream(std::shared_ptr<Owner> owner, ServiceStream& sock, asio::steady_timer& timer,
+                      ClusterRuntime& cluster, unsigned worker, const Host& host, Done done) {
+  timer.expires_after(cluster.config().connect_timeout);
+  timer.async_wait([owner, done](const boost::system::error_code& ec) mutable {
+    if (ec) return;
+    done(ConnectOutcome::kTimedOut);
+  });
+  sock.async_connect(host.address, [owner, &timer, &cluster, worker, done](const boost::system::error_code& ec) mutable {
+    timer.cancel();
+    // host_not_found: a STRICT_DNS name not resolved yet (no connection was tried).
+    if (ec && ec != asio::error::host_not_found) cluster.stats(worker).upstream_cx_connect_fail.inc();
+    done(ec ? ConnectOutcome::kFailed : ConnectOutcome::kConnected);
+  });
+}
 
 // Starts serving an accepted downstream connection (http_session.cc / tcp_session.cc).
 void start_http_session(Worker& w, Socket sock, const ListenerRuntime& listener);

@@ -38,6 +38,7 @@
 #include "dpukit/core/accounting.h"
 #include "dpukit/core/cli.h"
 #include "dpukit/mesh.h"
+#include "dpukit/mesh_attach.h"
 
 namespace dpukit::mesh {
 namespace {
@@ -205,6 +206,7 @@ void close_socket(Socket& s) {
   s.shutdown(Socket::shutdown_both, ec);
   s.close(ec);
 }
+void close_socket(attach::ShmSocket& s) { s.close(); }
 
 // One connection: requests are read and answered in order (pipelined
 // requests wait in `buf` until the answer before them is written).
@@ -276,6 +278,18 @@ awaitable<void> serve(Socket sock, const EchoOptions& opt) {
   close_socket(sock);
 }
 
+// A connection over shared-memory rings: the proxy's offer first, then HTTP
+// as on any socket. A bad offer fails this connection only.
+awaitable<void> serve_attached(attach::ShmSocket sock, const EchoOptions& opt) {
+  boost::system::error_code ec;
+  co_await sock.async_handshake(asio::redirect_error(use_awaitable, ec));
+  if (ec) {
+    std::fprintf(stderr, "dpukit-mesh echo: refused an attach: %s\n", ec.message().c_str());
+    co_return;
+  }
+  co_await serve(std::move(sock), opt);
+}
+
 template <class Acceptor>
 awaitable<void> accept_loop(Acceptor& acceptor, std::vector<asio::io_context*> loops, const EchoOptions& opt) {
   size_t next = 0;
@@ -284,7 +298,7 @@ awaitable<void> accept_loop(Acceptor& acceptor, std::vector<asio::io_context*> l
     // a unix socket; a TCP acceptor's own loop).
     auto& loop = *loops[next++ % loops.size()];
     boost::system::error_code ec;
-    auto sock = co_await acceptor.async_accept(loop, asio::redirect_error(use_awaitable, ec));
+    auto sock = co_await acceptor.async_accept(loop.get_executor(), asio::redirect_error(use_awaitable, ec));
     if (ec == asio::error::operation_aborted) co_return;
     if (ec) {
       // Out of descriptors or the like: back off rather than spin.
@@ -293,19 +307,30 @@ awaitable<void> accept_loop(Acceptor& acceptor, std::vector<asio::io_context*> l
       co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
       continue;
     }
-    if constexpr (std::is_same_v<typename Acceptor::protocol_type, tcp>) sock.set_option(tcp::no_delay(true), ec);
-    asio::co_spawn(loop, serve(std::move(sock), opt), asio::detached);
+    if constexpr (std::is_same_v<Acceptor, attach::ShmAcceptor>) {
+      asio::co_spawn(loop, serve_attached(std::move(sock), opt), asio::detached);
+    } else {
+      if constexpr (std::is_same_v<typename Acceptor::protocol_type, tcp>) sock.set_option(tcp::no_delay(true), ec);
+      asio::co_spawn(loop, serve(std::move(sock), opt), asio::detached);
+    }
   }
 }
 
 struct Endpoint {
   bool is_unix = false;
-  std::string path;  // unix
+  bool is_shm = false;  // attached over shared-memory rings; `path` is the attach point
+  std::string path;  // unix, shm
   tcp::endpoint tcp_ep;
 };
 
 Endpoint parse_listen(const std::string& listen) {
   Endpoint e;
+  if (listen.rfind("shm:", 0) == 0) {
+    e.is_shm = true;
+    e.path = listen.substr(4);
+    if (e.path.empty()) throw InputError("--listen shm:PATH needs a path");
+    return e;
+  }
   if (listen.rfind("unix:", 0) == 0) {
     e.is_unix = true;
     e.path = listen.substr(5);
@@ -314,7 +339,7 @@ Endpoint parse_listen(const std::string& listen) {
   }
   size_t colon = listen.rfind(':');
   if (colon == std::string::npos || colon + 1 == listen.size())
-    throw InputError("--listen " + listen + ": expected HOST:PORT or unix:PATH");
+    throw InputError("--listen " + listen + ": expected HOST:PORT, unix:PATH or shm:PATH");
   std::string host = listen.substr(0, colon), port = listen.substr(colon + 1);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   if (host.empty() || host == "*") host = "0.0.0.0";
@@ -346,18 +371,26 @@ std::unique_ptr<tcp::acceptor> bind_tcp(asio::io_context& io, const tcp::endpoin
   return a;
 }
 
-std::unique_ptr<unix_proto::acceptor> bind_unix(asio::io_context& io, const std::string& path) {
-  // A socket file left by an earlier run would make bind fail: remove it,
-  // but never anything that is not a socket.
-  // A live one (something accepts on it) is another server's: refuse.
-  boost::system::error_code ec;
+// A socket file left by an earlier run would make bind fail: remove it,
+// but never anything that is not a socket. A live one (something accepts on
+// it) is another server's: refuse.
+void refuse_live_socket(const std::string& path, const char* scheme) {
   struct stat st {};
-  if (::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
-    unix_proto::socket probe(io);
-    probe.connect(unix_proto::endpoint(path), ec);
-    if (!ec) throw InputError("cannot listen on unix:" + path + ": a server is listening there");
-    ::unlink(path.c_str());
+  if (::lstat(path.c_str(), &st) != 0) return;
+  if (!S_ISSOCK(st.st_mode)) throw InputError(std::string("cannot listen on ") + scheme + path + ": not a socket");
+  unix_proto::endpoint ep(path);
+  for (int type : {SOCK_STREAM, SOCK_SEQPACKET}) {  // an echo's socket, or a shm attach point
+    int fd = ::socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+    bool live = fd >= 0 && ::connect(fd, ep.data(), static_cast<socklen_t>(ep.size())) == 0;
+    if (fd >= 0) ::close(fd);
+    if (live) throw InputError(std::string("cannot listen on ") + scheme + path + ": a server is listening there");
   }
+  ::unlink(path.c_str());
+}
+
+std::unique_ptr<unix_proto::acceptor> bind_unix(asio::io_context& io, const std::string& path) {
+  refuse_live_socket(path, "unix:");
+  boost::system::error_code ec;
   ec = {};
   auto a = std::make_unique<unix_proto::acceptor>(io);
   a->open(unix_proto(), ec);
@@ -397,8 +430,20 @@ int run_echo(const EchoOptions& options) {
   // Bind everything before announcing: a bad address fails here (exit 2).
   std::vector<std::unique_ptr<tcp::acceptor>> tcp_acceptors;
   std::unique_ptr<unix_proto::acceptor> unix_acceptor;
+  std::unique_ptr<attach::ShmAcceptor> shm_acceptor;
   std::string shown;
-  if (ep.is_unix) {
+  if (ep.is_shm) {
+    refuse_live_socket(ep.path, "shm:");
+    try {
+      shm_acceptor = std::make_unique<attach::ShmAcceptor>(loops[0]->get_executor(), ep.path);
+    } catch (const std::exception& e) {
+      throw InputError("cannot listen on shm:" + ep.path + ": " + e.what());
+    }
+    std::vector<asio::io_context*> all;
+    for (auto& l : loops) all.push_back(l.get());
+    asio::co_spawn(*loops[0], accept_loop(*shm_acceptor, std::move(all), opt), asio::detached);
+    shown = "shm:" + ep.path;
+  } else if (ep.is_unix) {
     unix_acceptor = bind_unix(*loops[0], ep.path);
     // One acceptor deals connections to every loop.
     std::vector<asio::io_context*> all;
@@ -445,6 +490,7 @@ int run_echo(const EchoOptions& options) {
   for (auto& t : threads) t.join();
   tcp_acceptors.clear();
   unix_acceptor.reset();
+  shm_acceptor.reset();  // removes its socket file
   if (ep.is_unix) ::unlink(ep.path.c_str());
   return 0;
 }

@@ -106,8 +106,27 @@ std::shared_ptr<Host> ClusterRuntime::choose_from(const HostSet& set, const std:
     }
     case P::kRandom: return at(ctx.random % n);
     case P::kLeastRequest: {
-      // Power of `choice_count` choices (independent draws, with replacement,
-      // as Envoy's): the one with the fewest active requests, the first on a tie.
+      auto weight = [&](size_t k) { return set.weights[all ? k : candidates[k]]; };
+      bool weighted = false;
+      for (size_t k = 1; k < n && !weighted; ++k) weighted = weight(k) != weight(0);
+      if (weighted) {
+        // Unequal weights: Envoy schedules each host by weight / (active
+        // requests + 1) (active_request_bias 1.0, its default). The same
+        // shares, drawn at random instead of from an EDF schedule.
+        double total = 0;
+        auto effective = [&](size_t k) {
+          return weight(k) / (1.0 + at(k)->active_requests.load(std::memory_order_relaxed));
+        };
+        for (size_t k = 0; k < n; ++k) total += effective(k);
+        double point = static_cast<double>(ctx.random >> 11) * 0x1.0p-53 * total;
+        for (size_t k = 0; k < n; ++k) {
+          point -= effective(k);
+          if (point < 0) return at(k);
+        }
+        return at(n - 1);
+      }
+      // Equal weights: power of `choice_count` choices (independent draws,
+      // with replacement, as Envoy's): the fewest active requests, the first on a tie.
       uint64_t r = ctx.random;
       const std::shared_ptr<Host>* best = nullptr;
       for (uint32_t c = 0; c < std::max<uint32_t>(1, cfg_.least_request_choice_count); ++c) {

@@ -1,0 +1,528 @@
+"""HTTP/2 cleartext (h2c) through the proxy: gRPC with a real grpcio server
+and client, nghttp and h2load against the HTTP/1.1 echo service and an
+HTTP/2 upstream (nghttpd), large streamed bodies, and a client that sends
+garbage after the preface. Every test runs on Envoy 1.40 (the reference) and
+on dpukit-mesh in both execution models, on the same bootstrap."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import re
+import socket
+import subprocess
+import threading
+import time
+import zlib
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import grpc
+import pytest
+
+from mesh_support import *  # noqa: F401,F403
+from mesh_support import Echoes, Proxy, bootstrap, cluster, ports, request, start_proxy
+
+MiB = 1 << 20
+
+H2_UPSTREAM = """\
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config:
+          http2_protocol_options: {}
+"""
+# The same with smaller windows than Envoy's default 16 MiB / 24 MiB: what a
+# slow client makes the proxy hold is bounded by the upstream's stream window.
+H2_UPSTREAM_1MIB = H2_UPSTREAM.replace("http2_protocol_options: {}", """http2_protocol_options:
+            initial_stream_window_size: 1048576
+            initial_connection_window_size: 2097152""")
+
+ROUTES = """\
+            - name: default
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/test.Echo/"}
+                route: {cluster: grpc, timeout: 10s}
+              - match: {prefix: "/dead.Svc/"}
+                route: {cluster: down}
+              - match: {prefix: "/files/"}
+                route: {cluster: files}
+              - match: {prefix: "/teapot"}
+                direct_response: {status: 418, body: {inline_string: "short and stout"}}
+              - match: {prefix: "/"}
+                route: {cluster: echo}
+"""
+
+# Set on purpose (not Envoy's defaults), so the SETTINGS frame shows they were read.
+HCM_H2 = """\
+          codec_type: AUTO
+          max_request_headers_kb: 16
+          http2_protocol_options:
+            max_concurrent_streams: 77
+            initial_stream_window_size: 1048576
+            initial_connection_window_size: 2097152
+"""
+
+
+# -- the gRPC service (generic handlers, raw bytes: no protoc step) ---------------------
+
+
+def _unary(request: bytes, context: grpc.ServicerContext) -> bytes:
+    context.send_initial_metadata((("x-served-by", "grpc-py"),))
+    if request.startswith(b"fail:"):
+        context.abort(grpc.StatusCode.NOT_FOUND, request[5:].decode())
+    return b"echo:" + request
+
+
+def _server_stream(request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+    count, size = (int(x) for x in request.split(b"x"))
+    for i in range(count):
+        yield bytes([i % 256]) * size
+
+
+def _client_stream(requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
+    h = hashlib.sha256()
+    n = 0
+    for r in requests:
+        h.update(r)
+        n += len(r)
+    return f"{n}:{h.hexdigest()}".encode()
+
+
+@pytest.fixture
+def grpc_port() -> Iterator[int]:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Echo", {
+        "Unary": grpc.unary_unary_rpc_method_handler(_unary),
+        "ServerStream": grpc.unary_stream_rpc_method_handler(_server_stream),
+        "ClientStream": grpc.stream_unary_rpc_method_handler(_client_stream),
+    }),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield port
+    server.stop(0)
+
+
+@dataclass
+class H2Setup:
+    proxy: Proxy
+    echoes: Echoes
+    files: Path  # what nghttpd serves under /files/
+
+
+def start_nghttpd(echoes: Echoes, tmp_path: Path, files_port: int) -> Path:
+    """nghttpd (h2c) on `files_port` serving a directory with files/hello.txt (returned)."""
+    root = tmp_path / "www"
+    (root / "files").mkdir(parents=True)
+    (root / "files" / "hello.txt").write_bytes(b"hello from nghttpd\n")
+    nghttpd = echoes.group.start(["nghttpd", "--no-tls", "-d", str(root), str(files_port)], name="nghttpd")
+    nghttpd.wait_port(files_port)
+    return root
+
+
+@pytest.fixture
+def h2(proxy_kind: str, echoes: Echoes, grpc_port: int, tmp_path: Path) -> H2Setup:
+    echoes.start("e1")
+    port, admin, dead, files_port = ports(4)
+    root = start_nghttpd(echoes, tmp_path, files_port)
+    clusters = (cluster("echo", [echoes.ports["e1"]]) + cluster("grpc", [grpc_port], H2_UPSTREAM)
+                + cluster("files", [files_port], H2_UPSTREAM_1MIB) + cluster("down", [dead], H2_UPSTREAM))
+    config = bootstrap(port=port, admin=admin, virtual_hosts=ROUTES, clusters=clusters, hcm_extra=HCM_H2)
+    proxy = start_proxy(echoes.group, proxy_kind, config, tmp_path, port=port, admin=admin)
+    return H2Setup(proxy, echoes, root / "files")
+
+
+# -- nghttp as the client ---------------------------------------------------------------
+
+
+@dataclass
+class H2Response:
+    status: int
+    headers: dict[str, str]
+    frames: str  # nghttp -v's trace
+
+
+def nghttp(url: str, *extra: str, timeout: float = 60) -> H2Response:
+    """One request with ``nghttp -v -n`` (body discarded): status, headers, frame trace."""
+    out = subprocess.run(["nghttp", "-v", "-n", *extra, url], capture_output=True, text=True, timeout=timeout).stdout
+    headers = {}
+    for m in re.finditer(r"recv \(stream_id=\d+\) ([^:\s][^:]*|:status): (.*)", out):
+        headers[m.group(1)] = m.group(2)
+    assert ":status" in headers, out
+    return H2Response(int(headers[":status"]), headers, out)
+
+
+def nghttp_body_sha256(url: str, timeout: float = 120) -> tuple[str, int]:
+    """Downloads ``url`` with nghttp, hashing the body as it streams: (sha256, bytes)."""
+    p = subprocess.Popen(["nghttp", url], stdout=subprocess.PIPE)
+    h, n = hashlib.sha256(), 0
+    assert p.stdout is not None
+    while chunk := p.stdout.read(1 << 20):
+        h.update(chunk)
+        n += len(chunk)
+    assert p.wait(timeout) == 0
+    return h.hexdigest(), n
+
+
+def vm_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} for {pid}")
+
+
+# -- gRPC ---------------------------------------------------------------------------------
+
+
+def test_grpc_unary_streaming_and_errors(h2: H2Setup) -> None:
+    with grpc.insecure_channel(f"127.0.0.1:{h2.proxy.port}") as ch:
+        unary = ch.unary_unary("/test.Echo/Unary")
+        reply, call = unary.with_call(b"ping", timeout=10)
+        assert reply == b"echo:ping"
+        assert ("x-served-by", "grpc-py") in call.initial_metadata()
+        assert call.code() == grpc.StatusCode.OK
+
+        # Server streaming: 50 messages of 10 KiB, in order, each intact.
+        items = list(ch.unary_stream("/test.Echo/ServerStream")(b"50x10240", timeout=10))
+        assert [len(x) for x in items] == [10240] * 50
+        assert [x[0] for x in items] == [i % 256 for i in range(50)]
+
+        # Client streaming: 200 x 64 KiB up (12.5 MiB through the request flow-control window).
+        chunks = [bytes([i]) * 65536 for i in range(200)]
+        got = ch.stream_unary("/test.Echo/ClientStream")(iter(chunks), timeout=30)
+        assert got == f"{200 * 65536}:{hashlib.sha256(b''.join(chunks)).hexdigest()}".encode()
+
+        # An error status and its message come back in the trailers.
+        with pytest.raises(grpc.RpcError) as err:
+            unary(b"fail:no such widget", timeout=10)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        assert err.value.details() == "no such widget"
+
+        # An unknown method of the service: the server's UNIMPLEMENTED passes through.
+        with pytest.raises(grpc.RpcError) as err:
+            ch.unary_unary("/test.Echo/Nope")(b"", timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_grpc_local_replies(h2: H2Setup) -> None:
+    """The proxy's own answers to a gRPC client are gRPC statuses (as Envoy's)."""
+    with grpc.insecure_channel(f"127.0.0.1:{h2.proxy.port}") as ch:
+        with pytest.raises(grpc.RpcError) as err:  # nobody listens: 503 -> UNAVAILABLE
+            ch.unary_unary("/dead.Svc/Call")(b"x", timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "connection failure" in err.value.details()
+
+
+def test_grpc_concurrent_calls_share_one_upstream_connection(h2: H2Setup) -> None:
+    with grpc.insecure_channel(f"127.0.0.1:{h2.proxy.port}") as ch:
+        unary = ch.unary_unary("/test.Echo/Unary")
+        futs = [unary.future(f"m{i}".encode(), timeout=10) for i in range(64)]
+        assert [f.result() for f in futs] == [f"echo:m{i}".encode() for i in range(64)]
+
+
+# -- nghttp / h2load --------------------------------------------------------------------
+
+
+def test_nghttp_to_http1_echo(h2: H2Setup, tmp_path: Path) -> None:
+    r = nghttp(h2.proxy.url("/some/path?q=1"))
+    assert r.status == 200
+    assert r.headers["x-served-by"] == "e1"
+    assert r.headers["x-echo-path"] == "/some/path?q=1" or r.headers["x-echo-path"] == "/some/path"
+    assert r.headers["x-echo-method"] == "GET"
+    # Our SETTINGS carry the HCM's http2_protocol_options.
+    assert "SETTINGS_MAX_CONCURRENT_STREAMS(0x03):77" in r.frames
+    assert "SETTINGS_INITIAL_WINDOW_SIZE(0x04):1048576" in r.frames
+
+    body = tmp_path / "upload.bin"
+    body.write_bytes(bytes(range(256)) * 4096)  # 1 MiB, larger than the 1 MiB stream window's first credit
+    r = nghttp(h2.proxy.url("/upload"), "-d", str(body))
+    assert r.status == 200
+    assert r.headers["x-echo-method"] == "POST"
+    assert int(r.headers["x-echo-body-bytes"]) == body.stat().st_size
+    assert r.headers["x-echo-body-hash"] == f"{zlib.crc32(body.read_bytes()):08x}"
+
+    r = nghttp(h2.proxy.url("/teapot"))
+    assert r.status == 418
+
+
+def test_nghttp_to_http2_upstream(h2: H2Setup) -> None:
+    r = nghttp(h2.proxy.url("/files/hello.txt"))
+    assert r.status == 200
+    assert r.headers["cache-control"] == "max-age=3600"  # nghttpd served it (Envoy rewrites server:)
+    assert int(r.headers["content-length"]) == len(b"hello from nghttpd\n")
+    assert nghttp_body_sha256(h2.proxy.url("/files/hello.txt")) == (
+        hashlib.sha256(b"hello from nghttpd\n").hexdigest(), 19)
+    assert nghttp(h2.proxy.url("/files/missing")).status == 404
+
+
+def test_http1_client_on_the_auto_listener(h2: H2Setup) -> None:
+    r = request(h2.proxy.port, path="/plain")
+    assert r.status == 200 and r.header("x-served-by") == "e1"
+
+
+def test_http1_client_to_http2_upstream(h2: H2Setup) -> None:
+    """An HTTP/1.1 request routed to an HTTP/2 cluster: nghttpd answers over h2,
+    the client gets HTTP/1.1 (content-length or chunked), bodies stream both ways."""
+    r = request(h2.proxy.port, path="/files/hello.txt")
+    assert r.status == 200, r
+    assert r.body == b"hello from nghttpd\n"
+    assert r.header("cache-control") == "max-age=3600"  # nghttpd's
+    assert request(h2.proxy.port, path="/files/missing").status == 404
+    # A request body (Content-Length, then chunked): nghttpd reads and discards it, and answers with the file.
+    body = bytes(range(256)) * 4096
+    assert request(h2.proxy.port, "POST", "/files/hello.txt", body=body).body == b"hello from nghttpd\n"
+    r = request(h2.proxy.port, "POST", "/files/hello.txt", body=iter([body, body]))  # chunked
+    assert r.status == 200 and r.body == b"hello from nghttpd\n"
+    # Keep-alive: several requests on one connection, a large body streamed back.
+    big = h2.files / "big.bin"
+    big.write_bytes(hashlib.sha256(b"x").digest() * (8 * MiB // 32))
+    conn = http.client.HTTPConnection("127.0.0.1", h2.proxy.port, timeout=30)
+    try:
+        for path, want in (("/files/big.bin", big.read_bytes()), ("/files/hello.txt", b"hello from nghttpd\n")):
+            conn.request("GET", path, headers={"Host": "test.local"})
+            resp = conn.getresponse()
+            assert resp.status == 200
+            assert hashlib.sha256(resp.read()).hexdigest() == hashlib.sha256(want).hexdigest()
+        conn.request("HEAD", "/files/hello.txt", headers={"Host": "test.local"})
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.read() == b""
+    finally:
+        conn.close()
+
+
+def test_http1_client_to_grpc_upstream(h2: H2Setup) -> None:
+    """A gRPC call sent as HTTP/1.1: the gRPC server answers over h2, the message comes back."""
+    msg = b"over http/1.1"
+    framed = b"\x00" + len(msg).to_bytes(4, "big") + msg
+    r = request(h2.proxy.port, "POST", "/test.Echo/Unary", body=framed,
+                headers={"Content-Type": "application/grpc", "TE": "trailers"})
+    assert r.status == 200
+    assert r.header("content-type") == "application/grpc"
+    echoed = b"echo:" + msg
+    assert r.body == b"\x00" + len(echoed).to_bytes(4, "big") + echoed
+
+
+def test_http1_client_to_dead_http2_upstream(h2: H2Setup) -> None:
+    r = request(h2.proxy.port, "POST", "/dead.Svc/Call", body=b"x" * 100)
+    assert r.status == 503
+    assert request(h2.proxy.port, path="/files/hello.txt").status == 200  # still serving
+
+
+def test_h2load_many_streams(h2: H2Setup) -> None:
+    for path in ("/load", "/files/hello.txt"):
+        out = subprocess.run(["h2load", "-n", "2000", "-c", "4", "-m", "16", h2.proxy.url(path)],
+                             capture_output=True, text=True, timeout=120).stdout
+        assert "2000 succeeded, 0 failed, 0 errored" in out, out
+        assert "status codes: 2000 2xx" in out, out
+
+
+def test_large_bodies_stream_both_ways(h2: H2Setup, tmp_path: Path, proxy_kind: str) -> None:
+    """64 MiB up (to the HTTP/1.1 echo) and down (from nghttpd over HTTP/2):
+    the bytes arrive intact and dpukit-mesh's peak RSS does not grow by the body size."""
+    size = 64 * MiB
+    big = h2.files / "big.bin"
+    with big.open("wb") as f:
+        for i in range(size // MiB):
+            f.write(hashlib.sha256(str(i).encode()).digest() * (MiB // 32))
+    pid = h2.proxy.proc.pid
+    hwm0 = vm_kib(pid, "VmHWM")
+
+    r = nghttp(h2.proxy.url("/upload"), "-d", str(big), timeout=120)
+    assert r.status == 200
+    assert int(r.headers["x-echo-body-bytes"]) == size
+    crc = 0
+    with big.open("rb") as f:
+        while chunk := f.read(MiB):
+            crc = zlib.crc32(chunk, crc)
+    assert r.headers["x-echo-body-hash"] == f"{crc:08x}"
+
+    digest, n = nghttp_body_sha256(h2.proxy.url("/files/big.bin"))
+    assert n == size
+    assert digest == hashlib.sha256(big.read_bytes()).hexdigest()
+
+    grown_mib = (vm_kib(pid, "VmHWM") - hwm0) / 1024
+    if proxy_kind != "envoy":
+        assert grown_mib < 24, f"peak RSS grew by {grown_mib:.1f} MiB for a 64 MiB body"
+
+
+# -- bad peers ----------------------------------------------------------------------------
+
+
+def read_frames(sock: socket.socket, timeout: float = 5) -> list[tuple[int, bytes]]:
+    """HTTP/2 frames (type, payload) until the peer closes."""
+    sock.settimeout(timeout)
+    data = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except (ConnectionResetError, TimeoutError, socket.timeout):
+            break
+        if not chunk:
+            break
+        data += chunk
+    frames, i = [], 0
+    while i + 9 <= len(data):
+        length = int.from_bytes(data[i:i + 3], "big")
+        frames.append((data[i + 3], data[i + 9:i + 9 + length]))
+        i += 9 + length
+    return frames
+
+
+def test_garbage_after_preface_gets_goaway(h2: H2Setup) -> None:
+    with socket.create_connection(("127.0.0.1", h2.proxy.port)) as s:
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x08\xff\xff\x00\x00\x00\x00garbage!" * 3
+                  + b"this is not a frame at all")
+        frames = read_frames(s)
+    goaways = [p for t, p in frames if t == 0x7]
+    assert goaways, frames
+    assert int.from_bytes(goaways[0][4:8], "big") == 0x1  # PROTOCOL_ERROR
+    # ... and the proxy serves the next client.
+    assert nghttp(h2.proxy.url("/after")).status == 200
+
+
+def test_oversized_header_block_resets_only_that_stream(h2: H2Setup) -> None:
+    big = "x" * (8 * 1024)  # three of them: over max_request_headers_kb (16 KiB)
+    r = subprocess.run(["nghttp", "-v", "-n", *[a for i in range(3) for a in ("-H", f"x-big-{i}: {big}")],
+                        h2.proxy.url("/big-head")],
+                       capture_output=True, text=True, timeout=30).stdout
+    assert "recv (stream_id=13) :status: 200" not in r
+    assert re.search(r"recv (RST_STREAM|GOAWAY)|:status: 431", r), r[-2000:]
+    assert nghttp(h2.proxy.url("/after")).status == 200
+
+
+# -- upstreams that hang or die -------------------------------------------------------------
+
+
+class FaultyUpstream:
+    """A TCP server on 127.0.0.1 in a thread. Each connection reads the client
+    preface and frames until a HEADERS frame, then does ``mode``: "hang" (never
+    answers), "die" (closes), "die-mid-body" (SETTINGS, a 200 head and part of
+    a body, then closes)."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.conns: list[socket.socket] = []
+        self.heads = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            threading.Thread(target=self._conn, args=(c,), daemon=True).start()
+
+    def _conn(self, c: socket.socket) -> None:
+        buf = b""
+        try:
+            while True:
+                data = c.recv(65536)
+                if not data:
+                    return
+                buf += data
+                pos = 24 if buf.startswith(b"PRI * HTTP/2.0") else 0
+                saw_headers = False
+                while len(buf) >= pos + 9:
+                    length = int.from_bytes(buf[pos:pos + 3], "big")
+                    saw_headers = saw_headers or buf[pos + 3] == 1
+                    pos += 9 + length
+                if saw_headers:
+                    break
+            self.heads += 1
+            if self.mode == "hang":
+                while c.recv(65536):
+                    pass
+                return
+            if self.mode == "die-mid-body":
+                frame = lambda t, f, sid, p: len(p).to_bytes(3, "big") + bytes([t, f]) + sid.to_bytes(4, "big") + p
+                c.sendall(frame(4, 0, 0, b"") + frame(1, 4, 1, b"\x88")  # SETTINGS; HEADERS :status 200
+                          + frame(0, 0, 1, b"partial body"))
+                time.sleep(0.3)
+        finally:
+            c.close()
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+FAULT_ROUTES = """\
+            - name: default
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/hang/route"}
+                route: {cluster: hang, timeout: 1s}
+              - match: {prefix: "/hang/"}
+                route: {cluster: hang, timeout: 0s}
+              - match: {prefix: "/die/"}
+                route: {cluster: die}
+              - match: {prefix: "/mid/"}
+                route: {cluster: mid}
+              - match: {prefix: "/files/"}
+                route: {cluster: files}
+"""
+
+
+@dataclass
+class FaultSetup:
+    proxy: Proxy
+    hang: FaultyUpstream
+    die: FaultyUpstream
+
+
+@pytest.fixture
+def faults(proxy_kind: str, echoes: Echoes, tmp_path: Path) -> Iterator[FaultSetup]:
+    port, admin, files_port = ports(3)
+    root = start_nghttpd(echoes, tmp_path, files_port)
+    hang, die, mid = FaultyUpstream("hang"), FaultyUpstream("die"), FaultyUpstream("die-mid-body")
+    clusters = (cluster("hang", [hang.port], H2_UPSTREAM) + cluster("die", [die.port], H2_UPSTREAM)
+                + cluster("mid", [mid.port], H2_UPSTREAM) + cluster("files", [files_port], H2_UPSTREAM))
+    config = bootstrap(port=port, admin=admin, virtual_hosts=FAULT_ROUTES, clusters=clusters,
+                       hcm_extra="          codec_type: AUTO\n          stream_idle_timeout: 2s\n")
+    proxy = start_proxy(echoes.group, proxy_kind, config, tmp_path, port=port, admin=admin)
+    yield FaultSetup(proxy, hang, die)
+    for u in (hang, die, mid):
+        u.close()
+
+
+def test_hanging_http2_upstream_times_out(faults: FaultSetup) -> None:
+    """The route's timeout gives 504; with none, stream_idle_timeout does (the request
+    was complete: 504, as Envoy's maybeRequestTimeoutCode). Both for h2 and HTTP/1.1 clients."""
+    t0 = time.monotonic()
+    assert nghttp(faults.proxy.url("/hang/route")).status == 504
+    assert 0.9 < time.monotonic() - t0 < 1.9
+    assert request(faults.proxy.port, path="/hang/route").status == 504
+    t0 = time.monotonic()
+    r = nghttp(faults.proxy.url("/hang/idle"))
+    assert r.status == 504
+    assert 1.9 < time.monotonic() - t0 < 3.5
+    assert request(faults.proxy.port, path="/hang/idle").status == 504
+    assert faults.hang.heads >= 1  # (streams share a connection: its first head counts)
+    assert nghttp(faults.proxy.url("/files/hello.txt")).status == 200  # still serving
+
+
+def test_http2_upstream_dying_mid_stream(faults: FaultSetup) -> None:
+    """The upstream connection closes before the response: 503 (h2 and HTTP/1.1
+    clients); after the head was sent: the h2 stream is reset, the HTTP/1.1
+    connection closed early. The proxy keeps serving."""
+    assert nghttp(faults.proxy.url("/die/x")).status == 503
+    assert request(faults.proxy.port, path="/die/x").status == 503
+    assert faults.die.heads >= 2  # a connection each
+    out = subprocess.run(["nghttp", "-v", "-n", faults.proxy.url("/mid/x")], capture_output=True, text=True,
+                         timeout=30).stdout
+    assert re.search(r"recv \(stream_id=\d+\) :status: 200", out), out
+    assert "recv RST_STREAM frame" in out and "END_STREAM" not in out.split(":status: 200")[1], out
+    with pytest.raises((http.client.IncompleteRead, ConnectionError)):
+        request(faults.proxy.port, path="/mid/x")
+    for _ in range(3):
+        assert nghttp(faults.proxy.url("/files/hello.txt")).status == 200
+        assert request(faults.proxy.port, path="/files/hello.txt").body == b"hello from nghttpd\n"
