@@ -61,7 +61,10 @@ def test_parse_fortio():
 def test_topologies_are_registered_and_selectable(monkeypatch):
     names = [t.name for t in mesh_exps.TOPOLOGIES]
     assert names[:2] == ["direct", "envoy-sidecars"]
-    assert {"envoy-sockmap", "node-proxy", "node-proxy-uds", "node-proxy-shm", "node-proxy-pipelined"} <= set(names)
+    assert {"envoy-sockmap", "node-proxy", "node-proxy-uds", "node-proxy-shm", "node-proxy-pipelined",
+            "node-proxy-pipelined-uds", "node-proxy-pipelined-shm"} <= set(names)
+    # Both execution models over all three attachments; the quick eval keeps under a minute with fewer.
+    assert {t.name for t in mesh_exps.topologies(quick=True)} < {t.name for t in mesh_exps.topologies()}
     assert {"mesh.quick", "mesh.latency", "mesh.throughput", "mesh.jitter"} <= set(experiments.registry())
     monkeypatch.setenv(mesh_exps.TOPOLOGIES_ENV, "node-proxy,direct")
     assert [t.name for t in mesh_exps.topologies()] == ["node-proxy", "direct"]
@@ -91,7 +94,7 @@ def test_eval_quick_mesh(tmp_path: Path, run_dpukit):
     run_dir = (out / "latest").resolve()
     md = (run_dir / "report.md").read_text()
     assert "## mesh.quick" in md
-    names = [t.name for t in mesh_exps.TOPOLOGIES]
+    names = [t.name for t in mesh_exps.TOPOLOGIES if t.in_quick]
     assert {"direct", "envoy-sidecars", "envoy-sockmap", "node-proxy", "node-proxy-uds", "node-proxy-shm",
             "node-proxy-pipelined"} <= set(names)
     for name in names:

@@ -265,6 +265,7 @@ class Topology:
     name: str
     description: str
     start: Callable[[Chain], None]
+    in_quick: bool = True  # False: full mode only (the quick eval's mesh experiment stays under a minute)
 
 
 # Adding a topology is one entry here.
@@ -279,6 +280,10 @@ TOPOLOGIES: tuple[Topology, ...] = (
              "(socket direct)", node_proxy("rtc", 1, "shm")),
     Topology("node-proxy-pipelined", "client → dpukit-mesh (pipelined: match-action and deparser stages) → service",
              node_proxy("pipelined", 1)),
+    Topology("node-proxy-pipelined-uds", "the pipelined node proxy, service over a Unix socket",
+             node_proxy("pipelined", 1, "uds"), in_quick=False),
+    Topology("node-proxy-pipelined-shm", "the pipelined node proxy, service attached over shared-memory rings",
+             node_proxy("pipelined", 1, "shm"), in_quick=False),
 )
 
 
@@ -305,17 +310,17 @@ def sockmap_refusal() -> str | None:
 _refusals: dict[str, str | None] = {}
 
 
-def topologies() -> list[Topology]:
-    """All topologies that can run here, or those named in
-    $DPUKIT_MESH_TOPOLOGIES (comma-separated). A topology the kernel refuses
-    (the sockmap baseline without BPF) is left out with the reason in
-    LEFT_OUT, or, when asked for by name, is an error."""
+def topologies(quick: bool = False) -> list[Topology]:
+    """All topologies that can run here (``quick``: those of the quick eval),
+    or those named in $DPUKIT_MESH_TOPOLOGIES (comma-separated). A topology
+    the kernel refuses (the sockmap baseline without BPF) is left out with the
+    reason in LEFT_OUT, or, when asked for by name, is an error."""
     wanted = [t.strip() for t in os.environ.get(TOPOLOGIES_ENV, "").split(",") if t.strip()]
     known = {t.name: t for t in TOPOLOGIES}
     unknown = [w for w in wanted if w not in known]
     if unknown:
         raise DpukitError(f"${TOPOLOGIES_ENV}: unknown topology {unknown[0]!r} (known: {', '.join(known)})")
-    tops = [known[w] for w in wanted] if wanted else list(TOPOLOGIES)
+    tops = [known[w] for w in wanted] if wanted else [t for t in TOPOLOGIES if t.in_quick or not quick]
     if any(t.name == "envoy-sockmap" for t in tops) and (why := sockmap_refusal()):
         if wanted:
             raise DpukitError(f"${TOPOLOGIES_ENV}: envoy-sockmap cannot run here: {why}")
@@ -563,7 +568,7 @@ def add_chain_commands(sec: Section, records: Sequence[dict[str, Any]]) -> None:
     tools=[TOOL],
 )
 def quick(ctx: Context) -> Section:
-    tops = topologies()
+    tops = topologies(quick=ctx.quick)
     seconds = 3
     wrk_conns, fortio_qps, fortio_conns = 16, 1000, 8
     rounds = ctx.repeats
