@@ -1,5 +1,6 @@
 #include "dpukit/core/shm.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,9 +22,13 @@ void UniqueFd::reset(int fd) {
 }
 
 SharedMemory SharedMemory::create(const std::string& name, size_t size) {
-  UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC));
+  UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) throw_errno("memfd_create(" + name + ")");
   if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) throw_errno("ftruncate(" + name + ")");
+  // Sealed at this size: a peer that shrank it would make the other side's
+  // next access to the mapping a SIGBUS.
+  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    throw_errno("seal(" + name + ")");
   return map(std::move(fd));
 }
 

@@ -1,11 +1,13 @@
 #include "dpukit/core/shm_stream.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
+#include <cstddef>
 #include <cstring>
 #include <utility>
 
@@ -112,12 +114,20 @@ ShmStream ShmStream::offer(UniqueFd sock, const ShmStreamConfig& config) {
   h->magic = detail::kStreamMagic;
   s.shared_ = h;
   s.side_ = 0;
-  for (auto& b : s.bells_) b = detail::make_eventfd(detail::kWho);
+  // Each doorbell is a socket pair: this side keeps one end of each (the
+  // sleeping end of its own two, the ringing end of the peer's two) and sends
+  // the other ends, which the peer holds at the same indexes.
+  UniqueFd sent[4];
+  for (int i = 0; i < 4; ++i) {
+    auto [kept, given] = detail::make_doorbell(detail::kWho);
+    s.bells_[i] = std::move(kept);
+    sent[i] = std::move(given);
+  }
   s.sock_ = std::move(sock);
   detail::StreamHello hello{detail::kStreamMagic, detail::kStreamVersion, 0, total};
-  // Descriptor order: the mapping, then the doorbells by index.
+  // Descriptor order: the mapping, then the doorbell ends by index.
   int fds[5] = {s.mem_.fd()};
-  for (int i = 0; i < 4; ++i) fds[1 + i] = s.bells_[i].get();
+  for (int i = 0; i < 4; ++i) fds[1 + i] = sent[i].get();
   detail::send_with_fds(s.sock_.get(), &hello, sizeof hello, fds, 5, detail::kWho);
   return s;
 }
@@ -147,8 +157,13 @@ ShmStream ShmStream::accept_offer(UniqueFd sock, std::chrono::milliseconds timeo
                                  std::to_string(detail::kStreamVersion));
   if (got != 5) throw detail::protocol_error("an offer carries 5 descriptors, this one " + std::to_string(got));
   bool kinds_ok = detail::fd_is(fds[0].get(), "/memfd:");
-  for (int i = 1; i < 5; ++i) kinds_ok = kinds_ok && detail::fd_is(fds[i].get(), "anon_inode:[eventfd]");
-  if (!kinds_ok) throw detail::protocol_error("an offer carries a memfd and four eventfds, this one something else");
+  for (int i = 1; i < 5; ++i) kinds_ok = kinds_ok && detail::is_doorbell(fds[i].get());
+  if (!kinds_ok)
+    throw detail::protocol_error("an offer carries a memfd and four datagram sockets, this one something else");
+  // A mapping the peer could shrink would make this side's next access a SIGBUS.
+  const int seals = ::fcntl(fds[0].get(), F_GET_SEALS);
+  if (seals < 0 || !(seals & F_SEAL_SHRINK) || !(seals & F_SEAL_SEAL))
+    throw detail::protocol_error("the offered memfd is not sealed against shrinking");
   ShmStream s;
   try {
     s.mem_ = SharedMemory::map(std::move(fds[0]));
@@ -158,16 +173,19 @@ ShmStream ShmStream::accept_offer(UniqueFd sock, std::chrono::milliseconds timeo
   auto* base = static_cast<uint8_t*>(s.mem_.data());
   if (s.mem_.size() < sizeof(detail::ShmStreamShared)) throw detail::protocol_error("the offered mapping is too small");
   auto* h = reinterpret_cast<detail::ShmStreamShared*>(base);
-  const uint64_t rb = h->ring_bytes;
+  // The layout is copied before it is checked: the peer could change the
+  // shared copy between a check and its use.
+  detail::ShmStreamShared layout;
+  std::memcpy(static_cast<void*>(&layout), h, offsetof(detail::ShmStreamShared, side));
+  const uint64_t size = s.mem_.size(), rb = layout.ring_bytes, off0 = layout.ring_off[0], off1 = layout.ring_off[1];
   const uint64_t need = SpscRing<uint8_t>::bytes_needed(4096);  // the smallest ring (its header included)
-  if (h->magic != detail::kStreamMagic || h->version != detail::kStreamVersion || h->total_bytes != s.mem_.size() ||
-      h->total_bytes != hello.total_bytes || h->ring_off[0] < sizeof(detail::ShmStreamShared) ||
-      h->ring_off[1] <= h->ring_off[0] || h->ring_off[1] + need > s.mem_.size() || rb < 4096 || (rb & (rb - 1)) ||
-      h->ring_off[0] % kCacheLine || h->ring_off[1] % kCacheLine)
+  if (layout.magic != detail::kStreamMagic || layout.version != detail::kStreamVersion || layout.total_bytes != size ||
+      layout.total_bytes != hello.total_bytes || off0 < sizeof(detail::ShmStreamShared) || off1 <= off0 ||
+      off1 > size || need > size - off1 || rb < 4096 || (rb & (rb - 1)) || off0 % kCacheLine || off1 % kCacheLine)
     throw detail::protocol_error("inconsistent layout of the offered mapping");
   try {
-    s.rx_ = SpscRing<uint8_t>::attach(base + h->ring_off[0], h->ring_off[1] - h->ring_off[0]);
-    s.tx_ = SpscRing<uint8_t>::attach(base + h->ring_off[1], s.mem_.size() - h->ring_off[1]);
+    s.rx_ = SpscRing<uint8_t>::attach(base + off0, off1 - off0);
+    s.tx_ = SpscRing<uint8_t>::attach(base + off1, size - off1);
   } catch (const std::exception& e) {
     throw detail::protocol_error(e.what());
   }
@@ -193,8 +211,7 @@ void ShmStream::wake_peer_if(Bell b) {
   auto& w = shared_->side[1 - side_].waiting;
   if (w.load(std::memory_order_relaxed) & what) {
     w.fetch_and(~what, std::memory_order_relaxed);
-    uint64_t one = 1;
-    [[maybe_unused]] ssize_t r = ::write(bells_[peers(b)].get(), &one, sizeof one);
+    detail::ring_doorbell(bells_[peers(b)].get());
   }
 }
 
@@ -218,7 +235,10 @@ size_t ShmStream::try_write(const void* data, size_t len) {
 
 bool ShmStream::at_eof() const {
   if (!shared_) return true;
-  bool shut = shared_->side[1 - side_].write_closed.load(std::memory_order_acquire) != 0;
+  // `closed` alone counts too: a peer that set it without write_closed must
+  // not leave this side believing more bytes may come (and spinning).
+  const auto& peer = shared_->side[1 - side_];
+  bool shut = peer.write_closed.load(std::memory_order_acquire) != 0 || peer.closed.load(std::memory_order_acquire) != 0;
   return shut && rx_.empty();
 }
 
@@ -266,10 +286,7 @@ bool ShmStream::prepare_wait_writable() {
   return true;
 }
 
-void ShmStream::clear_bell(Bell b) {
-  uint64_t v;
-  [[maybe_unused]] ssize_t r = ::read(bells_[mine(b)].get(), &v, sizeof v);
-}
+void ShmStream::clear_bell(Bell b) { detail::clear_doorbell(bells_[mine(b)].get()); }
 
 // Sleeps until `ready` holds (true) or the peer hangs up (false). The poll's
 // time limit bounds what a lost wake-up could cost.
@@ -331,12 +348,16 @@ void ShmStream::close() {
 ShmStreamListener::ShmStreamListener(const std::string& path)
     : fd_(detail::listen_seqpacket(path, detail::kWho)), path_(path) {}
 
-ShmStreamListener::~ShmStreamListener() {
-  if (fd_) ::unlink(path_.c_str());
-}
-
 UniqueFd ShmStreamListener::accept_connection(std::chrono::milliseconds timeout) {
   return detail::accept_seqpacket(fd_.get(), path_, timeout, detail::kWho);
+}
+
+UniqueFd ShmStreamListener::try_accept(int& error) { return detail::try_accept_seqpacket(fd_.get(), error); }
+
+void ShmStreamListener::close() {
+  if (!fd_) return;
+  fd_.reset();
+  ::unlink(path_.c_str());
 }
 
 ShmStream ShmStreamListener::accept(std::chrono::milliseconds timeout) {

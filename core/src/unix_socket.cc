@@ -92,6 +92,42 @@ UniqueFd make_eventfd(const char* who) {
   return fd;
 }
 
+std::pair<UniqueFd, UniqueFd> make_doorbell(const char* who) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) != 0)
+    throw sys_error(std::string(who) + ": doorbell socketpair");
+  return {UniqueFd(sv[0]), UniqueFd(sv[1])};
+}
+
+void ring_doorbell(int ring_end) {
+  const char one = 1;
+  // EAGAIN: the sleeper's queue is full, so it is rung already.
+  [[maybe_unused]] ssize_t r = ::send(ring_end, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+void clear_doorbell(int wait_end) {
+  char buf[64];
+  // Bounded: a peer ringing without pause must not keep this loop going;
+  // what is left keeps the doorbell readable, and the waiter looks again.
+  for (int i = 0; i < 64 && ::recv(wait_end, buf, sizeof buf, MSG_DONTWAIT) > 0; ++i) {
+  }
+}
+
+bool is_doorbell(int fd) {
+  int type = 0, domain = 0;
+  socklen_t len = sizeof type;
+  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_DGRAM) return false;
+  len = sizeof domain;
+  return ::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_UNIX;
+}
+
+UniqueFd try_accept_seqpacket(int listen_fd, int& error) {
+  error = 0;
+  UniqueFd sock(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+  if (!sock && errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED && errno != EINTR) error = errno;
+  return sock;
+}
+
 UniqueFd listen_seqpacket(const std::string& path, const char* who) {
   sockaddr_un addr = unix_address(path, who);
   UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
 
 #include "dpukit/core/channel.h"
 #include "dpukit/core/shm.h"
@@ -31,6 +32,15 @@ int recv_with_fds(int sock, void* data, size_t len, UniqueFd* fds, int nfds, std
 
 UniqueFd make_eventfd(const char* who);  // non-blocking, close-on-exec
 
+// A doorbell shared with a peer that may misbehave: a SOCK_DGRAM socket pair
+// (first: the end that sleeps and clears, second: the end that rings). Every
+// call on it passes MSG_DONTWAIT, so neither side depends on a file flag the
+// other could clear (an eventfd's O_NONBLOCK is shared with the peer).
+std::pair<UniqueFd, UniqueFd> make_doorbell(const char* who);
+void ring_doorbell(int ring_end);
+void clear_doorbell(int wait_end);
+bool is_doorbell(int fd);  // an AF_UNIX SOCK_DGRAM socket
+
 // A SOCK_SEQPACKET Unix socket listening at `path` (a stale socket file is replaced).
 UniqueFd listen_seqpacket(const std::string& path, const char* who);
 // A SOCK_SEQPACKET Unix socket connected to `path` (blocking); `peer` names
@@ -38,5 +48,7 @@ UniqueFd listen_seqpacket(const std::string& path, const char* who);
 UniqueFd connect_seqpacket(const std::string& path, const char* who, const char* peer);
 // Accepts one connection, waiting up to `timeout` (negative: forever).
 UniqueFd accept_seqpacket(int listen_fd, const std::string& path, std::chrono::milliseconds timeout, const char* who);
+// Without waiting: a connection, or none (`error` 0: nobody there; else the errno of a real failure).
+UniqueFd try_accept_seqpacket(int listen_fd, int& error);
 
 }  // namespace dpukit::detail

@@ -32,6 +32,27 @@ TEST(SpscRing, FifoOrderAndExactCapacity) {
   EXPECT_FALSE(c.try_pop(v)) << "an empty ring must return nothing";
 }
 
+// In shared memory the other side writes the indices: a tail moved past the
+// head (or a head moved far ahead) must not make a transfer overrun the slots.
+TEST(SpscRing, IndicesCorruptedByTheOtherSideNeverOverrunTheSlots) {
+  constexpr size_t kCap = 16;
+  std::vector<std::byte> mem(SpscRing<uint8_t>::bytes_needed(kCap) + 64, std::byte{0x5a});  // + a guard zone
+  auto ring = SpscRing<uint8_t>::create(mem.data(), kCap);
+  auto* h = reinterpret_cast<RingHeader*>(mem.data());
+  const size_t end = SpscRing<uint8_t>::bytes_needed(kCap);
+  ASSERT_EQ(ring.try_push(reinterpret_cast<const uint8_t*>("abc"), 3), 3u);
+  h->tail.store(h->head.load() + (1u << 20));  // a consumer that "read" a megabyte it never had
+  auto writer = SpscRing<uint8_t>::attach(mem.data(), end);
+  std::vector<uint8_t> big(1000, 7);
+  EXPECT_LE(writer.try_push(big.data(), big.size()), kCap);
+  for (size_t i = end; i < mem.size(); ++i) ASSERT_EQ(mem[i], std::byte{0x5a}) << "wrote past the ring at " << i;
+  h->head.store(h->tail.load() + (1u << 20));  // a producer that "wrote" a megabyte
+  auto reader = SpscRing<uint8_t>::attach(mem.data(), end);
+  std::vector<uint8_t> out(1000, 0);
+  EXPECT_LE(reader.try_pop(out.data(), out.size()), kCap);
+  for (size_t i = kCap; i < out.size(); ++i) ASSERT_EQ(out[i], 0) << "read past the ring at " << i;
+}
+
 TEST(SpscRing, BatchesWrapAroundAndArePartialWhenShort) {
   HeapRing<uint32_t> mem(16);
   auto p = mem.producer();

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -205,7 +206,17 @@ TEST(ShmStream, BadOffersAreRefusedAndTheListenerGoesOn) {
   FILE* tmp = std::tmpfile();
   SharedMemory m = SharedMemory::create("test", 8192);
   std::string r = refused([&](int s) { send_fds(s, hello, sizeof hello, {m.fd(), ::fileno(tmp), ::fileno(tmp), ::fileno(tmp), ::fileno(tmp)}); });
-  EXPECT_NE(r.find("memfd and four eventfds"), std::string::npos) << r;
+  EXPECT_NE(r.find("memfd and four datagram sockets"), std::string::npos) << r;
+  // The right kinds, but a memfd the proxy could shrink under the service (a SIGBUS there).
+  UniqueFd unsealed(::memfd_create("unsealed", MFD_CLOEXEC));
+  ASSERT_EQ(::ftruncate(unsealed.get(), 8192), 0);
+  int pairs[4][2];
+  for (auto& p : pairs) ASSERT_EQ(::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, p), 0);
+  r = refused([&](int s) {
+    send_fds(s, hello, sizeof hello, {unsealed.get(), pairs[0][1], pairs[1][1], pairs[2][1], pairs[3][1]});
+  });
+  EXPECT_NE(r.find("not sealed"), std::string::npos) << r;
+  for (auto& p : pairs) ::close(p[0]), ::close(p[1]);
   std::fclose(tmp);
   // Nobody speaks: a time-out, not a hang.
   EXPECT_NE(refused([](int) {}), "accepted");

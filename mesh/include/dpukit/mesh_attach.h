@@ -227,14 +227,16 @@ class ShmAcceptor {
     void operator()(Self& self, error_code ec = {}) {
       if (ec) return self.complete(ec, ShmSocket(socket_ex));
       if (waited) {
-        try {
-          UniqueFd fd = acceptor->listener_.accept_connection(std::chrono::milliseconds(0));
+        int error = 0;
+        UniqueFd fd = acceptor->listener_.try_accept(error);
+        if (fd) {
           ShmSocket sock(socket_ex);
           sock.st_->socket.assign(fd.release());
           return self.complete(error_code{}, std::move(sock));
-        } catch (const ChannelError&) {
-          // Nobody there after all: wait again.
         }
+        // A real failure (out of descriptors, say) goes to the caller, who
+        // backs off; waiting again would spin on the same pending connection.
+        if (error != 0) return self.complete(error_code(error, boost::system::generic_category()), ShmSocket(socket_ex));
       }
       waited = true;
       acceptor->lfd_.async_wait(asio::posix::descriptor_base::wait_read, std::move(self));
@@ -258,6 +260,9 @@ void detail::ConnectOp::operator()(Self& self, error_code ec) {
         return finish(self, false, st->executor, error_code(asio::error::invalid_argument));
       std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
       asio::generic::seq_packet_protocol::endpoint ep(&sa, sizeof sa);
+      error_code open_ec;
+      st->connecting.open(asio::generic::seq_packet_protocol(AF_UNIX, 0), open_ec);
+      if (open_ec) return finish(self, false, st->executor, open_ec);
       st->connecting.async_connect(ep, std::move(self));
       return;
     }

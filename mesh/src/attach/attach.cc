@@ -6,7 +6,7 @@ namespace dpukit::mesh::attach {
 namespace detail {
 
 ShmSocketState::ShmSocketState(const asio::any_io_executor& ex)
-    : executor(ex), readable(ex), writable(ex), socket(ex), connecting(ex, asio::generic::seq_packet_protocol(AF_UNIX, 0)) {}
+    : executor(ex), readable(ex), writable(ex), socket(ex), connecting(ex) {}  // opened only to connect
 
 namespace {
 int dup_or_throw(int fd) {
@@ -71,6 +71,7 @@ ShmAcceptor::ShmAcceptor(const asio::any_io_executor& ex, const std::string& pat
 void ShmAcceptor::close() {
   error_code ignored;
   lfd_.close(ignored);
+  listener_.close();  // a proxy connecting now is refused at once, not left waiting for an ack
 }
 
 }  // namespace dpukit::mesh::attach

@@ -885,6 +885,10 @@ void H2Stream::detach() {
   release_all();
   idle_timer_.cancel();
   if (counted_) stats_->downstream_rq_active.add(-1);
+  // Request bytes the upstream never took go back to the client's connection
+  // window (no automatic window updates): else every reset stream with bytes
+  // in flight would shrink the connection's window for good.
+  if (unconsumed_ && c_) c_->consume(id_, std::exchange(unconsumed_, 0));
   detached_ = true;
   c_ = nullptr;
 }

@@ -122,8 +122,18 @@ H2UpstreamConn::Stream* H2UpstreamConn::stream(int32_t id) {
 int H2UpstreamConn::on_header(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name, size_t namelen,
                               const uint8_t* value, size_t valuelen, uint8_t, void* user_data) {
   if (frame->hd.type != NGHTTP2_HEADERS) return 0;
-  Stream* s = self_of(user_data)->stream(frame->hd.stream_id);
-  if (s) s->block.push_back({std::string(h2::as_view(name, namelen)), std::string(h2::as_view(value, valuelen))});
+  auto* self = self_of(user_data);
+  Stream* s = self->stream(frame->hd.stream_id);
+  if (!s) return 0;
+  // The upstream's header block has the HTTP/1.1 response parser's limits: HPACK
+  // lets a few bytes on the wire expand to megabytes of fields.
+  static const http::Limits kLimits;
+  s->block_bytes += namelen + valuelen + 4;  // ": " and CRLF, as HTTP/1.1 counts it
+  if (s->block.size() >= kLimits.max_headers_count || s->block_bytes > kLimits.max_header_bytes) {
+    self->cluster_->stats(self->w_.id()).upstream_cx_protocol_error.inc();
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // nghttp2 resets the stream; its user hears h2up_failed
+  }
+  s->block.push_back({std::string(h2::as_view(name, namelen)), std::string(h2::as_view(value, valuelen))});
   return 0;
 }
 
@@ -189,7 +199,7 @@ int H2UpstreamConn::on_stream_close(nghttp2_session*, int32_t id, uint32_t, void
   bool ended = it->second.ended;
   self->streams_.erase(it);
   if (u && !ended) {  // reset, refused, or the connection went away before the response ended
-    self->cluster_->stats(self->w_.id()).upstream_rq_rx_reset.inc();
+    // (upstream_rq_rx_reset is counted by the user's upstream_failed.)
     u->h2up_failed(H2UpstreamUser::Failure::kReset);
   }
   return 0;

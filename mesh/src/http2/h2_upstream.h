@@ -55,6 +55,7 @@ class H2UpstreamConn : public std::enable_shared_from_this<H2UpstreamConn> {
   struct Stream {
     H2UpstreamUser* user = nullptr;
     std::vector<http::Header> block;  // the header block being received
+    size_t block_bytes = 0;
     h2::BodyQueue out;                // request body for the data source
     bool head_seen = false, ended = false;
   };

@@ -7,6 +7,7 @@
 // shared line only when the cached view runs out.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -58,7 +59,7 @@ class SpscRing {
     h->slot_size = sizeof(T);
     h->head.store(0, std::memory_order_relaxed);
     h->tail.store(0, std::memory_order_release);
-    return SpscRing(h);
+    return SpscRing(h, capacity);
   }
 
   // Attaches to a ring another thread or process created; refuses a mismatch.
@@ -67,10 +68,11 @@ class SpscRing {
     if (mem_size < sizeof(RingHeader) || h->magic != kMagic)
       throw std::runtime_error("ring: no ring at this address (bad magic)");
     if (h->slot_size != sizeof(T)) throw std::runtime_error("ring: slot size mismatch");
-    if (h->capacity == 0 || (h->capacity & (h->capacity - 1)) ||
-        mem_size < sizeof(RingHeader) + h->capacity * sizeof(T))
+    // Read once: in shared memory the other side could change it between a check and its use.
+    const uint64_t capacity = __atomic_load_n(&h->capacity, __ATOMIC_RELAXED);
+    if (capacity == 0 || (capacity & (capacity - 1)) || capacity > (mem_size - sizeof(RingHeader)) / sizeof(T))
       throw std::runtime_error("ring: capacity does not fit the mapping");
-    return SpscRing(h);
+    return SpscRing(h, capacity);
   }
 
   SpscRing() = default;
@@ -83,7 +85,9 @@ class SpscRing {
     if (cached_tail_ + capacity() - head < n) {
       cached_tail_ = h_->tail.load(std::memory_order_acquire);
     }
-    size_t room = cached_tail_ + capacity() - head;
+    // Clamped: in shared memory the other side may be hostile or broken, and
+    // a tail it moved past the head must not let a push overrun the slots.
+    size_t room = std::min<uint64_t>(cached_tail_ + capacity() - head, capacity());
     if (n > room) n = room;
     if (n == 0) return 0;
     copy_in(head, items, n);
@@ -98,7 +102,7 @@ class SpscRing {
     if (cached_head_ - tail < max) {
       cached_head_ = h_->head.load(std::memory_order_acquire);
     }
-    size_t avail = cached_head_ - tail;
+    size_t avail = std::min<uint64_t>(cached_head_ - tail, capacity());  // clamped, as room above
     if (max > avail) max = avail;
     if (max == 0) return 0;
     copy_out(tail, out, max);
@@ -115,8 +119,8 @@ class SpscRing {
   size_t free_slots() const { return capacity() - size(); }
 
  private:
-  explicit SpscRing(RingHeader* h)
-      : h_(h), slots_(reinterpret_cast<T*>(h + 1)), mask_(h->capacity - 1),
+  SpscRing(RingHeader* h, uint64_t capacity)
+      : h_(h), slots_(reinterpret_cast<T*>(h + 1)), mask_(capacity - 1),
         cached_head_(h->head.load(std::memory_order_acquire)),
         cached_tail_(h->tail.load(std::memory_order_acquire)) {}
 

@@ -1,5 +1,5 @@
 // A byte stream over shared memory: two SPSC byte rings (one per direction)
-// in one memfd mapping, an eventfd doorbell per side, and a SOCK_SEQPACKET
+// in one sealed memfd mapping, doorbells (datagram socket pairs), and a SOCK_SEQPACKET
 // Unix socket that carries the handshake and then stays open so that each
 // side learns at once when the other dies. It stands for the paper's
 // "socket direct" (FlatProxy §IV): an SR-IOV queue bound to a socket's
@@ -82,7 +82,7 @@ class ShmStream {
   // not sleep).
   bool prepare_wait_readable();
   bool prepare_wait_writable();
-  // The doorbells (eventfds) to sleep on, and their clearing after a wake-up.
+  // The doorbells to sleep on (readable when rung), and their clearing after a wake-up.
   int readable_fd() const { return bells_[mine(kData)].get(); }
   int writable_fd() const { return bells_[mine(kRoom)].get(); }
   void clear_readable() { clear_bell(kData); }
@@ -119,7 +119,7 @@ class ShmStream {
   SharedMemory mem_;
   detail::ShmStreamShared* shared_ = nullptr;
   SpscRing<uint8_t> tx_, rx_;
-  UniqueFd bells_[4];  // [side * 2 + Bell]: a side sleeps on its own two, rings the other's
+  UniqueFd bells_[4];  // [side * 2 + Bell]: the sleeping ends of this side's two, the ringing ends of the peer's
   UniqueFd sock_;
   int side_ = 0;  // 0: the connecting side, 1: the accepting side
   pid_t peer_ = 0;
@@ -132,13 +132,18 @@ class ShmStreamListener {
   explicit ShmStreamListener(const std::string& path);
   ShmStreamListener(ShmStreamListener&&) noexcept = default;
   ShmStreamListener& operator=(ShmStreamListener&&) noexcept = default;
-  ~ShmStreamListener();  // unlinks the socket file
+  ~ShmStreamListener() { close(); }
 
   // A connection whose offer has not been read yet (for an event loop, which
   // then calls ShmStream::accept_offer when it is readable).
   UniqueFd accept_connection(std::chrono::milliseconds timeout = std::chrono::milliseconds(-1));
+  // Without waiting: a connection, or none (`error` 0: nobody there, else
+  // the errno of a real failure, such as running out of descriptors).
+  UniqueFd try_accept(int& error);
   // Both steps, blocking.
   ShmStream accept(std::chrono::milliseconds timeout = std::chrono::milliseconds(-1));
+  // Stops listening and removes the socket file (the destructor does it too).
+  void close();
   int fd() const { return fd_.get(); }
   const std::string& path() const { return path_; }
 
