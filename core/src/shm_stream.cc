@@ -83,7 +83,6 @@ ShmStream& ShmStream::operator=(ShmStream&& o) noexcept {
     sock_ = std::move(o.sock_);
     side_ = o.side_;
     peer_ = o.peer_;
-    acked_ = o.acked_;
     closed_ = o.closed_;
     gone_ = o.gone_;
   }
@@ -137,7 +136,6 @@ void ShmStream::take_ack(std::chrono::milliseconds timeout) {
   detail::recv_with_fds(sock_.get(), &ack, sizeof ack, nullptr, 0, timeout, detail::kWho);
   if (ack.magic != detail::kStreamMagic || ack.ok != 1) throw detail::protocol_error("the peer refused the stream");
   peer_ = detail::peer_pid_of(sock_.get());
-  acked_ = true;
 }
 
 ShmStream ShmStream::connect(const std::string& path, const ShmStreamConfig& config,
@@ -195,7 +193,6 @@ ShmStream ShmStream::accept_offer(UniqueFd sock, std::chrono::milliseconds timeo
   for (int i = 0; i < 4; ++i) s.bells_[i] = std::move(fds[1 + i]);
   s.sock_ = std::move(sock);
   s.peer_ = detail::peer_pid_of(s.sock_.get());
-  s.acked_ = true;
   detail::StreamAck ack{detail::kStreamMagic, 1, 0};
   detail::send_with_fds(s.sock_.get(), &ack, sizeof ack, nullptr, 0, detail::kWho);
   return s;
@@ -225,7 +222,7 @@ size_t ShmStream::try_read(void* out, size_t max) {
 size_t ShmStream::try_write(const void* data, size_t len) {
   if (!shared_ || closed_ || shared_->side[side_].write_closed.load(std::memory_order_relaxed))
     throw std::logic_error("shm stream: write after shutdown or close");
-  if (rx_peer_done())
+  if (peer_closed_in_order())
     throw ChannelError(ChannelError::Kind::kPeerClosed, "shm stream: the peer closed the stream");
   if (gone_) throw_peer_gone();
   size_t n = tx_.try_push(static_cast<const uint8_t*>(data), len);
@@ -245,8 +242,6 @@ bool ShmStream::at_eof() const {
 bool ShmStream::peer_closed_in_order() const {
   return shared_ && shared_->side[1 - side_].closed.load(std::memory_order_acquire) != 0;
 }
-
-bool ShmStream::rx_peer_done() const { return peer_closed_in_order(); }
 
 bool ShmStream::peer_gone() {
   if (gone_ || !sock_) return true;
@@ -322,7 +317,7 @@ void ShmStream::write_all(const void* data, size_t len) {
     size_t n = try_write(p, len);
     p += n;
     len -= n;
-    if (len > 0 && n == 0 && !wait_until(kRoom) && !rx_peer_done()) throw_peer_gone();
+    if (len > 0 && n == 0 && !wait_until(kRoom) && !peer_closed_in_order()) throw_peer_gone();
   }
 }
 

@@ -394,6 +394,33 @@ def test_oversized_header_block_resets_only_that_stream(h2: H2Setup) -> None:
     assert nghttp(h2.proxy.url("/after")).status == 200
 
 
+@pytest.mark.parametrize("kind", ["mesh", "mesh-pipelined"])
+def test_an_unfinished_header_block_does_not_hold_the_connection(kind: str, echoes: Echoes, tmp_path: Path) -> None:
+    """HEADERS without END_HEADERS and no CONTINUATION: nghttp2 takes no other
+    frame meanwhile, so the connection's idle_timeout must still end it."""
+    pe = echoes.start("e1")
+    port, admin = ports(2)
+    all_to_echo = """\
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/"}
+                route: {cluster: echo}"""
+    config = bootstrap(port=port, admin=admin, virtual_hosts=all_to_echo, clusters=cluster("echo", [pe]),
+                       hcm_extra="          codec_type: HTTP2\n"
+                                 "          common_http_protocol_options: {idle_timeout: 1s}\n")
+    proxy = start_proxy(echoes.group, kind, config, tmp_path, port=port, admin=admin)
+    settings = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+    headers = b"\x00\x00\x01\x01\x01\x00\x00\x00\x01" + b"\x82"  # flags END_STREAM only; ":method: GET"
+    t0 = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings + headers)
+        frames = read_frames(s, timeout=10)
+    assert time.monotonic() - t0 < 8, "the connection was held past its idle_timeout"
+    assert any(t == 0x7 for t, _ in frames), frames  # GOAWAY, then the close
+    proxy.proc.check_alive()
+
+
 # -- upstreams that hang or die -------------------------------------------------------------
 
 

@@ -10,6 +10,8 @@
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange without it
 #include <boost/asio.hpp>
 
+#include <optional>
+
 #include "config/bootstrap.h"
 #include "dpukit/mesh_attach.h"
 
@@ -26,15 +28,15 @@ class ServiceStream {
  public:
   using executor_type = asio::any_io_executor;
 
-  explicit ServiceStream(const executor_type& ex) : sock_(ex), shm_(ex) {}
+  explicit ServiceStream(const executor_type& ex) : sock_(ex) {}
 
   executor_type get_executor() { return sock_.get_executor(); }
-  bool is_open() const { return attached_ ? shm_.is_open() : sock_.is_open(); }
-  bool attached() const { return attached_; }
+  bool is_open() const { return shm_ ? shm_->is_open() : sock_.is_open(); }
+  bool attached() const { return shm_.has_value(); }
   void close() {
     boost::system::error_code ignored;
     sock_.close(ignored);
-    shm_.close();
+    if (shm_) shm_->close();
   }
 
   // Connects to `a`; completion void(error_code). TCP gets TCP_NODELAY.
@@ -43,8 +45,9 @@ class ServiceStream {
     return asio::async_initiate<Token, void(boost::system::error_code)>(
         [this](auto handler, const config::Address& addr) {
           if (addr.shm_attach) {
-            attached_ = true;
-            shm_.async_connect(addr.pipe_path, std::move(handler));
+            // Made only here: a socket connection carries no shared-memory state.
+            shm_.emplace(sock_.get_executor());
+            shm_->async_connect(addr.pipe_path, std::move(handler));
             return;
           }
           Protocol::endpoint ep;
@@ -71,7 +74,7 @@ class ServiceStream {
   auto async_read_some(const MutableBuffers& buffers, Token&& token) {
     return asio::async_initiate<Token, void(boost::system::error_code, size_t)>(
         [this](auto handler, const MutableBuffers& b) {
-          if (attached_) shm_.async_read_some(b, std::move(handler));
+          if (shm_) shm_->async_read_some(b, std::move(handler));
           else sock_.async_read_some(b, std::move(handler));
         },
         token, buffers);
@@ -81,7 +84,7 @@ class ServiceStream {
   auto async_write_some(const ConstBuffers& buffers, Token&& token) {
     return asio::async_initiate<Token, void(boost::system::error_code, size_t)>(
         [this](auto handler, const ConstBuffers& b) {
-          if (attached_) shm_.async_write_some(b, std::move(handler));
+          if (shm_) shm_->async_write_some(b, std::move(handler));
           else sock_.async_write_some(b, std::move(handler));
         },
         token, buffers);
@@ -89,8 +92,7 @@ class ServiceStream {
 
  private:
   Socket sock_;
-  attach::ShmSocket shm_;
-  bool attached_ = false;
+  std::optional<attach::ShmSocket> shm_;  // socket direct: the service's attach point
 };
 
 }  // namespace dpukit::mesh

@@ -14,6 +14,7 @@
 
 #include <nghttp2/nghttp2.h>
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "dataplane/l7_chain.h"
@@ -355,8 +356,11 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
     idle_timer_.expires_after(std::chrono::nanoseconds(std::max<int64_t>(0, due - mono_ns())));
     idle_timer_.async_wait([self = shared_from_this(), timeout](const boost::system::error_code& ec) {
       if (ec || self->closed_) return;
-      if (self->streams_.empty() &&
-          mono_ns() - self->last_activity_ns_ >= static_cast<int64_t>(timeout.count()) * 1000000) {
+      // A stream whose header block never ended does not keep the connection:
+      // nghttp2 takes no other frame meanwhile, so the client would hold it forever.
+      bool serving = std::any_of(self->streams_.begin(), self->streams_.end(),
+                                 [](const auto& kv) { return kv.second->head_done; });
+      if (!serving && mono_ns() - self->last_activity_ns_ >= static_cast<int64_t>(timeout.count()) * 1000000) {
         self->stats_->downstream_cx_idle_timeout.inc();
         nghttp2_session_terminate_session(self->ng_, NGHTTP2_NO_ERROR);
         self->flush();

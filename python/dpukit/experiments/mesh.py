@@ -685,9 +685,16 @@ THROUGHPUT_CONNS = (1, 4, 16, 64)
 FULL_SECONDS = 5
 
 
+def skipped_in_quick_mode(ctx: Context, sec: Section, name: str, why: str = "") -> bool:
+    """A full-mode-only experiment in quick mode: says so in ``sec`` (True)."""
+    if ctx.quick:
+        sec.paragraph(f"Skipped in quick mode{why}; `dpukit eval --only {name}`.")
+    return ctx.quick
+
+
 def sweep(ctx: Context, tops: Sequence[Topology], points: Sequence[int], kind: str,
-          make_load: Callable[[Chain, int], Load], params: Callable[[int], dict[str, Any]],
-          key: str) -> dict[str, dict[int, list[dict[str, Any]]]]:
+          make_load: Callable[[Chain, int], Load],
+          params: Callable[[int], dict[str, Any]]) -> dict[str, dict[int, list[dict[str, Any]]]]:
     """For each round and topology: one chain, every point against it."""
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {t.name: {p: [] for p in points} for t in tops}
     steps = ctx.repeats * len(tops) * len(points)
@@ -720,13 +727,12 @@ def medians(runs: dict[int, list[dict[str, Any]]], key: str) -> list[float]:
 )
 def latency(ctx: Context) -> Section:
     sec = Section("mesh.latency: latency vs qps (Fig. 17)")
-    if ctx.quick:
-        sec.paragraph("Skipped in quick mode; `dpukit eval --only mesh.latency`.")
+    if skipped_in_quick_mode(ctx, sec, "mesh.latency"):
         return sec
     tops, conns = topologies(), 8
     runs = sweep(ctx, tops, LATENCY_QPS, "qps",
                  lambda chain, q: fortio_load(chain.url, q, conns, FULL_SECONDS, chain.work_dir / "fortio.json"),
-                 lambda q: {"load": "fortio", "qps": q, "connections": conns, "seconds": FULL_SECONDS}, "p99_ms")
+                 lambda q: {"load": "fortio", "qps": q, "connections": conns, "seconds": FULL_SECONDS})
     sec.paragraph(topology_note(tops) + " " + METHOD)
     sec.paragraph(f"`fortio load -qps Q -c {conns} -t {FULL_SECONDS}s` per point; {ctx.repeats} interleaved rounds "
                   "(one chain per topology and round, every rate against it); cells are medians (range).")
@@ -759,13 +765,12 @@ def latency(ctx: Context) -> Section:
 )
 def throughput(ctx: Context) -> Section:
     sec = Section("mesh.throughput: max qps vs connections (Fig. 18b)")
-    if ctx.quick:
-        sec.paragraph("Skipped in quick mode; `dpukit eval --only mesh.throughput`.")
+    if skipped_in_quick_mode(ctx, sec, "mesh.throughput"):
         return sec
     tops = topologies()
     runs = sweep(ctx, tops, THROUGHPUT_CONNS, "conns",
                  lambda chain, c: wrk_load(chain.url, c, FULL_SECONDS),
-                 lambda c: {"load": "wrk", "connections": c, "seconds": FULL_SECONDS}, "qps")
+                 lambda c: {"load": "wrk", "connections": c, "seconds": FULL_SECONDS})
     sec.paragraph(topology_note(tops) + " " + METHOD)
     sec.paragraph(f"`wrk -t1 -cC -d{FULL_SECONDS}s --latency` per point; {ctx.repeats} interleaved rounds; "
                   "cells are medians (range).")
@@ -837,8 +842,7 @@ def module_times(admin_url: str) -> dict[str, tuple[float, int]]:
 )
 def soak(ctx: Context) -> Section:
     sec = Section("mesh.soak: the node proxy under a fixed rate for 10 minutes")
-    if ctx.quick:
-        sec.paragraph("Skipped in quick mode (it runs for 10 minutes); `dpukit eval --only mesh.soak`.")
+    if skipped_in_quick_mode(ctx, sec, "mesh.soak", " (it runs for 10 minutes)"):
         return sec
     seconds = int(os.environ.get("DPUKIT_MESH_SOAK_SECONDS", "600"))
     top = next(t for t in TOPOLOGIES if t.name == "node-proxy")
@@ -978,12 +982,11 @@ def iperf3_load(port: int, streams: int, seconds: int) -> Load:
 )
 def l4(ctx: Context) -> Section:
     sec = Section("mesh.l4: TCP throughput through tcp_proxy vs connections")
-    if ctx.quick:
-        sec.paragraph("Skipped in quick mode; `dpukit eval --only mesh.l4`.")
+    if skipped_in_quick_mode(ctx, sec, "mesh.l4"):
         return sec
     tops = list(L4_TOPOLOGIES)
     runs = sweep(ctx, tops, L4_STREAMS, "streams", lambda chain, n: iperf3_load(chain.entry_port, n, FULL_SECONDS),
-                 lambda n: {"load": "iperf3", "streams": n, "seconds": FULL_SECONDS}, "gbps")
+                 lambda n: {"load": "iperf3", "streams": n, "seconds": FULL_SECONDS})
 
     def cpu_per_gb(r: dict[str, Any], place: str) -> float:
         return r["cpu_ns"][place] / 1e9 / (r["figures"]["bytes"] / 1e9)
@@ -1066,14 +1069,12 @@ JITTER_TOPOLOGIES = l4_topologies(start_sockperf_server, "sockperf")
 )
 def jitter(ctx: Context) -> Section:
     sec = Section("mesh.jitter: latency jitter through tcp_proxy (Fig. 19a)")
-    if ctx.quick:
-        sec.paragraph("Skipped in quick mode; `dpukit eval --only mesh.jitter`.")
+    if skipped_in_quick_mode(ctx, sec, "mesh.jitter"):
         return sec
     tops = list(JITTER_TOPOLOGIES)
     runs = sweep(ctx, tops, JITTER_SIZES, "bytes",
                  lambda chain, n: sockperf_load(chain.entry_port, n, FULL_SECONDS),
-                 lambda n: {"load": "sockperf", "message_bytes": n, "mps": JITTER_MPS, "seconds": FULL_SECONDS},
-                 "std_dev_us")
+                 lambda n: {"load": "sockperf", "message_bytes": n, "mps": JITTER_MPS, "seconds": FULL_SECONDS})
     sec.paragraph("Topologies: " + "; ".join(f"`{t.name}`: {t.description}" for t in tops) + ". "
                   f"`sockperf ping-pong --tcp -t {FULL_SECONDS} -m N --mps {JITTER_MPS}` on CPU 0 against "
                   "`sockperf server --tcp` on CPU 0; every proxy on CPU 1. sockperf's latency is half the round "

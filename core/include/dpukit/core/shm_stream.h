@@ -112,8 +112,7 @@ class ShmStream {
   void wake_peer_if(Bell b);
   bool wait_until(Bell b);
   bool readable() { return !rx_.empty() || at_eof() || peer_closed_in_order(); }
-  bool writable() { return rx_peer_done() || tx_.free_slots() > 0; }
-  bool rx_peer_done() const;
+  bool writable() { return peer_closed_in_order() || tx_.free_slots() > 0; }  // a closed peer: the write fails
   [[noreturn]] void throw_peer_gone() const;
 
   SharedMemory mem_;
@@ -123,7 +122,7 @@ class ShmStream {
   UniqueFd sock_;
   int side_ = 0;  // 0: the connecting side, 1: the accepting side
   pid_t peer_ = 0;
-  bool acked_ = false, closed_ = false, gone_ = false;
+  bool closed_ = false, gone_ = false;
 };
 
 // The accepting side's endpoint: a SOCK_SEQPACKET Unix socket at `path`.
