@@ -30,6 +30,7 @@ SYSTEMS: dict[str, System] = {
     "measure": System("dpukit-measure", "Duet, NitroSketch and baseline sketches: run, compare, gen (dpukit-measure)"),
     "kv": System("dpukit-kv", "PulseDB on RocksDB: db_bench on each mode, measured (dpukit-kv)"),
     "mesh": System("dpukit-mesh", "FlatProxy: the node proxy (Envoy-configured), validate, echo service (dpukit-mesh)"),
+    "bench": System("dpukit-bench", "DPUBench: operators on ref/lib/dev backends: list, check, run, compare (dpukit-bench)"),
 }
 
 
@@ -104,6 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         # System subcommands pass everything through, so they bypass argparse.
+        if argv[:2] == ["bench", "compare"] and "--plot" in argv:
+            from dpukit.experiments.bench import compare_command
+            return compare_command(argv[1:])
         if argv and argv[0] in SYSTEMS:
             return forward(argv[0], argv[1:])
         parser = build_parser()

@@ -166,3 +166,39 @@ def bars_plot(path: Path, panels: Sequence[BarPanel], categories: Sequence[str],
     fig.suptitle(title)
     fig.savefig(path, format="png")
     return path
+
+
+@dataclass
+class LinePanel:
+    title: str
+    series: Sequence[Series]
+
+
+def line_panels(path: str | Path, panels: Sequence[LinePanel], *, title: str, xlabel: str, ylabel: str,
+                ncols: int = 4, xticks: Sequence[float] | None = None, logy: bool = False) -> Path:
+    """Small multiples: one line subplot per panel (e.g. one per operator),
+    the series' labels in one legend below."""
+    path = Path(path)
+    fig, axes = panel_grid(len(panels), ncols, 3.3, 2.6, 0.7)
+    handles: dict[str, Any] = {}
+    for p, ax in zip(panels, axes):
+        for s in p.series:
+            (line,) = ax.plot(list(s.x), list(s.y), s.style, label=s.label, linewidth=1.3, markersize=3.5)
+            handles.setdefault(s.label, line)
+        if logy and all_positive([v for s in p.series for v in s.y]):
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(bottom=0)
+        if xticks is not None:
+            ax.set_xticks(list(xticks))
+        ax.set_title(p.title, fontsize=9)
+        ax.set_xlabel(xlabel, fontsize=8)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(True, alpha=0.35)
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="outside lower center",
+                   ncols=min(len(handles), 6), fontsize=8, frameon=False)
+    fig.suptitle(title)
+    fig.savefig(path, format="png")
+    return path

@@ -33,6 +33,12 @@ def measure_tool() -> Path:
     return native_tool("dpukit-measure")
 
 
+@pytest.fixture
+def bench_tool() -> Path:
+    """build/bin/dpukit-bench, or skip when it has not been built."""
+    return native_tool("dpukit-bench")
+
+
 def _run_dpukit(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "dpukit", *args],

@@ -23,7 +23,8 @@ from dpukit import native
 from dpukit.report import Section
 
 # Modules whose import registers experiments, in report order.
-MODULES = ["dpukit.experiments.core", "dpukit.experiments.measure", "dpukit.experiments.kv", "dpukit.experiments.mesh"]
+MODULES = ["dpukit.experiments.core", "dpukit.experiments.measure", "dpukit.experiments.kv", "dpukit.experiments.mesh",
+           "dpukit.experiments.bench"]
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,14 @@ class Context:
             self.progress(detail + rep_note, step, steps)
             runs.append(self.run_native(tool, args, label=f"{label}-r{rep}" if self.repeats > 1 else label))
         return Point(runs, median_run(runs, key))
+
+
+def skipped_in_quick_mode(ctx: Context, sec: Any, name: str, why: str = "") -> bool:
+    """A full-mode-only experiment in quick mode: says so in ``sec`` (a
+    report Section) and returns True."""
+    if ctx.quick:
+        sec.paragraph(f"Skipped in quick mode{why}; `dpukit eval --only {name}`.")
+    return ctx.quick
 
 
 def median_run(runs: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 
 from dpukit import __version__
 from dpukit.errors import DpukitError
-from dpukit.experiments import Context, experiment
+from dpukit.experiments import Context, experiment, skipped_in_quick_mode
 from dpukit.experiments.mesh_sockmap import SockmapUnavailable, start_sockmap, with_sockmap
 from dpukit.paths import repo_root, tool_path
 from dpukit.plots import BarPanel, Series, bars_plot, line_plot
@@ -683,13 +683,6 @@ def goal_rows(tops: Sequence[Topology], wrk_runs: dict[str, list[dict[str, Any]]
 LATENCY_QPS = (250, 500, 1000, 2000, 4000)
 THROUGHPUT_CONNS = (1, 4, 16, 64)
 FULL_SECONDS = 5
-
-
-def skipped_in_quick_mode(ctx: Context, sec: Section, name: str, why: str = "") -> bool:
-    """A full-mode-only experiment in quick mode: says so in ``sec`` (True)."""
-    if ctx.quick:
-        sec.paragraph(f"Skipped in quick mode{why}; `dpukit eval --only {name}`.")
-    return ctx.quick
 
 
 def sweep(ctx: Context, tops: Sequence[Topology], points: Sequence[int], kind: str,

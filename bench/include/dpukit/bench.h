@@ -1,0 +1,87 @@
+// bench: DPUBench (papers/dpubench.md) — the operator set of Table 4 (plus
+// SHA-1 and MemCpy) on up to three backends, a runner that sweeps input size
+// x threads with warm-up and repetitions, and the comparison of two runs
+// (Fig. 12). What a tool or another system may call.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dpukit::bench {
+
+// Which implementation of an operator runs.
+enum class Backend {
+  kRef,  // portable C++ written here, checked against published vectors
+  kLib,  // the field's library (DPDK, ISA-L, OpenSSL, zlib, LZ4, snappy, Hyperscan)
+  kDev,  // a DPDK device class (cryptodev, compressdev): soft PMDs here, hardware PMDs on a DPU
+};
+const char* backend_name(Backend b);             // "ref", "lib", "dev"
+Backend parse_backend(const std::string& name);  // throws std::invalid_argument
+
+struct OperatorInfo {
+  std::string name;      // "aes", "lpm", ... (what --ops takes)
+  std::string scenario;  // "network", "storage", "security", "copy" or "program" (Table 5)
+  std::string what;      // one line: what one unit of work is
+  int version = 1;       // bumped whenever what is measured changes; compare refuses to mix versions
+  std::vector<Backend> backends;  // the backends this build implements for it
+};
+std::vector<OperatorInfo> list_operators();  // Table 4 order, then the composed programs
+// An operator's parameters with their defaults ("" when it has none).
+std::map<std::string, std::string> operator_params(const std::string& op);
+
+struct RunOptions {
+  std::vector<std::string> ops;  // names; {"all"} = every operator
+  std::vector<size_t> sizes = {64, 128, 256, 512, 1024};
+  std::vector<unsigned> threads = {1};
+  std::vector<Backend> backends = {Backend::kLib};
+  std::string place = "host";  // "host" or "dpu": the threads are pinned to that place's CPUs
+  std::string host_cpus, dpu_cpus;  // as core's Placement takes them ("" = its default)
+  double warmup_s = 0.2;     // per point, before the repetitions
+  double min_time_s = 0.5;   // each repetition lasts at least this long
+  unsigned repetitions = 5;  // the median and the range of these are reported
+  uint64_t seed = 1;
+  // Operator parameters, "op.key" -> value (e.g. "lpm.routes" -> "1000000");
+  // `dpukit-bench list --params` shows them.
+  std::map<std::string, std::string> params;
+  bool progress = true;      // one line per point on stderr
+  // Fixed-count mode (for instruction-counting tools): run exactly this many
+  // units of work on one thread instead of timing; 0 = timed mode.
+  uint64_t iterations = 0;
+  // Fixed-count mode only: count the loop's hardware events (core's
+  // PerfCounters) into the point, or say why they are unavailable.
+  bool counters = false;
+};
+
+// Runs the sweep; every (operator, backend, size) is checked against the ref
+// backend before it is timed. Returns the figures in the dpukit.result/1
+// shape (figures.points, figures.unavailable, figures.operators). Throws
+// CheckFailed on a mismatch and std::invalid_argument on bad options.
+nlohmann::json run(const RunOptions& options);
+
+struct CheckFailed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Checks every operator x backend x size against ref (no timing); the
+// report lists what passed, what failed and what is unavailable and why.
+struct CheckReport {
+  std::vector<std::string> passed, failed, unavailable;
+};
+CheckReport check_all(const std::vector<std::string>& ops, const std::vector<Backend>& backends,
+                      const std::vector<size_t>& sizes, uint64_t seed);
+
+// The DPDK devices a dev backend can use here (starts EAL), one per line.
+std::vector<std::string> devices();
+
+// The per-operator ratio table of two runs (Fig. 12): for each point present
+// in both, b / a of the median throughput. Throws std::invalid_argument when
+// an operator's version differs between the runs.
+nlohmann::json compare(const nlohmann::json& a, const nlohmann::json& b);
+
+}  // namespace dpukit::bench

@@ -1,0 +1,522 @@
+#include "server.h"
+
+#include <pthread.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "apprecog.h"
+#include "flow_count.h"
+#include "handoff.h"
+
+namespace dpukit::bench::e2e {
+
+// What the receiving thread saw; written by that thread only, read after it ends.
+struct RxStats {
+  uint64_t datagrams = 0, bytes = 0;  // everything received
+  uint64_t good = 0, good_bytes = 0;  // well-formed requests of this program
+  std::array<uint64_t, kMalformedKinds> bad{};
+  uint64_t unexpected = 0;  // well-formed, but not a request of this program
+  uint64_t truncated = 0;   // longer than the receive buffer (also counted as bad length)
+  uint64_t first_ns = 0, last_ns = 0;
+
+  void on_batch(uint64_t now) {
+    if (!first_ns) first_ns = now;
+    last_ns = now;
+  }
+  // True when `d` is a request of `program`; counts it either way.
+  bool check(std::span<const uint8_t> d, bool trunc, Program program, Header& h) {
+    ++datagrams;
+    bytes += d.size();
+    truncated += trunc;
+    const Malformed m = decode_header(d, h);
+    if (m != Malformed::kOk) {
+      ++bad[static_cast<size_t>(m)];
+      return false;
+    }
+    if (h.kind != Kind::kRequest || h.program != program) {
+      ++unexpected;
+      return false;
+    }
+    ++good;
+    good_bytes += d.size();
+    return true;
+  }
+};
+
+struct Server::Shared {
+  explicit Shared(const std::atomic<bool>& flag) : stop(flag) {}
+  const std::atomic<bool>& stop;
+  uint64_t deadline_ns = 0;
+  RxStats rx;
+  std::mutex mu;
+  std::vector<std::string> pin_warnings;
+
+  bool should_stop(uint64_t now) const {
+    return stop.load(std::memory_order_relaxed) || (deadline_ns && now >= deadline_ns);
+  }
+  // Once told to stop, a receiver still takes what is already queued in the
+  // socket (for at most kDrainNs), so that every datagram that reached the
+  // server is counted. Returns true when the loop should end.
+  static constexpr uint64_t kDrainNs = 100'000'000;
+  uint64_t drain_until = 0;
+  bool done(unsigned received, uint64_t now) {
+    if (drain_until) return received == 0 || now >= drain_until;
+    if (should_stop(now)) drain_until = now + kDrainNs;
+    return false;
+  }
+  bool draining() const { return drain_until != 0; }
+  void pin(const CpuSet& cpus, const char* name) {
+    pthread_setname_np(pthread_self(), name);
+    const std::string w = pin_current_thread(cpus);
+    if (!w.empty()) {
+      std::lock_guard lock(mu);
+      pin_warnings.push_back(std::string(name) + ": " + w);
+    }
+  }
+};
+
+namespace {
+
+// Receive buffers owned by one thread.
+struct OwnBuffers {
+  std::vector<uint8_t> data;
+  std::vector<sockaddr_in> from;
+  RecvBatch batch;
+  OwnBuffers(unsigned n) : data(size_t{n} * kRecvBuffer), from(n), batch(n) {
+    for (unsigned i = 0; i < n; ++i) batch.set_buffer(i, data.data() + size_t{i} * kRecvBuffer, kRecvBuffer, &from[i]);
+  }
+  std::span<const uint8_t> datagram(unsigned i) const {
+    return {data.data() + size_t{i} * kRecvBuffer, batch.length(i)};
+  }
+};
+
+// Replies staged for one sendmmsg.
+class ReplySender {
+ public:
+  ReplySender(int fd, unsigned batch) : fd_(fd), bufs_(batch), to_(batch), iov_(batch), msgs_(batch) {}
+  Bytes& next(const sockaddr_in& to) {
+    if (n_ == bufs_.size()) flush();
+    to_[n_] = to;
+    return bufs_[n_++];
+  }
+  void flush() {
+    for (size_t i = 0; i < n_; ++i) {
+      iov_[i] = {bufs_[i].data(), bufs_[i].size()};
+      std::memset(&msgs_[i], 0, sizeof msgs_[i]);
+      msgs_[i].msg_hdr.msg_name = &to_[i];
+      msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
+      msgs_[i].msg_hdr.msg_iov = &iov_[i];
+      msgs_[i].msg_hdr.msg_iovlen = 1;
+    }
+    size_t done = 0;
+    while (done < n_) {
+      const int r = sendmmsg(fd_, msgs_.data() + done, static_cast<unsigned>(n_ - done), 0);
+      if (r > 0) {
+        for (size_t i = done; i < done + static_cast<size_t>(r); ++i) bytes += bufs_[i].size();
+        done += static_cast<size_t>(r);
+        sent += static_cast<uint64_t>(r);
+      } else if (errno != EINTR) {
+        ++errors;  // this reply is lost; the client counts it missing
+        ++done;
+      }
+    }
+    n_ = 0;
+  }
+  uint64_t sent = 0, errors = 0, bytes = 0;
+
+ private:
+  int fd_;
+  std::vector<Bytes> bufs_;
+  std::vector<sockaddr_in> to_;
+  std::vector<iovec> iov_;
+  std::vector<mmsghdr> msgs_;
+  size_t n_ = 0;
+};
+
+struct ActionCounts {
+  std::array<uint64_t, 4> n{};
+  void add(Action a) { ++n[static_cast<size_t>(a)]; }
+  nlohmann::json json() const {
+    return {{"hash", n[1]}, {"compress", n[2]}, {"echo", n[3]}};
+  }
+};
+
+std::string hex64(uint64_t v) {
+  char buf[19];
+  std::snprintf(buf, sizeof buf, "0x%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+Place place_of(const std::string& s) { return s == "dpu" ? Place::kDpu : Place::kHost; }
+
+}  // namespace
+
+Server::Server(ServerConfig config) : config_(std::move(config)) {
+  if (config_.place != "host" && config_.place != "dpu")
+    throw std::invalid_argument("--place must be host or dpu, not '" + config_.place + "'");
+  if (config_.table != "sw" && config_.table != "hw")
+    throw std::invalid_argument("--table must be sw or hw, not '" + config_.table + "'");
+  if (config_.dpu_work != "recognition" && config_.dpu_work != "all")
+    throw std::invalid_argument("--dpu-work must be recognition or all, not '" + config_.dpu_work + "'");
+  if (config_.batch == 0 || config_.batch > 1024) throw std::invalid_argument("--batch must be 1 to 1024");
+  if (config_.ring_slots < 2 || (config_.ring_slots & (config_.ring_slots - 1)) || config_.ring_slots < config_.batch)
+    throw std::invalid_argument("--ring-slots must be a power of two, at least 2 and at least --batch");
+  // Made here, before any timing: building the Hyperscan database is set-up, not per-packet work.
+  if (config_.program == Program::kAppRecog) {
+    const bool split = config_.place == "dpu" && config_.dpu_work == "recognition";
+    for (int i = 0; i < (split ? 2 : 1); ++i) recognizers_.push_back(std::make_unique<AppRecognizer>());
+  }
+  socket_.bind(parse_endpoint(config_.bind_host, config_.port));
+  rcvbuf_ = socket_.set_rcvbuf(config_.rcvbuf);
+  socket_.set_sndbuf(config_.rcvbuf);
+  socket_.set_recv_timeout_us(config_.recv_timeout_us);
+}
+
+Server::~Server() = default;
+
+nlohmann::json Server::parameters() const {
+  nlohmann::json p = {{"role", "server"},
+                      {"program", program_name(config_.program)},
+                      {"place", config_.place},
+                      {"listen", endpoint_str(local())},
+                      {"batch", config_.batch},
+                      {"rcvbuf_asked", config_.rcvbuf},
+                      {"rcvbuf", rcvbuf_},
+                      {"duration_s", config_.duration_s},
+                      {"ring_slots", config_.ring_slots}};
+  if (config_.program == Program::kFlowTable) {
+    p["table"] = config_.table;
+    p["expected_flows"] = config_.expected_flows;
+    if (config_.table == "hw")
+      p["hw_table"] = {{"capacity", config_.hw.capacity},
+                       {"insert_rate", config_.hw.insert_rate},
+                       {"insert_latency_ns", config_.hw.insert_latency_ns},
+                       {"insert_queue", config_.hw.insert_queue}};
+  } else {
+    p["dpu_work"] = config_.place == "dpu" ? config_.dpu_work : "none";
+    p["operators"] = {{"match", "rxp_match/lib (Hyperscan)"},
+                      {"hash", "sha256/lib (OpenSSL EVP)"},
+                      {"compress", "compress/lib (ISA-L igzip)"}};
+  }
+  return p;
+}
+
+nlohmann::json Server::run(const std::atomic<bool>& stop, CpuAccount& cpu) {
+  Shared s{stop};
+  const uint64_t started = now_ns();
+  if (config_.duration_s > 0) s.deadline_ns = started + static_cast<uint64_t>(config_.duration_s * 1e9);
+  const UdpKernelCounters k0 = read_udp_counters();
+  const CpuAccount before = cpu;
+
+  nlohmann::json f;
+  if (config_.program == Program::kFlowTable) {
+    f = config_.table == "hw" ? run_flowtable_hw(s, cpu) : run_flowtable_sw(s, cpu);
+  } else if (config_.place == "dpu" && config_.dpu_work == "recognition") {
+    f = run_apprecog_split(s, cpu);
+  } else {
+    f = run_apprecog_single(s, cpu, place_of(config_.place));
+  }
+
+  const UdpKernelCounters k1 = read_udp_counters();
+  const RxStats& rx = s.rx;
+  f["program"] = program_name(config_.program);
+  f["place"] = config_.place;
+  f["datagrams_received"] = rx.datagrams;
+  f["bytes_received"] = rx.bytes;
+  f["packets_processed"] = rx.good;
+  uint64_t bad_total = rx.unexpected;
+  nlohmann::json bad = {{"unexpected", rx.unexpected}, {"truncated", rx.truncated}};
+  for (size_t m = 1; m < kMalformedKinds; ++m) {
+    bad[malformed_name(static_cast<Malformed>(m))] = rx.bad[m];
+    bad_total += rx.bad[m];
+  }
+  f["bad"] = bad;
+  f["bad_total"] = bad_total;
+  const uint64_t active = rx.last_ns > rx.first_ns ? rx.last_ns - rx.first_ns : 0;
+  f["active_s"] = active / 1e9;
+  // CLOCK_MONOTONIC, shared by every process of the machine: the orchestrator
+  // joins this window with the client's sending window.
+  f["active_first_ns"] = rx.first_ns;
+  f["active_last_ns"] = rx.last_ns;
+  f["throughput_pps"] = active ? rx.good / (active / 1e9) : 0.0;
+  f["throughput_gbps"] = active ? rx.good_bytes * 8.0 / active : 0.0;  // UDP payload bits
+  nlohmann::json used, util;
+  for (Place p : {Place::kHost, Place::kDpu, Place::kHw}) {
+    const uint64_t ns = cpu.get(p) - before.get(p);
+    used[place_name(p)] = ns;
+    util[place_name(p)] = active ? static_cast<double>(ns) / static_cast<double>(active) : 0.0;
+  }
+  f["cpu_ns"] = used;
+  // CPU time of each place over the active window (1.0 = one CPU busy throughout).
+  // A thread starved by the kernel's receive work under overload sees its
+  // window shrink; the orchestrator divides by the load window instead.
+  f["utilization"] = util;
+  f["wall_s"] = (now_ns() - started) / 1e9;
+  if (k0.available && k1.available)
+    f["kernel_udp"] = {{"in_datagrams", k1.in_datagrams - k0.in_datagrams},
+                       {"rcvbuf_errors", k1.rcvbuf_errors - k0.rcvbuf_errors},
+                       {"in_errors", k1.in_errors - k0.in_errors},
+                       {"sndbuf_errors", k1.sndbuf_errors - k0.sndbuf_errors},
+                       {"note", "this network namespace's UDP counters over the run (other UDP traffic in the "
+                                "namespace counts too)"}};
+  f["pin_warnings"] = s.pin_warnings;
+  return f;
+}
+
+nlohmann::json Server::run_flowtable_sw(Shared& s, CpuAccount& cpu) {
+  SoftFlowTable table(config_.expected_flows);
+  const Place place = place_of(config_.place);
+  std::thread t([&] {
+    s.pin(place == Place::kDpu ? config_.placement.dpu : config_.placement.host, "e2e-flowtable");
+    OwnBuffers b(config_.batch);
+    PlaceTimer timer(cpu, place);
+    Header h;
+    for (;;) {
+      const unsigned n = b.batch.receive(socket_.fd(), config_.batch, !s.draining());
+      const uint64_t now = now_ns();
+      if (n) s.rx.on_batch(now);
+      for (unsigned i = 0; i < n; ++i) {
+        const auto d = b.datagram(i);
+        if (s.rx.check(d, b.batch.truncated(i), Program::kFlowTable, h)) table.add(h.key, static_cast<uint32_t>(d.size()));
+      }
+      if (s.done(n, now)) break;
+    }
+  });
+  t.join();
+  const MissPath::Totals tot = software_totals(table);
+  return {{"table", "sw"},
+          {"flows", tot.flows},
+          {"counted_sw", tot.sw_packets},
+          {"counted_hw", 0},
+          {"sum_of_flow_counts", tot.packets},
+          {"counts_exact", tot.packets == s.rx.good},
+          {"flow_digest", hex64(tot.digest)},
+          {"sw_table", {{"kind", "open addressing, linear probing, at most half full"},
+                        {"slots", table.slots()}, {"memory_bytes", table.memory_bytes()}}}};
+}
+
+nlohmann::json Server::run_flowtable_hw(Shared& s, CpuAccount& cpu) {
+  struct Miss {
+    FlowKey key;
+    uint16_t bytes;
+  };
+  EmulatedFlowTable table(config_.hw);
+  Handoff<Miss> misses(config_.ring_slots);
+  MissPath path(table, config_.expected_flows);
+  uint64_t hw_hits = 0, nic_waits = 0;
+  const Place place = place_of(config_.place);
+
+  std::thread nic([&] {
+    s.pin(config_.placement.hw, "e2e-nic");
+    OwnBuffers b(config_.batch);
+    std::vector<Miss> staged;
+    staged.reserve(config_.batch);
+    PlaceTimer timer(cpu, Place::kHw);
+    Header h;
+    for (;;) {
+      const unsigned n = b.batch.receive(socket_.fd(), config_.batch, !s.draining());
+      const uint64_t now = now_ns();
+      table.service(now);  // insertions that fell due take effect before these packets are looked up
+      if (n) s.rx.on_batch(now);
+      for (unsigned i = 0; i < n; ++i) {
+        const auto d = b.datagram(i);
+        if (!s.rx.check(d, b.batch.truncated(i), Program::kFlowTable, h)) continue;
+        if (table.match(h.key, static_cast<uint32_t>(d.size()), now)) {
+          ++hw_hits;
+        } else {
+          staged.push_back({h.key, static_cast<uint16_t>(d.size())});
+        }
+      }
+      if (!staged.empty()) {
+        nic_waits += misses.push_all(staged.data(), staged.size());
+        staged.clear();
+      }
+      if (s.done(n, now)) break;
+    }
+    misses.close();
+  });
+  std::thread sw([&] {
+    s.pin(place == Place::kDpu ? config_.placement.dpu : config_.placement.host, "e2e-misspath");
+    std::vector<Miss> got(256);
+    PlaceTimer timer(cpu, place);
+    while (misses.wait()) {
+      const size_t k = misses.pop(got.data(), got.size());
+      for (size_t i = 0; i < k; ++i) path.on_miss(got[i].key, got[i].bytes);
+      path.poll_events();
+    }
+    path.poll_events();
+  });
+  nic.join();
+  sw.join();
+
+  const MissPath::Totals tot = path.totals();
+  const FlowTableStats st = table.stats();
+  const MissPath::Stats& ms = path.stats();
+  return {{"table", "hw"},
+          {"flows", tot.flows},
+          {"counted_sw", tot.sw_packets},
+          {"counted_hw", tot.hw_packets},
+          {"hw_hits_seen_by_nic", hw_hits},
+          {"sum_of_flow_counts", tot.packets},
+          {"counts_exact", tot.packets == s.rx.good && tot.hw_packets == hw_hits && tot.sw_packets == ms.sw_packets},
+          {"flow_digest", hex64(tot.digest)},
+          {"hw_table", {{"capacity", st.capacity},
+                        {"entries", st.entries},
+                        {"insert_requests", st.insert_requests},
+                        {"inserted", st.inserted},
+                        {"refused_table_full", st.refused_table_full},
+                        {"refused_queue_full", st.refused_queue_full},
+                        {"pending", st.pending},
+                        {"lookups", st.lookups},
+                        {"hits", st.hits},
+                        {"insert_rate", config_.hw.insert_rate}}},
+          {"miss_path", {{"requested", ms.requested},
+                         {"installed_events", ms.installed},
+                         {"refused_events", ms.refused},
+                         {"miss_after_install", ms.miss_after_install},
+                         {"handoff_sleeps", misses.sleeps()},
+                         {"nic_waits_on_full_handoff", nic_waits}}}};
+}
+
+nlohmann::json Server::run_apprecog_single(Shared& s, CpuAccount& cpu, Place place) {
+  ActionCounts actions;
+  ReplySender replies(socket_.fd(), config_.batch);
+  std::thread t([&] {
+    s.pin(place == Place::kDpu ? config_.placement.dpu : config_.placement.host, "e2e-apprecog");
+    AppRecognizer& rec = *recognizers_.at(0);
+    OwnBuffers b(config_.batch);
+    PlaceTimer timer(cpu, place);
+    Header h;
+    for (;;) {
+      const unsigned n = b.batch.receive(socket_.fd(), config_.batch, !s.draining());
+      const uint64_t now = now_ns();
+      if (n) s.rx.on_batch(now);
+      for (unsigned i = 0; i < n; ++i) {
+        const auto d = b.datagram(i);
+        if (!s.rx.check(d, b.batch.truncated(i), Program::kAppRecog, h)) continue;
+        const Action a = rec.recognize(d.subspan(kHeaderBytes));
+        actions.add(a);
+        rec.reply(h, a, d, replies.next(b.from[i]));
+      }
+      replies.flush();
+      if (s.done(n, now)) break;
+    }
+  });
+  t.join();
+  return {{"dpu_work", place == Place::kDpu ? "all" : "none"},
+          {"actions", actions.json()},
+          {"replies_sent", replies.sent},
+          {"reply_send_errors", replies.errors},
+          {"reply_bytes", replies.bytes}};
+}
+
+nlohmann::json Server::run_apprecog_split(Shared& s, CpuAccount& cpu) {
+  // A descriptor ring dpu -> host and a free-buffer ring host -> dpu over one
+  // pool of receive buffers: the dpu thread receives straight into the pool
+  // and the host thread reads the packet where it lies (shared memory).
+  struct Work {
+    uint32_t buf;
+    uint16_t len;
+    uint8_t action;
+  };
+  const size_t pool_n = config_.ring_slots;
+  std::vector<uint8_t> pool(pool_n * kRecvBuffer);
+  std::vector<sockaddr_in> from(pool_n);
+  std::vector<Header> headers(pool_n);
+  Handoff<Work> work(pool_n);
+  Handoff<uint32_t> free_bufs(pool_n);
+  ActionCounts actions;
+  ReplySender replies(socket_.fd(), config_.batch);
+  uint64_t dpu_waits_for_buffers = 0, host_waits = 0;
+
+  std::thread dpu([&] {
+    s.pin(config_.placement.dpu, "e2e-dpu-recog");
+    AppRecognizer& rec = *recognizers_.at(0);
+    RecvBatch batch(config_.batch);
+    std::vector<uint32_t> stash;  // free buffers this thread holds
+    for (uint32_t i = 0; i < pool_n; ++i) stash.push_back(static_cast<uint32_t>(pool_n - 1 - i));
+    std::vector<uint32_t> back(pool_n);
+    std::vector<uint32_t> slot_buf(config_.batch);
+    std::vector<Work> staged;
+    staged.reserve(config_.batch);
+    PlaceTimer timer(cpu, Place::kDpu);
+    for (;;) {
+      size_t k = free_bufs.pop(back.data(), back.size());
+      stash.insert(stash.end(), back.begin(), back.begin() + static_cast<std::ptrdiff_t>(k));
+      if (stash.empty()) {  // every buffer is with the host: wait for some to come back
+        ++dpu_waits_for_buffers;
+        free_bufs.wait();
+        continue;
+      }
+      const unsigned want = static_cast<unsigned>(std::min<size_t>(config_.batch, stash.size()));
+      for (unsigned i = 0; i < want; ++i) {
+        slot_buf[i] = stash.back();
+        stash.pop_back();
+        batch.set_buffer(i, pool.data() + size_t{slot_buf[i]} * kRecvBuffer, kRecvBuffer, &from[slot_buf[i]]);
+      }
+      const unsigned n = batch.receive(socket_.fd(), want, !s.draining());
+      const uint64_t now = now_ns();
+      if (n) s.rx.on_batch(now);
+      for (unsigned i = 0; i < n; ++i) {
+        const uint32_t bi = slot_buf[i];
+        const std::span<const uint8_t> d(pool.data() + size_t{bi} * kRecvBuffer, batch.length(i));
+        if (!s.rx.check(d, batch.truncated(i), Program::kAppRecog, headers[bi])) {
+          stash.push_back(bi);
+          continue;
+        }
+        const Action a = rec.recognize(d.subspan(kHeaderBytes));
+        staged.push_back({bi, static_cast<uint16_t>(d.size()), static_cast<uint8_t>(a)});
+      }
+      for (unsigned i = n; i < want; ++i) stash.push_back(slot_buf[i]);  // unused slots
+      if (!staged.empty()) {
+        work.push_all(staged.data(), staged.size());
+        staged.clear();
+      }
+      if (s.done(n, now)) break;
+    }
+    work.close();
+  });
+  std::thread host([&] {
+    s.pin(config_.placement.host, "e2e-host-act");
+    AppRecognizer& rec = *recognizers_.at(1);
+    std::vector<Work> got(config_.batch);
+    std::vector<uint32_t> done;
+    done.reserve(config_.batch);
+    PlaceTimer timer(cpu, Place::kHost);
+    while (work.wait()) {
+      const size_t k = work.pop(got.data(), got.size());
+      for (size_t i = 0; i < k; ++i) {
+        const Work& w = got[i];
+        const std::span<const uint8_t> d(pool.data() + size_t{w.buf} * kRecvBuffer, w.len);
+        const Action a = static_cast<Action>(w.action);
+        actions.add(a);
+        rec.reply(headers[w.buf], a, d, replies.next(from[w.buf]));
+        done.push_back(w.buf);
+      }
+      replies.flush();  // the replies are copies: the request buffers can go back now
+      host_waits += free_bufs.push_all(done.data(), done.size());
+      done.clear();
+    }
+  });
+  dpu.join();
+  host.join();
+  return {{"dpu_work", "recognition"},
+          {"actions", actions.json()},
+          {"replies_sent", replies.sent},
+          {"reply_send_errors", replies.errors},
+          {"reply_bytes", replies.bytes},
+          {"handoff", {{"slots", pool_n},
+                       {"host_sleeps", work.sleeps()},
+                       {"dpu_waits_for_buffers", dpu_waits_for_buffers},
+                       {"dpu_sleeps_for_buffers", free_bufs.sleeps()},
+                       {"host_waits_on_full_free_ring", host_waits}}}};
+}
+
+}  // namespace dpukit::bench::e2e

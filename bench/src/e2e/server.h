@@ -1,0 +1,91 @@
+// The end-to-end server (DPUBench §5, Fig. 13): receives the client's UDP
+// datagrams in recvmmsg batches and runs one of the two programs on them.
+//
+// Threads, each pinned to its place's CPUs and each with its CPU time
+// counted for that place only (core's PlaceTimer):
+//   flowtable, table sw:   one thread on `place` receives and counts.
+//   flowtable, table hw:   a NIC thread (place hw) receives, looks every
+//                          packet up in the emulated flow table and counts
+//                          hits there; misses go through an SPSC hand-off to
+//                          the software path on `place` (MissPath).
+//   apprecog, place host:  one thread on the host receives, recognizes,
+//                          acts and replies.
+//   apprecog, place dpu:   dpu_work "recognition" (default, the paper's
+//                          split): a dpu thread receives into a buffer pool
+//                          and runs rxp_match; descriptors go through an
+//                          SPSC hand-off to a host thread that hashes,
+//                          compresses or echoes and sends the reply; the
+//                          buffers come back on a second hand-off.
+//                          dpu_work "all": one dpu thread does everything.
+// The receiving thread blocks in recvmmsg (MSG_WAITFORONE) so that an idle
+// server uses no CPU: utilization is CPU time / active wall time, where the
+// active window runs from the first datagram received to the last.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dpukit/core/accounting.h"
+#include "dpukit/core/flow_table.h"
+#include "datagram.h"
+#include "udp.h"
+
+namespace dpukit::bench::e2e {
+
+class AppRecognizer;
+
+struct ServerConfig {
+  Program program = Program::kFlowTable;
+  std::string table = "sw";              // flowtable: "sw" or "hw"
+  std::string place = "host";            // the server's own work: "host" or "dpu"
+  std::string dpu_work = "recognition";  // apprecog on dpu: "recognition" or "all"
+  std::string bind_host = "0.0.0.0";
+  uint16_t port = 9000;                  // 0: the kernel picks one (see local())
+  Placement placement;                   // CPUs of host, dpu and hw
+  unsigned batch = 32;                   // datagrams per recvmmsg / sendmmsg
+  size_t rcvbuf = 8u << 20;              // socket receive buffer asked for
+  double duration_s = 0;                 // stop after this long; 0 = only when told
+  uint64_t recv_timeout_us = 20000;      // how often a blocked receiver looks at the stop flag
+  size_t expected_flows = 65536;         // software tables are sized for this many flows
+  EmulatedFlowTable::Config hw;          // the emulated table (capacity, insert_rate, latency)
+  size_t ring_slots = 4096;              // hand-off capacity (and the dpu split's buffer pool)
+};
+
+class Server {
+ public:
+  // Checks the configuration, binds the socket and makes the operator
+  // kernels. Throws std::invalid_argument (bad configuration),
+  // std::runtime_error (socket) or Unavailable (a library backend).
+  explicit Server(ServerConfig config);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  sockaddr_in local() const { return socket_.local(); }
+  size_t rcvbuf() const { return rcvbuf_; }
+
+  // Serves until `stop` is set (or the configured duration passes), then
+  // returns the figures; adds each thread's CPU time to `cpu` by place.
+  nlohmann::json run(const std::atomic<bool>& stop, CpuAccount& cpu);
+
+  nlohmann::json parameters() const;
+
+ private:
+  struct Shared;
+  nlohmann::json run_flowtable_sw(Shared& s, CpuAccount& cpu);
+  nlohmann::json run_flowtable_hw(Shared& s, CpuAccount& cpu);
+  nlohmann::json run_apprecog_single(Shared& s, CpuAccount& cpu, Place place);
+  nlohmann::json run_apprecog_split(Shared& s, CpuAccount& cpu);
+
+  ServerConfig config_;
+  UdpSocket socket_;
+  size_t rcvbuf_ = 0;
+  std::vector<std::unique_ptr<AppRecognizer>> recognizers_;  // one per thread that uses one
+};
+
+}  // namespace dpukit::bench::e2e

@@ -1,0 +1,131 @@
+// The operator interface every backend implements (private to bench).
+//
+// An operator turns one input (a packet, a message, a block) into an output.
+// The runner makes one Kernel per thread, checks each backend's outputs
+// against the ref backend's for the same inputs, then times process() calls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dpukit/bench.h"
+
+namespace dpukit::bench {
+
+using Bytes = std::vector<uint8_t>;
+
+// A backend that this build or this machine cannot offer, with the reason
+// the runner prints ("no regexdev without RXP hardware", ...). Never faked.
+struct Unavailable : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// One operator on one backend, owned by one thread.
+// The most units of work one process_burst() call gets.
+constexpr size_t kMaxBurst = 32;
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  // One unit of work on `in`; the result replaces the contents of `out`
+  // (which is reused from call to call, so a kernel need not allocate).
+  virtual void process(std::span<const uint8_t> in, Bytes& out) = 0;
+  // in.size() (at most kMaxBurst) units of work, out[i] for in[i]. The
+  // runner times bursts when one unit is short, so that its own loop is not
+  // what is measured; a kernel overrides this where the library has a burst
+  // form that applications use (rte_lpm_lookup_bulk), and must give the
+  // same outputs as process().
+  virtual void process_burst(std::span<const std::span<const uint8_t>> in, std::span<Bytes> out) {
+    for (size_t i = 0; i < in.size(); ++i) process(in[i], out[i]);
+  }
+};
+
+class Operator {
+ public:
+  virtual ~Operator() = default;
+  virtual const OperatorInfo& info() const = 0;
+
+  // `count` distinct inputs of `size` bytes, the same for every backend and
+  // every run with the same seed. Default: pseudo-random bytes.
+  virtual std::vector<Bytes> make_inputs(size_t size, size_t count, uint64_t seed) const;
+  // How many distinct inputs a thread cycles through (LPM wants many
+  // addresses so that lookups are not all cache hits).
+  virtual size_t input_count(size_t /*size*/) const { return 256; }
+
+  // One kernel per thread, all made on the caller's thread before any runs
+  // (a backend sets up its shared state, e.g. a route table or a device with
+  // one queue pair per thread, here). Throws Unavailable.
+  virtual std::vector<std::unique_ptr<Kernel>> make_kernels(Backend backend, size_t size,
+                                                            unsigned threads) const = 0;
+
+  // "" when `got` (from the backend under test) is right for `in`, given
+  // `ref_out` from the ref backend; otherwise what differs. Default: equal
+  // bytes. Compressors decode `got` with the ref decoder; randomized
+  // signatures are verified with the ref verifier.
+  virtual std::string mismatch(std::span<const uint8_t> in, const Bytes& ref_out, const Bytes& got) const;
+
+  // Bytes one unit of work counts for Gbps (default: the input size).
+  virtual size_t work_bytes(size_t size) const { return size; }
+
+  // Parameters (route table size, MSS, key size...): the keys an operator
+  // knows and their defaults. `--param op.key=value` sets one for a run; the
+  // values in force are recorded with the results.
+  virtual std::map<std::string, std::string> default_params() const { return {}; }
+  // Throws std::invalid_argument naming the operator and the known keys.
+  void set_param(const std::string& key, const std::string& value);
+  void reset_params() { params_.clear(); }
+  std::string param(const std::string& key) const;  // the value in force (set or default)
+  uint64_t param_u64(const std::string& key) const;  // ... as a number; throws std::invalid_argument
+  nlohmann::json parameters() const;                 // every key with the value in force
+
+ private:
+  std::map<std::string, std::string> params_;
+};
+
+// The operator families register here (one function per source file, so
+// that a static library cannot drop them).
+using Registry = std::vector<std::unique_ptr<Operator>>;
+void register_network_ops(Registry& r);   // ops/network.cc: lpm, checksum, crc, toeplitz
+void register_segmentation_ops(Registry& r);  // ops/segmentation.cc: tcp_seg, ip_frag
+void register_storage_ops(Registry& r);   // ops/storage.cc: lz77, huffman, snappy, compress, crc32c
+void register_security_ops(Registry& r);  // ops/security.cc: aes, aes_cbc, md5, sha1, sha256
+void register_pubkey_ops(Registry& r);    // ops/pubkey.cc: rsa, dsa, ecdsa
+void register_regex_ops(Registry& r);     // ops/regex.cc: rxp_match
+void register_copy_ops(Registry& r);      // ops/copy.cc: memcpy
+void register_programs(Registry& r);      // ops/programs.cc: the composed programs of Table 5
+
+// Runs the ref kernel and `kernels` over the inputs (the first kernel on up
+// to 512 of them, at least 16, stopping after about a second; every kernel
+// on the first 8) and throws CheckFailed naming
+// the operator, backend, size and input at the first wrong output. Returns
+// how many inputs were checked (0 for the ref backend itself).
+size_t check_against_ref(const Operator& op, Backend backend, size_t size, const std::vector<Bytes>& inputs,
+                         std::vector<std::unique_ptr<Kernel>>& kernels);
+
+Registry& registry();
+Operator& find_operator(const std::string& name);  // throws std::invalid_argument
+
+// Helpers shared by the operator families.
+std::string hex(std::span<const uint8_t> bytes, size_t max = 64);  // for mismatch reports
+std::string describe_difference(const Bytes& want, const Bytes& got);  // first differing offset, lengths
+// Fills with a reproducible stream (splitmix64) — the default input data.
+void fill_random(std::span<uint8_t> out, uint64_t seed);
+// Text-like bytes (words from a fixed vocabulary, Zipf-skewed) — the
+// compressible payload the storage operators and regex rules work on.
+void fill_text(std::span<uint8_t> out, uint64_t seed);
+
+// Makes `threads` kernels of type K from the same constructor arguments.
+template <class K, class... Args>
+std::vector<std::unique_ptr<Kernel>> kernels_of(unsigned threads, const Args&... args) {
+  std::vector<std::unique_ptr<Kernel>> v;
+  for (unsigned i = 0; i < threads; ++i) v.push_back(std::make_unique<K>(args...));
+  return v;
+}
+
+}  // namespace dpukit::bench

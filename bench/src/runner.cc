@@ -1,0 +1,406 @@
+// The runner: the reference check, then warm-up and timed repetitions of
+// each (operator, backend, size, threads) point on pinned threads.
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <thread>
+
+#include "dev/dev_kernel.h"
+#include "dpdk_env.h"
+#include "dpukit/core/accounting.h"
+#include "dpukit/core/perf_counters.h"
+#include "operator.h"
+
+namespace dpukit::bench {
+namespace {
+
+// Keeps every output observable, so the compiler cannot drop the work.
+std::atomic<uint64_t> g_sink{0};
+
+uint64_t digest(const Bytes& out) {
+  uint64_t v = out.size();
+  if (!out.empty()) v ^= static_cast<uint64_t>(out.front()) << 8 ^ static_cast<uint64_t>(out.back()) << 16;
+  return v;
+}
+
+std::vector<std::string> expand_ops(const std::vector<std::string>& ops) {
+  std::vector<std::string> names;
+  for (const auto& n : ops) {
+    if (n == "all") {
+      for (const auto& op : registry())
+        if (op->info().scenario != "program") names.push_back(op->info().name);
+    } else if (n == "programs") {
+      for (const auto& op : registry())
+        if (op->info().scenario == "program") names.push_back(op->info().name);
+    } else {
+      find_operator(n);  // throws on an unknown name
+      names.push_back(n);
+    }
+  }
+  if (names.empty()) throw std::invalid_argument("no operators chosen");
+  return names;
+}
+
+// The counters of a fixed-count loop: each event's count (scaled when the
+// kernel multiplexed the PMU) and the ratios of Fig. 8 that the counted
+// events give; a string "unavailable: <reason>" when nothing could count.
+nlohmann::json counters_json(const PerfCounters& counters) {
+  if (!counters.available()) return "unavailable: " + counters.unavailable_reason();
+  nlohmann::json events = nlohmann::json::object();
+  std::map<std::string, double> v;
+  for (const PerfCount& c : counters.read()) {
+    if (!c.counted) {
+      events[c.name] = "not counted: " + c.why;
+      continue;
+    }
+    events[c.name] = {{"value", c.value}, {"raw", c.raw}, {"time_enabled_ns", c.time_enabled_ns},
+                      {"time_running_ns", c.time_running_ns}};
+    v[c.name] = c.value;
+  }
+  nlohmann::json ratios = nlohmann::json::object();
+  auto ratio = [&](const char* key, const char* num, const char* den) {
+    if (v.count(num) && v.count(den) && v[den] > 0) ratios[key] = v[num] / v[den];
+  };
+  ratio("ipc", "instructions", "cycles");
+  ratio("l1d_read_miss_ratio", "l1d_read_misses", "l1d_read_accesses");
+  ratio("dtlb_read_miss_ratio", "dtlb_read_misses", "dtlb_read_accesses");
+  ratio("itlb_read_miss_ratio", "itlb_read_misses", "itlb_read_accesses");
+  ratio("branch_ratio", "branch_instructions", "instructions");
+  ratio("branch_miss_ratio", "branch_misses", "branch_instructions");
+  // L1D reads + writes per instruction: the load + store instruction share
+  // where the kernel maps L1D accesses to retired load and store
+  // instructions (Intel core PMUs); a count of accesses elsewhere.
+  if (v.count("l1d_read_accesses") && v.count("l1d_write_accesses") && v.count("instructions") &&
+      v["instructions"] > 0)
+    ratios["l1d_accesses_per_instruction"] = (v["l1d_read_accesses"] + v["l1d_write_accesses"]) / v["instructions"];
+  return {{"source", "perf_event_open"}, {"scope", "user space of the calling thread, the loop only"},
+          {"events", events}, {"ratios", ratios}};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n == 0 ? 0 : (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
+}
+
+struct Rep {
+  uint64_t ops = 0;
+  uint64_t wall_ns = 0;
+  uint64_t cpu_ns = 0;
+};
+
+// Warm-up, then `reps` timed phases; all threads start each phase together
+// and run until the main thread raises `stop` after the phase's time.
+std::vector<Rep> time_point(std::vector<std::unique_ptr<Kernel>>& kernels, unsigned threads,
+                            const std::vector<Bytes>& inputs, const CpuSet& cpus, const RunOptions& o) {
+  const unsigned phases = o.repetitions + 1;
+  std::atomic<bool> stop{false};
+  std::barrier sync(threads + 1);
+  std::vector<std::vector<uint64_t>> ops(threads, std::vector<uint64_t>(phases));
+  std::vector<std::vector<uint64_t>> cpu(threads, std::vector<uint64_t>(phases));
+  size_t burst_size = 1;  // set by the main thread after the warm-up, read by the workers after a barrier
+  std::vector<std::thread> workers;
+  for (unsigned t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      if (!cpus.empty()) {
+        CpuSet one;
+        one.cpus.push_back(cpus.cpus[t % cpus.cpus.size()]);
+        pin_current_thread(one);
+      }
+      Kernel& k = *kernels[t];
+      // Views of the inputs, so that a burst is a plain subspan (no wrap).
+      const std::vector<std::span<const uint8_t>> views(inputs.begin(), inputs.end());
+      std::vector<Bytes> outs(kMaxBurst);
+      uint64_t sink = 0;
+      size_t j = (t * 7919) % inputs.size();  // threads start at different inputs
+      for (unsigned p = 0; p < phases; ++p) {
+        // The warm-up runs one unit at a time; the repetitions run bursts
+        // sized so that one burst takes about 2 us, which keeps the runner's
+        // own loop (stop flag, virtual call, digest) out of short units.
+        sync.arrive_and_wait();  // start
+        const size_t burst = p == 0 ? 1 : burst_size;
+        uint64_t c0 = thread_cpu_ns(), n = 0;
+        while (!stop.load(std::memory_order_relaxed)) {
+          const size_t b = std::min(burst, views.size() - j);
+          k.process_burst({views.data() + j, b}, {outs.data(), b});
+          sink += digest(outs[b - 1]);
+          n += b;
+          j += b;
+          if (j == views.size()) j = 0;
+        }
+        ops[t][p] = n;
+        cpu[t][p] = thread_cpu_ns() - c0;
+        sync.arrive_and_wait();  // done
+      }
+      g_sink.fetch_add(sink, std::memory_order_relaxed);
+    });
+  }
+  std::vector<Rep> reps;
+  for (unsigned p = 0; p < phases; ++p) {
+    double secs = p == 0 ? o.warmup_s : o.min_time_s;
+    stop.store(false);
+    sync.arrive_and_wait();
+    uint64_t t0 = now_ns();
+    std::this_thread::sleep_for(std::chrono::nanoseconds(static_cast<uint64_t>(secs * 1e9)));
+    stop.store(true);
+    sync.arrive_and_wait();
+    uint64_t t1 = now_ns();
+    if (p == 0) {
+      // All workers are waiting at the next start: size the bursts from the
+      // warm-up's time per unit on one thread.
+      uint64_t warm = 0;
+      for (unsigned t = 0; t < threads; ++t) warm += ops[t][0];
+      const double ns_per_unit = warm ? static_cast<double>(t1 - t0) * threads / static_cast<double>(warm) : 1e9;
+      burst_size = std::clamp<size_t>(static_cast<size_t>(2000.0 / std::max(ns_per_unit, 1.0)), 1, kMaxBurst);
+      continue;
+    }
+    Rep r;
+    r.wall_ns = t1 - t0;
+    for (unsigned t = 0; t < threads; ++t) {
+      r.ops += ops[t][p];
+      r.cpu_ns += cpu[t][p];
+    }
+    reps.push_back(r);
+  }
+  for (auto& w : workers) w.join();
+  return reps;
+}
+
+}  // namespace
+
+size_t check_against_ref(const Operator& op, Backend backend, size_t size, const std::vector<Bytes>& inputs,
+                         std::vector<std::unique_ptr<Kernel>>& kernels) {
+  if (backend == Backend::kRef) return 0;  // ref is checked against the published vectors in the tests
+  auto ref = op.make_kernels(Backend::kRef, size, 1);
+  // Up to 512 inputs, but at least 16 and no more than about a second of
+  // checking: a ref RSA or ECDSA signature takes milliseconds.
+  const size_t most = std::min<size_t>(inputs.size(), 512), least = std::min<size_t>(inputs.size(), 16);
+  const uint64_t deadline = now_ns() + 1'000'000'000ull;
+  Bytes want, got;
+  size_t n = 0;
+  for (size_t i = 0; i < most && (i < least || now_ns() < deadline); ++i, ++n) {
+    ref[0]->process(inputs[i], want);
+    // Every kernel on the first inputs (shared state must be right from any
+    // thread), the first kernel on all of them.
+    for (size_t k = 0; k < kernels.size() && (k == 0 || i < 8); ++k) {
+      kernels[k]->process(inputs[i], got);
+      std::string why = op.mismatch(inputs[i], want, got);
+      if (!why.empty()) {
+        throw CheckFailed(op.info().name + " " + backend_name(backend) + " differs from ref at size " +
+                          std::to_string(size) + ", input #" + std::to_string(i) + " (" + hex(inputs[i], 24) +
+                          "), kernel " + std::to_string(k) + ": " + why);
+      }
+    }
+  }
+  // The burst form must give the same outputs (a kernel may override it).
+  const size_t b = std::min({n, kMaxBurst, inputs.size()});
+  if (b == 0) return n;
+  std::vector<std::span<const uint8_t>> views(inputs.begin(), inputs.begin() + static_cast<ptrdiff_t>(b));
+  std::vector<Bytes> outs(b);
+  kernels[0]->process_burst(views, outs);
+  for (size_t i = 0; i < b; ++i) {
+    ref[0]->process(inputs[i], want);
+    std::string why = op.mismatch(inputs[i], want, outs[i]);
+    if (!why.empty())
+      throw CheckFailed(op.info().name + " " + backend_name(backend) + " differs from ref at size " +
+                        std::to_string(size) + ", input #" + std::to_string(i) + " in a burst of " +
+                        std::to_string(b) + ": " + why);
+  }
+  return n;
+}
+
+nlohmann::json run(const RunOptions& o) {
+  if (o.sizes.empty() || o.threads.empty() || o.backends.empty()) throw std::invalid_argument("empty sweep");
+  for (size_t s : o.sizes)
+    if (s == 0 || s > (64u << 20)) throw std::invalid_argument("sizes must be 1 byte to 64 MiB");
+  for (unsigned t : o.threads)
+    if (t == 0 || t > 1024) throw std::invalid_argument("threads must be 1 to 1024");
+  if (o.place != "host" && o.place != "dpu") throw std::invalid_argument("place must be host or dpu");
+  if (o.iterations == 0 && (o.repetitions == 0 || o.min_time_s <= 0))
+    throw std::invalid_argument("repetitions and min time must be positive");
+  const std::vector<std::string> names = expand_ops(o.ops);
+  for (const auto& [k, v] : o.params) {
+    auto dot = k.find('.');
+    if (dot == std::string::npos || std::find(names.begin(), names.end(), k.substr(0, dot)) == names.end())
+      throw std::invalid_argument("parameter '" + k + "' is not op.key for an operator of this run");
+  }
+  Placement pl = Placement::plan(o.host_cpus, o.dpu_cpus);
+  const CpuSet& cpus = o.place == "dpu" ? pl.dpu : pl.host;
+  const unsigned max_threads = *std::max_element(o.threads.begin(), o.threads.end());
+
+  nlohmann::json points = nlohmann::json::array(), unavailable = nlohmann::json::array();
+  nlohmann::json versions = nlohmann::json::object(), params = nlohmann::json::object();
+  const size_t total = names.size() * o.backends.size() * o.sizes.size() * (o.iterations ? 1 : o.threads.size());
+  size_t done = 0;
+  for (const auto& name : names) {
+    Operator& op = find_operator(name);
+    op.reset_params();
+    for (const auto& [k, v] : o.params)
+      if (k.compare(0, name.size() + 1, name + ".") == 0) op.set_param(k.substr(name.size() + 1), v);
+    versions[name] = op.info().version;
+    params[name] = op.parameters();
+    for (Backend backend : o.backends) {
+      for (size_t size : o.sizes) {
+        const std::vector<Bytes> inputs = op.make_inputs(size, op.input_count(size), o.seed);
+        std::vector<std::unique_ptr<Kernel>> kernels;
+        try {
+          kernels = op.make_kernels(backend, size, o.iterations ? 1 : max_threads);
+        } catch (const Unavailable& e) {
+          unavailable.push_back({{"op", name}, {"backend", backend_name(backend)}, {"size", size}, {"why", e.what()}});
+          if (o.progress)
+            std::fprintf(stderr, "%s %s %zuB: unavailable: %s\n", name.c_str(), backend_name(backend), size, e.what());
+          done += o.iterations ? 1 : o.threads.size();
+          continue;
+        }
+        const size_t checked = check_against_ref(op, backend, size, inputs, kernels);
+        const std::string device = dev_kernel_device(*kernels[0]);  // "" unless a DPDK device does the work
+        const double work_bits = 8.0 * static_cast<double>(op.work_bytes(size));
+        if (o.iterations) {
+          // Fixed count on the calling thread: what an instruction counter sees.
+          std::unique_ptr<PerfCounters> counters;
+          if (o.counters) counters = std::make_unique<PerfCounters>(PerfCounters::default_hardware_groups());
+          Bytes out;
+          uint64_t sink = 0, t0 = now_ns();
+          if (counters) counters->start();
+          for (uint64_t i = 0; i < o.iterations; ++i) {
+            kernels[0]->process(inputs[i % inputs.size()], out);
+            sink += digest(out);
+          }
+          if (counters) counters->stop();
+          const uint64_t wall_ns = now_ns() - t0;
+          g_sink.fetch_add(sink);
+          nlohmann::json pt = {{"op", name}, {"backend", backend_name(backend)}, {"size", size}, {"threads", 1},
+                               {"iterations", o.iterations}, {"wall_ns", wall_ns}, {"checked_inputs", checked}};
+          if (counters) pt["counters"] = counters_json(*counters);
+          points.push_back(pt);
+          ++done;
+          continue;
+        }
+        for (unsigned threads : o.threads) {
+          std::vector<Rep> reps = time_point(kernels, threads, inputs, cpus, o);
+          std::vector<double> mops, util;
+          for (const Rep& r : reps) {
+            mops.push_back(static_cast<double>(r.ops) / (static_cast<double>(r.wall_ns) / 1e9) / 1e6);
+            util.push_back(static_cast<double>(r.cpu_ns) / static_cast<double>(r.wall_ns));
+          }
+          const double m = median(mops);
+          const auto [lo, hi] = std::minmax_element(mops.begin(), mops.end());
+          nlohmann::json pt = {{"op", name},
+                               {"scenario", op.info().scenario},
+                               {"backend", backend_name(backend)},
+                               {"size", size},
+                               {"threads", threads},
+                               {"cpus", std::min<size_t>(threads, std::max<size_t>(cpus.cpus.size(), 1))},
+                               {"mops", m},
+                               {"mops_min", *lo},
+                               {"mops_max", *hi},
+                               {"gbps", m * work_bits / 1e3},
+                               {"gbps_min", *lo * work_bits / 1e3},
+                               {"gbps_max", *hi * work_bits / 1e3},
+                               {"reps_mops", mops},
+                               {"cpu_per_wall", median(util)},
+                               {"checked_inputs", checked}};
+          if (!device.empty()) pt["device"] = device;
+          points.push_back(pt);
+          ++done;
+          if (o.progress) {
+            std::fprintf(stderr, "[%zu/%zu] %-16s %-3s %6zuB %2ut  %10.4g Mops  %9.4g Gbps  (range %.1f%%)%s\n", done,
+                         total, name.c_str(), backend_name(backend), size, threads, m, m * work_bits / 1e3,
+                         m > 0 ? 100.0 * (*hi - *lo) / m : 0.0,
+                         threads > cpus.cpus.size() ? "  [threads share CPUs]" : "");
+          }
+        }
+      }
+    }
+  }
+  nlohmann::json figures = {{"points", points},
+                            {"unavailable", unavailable},
+                            {"operators", versions},
+                            {"operator_parameters", params},
+                            {"place", o.place},
+                            {"place_cpus", cpus.str()},
+                            {"placement_note", pl.note},
+                            {"sink", g_sink.load() & 1}};
+  if (const DpdkEnv* env = dpdk_env_if_started(); env && env->ok)
+    figures["dpdk"] = {{"tsc_hz", env->tsc_hz}, {"vdevs", env->vdevs}};
+  return figures;
+}
+
+std::vector<std::string> devices() { return device_inventory(); }
+
+CheckReport check_all(const std::vector<std::string>& ops, const std::vector<Backend>& backends,
+                      const std::vector<size_t>& sizes, uint64_t seed) {
+  CheckReport rep;
+  for (const auto& name : expand_ops(ops)) {
+    Operator& op = find_operator(name);
+    op.reset_params();
+    for (Backend b : backends) {
+      for (size_t size : sizes) {
+        std::string what = name + " " + backend_name(b) + " " + std::to_string(size) + "B";
+        try {
+          auto inputs = op.make_inputs(size, op.input_count(size), seed);
+          auto kernels = op.make_kernels(b, size, 2);
+          check_against_ref(op, b, size, inputs, kernels);
+          rep.passed.push_back(what);
+        } catch (const Unavailable& e) {
+          rep.unavailable.push_back(what + ": " + e.what());
+        } catch (const std::exception& e) {
+          rep.failed.push_back(what + ": " + e.what());
+        }
+      }
+    }
+  }
+  return rep;
+}
+
+nlohmann::json compare(const nlohmann::json& a, const nlohmann::json& b) {
+  auto figs = [](const nlohmann::json& j) -> const nlohmann::json& {
+    return j.contains("figures") ? j.at("figures") : j;
+  };
+  const nlohmann::json& fa = figs(a);
+  const nlohmann::json& fb = figs(b);
+  if (!fa.contains("points") || !fb.contains("points"))
+    throw std::invalid_argument("not a dpukit-bench run result (no figures.points)");
+  const nlohmann::json va = fa.value("operators", nlohmann::json::object());
+  const nlohmann::json vb = fb.value("operators", nlohmann::json::object());
+  for (const auto& [name, ver] : va.items()) {
+    if (vb.contains(name) && vb.at(name) != ver)
+      throw std::invalid_argument("operator '" + name + "' is version " + ver.dump() + " in the first run and " +
+                                  vb.at(name).dump() + " in the second: they measure different things");
+  }
+  auto key = [](const nlohmann::json& p) {
+    return p.at("op").get<std::string>() + "|" + p.at("backend").get<std::string>() + "|" +
+           std::to_string(p.at("size").get<size_t>()) + "|" + std::to_string(p.at("threads").get<unsigned>());
+  };
+  std::map<std::string, const nlohmann::json*> in_a;
+  for (const auto& p : fa.at("points"))
+    if (p.contains("mops")) in_a[key(p)] = &p;
+  nlohmann::json rows = nlohmann::json::array();
+  std::map<std::string, std::vector<double>> per_op;
+  for (const auto& p : fb.at("points")) {
+    if (!p.contains("mops")) continue;
+    auto it = in_a.find(key(p));
+    if (it == in_a.end()) continue;
+    const auto& pa = *it->second;
+    double ma = pa.at("mops").get<double>(), mb = p.at("mops").get<double>();
+    double ratio = ma > 0 ? mb / ma : 0;
+    rows.push_back({{"op", p.at("op")}, {"backend", p.at("backend")}, {"size", p.at("size")},
+                    {"threads", p.at("threads")}, {"a_gbps", pa.at("gbps")}, {"b_gbps", p.at("gbps")},
+                    {"ratio", ratio}});
+    per_op[p.at("op").get<std::string>() + "|" + p.at("backend").get<std::string>()].push_back(ratio);
+  }
+  nlohmann::json summary = nlohmann::json::array();
+  for (auto& [k, v] : per_op) {
+    auto bar = k.find('|');
+    auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    summary.push_back({{"op", k.substr(0, bar)}, {"backend", k.substr(bar + 1)}, {"median_ratio", median(v)},
+                       {"min_ratio", *lo}, {"max_ratio", *hi}, {"points", v.size()}});
+  }
+  return {{"rows", rows}, {"summary", summary}};
+}
+
+}  // namespace dpukit::bench

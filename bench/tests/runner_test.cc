@@ -1,0 +1,223 @@
+// The runner: the reference check stops a wrong backend, the sweep's
+// figures are consistent, options are validated, compare refuses to mix
+// operator versions. Also the registry's parameter handling and the
+// composed programs' output framing.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "dpukit/bench.h"
+#include "operator.h"
+#include "packet.h"
+
+namespace dpukit::bench {
+namespace {
+
+// ref reverses the input; "lib" does too unless told to break input #k.
+class Reverse final : public Kernel {
+ public:
+  explicit Reverse(int break_at) : break_at_(break_at) {}
+  void process(std::span<const uint8_t> in, Bytes& out) override {
+    out.assign(in.rbegin(), in.rend());
+    if (calls_++ == break_at_ && !out.empty()) out[out.size() / 2] ^= 1;
+  }
+
+ private:
+  int break_at_;
+  int calls_ = 0;
+};
+
+class ReverseOp final : public Operator {
+ public:
+  explicit ReverseOp(int break_at) : break_at_(break_at) {}
+  const OperatorInfo& info() const override {
+    static const OperatorInfo i{"reverse", "test", "reverse the bytes", 1, {Backend::kRef, Backend::kLib}};
+    return i;
+  }
+  std::vector<std::unique_ptr<Kernel>> make_kernels(Backend b, size_t, unsigned threads) const override {
+    return kernels_of<Reverse>(threads, b == Backend::kRef ? -1 : break_at_);
+  }
+
+ private:
+  int break_at_;
+};
+
+TEST(RunnerCheck, PassesARightBackend) {
+  ReverseOp op(-1);
+  auto inputs = op.make_inputs(64, 100, 1);
+  auto kernels = op.make_kernels(Backend::kLib, 64, 3);
+  EXPECT_EQ(check_against_ref(op, Backend::kLib, 64, inputs, kernels), 100u);
+}
+
+TEST(RunnerCheck, StopsAWrongBackendNamingOperatorBackendAndInput) {
+  ReverseOp op(37);  // the 38th output of the lib kernel is wrong
+  auto inputs = op.make_inputs(64, 100, 1);
+  auto kernels = op.make_kernels(Backend::kLib, 64, 2);
+  try {
+    check_against_ref(op, Backend::kLib, 64, inputs, kernels);
+    FAIL() << "a wrong output passed the check";
+  } catch (const CheckFailed& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("reverse lib differs from ref at size 64"), std::string::npos) << what;
+    EXPECT_NE(what.find("output differs at byte 32"), std::string::npos) << what;
+  }
+}
+
+TEST(RunnerCheck, ChecksEveryThreadsKernel) {
+  // Only the second kernel is wrong, on its first call: the check must still see it.
+  ReverseOp good(-1);
+  auto inputs = good.make_inputs(16, 8, 1);
+  std::vector<std::unique_ptr<Kernel>> kernels;
+  kernels.push_back(std::make_unique<Reverse>(-1));
+  kernels.push_back(std::make_unique<Reverse>(0));
+  EXPECT_THROW(check_against_ref(good, Backend::kLib, 16, inputs, kernels), CheckFailed);
+}
+
+RunOptions short_run(std::vector<std::string> ops) {
+  RunOptions o;
+  o.ops = std::move(ops);
+  o.sizes = {64, 1024};
+  o.threads = {1, 2};
+  o.backends = {Backend::kRef, Backend::kLib};
+  o.warmup_s = 0.01;
+  o.min_time_s = 0.02;
+  o.repetitions = 3;
+  o.progress = false;
+  return o;
+}
+
+TEST(RunnerSweep, EveryPointHasConsistentFigures) {
+  nlohmann::json f = run(short_run({"memcpy"}));
+  ASSERT_EQ(f.at("points").size(), 2u * 2u * 2u);
+  for (const auto& p : f.at("points")) {
+    double mops = p.at("mops"), gbps = p.at("gbps");
+    EXPECT_GT(mops, 0) << p;
+    EXPECT_LE(p.at("mops_min").get<double>(), mops);
+    EXPECT_GE(p.at("mops_max").get<double>(), mops);
+    EXPECT_EQ(p.at("reps_mops").size(), 3u);
+    // Gbps is Mops times the bits of one unit of work.
+    EXPECT_NEAR(gbps, mops * 8.0 * p.at("size").get<double>() / 1e3, gbps * 1e-9);
+    if (p.at("backend") == "lib") EXPECT_GT(p.at("checked_inputs").get<int>(), 0);
+  }
+  EXPECT_EQ(f.at("operators").at("memcpy"), 1);
+}
+
+TEST(RunnerSweep, UnavailableBackendsAreReportedNotTimed) {
+  RunOptions o = short_run({"memcpy"});
+  o.backends = {Backend::kDev};
+  o.threads = {1};
+  nlohmann::json f = run(o);
+  EXPECT_TRUE(f.at("points").empty());
+  ASSERT_EQ(f.at("unavailable").size(), 2u);
+  EXPECT_NE(f.at("unavailable")[0].at("why").get<std::string>().find("no DPDK copy device"), std::string::npos);
+}
+
+TEST(RunnerOptions, BadOptionsAreRefused) {
+  RunOptions o = short_run({"memcpy"});
+  o.sizes = {0};
+  EXPECT_THROW(run(o), std::invalid_argument);
+  o = short_run({"memcpy"});
+  o.threads = {0};
+  EXPECT_THROW(run(o), std::invalid_argument);
+  o = short_run({"no_such_operator"});
+  EXPECT_THROW(run(o), std::invalid_argument);
+  o = short_run({"memcpy"});
+  o.place = "nic";
+  EXPECT_THROW(run(o), std::invalid_argument);
+  o = short_run({"memcpy"});
+  o.params["memcpy.nonsense"] = "1";
+  EXPECT_THROW(run(o), std::invalid_argument);
+  o = short_run({"memcpy"});
+  o.params["lpm.routes"] = "1";  // an operator that is not in this run
+  EXPECT_THROW(run(o), std::invalid_argument);
+}
+
+TEST(RunnerCompare, RatiosOfMatchingPoints) {
+  auto pt = [](const char* op, double mops) {
+    return nlohmann::json{{"op", op}, {"backend", "lib"}, {"size", 64}, {"threads", 1}, {"mops", mops},
+                          {"gbps", mops * 0.512}};
+  };
+  nlohmann::json a = {{"figures", {{"points", {pt("aes", 2.0), pt("crc", 10.0)}}, {"operators", {{"aes", 1}}}}}};
+  nlohmann::json b = {{"figures", {{"points", {pt("aes", 1.0), pt("md5", 3.0)}}, {"operators", {{"aes", 1}}}}}};
+  nlohmann::json t = compare(a, b);
+  ASSERT_EQ(t.at("rows").size(), 1u);  // only aes is in both
+  EXPECT_DOUBLE_EQ(t.at("rows")[0].at("ratio").get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(t.at("summary")[0].at("median_ratio").get<double>(), 0.5);
+}
+
+TEST(RunnerCompare, RefusesDifferentOperatorVersions) {
+  nlohmann::json a = {{"figures", {{"points", nlohmann::json::array()}, {"operators", {{"aes", 1}}}}}};
+  nlohmann::json b = {{"figures", {{"points", nlohmann::json::array()}, {"operators", {{"aes", 2}}}}}};
+  EXPECT_THROW(compare(a, b), std::invalid_argument);
+  EXPECT_THROW(compare(nlohmann::json::object(), b), std::invalid_argument);
+}
+
+TEST(RunnerRegistry, ParametersHaveDefaultsAndRefuseUnknownKeys) {
+  Operator& op = find_operator("memcpy");
+  EXPECT_THROW(op.set_param("size", "1"), std::invalid_argument);
+  EXPECT_THROW(find_operator("nonexistent"), std::invalid_argument);
+  for (const auto& info : list_operators()) {
+    Operator& o = find_operator(info.name);
+    for (const auto& [k, v] : o.default_params()) EXPECT_EQ(o.param(k), v) << info.name << "." << k;
+  }
+}
+
+TEST(RunnerInputs, TextAndRandomAreReproducible) {
+  Bytes a(300), b(300), c(300);
+  fill_text(a, 5);
+  fill_text(b, 5);
+  fill_text(c, 6);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  fill_random(a, 5);
+  fill_random(b, 5);
+  EXPECT_EQ(a, b);
+}
+
+TEST(RunnerPackets, HeadersAndChecksumsAreValid) {
+  for (uint8_t proto : {kProtoTcp, kProtoUdp}) {
+    for (size_t size : {64, 65, 1024, 1514}) {
+      Bytes p = make_ipv4_packet(size, size, proto);
+      ASSERT_EQ(p.size(), size);
+      std::span<const uint8_t> ip(p.data() + kEthLen, p.size() - kEthLen);
+      EXPECT_EQ(load_be16(&ip[2]), size - kEthLen);
+      EXPECT_EQ(inet_checksum(ip.subspan(0, kIpv4Len)), 0) << "IPv4 header checksum";
+      // Summing a segment with its checksum in place gives all ones.
+      EXPECT_EQ(ones_complement_sum(ip.subspan(kIpv4Len), [&] {
+                  uint8_t pseudo[12];
+                  std::memcpy(pseudo, &ip[12], 8);
+                  pseudo[8] = 0;
+                  pseudo[9] = proto;
+                  store_be16(&pseudo[10], static_cast<uint16_t>(size - kEthLen - kIpv4Len));
+                  return ones_complement_sum(pseudo);
+                }()),
+                0xFFFFu);
+    }
+  }
+  EXPECT_THROW(make_ipv4_packet(53, 1, kProtoTcp), std::invalid_argument);
+  EXPECT_NO_THROW(make_ipv4_packet(42, 1, kProtoUdp));
+}
+
+TEST(RunnerPackets, Rfc1071Example) {
+  // RFC 1071 §3: the bytes 00 01 f2 03 f4 f5 f6 f7 sum to 0xddf2 (one's complement, folded).
+  const uint8_t bytes[] = {0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7};
+  EXPECT_EQ(ones_complement_sum(bytes), 0xddf2u);
+  EXPECT_EQ(inet_checksum(bytes), static_cast<uint16_t>(~0xddf2));
+}
+
+TEST(RunnerTool, CheckFailureExitsNonZeroAndNamesTheOperator) {
+  // The tool refuses an unknown operator with exit 2 and a message.
+  std::string cmd = std::string(DPUKIT_BENCH_TOOL) + " run --ops nope --sizes 64 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  char buf[512] = {};
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  int rc = pclose(f);
+  EXPECT_EQ(WEXITSTATUS(rc), 2);
+  EXPECT_NE(std::string(buf, n).find("unknown operator 'nope'"), std::string::npos) << std::string(buf, n);
+}
+
+}  // namespace
+}  // namespace dpukit::bench

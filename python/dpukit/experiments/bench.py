@@ -1,0 +1,433 @@
+"""Experiments on DPUBench (``dpukit-bench``): the operator set of Table 4 on
+its backends (§4.2.3, Figs. 11-12).
+
+Every point is checked against the operator's ref backend before it is
+timed (the tool stops on a mismatch). ``dpukit-bench`` reports, per point, the
+median of its timed repetitions and their range; the experiments here keep
+every run's JSON under ``runs/``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from dpukit.experiments import Context, experiment, skipped_in_quick_mode
+from dpukit.paths import tool_path
+from dpukit.plots import BarPanel, LinePanel, Series, bars_plot, line_panels
+from dpukit.report import Section
+from dpukit.units import fmt_sig
+
+TOOL = "dpukit-bench"
+QUICK_SIZES = [64, 1024]
+SWEEP_SIZES = [64, 128, 256, 512, 1024]
+SWEEP_THREADS = [1, 2]
+
+
+@dataclass(frozen=True)
+class OperatorInfo:
+    name: str
+    scenario: str
+    version: int
+    backends: tuple[str, ...]
+    what: str
+
+
+def list_operators() -> list[OperatorInfo]:
+    """The operators this build of ``dpukit-bench`` has (``dpukit-bench list``)."""
+    out = subprocess.run([str(tool_path(TOOL)), "list"], check=True, capture_output=True, text=True).stdout
+    ops = []
+    for line in out.splitlines():
+        parts = line.split(None, 4)
+        if len(parts) < 4 or not parts[2].startswith("v"):
+            continue
+        ops.append(OperatorInfo(parts[0], parts[1], int(parts[2][1:]), tuple(parts[3].split(",")),
+                                parts[4] if len(parts) > 4 else ""))
+    return ops
+
+
+def run_bench(ctx: Context, args: Sequence[Any], label: str) -> dict[str, Any]:
+    return ctx.run_native(TOOL, ["run", *args, "--quiet"], label=label)
+
+
+def timing_args(quick: bool) -> list[Any]:
+    if quick:
+        return ["--warmup", 0.02, "--min-time", 0.05, "--repetitions", 3]
+    return ["--warmup", 0.1, "--min-time", 0.2, "--repetitions", 5]
+
+
+def points_of(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for r in runs for p in r["figures"]["points"]]
+
+
+def unavailable_of(runs: Sequence[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """(operator, backend) -> why it could not run (each once)."""
+    out: dict[tuple[str, str], str] = {}
+    for r in runs:
+        for u in r["figures"]["unavailable"]:
+            out.setdefault((u["op"], u["backend"]), u["why"])
+    return out
+
+
+def spread(p: dict[str, Any]) -> str:
+    """The range of the repetitions around the median, in percent."""
+    return f"{100 * (p['mops_max'] - p['mops_min']) / p['mops']:.0f}%" if p["mops"] > 0 else "-"
+
+
+def method_paragraph(ctx: Context, runs: Sequence[dict[str, Any]]) -> str:
+    params = runs[0]["parameters"] if runs else {}
+    return (f"Each point: {params.get('warmup_s')} s warm-up, then {params.get('repetitions')} timed repetitions of "
+            f"at least {params.get('min_time_s')} s each; the median is shown, 'range' is (max - min) / median of "
+            "the repetitions. Before timing, each backend's outputs were checked against ref on the same inputs "
+            "(the tool stops on a mismatch). Threads are pinned to the place's CPUs and run busy (no sleeping). "
+            "Gbps counts the input bytes of one unit of work; Mops counts units of work.")
+
+
+# -- bench.quick --------------------------------------------------------------
+
+
+@experiment(
+    "bench.quick",
+    title="bench.quick: every operator on lib and dev, 64 B and 1 KiB, one thread",
+    description="DPUBench operators on the library and DPDK device backends, checked against ref, then timed.",
+    tools=[TOOL],
+)
+def quick(ctx: Context) -> Section:
+    ops = [o for o in list_operators() if o.scenario != "program"]
+    sizes = QUICK_SIZES
+    runs = []
+    for i, op in enumerate(ops, 1):
+        backends = [b for b in ("lib", "dev") if b in op.backends] or ["ref"]
+        ctx.progress(f"{op.name} ({','.join(backends)})", i, len(ops))
+        args = ["--ops", op.name, "--backend", ",".join(("lib", "dev")), "--sizes", ",".join(map(str, sizes)),
+                "--threads", 1, "--place", "host", *timing_args(True)]
+        runs.append(run_bench(ctx, args, op.name))
+    pts = points_of(runs)
+    unavailable = unavailable_of(runs)
+
+    sec = Section("bench.quick: every operator on lib and dev, 64 B and 1 KiB, one thread")
+    sec.paragraph("`dpukit-bench run` times each operator of Table 4 (plus SHA-1, AES-CBC, the storage CRC and "
+                  "MemCpy) on one thread of the host place, on the library backend and, where a DPDK device class "
+                  "exists, on the device backend (DPDK's software PMDs on this machine). " + method_paragraph(ctx, runs))
+    rows = []
+    by_key = {(p["op"], p["backend"], p["size"]): p for p in pts}
+    for op in ops:
+        for b in ("lib", "dev"):
+            measured = [by_key.get((op.name, b, s)) for s in sizes]
+            if not any(measured):
+                why = unavailable.get((op.name, b), "not run")
+                rows.append([op.name, op.scenario, b, "unavailable: " + why, "", "", "", ""])
+                continue
+            cells: list[Any] = [op.name, op.scenario, b]
+            for p in measured:
+                cells += ["-", "-"] if p is None else [fmt_sig(p["gbps"]), fmt_sig(p["mops"])]
+            cells.append(spread(measured[-1]) if measured[-1] else "-")
+            rows.append(cells)
+    sec.table(["operator", "scenario", "backend", f"Gbps {sizes[0]} B", f"Mops {sizes[0]} B",
+               f"Gbps {sizes[-1]} B", f"Mops {sizes[-1]} B", f"range {sizes[-1]} B"], rows,
+              caption="Throughput per operator and backend (median of the repetitions)")
+    panels = []
+    for s in sizes:
+        values = {b: [by_key[(o.name, b, s)]["gbps"] if (o.name, b, s) in by_key else float("nan") for o in ops]
+                  for b in ("lib", "dev")}
+        panels.append(BarPanel(f"{s} B inputs", "Gbps (log)", values, logy=True, annotate=False))
+    path, rel = ctx.plot_path("throughput")
+    bars_plot(path, panels, [o.name for o in ops], title="DPUBench operators, one thread, host place", ncols=1)
+    sec.image(rel, "Gbps per operator and backend", "Gbps per operator (log scale); a missing bar is a backend "
+              "that does not exist for that operator here.")
+    return sec
+
+
+# -- bench.sweep --------------------------------------------------------------
+
+
+@experiment(
+    "bench.sweep",
+    title="bench.sweep: operators over input size x threads (Fig. 11)",
+    description="Every operator on ref, lib and dev over 64 B-1 KiB and 1-2 threads on both CPUs (full mode).",
+    tools=[TOOL],
+)
+def sweep(ctx: Context) -> Section:
+    sec = Section("bench.sweep: operators over input size x threads (Fig. 11)")
+    if skipped_in_quick_mode(ctx, sec, "bench.sweep"):
+        return sec
+    ops = [o for o in list_operators() if o.scenario != "program"]
+    runs = []
+    for i, op in enumerate(ops, 1):
+        ctx.progress(op.name, i, len(ops))
+        args = ["--ops", op.name, "--backend", "ref,lib,dev", "--sizes", ",".join(map(str, SWEEP_SIZES)),
+                "--threads", ",".join(map(str, SWEEP_THREADS)), "--place", "host", "--host-cpus", "0-1",
+                *timing_args(False)]
+        runs.append(run_bench(ctx, args, op.name))
+    pts = points_of(runs)
+    unavailable = unavailable_of(runs)
+    sec.paragraph("Like the paper's Fig. 11: each operator's throughput as threads grow, one line per input size. "
+                  "Here the host place is both CPUs of this 2-core VM, so 2 threads is the most that can scale. "
+                  + method_paragraph(ctx, runs))
+    by_key = {(p["op"], p["backend"], p["size"], p["threads"]): p for p in pts}
+    for backend in ("lib", "ref", "dev"):
+        names = [o.name for o in ops if any((o.name, backend, s, 1) in by_key for s in SWEEP_SIZES)]
+        if not names:
+            continue
+        panels = [LinePanel(n, [Series(f"{s} B", SWEEP_THREADS,
+                                       [by_key[(n, backend, s, t)]["gbps"] if (n, backend, s, t) in by_key
+                                        else float("nan") for t in SWEEP_THREADS]) for s in SWEEP_SIZES])
+                  for n in names]
+        path, rel = ctx.plot_path(f"threads-{backend}")
+        line_panels(path, panels, title=f"DPUBench operators, {backend} backend: Gbps vs threads",
+                    xlabel="threads", ylabel="Gbps", xticks=SWEEP_THREADS)
+        sec.image(rel, f"Gbps vs threads, {backend}", f"{backend} backend: Gbps vs threads, one line per input size.")
+    rows = []
+    for o in ops:
+        cells = [o.name]
+        for b in ("ref", "lib", "dev"):
+            p = by_key.get((o.name, b, 1024, 1))
+            cells.append(fmt_sig(p["gbps"]) if p else ("n/a" if (o.name, b) in unavailable else "-"))
+        lib, ref = by_key.get((o.name, "lib", 1024, 1)), by_key.get((o.name, "ref", 1024, 1))
+        cells.append(fmt_sig(lib["gbps"] / ref["gbps"]) if lib and ref and ref["gbps"] > 0 else "-")
+        two, one = by_key.get((o.name, "lib", 1024, 2)), lib
+        cells.append(fmt_sig(two["gbps"] / one["gbps"]) if two and one and one["gbps"] > 0 else "-")
+        rows.append(cells)
+    sec.table(["operator", "ref Gbps", "lib Gbps", "dev Gbps", "lib / ref", "lib 2 threads / 1"], rows,
+              caption="1 KiB inputs: the three backends side by side, and lib's scaling from 1 to 2 threads")
+    if unavailable:
+        sec.table(["operator", "backend", "why not"], [[o, b, w] for (o, b), w in sorted(unavailable.items())],
+                  caption="Backends that do not exist here")
+    return sec
+
+
+# -- compare (Fig. 12) ---------------------------------------------------------
+
+
+def compare_plot(table: dict[str, Any], path: Any, *, title: str) -> Any:
+    """Fig. 12: per operator, B / A of the median throughput, one bar group
+    per (size, threads), from a ``dpukit-bench compare --json`` table."""
+    rows = table["rows"]
+    ops = list(dict.fromkeys(f"{r['op']} {r['backend']}" for r in rows))
+    groups = list(dict.fromkeys(f"{r['size']} B, {r['threads']}t" for r in rows))
+    ratio = {(f"{r['op']} {r['backend']}", f"{r['size']} B, {r['threads']}t"): r["ratio"] for r in rows}
+    values = {g: [ratio.get((o, g), float("nan")) for o in ops] for g in groups}
+    panel = BarPanel("throughput B / A", "ratio (log)", values, logy=True, annotate=len(groups) * len(ops) <= 40,
+                     refline=(1.0, "equal"))
+    return bars_plot(path, [panel], ops, title=title, ncols=1)
+
+
+def compare_command(args: Sequence[str]) -> int:
+    """``dpukit bench compare A.json B.json [--json OUT] --plot OUT.png``: the
+    native table, then the plot of it."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    args = list(args)
+    i = args.index("--plot")
+    if i + 1 >= len(args):
+        print("dpukit bench compare: --plot needs a file name", file=sys.stderr)
+        return 2
+    png = Path(args[i + 1])
+    del args[i:i + 2]
+    with tempfile.TemporaryDirectory(prefix="dpukit-compare-") as tmp:
+        if "--json" in args:
+            out = Path(args[args.index("--json") + 1])
+        else:
+            out = Path(tmp) / "compare.json"
+            args += ["--json", str(out)]
+        rc = subprocess.run([str(tool_path(TOOL)), *args]).returncode
+        if rc != 0:
+            return rc
+        compare_plot(json.loads(out.read_text()), png, title="DPUBench: throughput ratio B / A per operator")
+    print(f"plot: {png}")
+    return 0
+
+
+# -- bench.tools: lib against the libraries' own benchmark tools -------------
+
+
+TOOLS_CPU = "1"  # both sides pinned to the same CPU, one after the other
+
+
+def openssl_speed(alg: str, size: int, seconds: int) -> dict[str, float]:
+    """``openssl speed -evp ALG -bytes SIZE -elapsed -mr`` on TOOLS_CPU:
+    operations per wall second (``-elapsed``: wall clock, as dpukit-bench)."""
+    cmd = ["taskset", "-c", TOOLS_CPU, "openssl", "speed", "-evp", alg, "-bytes", str(size),
+           "-seconds", str(seconds), "-elapsed", "-mr"]
+    proc = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120)
+    for line in (proc.stdout + proc.stderr).splitlines():  # speed prints its +R lines on stderr
+        if line.startswith("+R:"):  # +R:<count>:<alg>:<seconds>
+            _, count, _, secs = line.split(":")
+            return {"mops": int(count) / float(secs) / 1e6, "command": " ".join(cmd)}
+    raise RuntimeError(f"no +R line in the output of {' '.join(cmd)}")
+
+
+@experiment(
+    "bench.tools",
+    title="bench.tools: the lib backend against the libraries' own tools",
+    description="dpukit-bench's lib AES-128-GCM and SHA-256 beside `openssl speed` on the same CPU and sizes.",
+    tools=[TOOL],
+)
+def tools(ctx: Context) -> Section:
+    sizes = [1024] if ctx.quick else [64, 256, 1024]
+    rounds = 1 if ctx.quick else 3
+    seconds = 1
+    ours_args = ["--backend", "lib", "--threads", 1, "--place", "host", "--host-cpus", TOOLS_CPU,
+                 "--warmup", 0.2, "--min-time", 0.3 if ctx.quick else 0.5, "--repetitions", 3]
+    # aes: openssl speed sets the key and the IV on every record (it calls
+    # EVP_CipherInit_ex with the key each time): the same work is our aes
+    # with key_schedule=per_packet; the default (key once per SA) is shown too.
+    cases = [("aes-128-gcm", "aes", ["--param", "aes.key_schedule=per_packet"]),
+             ("aes-128-gcm", "aes", []), ("sha256", "sha256", [])]
+    ours: dict[tuple[str, str, int], list[float]] = {}
+    theirs: dict[tuple[str, int], list[float]] = {}
+    commands: list[str] = []
+    steps, step = rounds * (len(cases) * len(sizes) + 2 * len(sizes)), 0
+    for rnd in range(rounds):
+        for size in sizes:
+            for alg, op, extra in cases:  # interleaved: ours and theirs, size by size
+                step += 1
+                tag = "per_packet" if extra else "once"
+                if op == "sha256":
+                    tag = "-"
+                ctx.progress(f"round {rnd + 1}: dpukit-bench {op} ({tag}) {size} B", step, steps)
+                r = run_bench(ctx, ["--ops", op, "--sizes", size, *extra, *ours_args], f"{op}-{tag}-{size}-r{rnd}")
+                ours.setdefault((op, tag, size), []).append(r["figures"]["points"][0]["mops"])
+                if extra or op == "sha256":
+                    step += 1
+                    ctx.progress(f"round {rnd + 1}: openssl speed {alg} {size} B", step, steps)
+                    s = openssl_speed(alg, size, seconds)
+                    theirs.setdefault((alg, size), []).append(s["mops"])
+                    if rnd == 0:
+                        commands.append(s["command"])
+    import statistics
+
+    sec = Section("bench.tools: the lib backend against the libraries' own tools")
+    sec.paragraph(
+        f"`dpukit-bench run --backend lib` and `openssl speed -evp ... -elapsed` (wall clock) on the same CPU "
+        f"({TOOLS_CPU}), the same input sizes, interleaved {rounds} round(s); medians over the rounds, ranges in "
+        "brackets. `openssl speed` sets the AES key and IV on every record (EVP_CipherInit_ex with the key), so "
+        "the same-work comparison is our `aes` with `--param aes.key_schedule=per_packet`; our default keeps the "
+        "key per security association, as an ESP or TLS endpoint does, and is shown for reference. SHA-256 is a "
+        "one-shot EVP_Digest per input on both sides.")
+    rows = []
+    for size in sizes:
+        for alg, op, tag in (("aes-128-gcm", "aes", "per_packet"), ("sha256", "sha256", "-")):
+            o, t = ours[(op, tag, size)], theirs[(alg, size)]
+            mo, mt = statistics.median(o), statistics.median(t)
+            rows.append([f"{op} ({tag})" if tag != "-" else op, size, f"{fmt_sig(mo)} [{fmt_sig(min(o))}-{fmt_sig(max(o))}]",
+                         f"{fmt_sig(mt)} [{fmt_sig(min(t))}-{fmt_sig(max(t))}]", fmt_sig(mo / mt)])
+        o = ours[("aes", "once", size)]
+        rows.append(["aes (once, default)", size, f"{fmt_sig(statistics.median(o))} [{fmt_sig(min(o))}-{fmt_sig(max(o))}]",
+                     "-", "-"])
+    sec.table(["operator", "bytes", "dpukit-bench lib Mops", "openssl speed Mops", "ours / theirs"], rows,
+              caption="Same work, same CPU, same sizes")
+    sec.paragraph("openssl speed commands (first round): " + "; ".join(f"`{c}`" for c in commands))
+    return sec
+
+
+# -- bench.e2e: the end-to-end programs (§5, Figs. 14-16) ----------------------
+
+E2E_SIZES, E2E_INTERVALS, E2E_ROUNDS = [64, 256, 1024], [0, 1, 5, 20, 100], 3
+
+
+@experiment(
+    "bench.e2e",
+    title="bench.e2e: end-to-end programs, flow table and application recognition (Figs. 14-16)",
+    description="UDP client and server in two network namespaces: flow table sw vs emulated hw, app recognition "
+                "on host vs dpu (full mode).",
+    tools=[TOOL],
+)
+def e2e(ctx: Context) -> Section:
+    from dpukit import bench_e2e
+
+    sec = Section("bench.e2e: end-to-end programs, flow table and application recognition (Figs. 14-16)")
+    if skipped_in_quick_mode(ctx, sec, "bench.e2e"):
+        return sec
+    tool = tool_path(TOOL)
+    out = ctx.runs_dir / "bench.e2e"
+    sizes, intervals, rounds = E2E_SIZES, E2E_INTERVALS, E2E_ROUNDS
+    ctx.progress("flow table: sw vs hw")
+    flow = bench_e2e.run_flowtable(tool, sizes, intervals, ("sw", "hw"), 1.0, out, rounds=rounds)
+    ctx.progress("application recognition: host vs dpu")
+    app = bench_e2e.run_apprecog(tool, sizes, intervals, ("host", "dpu"), 1.0, out, rounds=rounds)
+    records = flow + app
+    problems = [p for r in records for p in r.get("problems", [])]
+    net = records[0].get("network", "") if records else ""
+    sec.paragraph(
+        "`dpukit-bench e2e-client` sends UDP datagrams of each size at each interval for 1 s to `dpukit-bench "
+        "e2e-server` in another network namespace (veth); " + (f"network: {net}; " if net else "") +
+        f"{rounds} rounds, the modes compared interleaved within each round; medians, ranges in brackets. "
+        "Flow table: the server counts the synthetic 5-tuples in a software hash table (sw) or, in the hw version, "
+        "in core's emulated hardware flow table on a thread standing for the NIC (its CPU is reported as hw; "
+        "misses go to the software path, which requests insertion at the table's rate limit). Application "
+        "recognition: Hyperscan (the rxp_match operator) classifies each payload; the server then hashes it "
+        "(sha256), compresses it (compress) or echoes it, and replies; on the dpu place the matching runs on a "
+        "dpu thread and the action on a host thread. The client has a CPU to itself; every server thread shares "
+        "the other CPU with its own CPU accounting. No DPU is attached: the dpu place is another thread of this "
+        "x86 VM and the hw table is a CPU thread, so the emulation shows where CPU time goes, not the speed-up "
+        "of real offload hardware.")
+    if problems:
+        sec.paragraph("Problems found by the records' checks: " + "; ".join(sorted(set(problems))[:10]))
+    rows = []
+    for s in bench_e2e.summarize(records):
+        def med(k: str, scale: float = 1.0) -> str:
+            v = s[k]
+            return f"{fmt_sig(v['median'] * scale)} [{fmt_sig(v['min'] * scale)}-{fmt_sig(v['max'] * scale)}]"
+        util = ", ".join(f"{p} {s[f'util_{p}']['median'] * 100:.0f}%" for p in ("host", "dpu", "hw")
+                         if s[f"util_{p}"]["median"] > 0)
+        rows.append([s["program"], s["mode"], s["size"], f"{s['interval_us']:g}", med("client_pps", 1e-3),
+                     med("throughput_pps", 1e-3), med("loss"), util or "-",
+                     med("rtt_p50") if "rtt_p50" in s else "-", med("rtt_p99") if "rtt_p99" in s else "-"])
+    sec.table(["program", "mode", "bytes", "interval us", "sent kpps", "served kpps", "loss", "server CPU",
+               "RTT p50 us", "RTT p99 us"], rows, caption="Per point: medians over the rounds")
+    ctx.plots_dir.mkdir(parents=True, exist_ok=True)
+    paths = [*bench_e2e.plot_fig14(flow, ctx.plots_dir), bench_e2e.plot_fig15(app, ctx.plots_dir),
+             bench_e2e.plot_fig16(app, ctx.plots_dir)]
+    for p in paths:
+        sec.image(f"plots/{p.name}", p.stem, p.stem.replace("_", " "))
+    return sec
+
+
+# -- bench.characterize: workload characteristics (§4.2.2, Figs. 8-10) --------
+
+
+@experiment(
+    "bench.characterize",
+    title="bench.characterize: operators and Table 5's programs, characterized (Figs. 8-10)",
+    description="IPC, TLB and L1D miss ratios and the instruction mix per operator at 64 B: hardware counters, or "
+                "valgrind (simulated) where the machine has none; radar charts and PCA (full mode).",
+    tools=[TOOL],
+)
+def characterize(ctx: Context) -> Section:
+    from dpukit import bench_profile
+
+    sec = Section("bench.characterize: operators and Table 5's programs, characterized (Figs. 8-10)")
+    if skipped_in_quick_mode(ctx, sec, "bench.characterize"):
+        return sec
+    tool = tool_path(TOOL)
+    everything = list_operators()
+    ops = [o.name for o in everything if o.scenario != "program"]
+    programs = [o.name for o in everything if o.scenario == "program"]
+    records = bench_profile.characterize(tool, ops + programs, size=64, backend="lib",
+                                         progress=lambda line: ctx.progress(line))
+    op_recs = [r for r in records if r["op"] in ops]
+    prog_recs = [r for r in records if r["op"] in programs]
+    simulated = any(r.get("simulated") for r in records)
+    sec.paragraph(
+        "Each operator (lib backend, 64 B inputs, one thread) and each composed program of Table 5 runs twice "
+        "with N1 and N2 = 2 N1 units of work; every count is taken as counts(N2) - counts(N1), so start-up "
+        "(EAL, tables, inputs, the ref check) cancels. "
+        + ("This machine exposes no hardware performance counters, so the figures are SIMULATED by valgrind "
+           "(cachegrind: instructions, loads, stores, branches, simulated L1D misses; callgrind + objdump: the "
+           "instruction mix). IPC and TLB miss ratios cannot be simulated and are not measured."
+           if simulated else "The figures are hardware counts (perf_event_open)."))
+    sec.code(bench_profile.table(records))
+    path, rel = ctx.plot_path("radar")
+    bench_profile.radar_chart(op_recs, path)
+    sec.image(rel, "radar charts", "Fig. 8: per operator" + (" (simulated, valgrind)" if simulated else ""))
+    if prog_recs:
+        path, rel = ctx.plot_path("pca")
+        var = bench_profile.pca_plot(op_recs, prog_recs, path)
+        sec.image(rel, "PCA", "Fig. 10: PCA of the operators and the composed programs; explained variance "
+                  + ", ".join(f"{v:.0%}" for v in var[:2]) + (" (simulated)" if simulated else ""))
+    return sec

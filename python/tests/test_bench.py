@@ -1,0 +1,76 @@
+"""DPUBench's front door: the quick experiment end to end, the operator list,
+and `dpukit bench compare` with its plot and its refusal to mix versions."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from dpukit import native
+from dpukit.experiments import bench as bench_exp
+
+
+def small_run(exe, path, place: str) -> dict:
+    subprocess.run([str(exe), "run", "--ops", "memcpy,crc32c", "--backend", "ref,lib", "--sizes", "64,256",
+                    "--min-time", "0.02", "--warmup", "0.01", "--repetitions", "2", "--quiet", "--place", place,
+                    "--json", str(path)], check=True, timeout=60)
+    return native.load_result(path)
+
+
+def test_operator_list_has_table_4_and_the_programs(bench_tool):
+    ops = {o.name: o for o in bench_exp.list_operators()}
+    for name in ("lpm", "tcp_seg", "ip_frag", "checksum", "crc", "toeplitz", "lz77", "huffman", "snappy",
+                 "crc32c", "rsa", "aes", "dsa", "ecdsa", "md5", "sha1", "sha256", "rxp_match", "memcpy"):
+        assert name in ops, name
+        assert "ref" in ops[name].backends and "lib" in ops[name].backends
+    assert ops["aes"].scenario == "security" and ops["lpm"].scenario == "network"
+    assert {o.name for o in ops.values() if o.scenario == "program"} >= {
+        "program_l3fwd", "program_ipsec", "program_file_compress", "program_file_integrity", "program_ips",
+        "program_url_filter"}
+
+
+def test_run_result_is_schema_valid_with_cpu_in_its_place(bench_tool, tmp_path):
+    r = small_run(bench_tool, tmp_path / "a.json", "dpu")
+    pts = r["figures"]["points"]
+    assert len(pts) == 2 * 2 * 2
+    assert all(p["mops"] > 0 and p["mops_min"] <= p["mops"] <= p["mops_max"] for p in pts)
+    assert r["cpu_ns"]["dpu"] > 0 and r["cpu_ns"]["host"] == 0
+    assert r["figures"]["operators"] == {"memcpy": 1, "crc32c": 1}
+
+
+def test_compare_prints_plots_and_refuses_other_versions(bench_tool, tmp_path, run_dpukit):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    small_run(bench_tool, a, "host")
+    small_run(bench_tool, b, "dpu")
+    png, table = tmp_path / "ratio.png", tmp_path / "ratio.json"
+    proc = run_dpukit("bench", "compare", str(a), str(b), "--json", str(table), "--plot", str(png))
+    assert proc.returncode == 0, proc.stderr
+    assert "B/A" in proc.stdout and "crc32c" in proc.stdout
+    assert png.stat().st_size > 1000
+    rows = json.loads(table.read_text())["rows"]
+    assert len(rows) == 8 and all(r["ratio"] > 0 for r in rows)
+
+    other = json.loads(b.read_text())
+    other["figures"]["operators"]["crc32c"] = 2  # as if the operator had changed
+    b.write_text(json.dumps(other))
+    proc = run_dpukit("bench", "compare", str(a), str(b))
+    assert proc.returncode == 2
+    assert "crc32c" in proc.stderr and "version" in proc.stderr
+
+
+def test_quick_experiment_end_to_end(bench_tool, tmp_path, run_dpukit):
+    out = tmp_path / "results"
+    proc = run_dpukit("eval", "--quick", "--only", "bench.quick", "--out", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    md = (out / "latest" / "report.md").read_text()
+    assert "bench.quick" in md and "| aes | security | lib |" in md
+    assert "unavailable: no regexdev" in md  # said, not faked
+    runs = sorted((out / "latest" / "runs").glob("*.json"))
+    assert runs
+    for p in runs:
+        r = native.load_result(p)
+        for pt in r["figures"]["points"]:
+            if pt["backend"] != "ref":
+                assert pt["checked_inputs"] >= 16  # checked against ref before timing
+    assert os.path.isfile(out / "latest" / "plots" / "bench.quick-throughput.png")
