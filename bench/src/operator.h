@@ -101,12 +101,12 @@ void register_copy_ops(Registry& r);      // ops/copy.cc: memcpy
 void register_programs(Registry& r);      // ops/programs.cc: the composed programs of Table 5
 
 // Runs the ref kernel and `kernels` over the inputs (the first kernel on up
-// to 512 of them, at least 16, stopping after about a second; every kernel
-// on the first 8) and throws CheckFailed naming
+// to 512 of them, at least 16, stopping after about a second; exactly 16
+// with fixed_count; every kernel on the first 8) and throws CheckFailed naming
 // the operator, backend, size and input at the first wrong output. Returns
 // how many inputs were checked (0 for the ref backend itself).
 size_t check_against_ref(const Operator& op, Backend backend, size_t size, const std::vector<Bytes>& inputs,
-                         std::vector<std::unique_ptr<Kernel>>& kernels);
+                         std::vector<std::unique_ptr<Kernel>>& kernels, bool fixed_count = false);
 
 Registry& registry();
 Operator& find_operator(const std::string& name);  // throws std::invalid_argument

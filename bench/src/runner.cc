@@ -173,12 +173,15 @@ std::vector<Rep> time_point(std::vector<std::unique_ptr<Kernel>>& kernels, unsig
 }  // namespace
 
 size_t check_against_ref(const Operator& op, Backend backend, size_t size, const std::vector<Bytes>& inputs,
-                         std::vector<std::unique_ptr<Kernel>>& kernels) {
+                         std::vector<std::unique_ptr<Kernel>>& kernels, bool fixed_count) {
   if (backend == Backend::kRef) return 0;  // ref is checked against the published vectors in the tests
   auto ref = op.make_kernels(Backend::kRef, size, 1);
   // Up to 512 inputs, but at least 16 and no more than about a second of
   // checking: a ref RSA or ECDSA signature takes milliseconds.
-  const size_t most = std::min<size_t>(inputs.size(), 512), least = std::min<size_t>(inputs.size(), 16);
+  // With fixed_count exactly the least: a run under an instruction counter
+  // must do the same start-up work each time, whatever its speed.
+  const size_t least = std::min<size_t>(inputs.size(), 16);
+  const size_t most = fixed_count ? least : std::min<size_t>(inputs.size(), 512);
   const uint64_t deadline = now_ns() + 1'000'000'000ull;
   Bytes want, got;
   size_t n = 0;
@@ -256,7 +259,7 @@ nlohmann::json run(const RunOptions& o) {
           done += o.iterations ? 1 : o.threads.size();
           continue;
         }
-        const size_t checked = check_against_ref(op, backend, size, inputs, kernels);
+        const size_t checked = check_against_ref(op, backend, size, inputs, kernels, o.iterations > 0);
         const std::string device = dev_kernel_device(*kernels[0]);  // "" unless a DPDK device does the work
         const double work_bits = 8.0 * static_cast<double>(op.work_bytes(size));
         if (o.iterations) {

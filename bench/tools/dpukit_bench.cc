@@ -153,7 +153,7 @@ int cmd_run(int argc, char** argv) {
   out.parameters() = {{"ops", o.ops}, {"sizes", o.sizes}, {"threads", o.threads}, {"backend", p.str("backend")},
                       {"place", o.place}, {"warmup_s", o.warmup_s}, {"min_time_s", o.min_time_s},
                       {"repetitions", o.repetitions}, {"iterations", o.iterations}, {"seed", o.seed},
-                      {"params", o.params}};
+                      {"params", o.params}, {"counters", o.counters}};
   // The process's CPU time, all of it spent in the place the threads ran in.
   CpuAccount cpu;
   cpu.add(o.place == "dpu" ? Place::kDpu : Place::kHost, process_cpu_ns());

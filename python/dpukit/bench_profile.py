@@ -138,7 +138,7 @@ DEFAULT_CACHE_SIM = ("--I1=32768,8,64", "--D1=32768,8,64", "--LL=8388608,16,64")
 
 # Both tools run without VEX's chasing of branches into one superblock: with
 # it, instructions that a taken forward branch skips were counted as
-# executed (seen here: 3 instructions of std::vector::resize counted on every
+# executed (observed: 3 instructions of std::vector::resize counted on every
 # call by cachegrind and lackey, while a breakpoint on the first of them
 # never fires natively); without it, cachegrind's and callgrind's counts
 # agree with the instructions that actually run.
@@ -471,6 +471,8 @@ def cachegrind_metrics(d: dict[str, float]) -> tuple[dict[str, float | None], di
 
 
 def _perf_values(point: dict[str, Any]) -> dict[str, float]:
+    if not isinstance(point.get("counters"), dict):
+        raise ProfileError(f"hardware counters stopped working between runs: {point.get('counters')}")
     events = point["counters"]["events"]
     return {k: v["value"] for k, v in events.items() if isinstance(v, dict)}
 
@@ -836,6 +838,10 @@ def radar_chart(records: Sequence[dict[str, Any]], path: str | os.PathLike, *, t
     foot = "axis maxima: " + ", ".join(f"{LABELS[m]} {peak[m]:.3g}" for m in axes_m)
     if missing:
         foot += "\nnot measured: " + ", ".join(missing) + (" (" + "; ".join(reasons) + ")" if reasons else "")
+    left_out = [r["op"] + (" (unavailable)" if r.get("unavailable") else " (not measured)")
+                for r in records if not r.get("source")]
+    if left_out:
+        foot += "\nleft out: " + ", ".join(left_out)
     if any(r.get("caveats") for r in shown):
         foot += ("\n(!) mostly iterations of rep-prefixed string instructions, which valgrind counts one by one "
                  "(see the record's caveats)")

@@ -52,10 +52,14 @@ def experiment(name: str, *, title: str, description: str, tools: Sequence[str])
 
 
 def registry() -> dict[str, Experiment]:
-    """All experiments, in registration order."""
+    """All experiments, in MODULES order (then registration order within a
+    module), whichever module a caller happened to import first."""
     for mod in MODULES:
         importlib.import_module(mod)
-    return dict(_REGISTRY)
+    rank = {m: i for i, m in enumerate(MODULES)}
+    ordered = sorted(enumerate(_REGISTRY.values()),
+                     key=lambda ie: (rank.get(ie[1].run.__module__, len(MODULES)), ie[0]))
+    return {e.name: e for _, e in ordered}
 
 
 def select(only: Sequence[str] | None) -> list[Experiment]:
