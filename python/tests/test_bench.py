@@ -74,3 +74,16 @@ def test_quick_experiment_end_to_end(bench_tool, tmp_path, run_dpukit):
             if pt["backend"] != "ref":
                 assert pt["checked_inputs"] >= 16  # checked against ref before timing
     assert os.path.isfile(out / "latest" / "plots" / "bench.quick-throughput.png")
+
+
+def test_lpm_perf_autotest_output_is_parsed_and_a_missing_loop_is_not_invented():
+    # The three figure lines as DPDK 22.11's lpm_perf_autotest prints them,
+    # among the other lines it prints.
+    text = ("Average LPM Add: 368539 cycles\n"
+            "Average LPM Lookup: 56.2 cycles (fails = 12.5%)\n"
+            "BULK LPM Lookup: 32.1 cycles (fails = 12.5%)\n"
+            "LPM LookupX4: 48.7 cycles (fails = 12.5%)\n"
+            "Average LPM Delete: 134736 cycles\n")
+    assert bench_exp.parse_lpm_perf(text) == {"single": 56.2, "bulk": 32.1, "x4": 48.7}
+    partial = bench_exp.parse_lpm_perf(text.replace("BULK LPM Lookup: 32.1 cycles", "BULK LPM Lookup: n/a"))
+    assert "bulk" not in partial and partial["single"] == 56.2

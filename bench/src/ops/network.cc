@@ -527,16 +527,11 @@ class LibLpmKernel final : public Kernel {
 //              many as 64 MiB of packets hold, 4096 to 1048576 (many
 //              addresses, so that the table is not all in cache).
 //
-// Beside DPDK's own figure: `DPDK_TEST=lpm_perf_autotest dpdk-test --no-huge
-// --no-pci -m 512` prints "Average LPM Lookup: C cycles" (single lookups of
-// uniformly random addresses, timed with rdtsc); tsc_hz / C is its lookups/s
-// (dpukit-bench records figures.dpdk.tsc_hz). Ours on the same table and
-// addresses: `run --ops lpm --backend lib --sizes 64 --threads 1 --param
-// lpm.table=dpdk-perf,lpm.addresses=uniform`. Random reads of a 64 MiB table
-// are bound by how many lookups the CPU overlaps, and that falls with the
-// instructions between two lookups: the test's loop has about 12 per lookup,
-// one packet through the runner's per-call loop and this kernel about 70, so
-// our figure is about a third of the test's (same rte_lpm_lookup code).
+// Beside DPDK's own figure (`./dpukit eval --only bench.lpm`): the test's
+// table (lpm.table=dpdk-perf) and uniformly random addresses
+// (lpm.addresses=uniform). The test looks its addresses up from a compact
+// array; this operator reads each from a packet in memory, which is most of
+// the difference (bench/bench/lpm_layout_bench.cc measures it apart).
 class Lpm final : public Operator {
  public:
   const OperatorInfo& info() const override {
