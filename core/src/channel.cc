@@ -459,7 +459,7 @@ ChannelListener& ChannelListener::operator=(ChannelListener&& o) noexcept {
 ChannelListener::~ChannelListener() {
   if (fd_ >= 0) {
     ::close(fd_);
-    ::unlink(path_.c_str());
+    detail::remove_socket_file(path_);
   }
 }
 

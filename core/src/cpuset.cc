@@ -8,6 +8,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "affinity.h"
 #include "dpukit/core/accounting.h"
 
 namespace dpukit {
@@ -68,8 +69,8 @@ const CpuSet g_process_cpus = read_affinity();
 
 CpuSet available_cpus() { return g_process_cpus.empty() ? read_affinity() : g_process_cpus; }
 
-namespace {
-CpuSet usable(const CpuSet& wanted, std::string* dropped) {
+namespace detail {
+CpuSet usable_cpus(const CpuSet& wanted, std::string* dropped) {
   CpuSet avail = available_cpus(), out;
   for (int c : wanted.cpus) {
     if (std::find(avail.cpus.begin(), avail.cpus.end(), c) != avail.cpus.end()) out.cpus.push_back(c);
@@ -77,16 +78,22 @@ CpuSet usable(const CpuSet& wanted, std::string* dropped) {
   }
   return out;
 }
-}  // namespace
+
+cpu_set_t affinity_mask(const CpuSet& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus.cpus)
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
+  return set;
+}
+}  // namespace detail
 
 std::string pin_current_thread(const CpuSet& cpus) {
   if (cpus.empty()) return "";
   std::string dropped;
-  CpuSet use = usable(cpus, &dropped);
+  CpuSet use = detail::usable_cpus(cpus, &dropped);
   if (use.empty()) return "CPUs " + cpus.str() + " are not available here; thread left unpinned";
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (int c : use.cpus) CPU_SET(c, &set);
+  cpu_set_t set = detail::affinity_mask(use);
   if (int e = pthread_setaffinity_np(pthread_self(), sizeof(set), &set); e != 0)
     return std::string("pinning to ") + use.str() + " failed: " + std::strerror(e);
   return dropped.empty() ? "" : "CPUs " + dropped + " are not available here; pinned to " + use.str();
@@ -98,7 +105,7 @@ Placement Placement::plan(const std::string& host_cpus, const std::string& dpu_c
   auto pick = [&](const std::string& asked, CpuSet fallback, const char* place) {
     if (asked.empty()) return fallback;
     std::string dropped;
-    CpuSet use = usable(CpuSet::parse(asked), &dropped);
+    CpuSet use = detail::usable_cpus(CpuSet::parse(asked), &dropped);
     if (!dropped.empty()) p.note += std::string(place) + ": CPUs " + dropped + " not available; ";
     return use.empty() ? fallback : use;
   };

@@ -65,7 +65,7 @@ void Result::set_cpu(const CpuAccount& account) {
 
 nlohmann::json Result::to_json() const {
   return {
-      {"schema", "dpukit.result/1"},
+      {"schema", kResultSchema},
       {"tool", tool_},
       {"version", DPUKIT_VERSION},
       {"command_line", command_line_},
@@ -100,6 +100,20 @@ void Result::write(const std::string& path) const {
     std::remove(tmp.c_str());
     throw std::runtime_error("cannot write " + path);
   }
+}
+
+nlohmann::json read_result(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read the result " + path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::runtime_error("the result " + path + " is not JSON: " + e.what());
+  }
+  if (!j.is_object() || !j.contains("schema") || j["schema"] != kResultSchema)
+    throw std::runtime_error(path + " is not a " + std::string(kResultSchema) + " result");
+  return j;
 }
 
 }  // namespace dpukit

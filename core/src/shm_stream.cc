@@ -352,7 +352,7 @@ UniqueFd ShmStreamListener::try_accept(int& error) { return detail::try_accept_s
 void ShmStreamListener::close() {
   if (!fd_) return;
   fd_.reset();
-  ::unlink(path_.c_str());
+  detail::remove_socket_file(path_);
 }
 
 ShmStream ShmStreamListener::accept(std::chrono::milliseconds timeout) {

@@ -7,20 +7,51 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 namespace dpukit::detail {
 
 namespace {
-sockaddr_un unix_address(const std::string& path, const char* who) {
+// "@name" is a name in Linux's abstract socket namespace (no file, gone with
+// the listener); anything else is a file path.
+sockaddr_un unix_address(const std::string& name, socklen_t& len, const char* who) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (path.empty() || path.size() >= sizeof(addr.sun_path))
-    throw ChannelError(ChannelError::Kind::kSystem, std::string(who) + ": bad socket path (empty or too long): " + path);
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (name.empty() || name.size() >= sizeof(addr.sun_path))
+    throw ChannelError(ChannelError::Kind::kSystem, std::string(who) + ": bad socket name (empty or too long): " + name);
+  std::memcpy(addr.sun_path, name.c_str(), name.size() + 1);
+  bool abstract = name[0] == '@';
+  if (abstract) addr.sun_path[0] = '\0';
+  len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size() + (abstract ? 0 : 1));
   return addr;
 }
+
+UniqueFd listen_unix(const std::string& name, int type, const char* who) {
+  socklen_t len;
+  sockaddr_un addr = unix_address(name, len, who);
+  UniqueFd fd(::socket(AF_UNIX, type | SOCK_CLOEXEC, 0));
+  if (!fd) throw sys_error(std::string(who) + ": socket");
+  remove_socket_file(name);  // a stale socket from a dead process
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd.get(), 128) != 0)
+    throw sys_error(std::string(who) + ": cannot listen at " + name);
+  return fd;
+}
+
+UniqueFd connect_unix(const std::string& name, int type, const char* who, const char* peer) {
+  socklen_t len;
+  sockaddr_un addr = unix_address(name, len, who);
+  UniqueFd fd(::socket(AF_UNIX, type | SOCK_CLOEXEC, 0));
+  if (!fd) throw sys_error(std::string(who) + ": socket");
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0)
+    throw sys_error(std::string(who) + ": no " + peer + " listening at " + name);
+  return fd;
+}
 }  // namespace
+
+void remove_socket_file(const std::string& name) {
+  if (!name.empty() && name[0] != '@') ::unlink(name.c_str());
+}
 
 ChannelError sys_error(const std::string& what) {
   return ChannelError(ChannelError::Kind::kSystem, what + ": " + std::strerror(errno));
@@ -128,23 +159,16 @@ UniqueFd try_accept_seqpacket(int listen_fd, int& error) {
   return sock;
 }
 
-UniqueFd listen_seqpacket(const std::string& path, const char* who) {
-  sockaddr_un addr = unix_address(path, who);
-  UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  if (!fd) throw sys_error(std::string(who) + ": socket");
-  ::unlink(path.c_str());  // a stale socket from a dead process
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd.get(), 128) != 0)
-    throw sys_error(std::string(who) + ": cannot listen at " + path);
-  return fd;
-}
+UniqueFd listen_seqpacket(const std::string& path, const char* who) { return listen_unix(path, SOCK_SEQPACKET, who); }
 
 UniqueFd connect_seqpacket(const std::string& path, const char* who, const char* peer) {
-  sockaddr_un addr = unix_address(path, who);
-  UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  if (!fd) throw sys_error(std::string(who) + ": socket");
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
-    throw sys_error(std::string(who) + ": no " + peer + " listening at " + path);
-  return fd;
+  return connect_unix(path, SOCK_SEQPACKET, who, peer);
+}
+
+UniqueFd listen_stream(const std::string& name, const char* who) { return listen_unix(name, SOCK_STREAM, who); }
+
+UniqueFd connect_stream(const std::string& name, const char* who, const char* peer) {
+  return connect_unix(name, SOCK_STREAM, who, peer);
 }
 
 UniqueFd accept_seqpacket(int listen_fd, const std::string& path, std::chrono::milliseconds timeout, const char* who) {

@@ -1,7 +1,8 @@
-// Unix-socket plumbing shared by the channel and the shared-memory stream
-// (private to core): passing descriptors (SCM_RIGHTS), eventfd doorbells and
-// the listening and connecting of SOCK_SEQPACKET sockets, whose message
-// boundaries keep a handshake in one piece.
+// Unix-socket plumbing shared by the channel, the shared-memory stream and
+// the message socket (private to core): passing descriptors (SCM_RIGHTS),
+// eventfd doorbells, and the listening and connecting of SOCK_SEQPACKET
+// sockets (whose message boundaries keep a handshake in one piece) and of
+// SOCK_STREAM ones.
 #pragma once
 
 #include <sys/types.h>
@@ -41,11 +42,18 @@ void ring_doorbell(int ring_end);
 void clear_doorbell(int wait_end);
 bool is_doorbell(int fd);  // an AF_UNIX SOCK_DGRAM socket
 
+// Socket names: "@name" is in Linux's abstract namespace, anything else a path.
+// Removes the socket file at `name` (nothing for an abstract name).
+void remove_socket_file(const std::string& name);
+
 // A SOCK_SEQPACKET Unix socket listening at `path` (a stale socket file is replaced).
 UniqueFd listen_seqpacket(const std::string& path, const char* who);
 // A SOCK_SEQPACKET Unix socket connected to `path` (blocking); `peer` names
 // what should listen there, for the error.
 UniqueFd connect_seqpacket(const std::string& path, const char* who, const char* peer);
+// The same for SOCK_STREAM sockets (message_socket.h frames messages on them).
+UniqueFd listen_stream(const std::string& name, const char* who);
+UniqueFd connect_stream(const std::string& name, const char* who, const char* peer);
 // Accepts one connection, waiting up to `timeout` (negative: forever).
 UniqueFd accept_seqpacket(int listen_fd, const std::string& path, std::chrono::milliseconds timeout, const char* who);
 // Without waiting: a connection, or none (`error` 0: nobody there; else the errno of a real failure).

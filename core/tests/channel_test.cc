@@ -2,16 +2,13 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <thread>
 
 #include "channel_peer.h"
-
-extern char** environ;
+#include "dpukit/core/process.h"
 
 namespace dpukit {
 namespace {
@@ -25,14 +22,9 @@ std::string socket_path(const char* tag) {
       .string();
 }
 
-pid_t spawn_tool(std::vector<std::string> args) {
+ChildProcess spawn_tool(std::vector<std::string> args) {
   args.insert(args.begin(), DPUKIT_CORE_TOOL);
-  std::vector<char*> av;
-  for (auto& a : args) av.push_back(a.data());
-  av.push_back(nullptr);
-  pid_t pid;
-  EXPECT_EQ(posix_spawn(&pid, DPUKIT_CORE_TOOL, nullptr, nullptr, av.data(), environ), 0);
-  return pid;
+  return ChildProcess::spawn(args);
 }
 
 ChannelHost connect_retry(const std::string& path, const ChannelConfig& cfg = {}) {
@@ -198,23 +190,22 @@ TEST(Channel, HostLearnsAtOnceWhenTheDpuThreadDropsTheChannel) {
 // process) and a dpu process (dpukit-core channel-peer), each payload checked.
 TEST(ChannelProcesses, TenMillionMessagesArriveIntactAndInOrder) {
   std::string path = socket_path("10m");
-  pid_t peer = spawn_tool({"channel-peer", "--listen", path, "--verify"});
+  ChildProcess peer = spawn_tool({"channel-peer", "--listen", path, "--verify"});
   ChannelHost host = connect_retry(path);
   EXPECT_GT(host.peer_pid(), 0);
   peer::Totals t = peer::run_host(host, 10'000'000, 64, true, true);
   EXPECT_EQ(t.messages, 10'000'000u);
-  int st;
-  ASSERT_EQ(waitpid(peer, &st, 0), peer);
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "the dpu peer found a lost, reordered or corrupt message";
+  peer.wait();
+  EXPECT_TRUE(peer.succeeded()) << "the dpu peer found a lost, reordered or corrupt message";
 }
 
 TEST(ChannelProcesses, KillingTheDpuProcessFailsTheHostWithinASecond) {
   std::string path = socket_path("killdpu");
-  pid_t peer = spawn_tool({"channel-peer", "--listen", path});
+  ChildProcess peer = spawn_tool({"channel-peer", "--listen", path});
   ChannelHost host = connect_retry(path);
   std::thread killer([&] {
     std::this_thread::sleep_for(200ms);
-    kill(peer, SIGKILL);
+    peer.kill(SIGKILL);
   });
   Clock::time_point killed_by = Clock::now() + 200ms;
   try {
@@ -226,18 +217,18 @@ TEST(ChannelProcesses, KillingTheDpuProcessFailsTheHostWithinASecond) {
     EXPECT_NE(std::string(e.what()).find("is gone"), std::string::npos) << e.what();
   }
   killer.join();
-  waitpid(peer, nullptr, 0);
+  peer.wait();
 }
 
 TEST(ChannelProcesses, KillingTheHostProcessFailsTheDpuWithinASecond) {
   std::string path = socket_path("killhost");
   ChannelListener listener(path);
-  pid_t host = spawn_tool({"channel-host", "--connect", path, "--messages", "1000000000000", "--payload", "512"});
+  ChildProcess host = spawn_tool({"channel-host", "--connect", path, "--messages", "1000000000000", "--payload", "512"});
   ChannelDpu dpu = listener.accept(10s);
-  EXPECT_EQ(dpu.peer_pid(), host);
+  EXPECT_EQ(dpu.peer_pid(), host.pid());
   std::thread killer([&] {
     std::this_thread::sleep_for(200ms);
-    kill(host, SIGKILL);
+    host.kill(SIGKILL);
   });
   Clock::time_point killed_by = Clock::now() + 200ms;
   try {
@@ -248,7 +239,7 @@ TEST(ChannelProcesses, KillingTheHostProcessFailsTheDpuWithinASecond) {
     EXPECT_LT(Clock::now() - killed_by, 1s) << "took too long to notice";
   }
   killer.join();
-  waitpid(host, nullptr, 0);
+  host.wait();
 }
 
 TEST(ChannelProcesses, ConnectingToNobodyIsAClearError) {

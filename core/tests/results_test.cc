@@ -49,5 +49,31 @@ TEST(Result, WritesAtomicallyAndRefusesAnUnwritablePath) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Result, ReadsBackWhatWasWrittenAndRefusesAnythingElse) {
+  auto dir = std::filesystem::temp_directory_path() / ("dpukit-result-read-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  Result r("t", {"t"});
+  r.figures()["z"] = 7;
+  CpuAccount acct;
+  acct.add(Place::kDpu, 5);
+  r.set_cpu(acct);
+  r.write((dir / "r.json").string());
+  auto j = read_result((dir / "r.json").string());
+  EXPECT_EQ(j["figures"]["z"], 7);
+  EXPECT_EQ(j["cpu_ns"]["dpu"], 5);
+
+  std::ofstream(dir / "other.json") << R"({"figures": {"z": 7}})";
+  std::ofstream(dir / "broken.json") << R"({"schema": "dpukit.result/1", )";
+  for (const char* name : {"other.json", "broken.json", "missing.json"}) {
+    try {
+      read_result((dir / name).string());
+      ADD_FAILURE() << name << " was read as a result";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace dpukit

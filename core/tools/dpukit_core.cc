@@ -5,9 +5,7 @@
 //   channel-peer     the dpu side of a channel, listening on a Unix socket
 //   channel-host     the host side of a channel, connecting to a channel-peer
 //   flowtable-bench  hardware flow-table insertion rate, latency and lookup rate
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,10 +23,10 @@
 #include "dpukit/core/cli.h"
 #include "dpukit/core/flow_table.h"
 #include "dpukit/core/log.h"
+#include "dpukit/core/process.h"
 #include "dpukit/core/results.h"
 #include "dpukit/core/ring.h"
 
-extern char** environ;
 
 namespace dpukit {
 namespace {
@@ -134,27 +132,19 @@ void add_channel_options(ArgParser& p) {
 }
 
 // Starts `channel-peer` as a separate process listening at `path`.
-pid_t spawn_peer(const std::string& path, bool verify, const CpuSet& cpus) {
-  std::vector<std::string> args = {"/proc/self/exe", "channel-peer", "--listen", path, "--quiet"};
+ChildProcess spawn_peer(const std::string& path, bool verify, const CpuSet& cpus) {
+  std::vector<std::string> args = {own_executable().string(), "channel-peer", "--listen", path, "--quiet"};
   if (verify) args.push_back("--verify");
   if (!cpus.empty()) args.insert(args.end(), {"--cpus", cpus.str()});
-  std::vector<char*> av;
-  for (auto& a : args) av.push_back(a.data());
-  av.push_back(nullptr);
-  std::string self = std::filesystem::read_symlink("/proc/self/exe");
-  pid_t pid;
-  if (int e = posix_spawn(&pid, self.c_str(), nullptr, nullptr, av.data(), environ); e != 0)
-    throw std::runtime_error(std::string("cannot start the dpu peer: ") + std::strerror(e));
-  return pid;
+  return ChildProcess::spawn(args);
 }
 
-ChannelHost connect_when_ready(const std::string& path, const ChannelConfig& cfg, pid_t peer) {
+ChannelHost connect_when_ready(const std::string& path, const ChannelConfig& cfg, ChildProcess& peer) {
   for (int i = 0;; ++i) {
     try {
       return ChannelHost::connect(path, cfg);
     } catch (const ChannelError& e) {
-      int st;
-      if (peer > 0 && waitpid(peer, &st, WNOHANG) == peer) throw std::runtime_error("the dpu peer exited before listening");
+      if (!peer.running()) throw std::runtime_error("the dpu peer exited before listening (" + peer.exit_text() + ")");
       if (i > 500) throw;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
@@ -205,24 +195,18 @@ int channel_bench(int argc, char** argv) {
     if (dpu_error) std::rethrow_exception(dpu_error);
   } else {
     std::string path = (std::filesystem::temp_directory_path() / ("dpukit-ch-" + std::to_string(getpid()) + ".sock"));
-    pid_t child = spawn_peer(path, verify, pl.dpu);
+    ChildProcess child = spawn_peer(path, verify, pl.dpu);  // killed and reaped if this throws
     pin(pl.host, "host");
-    try {
+    {
       ChannelHost host = connect_when_ready(path, cfg, child);
       t0 = now_ns();
       PlaceTimer t(acct, Place::kHost);
       sent = peer::run_host(host, n, size, vary, verify);
-    } catch (...) {
-      kill(child, SIGKILL);
-      waitpid(child, nullptr, 0);
-      throw;
     }
-    int status = 0;
-    rusage ru{};
-    if (wait4(child, &status, 0, &ru) != child) throw std::runtime_error("lost the dpu peer process");
+    child.wait();
     wall = now_ns() - t0;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw std::runtime_error("the dpu peer process failed");
-    acct.add(Place::kDpu, rusage_cpu_ns(ru));
+    if (!child.succeeded()) throw std::runtime_error("the dpu peer process failed (" + child.exit_text() + ")");
+    acct.add(Place::kDpu, child.cpu_ns());
   }
   double secs = wall / 1e9;
   Result r(std::string(kTool) + " channel-bench", argc, argv);

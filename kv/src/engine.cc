@@ -619,7 +619,12 @@ void WritePersistEngine::Impl::write_done(IoOp* op, int32_t res) {
   std::unique_ptr<IoOp> own(op);
   if (res <= 0) {
     uint64_t left = op->len - op->done, at = op->offset + op->done;
-    fail(f, res < 0 ? res : -EIO, "write of " + std::to_string(left) + " bytes at offset " + std::to_string(at));
+    std::string what = "write of " + std::to_string(left) + " bytes at offset " + std::to_string(at);
+    // A pool file only needs new space beyond its preallocated slot.
+    if (res == -ENOSPC && f.slot != kNoSlot && at + left > pool->slot_bytes())
+      what += " (past its slot of " + std::to_string(pool->slot_bytes()) +
+              " bytes: the slots are smaller than the files, and the pool's filesystem is full)";
+    fail(f, res < 0 ? res : -EIO, what);
   }
   f.writes_in_flight.erase(op->seq);
   buffers.give(std::move(op->buf));

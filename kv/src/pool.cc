@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "dpukit/core/log.h"
 #include "dpukit/core/shm.h"
 
 namespace dpukit::kv {
@@ -163,18 +164,26 @@ void SstPool::open_index() {
                                   std::to_string(h.slot_bytes) + " bytes, not " + std::to_string(options_.slots) +
                                   " slots of " + std::to_string(options_.slot_bytes) +
                                   " bytes: use the same --slots and --slot-size, or another directory"));
+  const off_t bytes = static_cast<off_t>(kHeaderBytes + h.slots * kRecordBytes);
   struct stat st {};
-  if (::fstat(index_fd_, &st) != 0 || static_cast<uint64_t>(st.st_size) < kHeaderBytes + h.slots * kRecordBytes)
-    throw std::runtime_error(what(path + " is truncated"));
+  if (::fstat(index_fd_, &st) != 0 || st.st_size < bytes) throw std::runtime_error(what(path + " is truncated"));
+  // An index made by an earlier build is sparse: allocate its records now
+  // (a no-op for one made by this build). If the space is not there, claims
+  // of slots whose record is unallocated fail until it is.
+  if (::fallocate(index_fd_, 0, 0, bytes) != 0)
+    log_warn(what(std::string("cannot allocate the owner records of ") + kIndexName + ": " + std::strerror(errno)));
 }
 
 void SstPool::create_index(const std::string& path) {
   std::string tmp = path + ".tmp";
   UniqueFd fd(::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd) throw_sys(errno, dir_, "cannot create", tmp);
-  // ftruncate gives all-zero (free) owner records.
-  if (::ftruncate(fd.get(), static_cast<off_t>(kHeaderBytes + options_.slots * kRecordBytes)) != 0)
-    throw_sys(errno, dir_, "cannot size", tmp);
+  // ftruncate gives all-zero (free) owner records, and fallocate their
+  // space: recording or clearing an owner must never need new space, or a
+  // full pool filesystem would refuse claims of slots that are preallocated.
+  const off_t bytes = static_cast<off_t>(kHeaderBytes + options_.slots * kRecordBytes);
+  if (::ftruncate(fd.get(), bytes) != 0) throw_sys(errno, dir_, "cannot size", tmp);
+  if (::fallocate(fd.get(), 0, 0, bytes) != 0) throw_sys(errno, dir_, "cannot allocate", tmp);
   IndexHeader h{kIndexMagic, kIndexVersion, kRecordBytes, options_.slots, options_.slot_bytes};
   pwrite_all(fd.get(), &h, sizeof(h), 0, what("cannot write " + tmp));
   if (::fdatasync(fd.get()) != 0) throw_sys(errno, dir_, "cannot sync", tmp);
@@ -187,11 +196,16 @@ void SstPool::create_index(const std::string& path) {
 // it is in use: only if the owner is still a symlink to it.
 void SstPool::prepare_slot(uint32_t slot) {
   std::string path = slot_path(slot);
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  const bool existed = !fd && errno == EEXIST;
+  if (existed) fd = UniqueFd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
   if (!fd) throw_sys(errno, dir_, "cannot create", path);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) throw_sys(errno, dir_, "cannot stat", path);
-  if (static_cast<uint64_t>(st.st_blocks) * 512 < options_.slot_bytes) preallocate(fd.get(), path);
+  // A slot that lost its reservation to a full filesystem (see reset_slot)
+  // still works; only a new one must get its space now.
+  if (static_cast<uint64_t>(st.st_blocks) * 512 < options_.slot_bytes && !reserve(fd.get(), path, existed))
+    log_warn(what("no space to preallocate " + path + " again; it is used without its reservation"));
   std::optional<std::string> owner = read_owner(slot);
   if (owner && links_to(*owner, path)) {
     used_[slot] = true;
@@ -205,9 +219,10 @@ void SstPool::prepare_slot(uint32_t slot) {
   }
 }
 
-void SstPool::preallocate(int fd, const std::string& path) const {
-  if (::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(options_.slot_bytes)) == 0) return;
+bool SstPool::reserve(int fd, const std::string& path, bool tolerate_no_space) const {
+  if (::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(options_.slot_bytes)) == 0) return true;
   int err = errno;
+  if (err == ENOSPC && tolerate_no_space) return false;
   if (err == EOPNOTSUPP)
     throw_sys(err, what("the filesystem refuses fallocate(FALLOC_FL_KEEP_SIZE) for " + path +
                         "; put the pool on ext4, xfs, btrfs or tmpfs"));
@@ -252,13 +267,17 @@ void SstPool::write_owner(uint32_t slot, const std::string& owner) {
   if (::fdatasync(index_fd_) != 0) throw_sys(errno, problem);
 }
 
-// Drops a slot's data, keeps its space allocated, clears its owner.
+// Drops a slot's data, keeps its space allocated, clears its owner. The
+// truncation frees the space too: if another slot that outgrew its
+// reservation takes it meanwhile, the slot is freed all the same (it works,
+// its writes just need free space) rather than kept out of use for good.
 void SstPool::reset_slot(uint32_t slot) {
   std::string path = slot_path(slot);
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
   if (!fd) throw_sys(errno, dir_, "cannot open", path);
   if (::ftruncate(fd.get(), 0) != 0) throw_sys(errno, dir_, "cannot truncate", path);
-  preallocate(fd.get(), path);
+  if (!reserve(fd.get(), path, true))
+    log_warn(what("no space to preallocate " + path + " again; it is used without its reservation"));
   write_owner(slot, "");
 }
 

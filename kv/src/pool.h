@@ -68,7 +68,8 @@ class SstPool {
   void open_index();
   void create_index(const std::string& path);
   void prepare_slot(uint32_t slot);
-  void preallocate(int fd, const std::string& path) const;
+  // Preallocates the slot file; false on ENOSPC if `tolerate_no_space`, else throws.
+  bool reserve(int fd, const std::string& path, bool tolerate_no_space) const;
   std::optional<std::string> read_owner(uint32_t slot) const;
   static bool links_to(const std::string& owner, const std::string& slot_file);
   void write_owner(uint32_t slot, const std::string& owner);

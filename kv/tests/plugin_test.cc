@@ -9,12 +9,16 @@
 #include <rocksdb/options.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <condition_variable>
 #include <mutex>
@@ -33,6 +37,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// A hang is a failure, not a slow run: a wait that must end gives up after this.
+constexpr auto kPatience = 60s;
 
 // Which files flush and compaction produced, from RocksDB itself.
 class Outputs : public rocksdb::EventListener {
@@ -250,6 +258,168 @@ TEST(KvPlugin, AsyncHostWithoutAPoolWritesNormalFiles) {
   EXPECT_GT(st["files_offloaded"].get<int>(), 0);
 }
 
+// --- the FileSystem alone, driven as RocksDB drives it ---
+
+// Status hides the retryable flag that IOStatus shows.
+bool retryable(rocksdb::Status s) { return rocksdb::status_to_io_status(std::move(s)).GetRetryable(); }
+
+std::shared_ptr<rocksdb::FileSystem> offload_fs(const std::string& uri) {
+  return NewOffloadFileSystem(rocksdb::FileSystem::Default(), ParseOffloadUri(uri));
+}
+
+rocksdb::IOStatus fsync_dir(rocksdb::FSDirectory& d) {
+  return d.FsyncWithDirOptions(rocksdb::IOOptions(), nullptr,
+                               rocksdb::DirFsyncOptions(rocksdb::DirFsyncOptions::FsyncReason::kNewFileSynced));
+}
+
+// A compaction output as RocksDB writes one: the IO_LOW priority that marks
+// it, appends, Sync, Close.
+struct OutputWrite {
+  rocksdb::IOStatus append, sync, close;
+};
+OutputWrite write_output(rocksdb::FileSystem& fs, const std::string& path, const std::string& data) {
+  OutputWrite w;
+  std::unique_ptr<rocksdb::FSWritableFile> f;
+  w.append = fs.NewWritableFile(path, rocksdb::FileOptions(), &f, nullptr);
+  if (!w.append.ok()) return w;
+  f->SetIOPriority(rocksdb::Env::IO_LOW);
+  w.append = f->Append(data, rocksdb::IOOptions(), nullptr);
+  w.sync = f->Sync(rocksdb::IOOptions(), nullptr);
+  w.close = f->Close(rocksdb::IOOptions(), nullptr);
+  return w;
+}
+
+// With max_subcompactions > 1, RocksDB writes outputs from threads that exit
+// when their subcompaction ends; the compaction's own thread joins them,
+// fsyncs the output directory and then installs. A failed output of such a
+// thread must reach the compaction before that (at the thread's Sync or Close,
+// or at the fsync) as a retryable IOError.
+TEST(KvPlugin, AFailedOutputOfASubcompactionThreadFailsItsCompactionBeforeInstall) {
+  TempDir t("subcompaction");
+  const std::string dir = t.str("db");
+  fs::create_directories(dir);
+  auto fs = offload_fs("pulsedb-async://?write_threshold:64K&sync_interval:16K");
+  std::unique_ptr<rocksdb::FSDirectory> d;
+  ASSERT_TRUE(fs->NewDirectory(dir, rocksdb::IOOptions(), &d, nullptr).ok());
+  ASSERT_TRUE(fsync_dir(*d).ok()) << "the compaction's thread fsynced this directory in an earlier job";
+  fs::create_directory(dir + "/000010.sst");  // so that the engine cannot create this output (EISDIR)
+  OutputWrite sub;
+  std::thread([&] { sub = write_output(*fs, dir + "/000010.sst", std::string(100'000, 'x')); }).join();
+  rocksdb::IOStatus fsync = fsync_dir(*d);
+  ASSERT_TRUE(sub.append.ok()) << sub.append.ToString();
+  rocksdb::IOStatus seen = !sub.sync.ok() ? sub.sync : !sub.close.ok() ? sub.close : fsync;
+  EXPECT_FALSE(seen.ok()) << "the failed output reached neither its subcompaction (Sync, Close) nor the "
+                             "compaction's directory fsync";
+  EXPECT_TRUE(seen.IsIOError() && seen.GetRetryable()) << seen.ToString();
+}
+
+// A compaction that fails before its directory fsync (another of its
+// subcompactions failed) leaves its own failed outputs unreported, and RocksDB
+// then lists the directory to delete its outputs (one the engine never created
+// is not there to delete). The next compaction on that thread must not get
+// their error at its fsync; a reader of a failed file still does.
+TEST(KvPlugin, AnEarlierCompactionsFailureIsNotReportedToTheNextOnesFsync) {
+  TempDir t("stale");
+  const std::string dir = t.str("db");
+  fs::create_directories(dir);
+  auto fs = offload_fs("pulsedb-async://?write_threshold:64K&sync_interval:16K");
+  std::unique_ptr<rocksdb::FSDirectory> d;
+  ASSERT_TRUE(fs->NewDirectory(dir, rocksdb::IOOptions(), &d, nullptr).ok());
+  ASSERT_TRUE(fsync_dir(*d).ok()) << "an earlier job of this thread";
+  const std::string data(100'000, 'y');
+  fs::create_directory(dir + "/000011.sst");  // EISDIR in the engine
+  ASSERT_TRUE(write_output(*fs, dir + "/000011.sst", data).append.ok());
+  std::vector<std::string> children;
+  ASSERT_TRUE(fs->GetChildren(dir, rocksdb::IOOptions(), &children, nullptr).ok());
+  OutputWrite next = write_output(*fs, dir + "/000012.sst", data);
+  ASSERT_TRUE(next.append.ok() && next.sync.ok() && next.close.ok()) << next.sync.ToString() << next.close.ToString();
+  rocksdb::IOStatus s = fsync_dir(*d);
+  EXPECT_TRUE(s.ok()) << "the next compaction got an earlier one's failure: " << s.ToString();
+  std::unique_ptr<rocksdb::FSRandomAccessFile> r;
+  EXPECT_FALSE(fs->NewRandomAccessFile(dir + "/000011.sst", rocksdb::FileOptions(), &r, nullptr).ok())
+      << "a reader of the failed file learns it";
+}
+
+// A writer that has not been closed has posted no sync_close, so nothing
+// will complete its file: a read, rename or delete of it must not wait for
+// one. They answer at once, saying why; once the writer is closed they work.
+TEST(KvPlugin, ReadRenameAndDeleteOfAFileStillBeingWrittenAnswerAtOnce) {
+  TempDir t("unclosed");
+  const std::string dir = t.str("db");
+  fs::create_directories(dir);
+  auto fs = offload_fs("pulsedb-async://" + t.str("pool") + "?slots:4&slot_size:1M&write_threshold:64K");
+  const std::string path = dir + "/000020.sst", renamed = dir + "/000021.sst";
+  const std::string data(100'000, 'v');
+  std::unique_ptr<rocksdb::FSWritableFile> w;
+  ASSERT_TRUE(fs->NewWritableFile(path, rocksdb::FileOptions(), &w, nullptr).ok());
+  w->SetIOPriority(rocksdb::Env::IO_LOW);
+  ASSERT_TRUE(w->Append(data, rocksdb::IOOptions(), nullptr).ok());
+  // Each on a thread of its own: one that waits forever fails the test
+  // instead of hanging it.
+  std::unique_ptr<rocksdb::FSRandomAccessFile> reader;
+  std::future<rocksdb::IOStatus> ops[] = {
+      std::async(std::launch::async,
+                 [&] { return fs->NewRandomAccessFile(path, rocksdb::FileOptions(), &reader, nullptr); }),
+      std::async(std::launch::async, [&] { return fs->RenameFile(path, renamed, rocksdb::IOOptions(), nullptr); }),
+      std::async(std::launch::async, [&] { return fs->DeleteFile(path, rocksdb::IOOptions(), nullptr); }),
+  };
+  const char* names[] = {"read", "rename", "delete"};
+  auto deadline = Clock::now() + kPatience;
+  bool answered = true;
+  for (int i = 0; i < 3; ++i) {
+    bool ready = ops[i].wait_until(deadline) == std::future_status::ready;
+    EXPECT_TRUE(ready) << "the " << names[i] << " waited for a writer that was never closed";
+    answered &= ready;
+  }
+  if (!answered) {
+    ASSERT_TRUE(w->Close(rocksdb::IOOptions(), nullptr).ok());  // lets them go
+  }
+  for (int i = 0; i < 3; ++i) {
+    rocksdb::IOStatus s = ops[i].get();
+    if (!answered) continue;
+    EXPECT_FALSE(s.ok()) << names[i];
+    EXPECT_NE(s.ToString().find("still open for writing"), std::string::npos) << names[i] << ": " << s.ToString();
+  }
+  if (!answered) return;
+  // Closed: the file is whole, and each operation works.
+  ASSERT_TRUE(w->Sync(rocksdb::IOOptions(), nullptr).ok());
+  ASSERT_TRUE(w->Close(rocksdb::IOOptions(), nullptr).ok());
+  ASSERT_TRUE(fs->NewRandomAccessFile(path, rocksdb::FileOptions(), &reader, nullptr).ok());
+  std::string buf(data.size(), '\0');
+  rocksdb::Slice got;
+  ASSERT_TRUE(reader->Read(0, data.size(), rocksdb::IOOptions(), &got, buf.data(), nullptr).ok());
+  EXPECT_TRUE(got == rocksdb::Slice(data)) << "the file holds what was appended";
+  ASSERT_TRUE(fs->RenameFile(path, renamed, rocksdb::IOOptions(), nullptr).ok());
+  ASSERT_TRUE(fs->DeleteFile(renamed, rocksdb::IOOptions(), nullptr).ok());
+  EXPECT_FALSE(fs::exists(fs::symlink_status(renamed)));
+}
+
+// RocksDB may ask the FileSystem, not the writer, for the size of a file it
+// is writing: the answer is what has been appended, as on a normal file system.
+TEST(KvPlugin, GetFileSizeOfAFileStillBeingWrittenIsWhatWasAppended) {
+  TempDir t("size");
+  const std::string dir = t.str("db");
+  fs::create_directories(dir);
+  auto fs = offload_fs("pulsedb-async://" + t.str("pool") + "?slots:4&slot_size:1M&write_threshold:64K");
+  const std::string path = dir + "/000030.sst";
+  std::unique_ptr<rocksdb::FSWritableFile> w;
+  ASSERT_TRUE(fs->NewWritableFile(path, rocksdb::FileOptions(), &w, nullptr).ok());
+  w->SetIOPriority(rocksdb::Env::IO_LOW);
+  uint64_t size = 0;
+  for (size_t n : {100'000, 5'000, 70'000}) {
+    ASSERT_TRUE(w->Append(std::string(n, 's'), rocksdb::IOOptions(), nullptr).ok());
+    size += n;
+    uint64_t got = UINT64_MAX;
+    ASSERT_TRUE(fs->GetFileSize(path, rocksdb::IOOptions(), &got, nullptr).ok());
+    EXPECT_EQ(got, size) << "while it is written";
+  }
+  ASSERT_TRUE(w->Sync(rocksdb::IOOptions(), nullptr).ok());
+  ASSERT_TRUE(w->Close(rocksdb::IOOptions(), nullptr).ok());
+  uint64_t got = UINT64_MAX;
+  ASSERT_TRUE(fs->GetFileSize(path, rocksdb::IOOptions(), &got, nullptr).ok());
+  EXPECT_EQ(got, size) << "once closed";
+}
+
 // --- the agent process ---
 #ifdef DPUKIT_AGENT_TOOL
 
@@ -263,11 +433,11 @@ pid_t spawn(std::vector<std::string> args) {
 }
 
 struct Agent {
-  std::string sock, pool, stats;
+  std::string sock, pool, stats, slots = "64", slot_size = "1M";
   pid_t pid = -1;
   Agent(const TempDir& t) : sock(t.str("agent.sock")), pool(t.str("agent-pool")), stats(t.str("agent-stats.json")) {}
   void start() {
-    pid = spawn({DPUKIT_AGENT_TOOL, "--listen", sock, "--pool", pool, "--slots", "64", "--slot-size", "1M",
+    pid = spawn({DPUKIT_AGENT_TOOL, "--listen", sock, "--pool", pool, "--slots", slots, "--slot-size", slot_size,
                  "--stats", stats});
     for (int i = 0; i < 500 && !fs::exists(sock); ++i) std::this_thread::sleep_for(10ms);
     ASSERT_TRUE(fs::exists(sock)) << "the agent listens";
@@ -296,7 +466,7 @@ TEST(KvPlugin, PulseDbSendsCompactionOutputsToTheAgent) {
   r.w.check(r.db);
   auto st = r.finish();
   a.stop();
-  auto ag = read_json(a.stats);
+  auto ag = read_json(a.stats)["figures"];  // the agent's counters, in its dpukit.result/1
   EXPECT_GT(st["files_offloaded"].get<int>(), 0);
   EXPECT_EQ(st["file_errors"].get<int>(), 0);
   EXPECT_GT(st["recycles"].get<int>(), 0);
@@ -338,25 +508,54 @@ TEST(KvPlugin, ARelativeDbPathReachesTheAgentAbsolute) {
   EXPECT_EQ(st["file_errors"].get<int>(), 0);
 }
 
-// Tells the test when a compaction has begun, so the agent dies mid-compaction.
-class CompactionStarted : public rocksdb::EventListener {
+// Tells the test when a thread starts its second compaction output once
+// armed: its first went through the agent, so it has a queue pair and its
+// files are in flight if the agent dies now. (RocksDB may run a compaction on
+// any of its threads, and one that first meets a frozen agent takes the normal
+// path: then nothing would be in flight.)
+class SecondOutputStarted : public rocksdb::EventListener {
  public:
-  const char* Name() const override { return "TestCompactionStarted"; }
-  void OnCompactionBegin(rocksdb::DB*, const rocksdb::CompactionJobInfo&) override {
+  const char* Name() const override { return "TestSecondOutputStarted"; }
+  void OnTableFileCreationStarted(const rocksdb::TableFileCreationBriefInfo& i) override {
+    if (i.reason != rocksdb::TableFileCreationReason::kCompaction) return;
     std::lock_guard l(mu);
-    begun = true;
-    cv.notify_all();
+    if (armed && ++outputs[std::this_thread::get_id()] == 2) {
+      fired = true;
+      cv.notify_all();
+    }
+  }
+  void arm() {
+    std::lock_guard l(mu);
+    outputs.clear();
+    armed = true;
+    fired = false;
   }
   std::mutex mu;
   std::condition_variable cv;
-  bool begun = false;
+  std::map<std::thread::id, int> outputs;
+  bool armed = false, fired = false;
 };
+
+// Freezes the agent when `when` fires (its writes pile up, nothing
+// completes) and kills it a moment later.
+std::thread kill_agent_when(SecondOutputStarted& when, Agent& a) {
+  when.arm();
+  return std::thread([&when, &a] {
+    std::unique_lock l(when.mu);
+    if (!when.cv.wait_for(l, kPatience, [&] { return when.fired; }))
+      ADD_FAILURE() << "no compaction thread started a second output: the agent dies with nothing in flight";
+    l.unlock();
+    ::kill(a.pid, SIGSTOP);
+    std::this_thread::sleep_for(300ms);
+    a.stop(SIGKILL);
+  });
+}
 
 TEST(KvPlugin, KillingTheAgentMidCompactionFailsItButTheDbKeepsWorking) {
   DbRun r("agent-kill");
   Agent a(r.tmp);
   a.start();
-  auto started = std::make_shared<CompactionStarted>();
+  auto started = std::make_shared<SecondOutputStarted>();
   auto opts = ParseOffloadUri("pulsedb://" + a.sock + "?write_threshold:64K&sync_interval:16K");
   opts.stats_file = r.tmp.str("plugin-stats.json");
   r.env = rocksdb::NewCompositeEnv(NewOffloadFileSystem(rocksdb::FileSystem::Default(), opts));
@@ -366,23 +565,14 @@ TEST(KvPlugin, KillingTheAgentMidCompactionFailsItButTheDbKeepsWorking) {
   ASSERT_TRUE(rocksdb::DB::Open(o, r.tmp.str("db"), &r.db).ok());
   rocksdb::CompactRangeOptions c;
   c.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
-  // A first compaction gives the compaction thread its queue pair ...
+  // A first compaction goes through the agent ...
   r.w.write(r.db, 4000, 4000);
   ASSERT_TRUE(r.db->Flush(rocksdb::FlushOptions()).ok());
   ASSERT_TRUE(r.db->CompactRange(c, nullptr, nullptr).ok());
-  // ... and the agent dies during the second one, with its files in flight:
-  // frozen as the compaction begins (its writes pile up, nothing completes),
-  // killed a moment later.
+  // ... and the agent dies during the second one, with its files in flight.
   r.w.write(r.db, 8000, 4000);
   ASSERT_TRUE(r.db->Flush(rocksdb::FlushOptions()).ok());
-  started->begun = false;
-  std::thread killer([&] {
-    std::unique_lock l(started->mu);
-    started->cv.wait(l, [&] { return started->begun; });
-    ::kill(a.pid, SIGSTOP);
-    std::this_thread::sleep_for(300ms);
-    a.stop(SIGKILL);
-  });
+  std::thread killer = kill_agent_when(*started, a);
   rocksdb::Status s = r.db->CompactRange(c, nullptr, nullptr);
   killer.join();
   EXPECT_TRUE(s.IsIOError()) << "the compaction that lost its agent failed: " << s.ToString();
@@ -409,6 +599,128 @@ TEST(KvPlugin, KillingTheAgentMidCompactionFailsItButTheDbKeepsWorking) {
   EXPECT_GE(st["file_errors"].get<int>(), 1) << "files in flight failed (and RocksDB retried them)";
   EXPECT_GT(st["files_fallback"].get<int>(), 0) << "files took the normal path while the agent was down";
   EXPECT_GE(st["queue_pairs"].get<int>(), 2) << "reconnected after the restart";
+}
+
+// Counts the subcompactions RocksDB ran, so a test knows its compaction was split.
+class Subcompactions : public rocksdb::EventListener {
+ public:
+  const char* Name() const override { return "TestSubcompactions"; }
+  void OnSubcompactionBegin(const rocksdb::SubcompactionJobInfo&) override { ++begun; }
+  std::atomic<int> begun{0};
+};
+
+// The agent lost while a compaction split into subcompactions has files in
+// flight: if that compaction fails, it fails retryably, and no later
+// compaction gets its error; the DB takes writes throughout and loses nothing.
+// (Which files are in flight when the agent dies varies from run to run; the
+// FileSystem-level tests above pin the cases down.)
+TEST(KvPlugin, KillingTheAgentDuringSubcompactionsFailsOnlyThatCompactionRetryably) {
+  DbRun r("agent-kill-sub");
+  Agent a(r.tmp);
+  a.start();
+  auto started = std::make_shared<SecondOutputStarted>();
+  auto subs = std::make_shared<Subcompactions>();
+  auto opts = ParseOffloadUri("pulsedb://" + a.sock + "?write_threshold:64K&sync_interval:16K");
+  r.env = rocksdb::NewCompositeEnv(NewOffloadFileSystem(rocksdb::FileSystem::Default(), opts));
+  auto o = small_options(r.env.get(), r.outputs);
+  o.disable_auto_compactions = true;
+  o.max_subcompactions = 4;
+  o.target_file_size_base = 128 << 10;  // several outputs per subcompaction
+  o.listeners.push_back(started);
+  o.listeners.push_back(subs);
+  ASSERT_TRUE(rocksdb::DB::Open(o, r.tmp.str("db"), &r.db).ok());
+  rocksdb::CompactRangeOptions c;
+  c.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  auto fill = [&] {
+    for (int i = 0; i < 4; ++i) {
+      r.w.write(r.db, 3000, 20000);
+      ASSERT_TRUE(r.db->Flush(rocksdb::FlushOptions()).ok());
+    }
+  };
+  fill();  // a first compaction goes through the agent ...
+  ASSERT_TRUE(r.db->CompactRange(c, nullptr, nullptr).ok());
+  fill();  // ... and the agent dies during the second, with files in flight
+  subs->begun = 0;
+  std::thread killer = kill_agent_when(*started, a);
+  rocksdb::Status s = r.db->CompactRange(c, nullptr, nullptr);
+  killer.join();
+  EXPECT_GT(subs->begun.load(), 1) << "the compaction was split into subcompactions";
+  if (!s.ok()) {
+    EXPECT_TRUE(s.IsIOError() && retryable(s)) << s.ToString();
+  }
+  r.w.check(r.db);
+  fill();
+  s = r.db->CompactRange(c, nullptr, nullptr);
+  EXPECT_TRUE(s.ok()) << "the next compaction, on the normal path while the agent is down: " << s.ToString();
+  r.w.check(r.db);
+  r.close();
+  auto reopened = small_options(r.env.get(), r.outputs);
+  reopened.disable_auto_compactions = true;
+  ASSERT_TRUE(rocksdb::DB::Open(reopened, r.tmp.str("db"), &r.db).ok());
+  r.w.check(r.db);
+}
+
+// A tmpfs of a few MB mounted for the test, so that ENOSPC is real. Needs
+// CAP_SYS_ADMIN; `why` says what refused it otherwise.
+struct SmallFs {
+  std::string dir, why;
+  bool mounted = false;
+  SmallFs(const std::string& d, const std::string& size) : dir(d) {
+    fs::create_directories(d);
+    if (::mount("tmpfs", d.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, ("size=" + size).c_str()) == 0) mounted = true;
+    else why = std::strerror(errno);
+  }
+  ~SmallFs() {
+    if (mounted) ::umount2(dir.c_str(), MNT_DETACH);
+  }
+};
+
+// The agent's pool on a filesystem that fills up: outputs of 512 KB outgrow
+// slots of 64 KB into the last MB of a 2 MB tmpfs, and the agent's writes
+// fail with ENOSPC. The compaction fails retryably, the DB keeps serving reads
+// and writes, nothing acknowledged is lost, and a retry succeeds (it takes the
+// normal path while the agent is out of space). No pool slot leaks.
+TEST(KvPlugin, NoSpaceInTheAgentFailsTheCompactionRetryablyAndTheRetrySucceeds) {
+  DbRun r("nospace");
+  SmallFs small(r.tmp.str("small"), "2m");
+  if (!small.mounted) GTEST_SKIP() << "cannot mount a tmpfs for a real ENOSPC: " << small.why;
+  Agent a(r.tmp);
+  a.pool = small.dir + "/pool";
+  a.slots = "8";
+  a.slot_size = "64K";
+  a.start();
+  auto opts = ParseOffloadUri("pulsedb://" + a.sock + "?write_threshold:64K&sync_interval:16K");
+  r.env = rocksdb::NewCompositeEnv(NewOffloadFileSystem(rocksdb::FileSystem::Default(), opts));
+  auto o = small_options(r.env.get(), r.outputs);
+  o.disable_auto_compactions = true;  // the compactions below are the ones that meet a full disk
+  ASSERT_TRUE(rocksdb::DB::Open(o, r.tmp.str("db"), &r.db).ok());
+  rocksdb::CompactRangeOptions c;
+  c.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  for (int i = 0; i < 4; ++i) {
+    r.w.write(r.db, 3000, 20000);
+    ASSERT_TRUE(r.db->Flush(rocksdb::FlushOptions()).ok());
+  }
+  rocksdb::Status s = r.db->CompactRange(c, nullptr, nullptr);
+  EXPECT_TRUE(s.IsIOError() && retryable(s)) << "the compaction the agent had no space for: " << s.ToString();
+  r.w.check(r.db);
+  r.w.write(r.db, 2000, 20000);
+  ASSERT_TRUE(r.db->Flush(rocksdb::FlushOptions()).ok()) << "the DB still takes writes";
+  r.w.check(r.db);
+  bool retried = false;
+  for (int attempt = 0; attempt < 3 && !retried; ++attempt) retried = r.db->CompactRange(c, nullptr, nullptr).ok();
+  EXPECT_TRUE(retried) << "no retry of the compaction succeeded";
+  r.w.check(r.db);
+  r.close();
+  ASSERT_TRUE(rocksdb::DB::Open(o, r.tmp.str("db"), &r.db).ok());
+  r.w.check(r.db);
+  r.close();
+  // Only live files hold slots (a released slot is emptied): RocksDB deleted
+  // the failed outputs and the agent took their slots back.
+  size_t links = 0, holding = 0;
+  for (auto& e : fs::directory_iterator(r.tmp.str("db"))) links += fs::is_symlink(e.symlink_status());
+  for (auto& e : fs::directory_iterator(a.pool))
+    holding += e.path().filename().string().rfind("slot-", 0) == 0 && fs::file_size(e.path()) > 0;
+  EXPECT_EQ(holding, links) << "slots holding data, and pool files in the DB";
 }
 
 // kill -9 of the host process during sustained synced writes: after a

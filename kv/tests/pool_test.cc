@@ -3,10 +3,13 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -130,6 +133,54 @@ TEST(SstPool, ClaimsEverySlotOnceThenReportsExhaustionUntilOneIsReleased) {
   } catch (const std::system_error& e) {
     EXPECT_EQ(e.code().value(), ENAMETOOLONG);
   }
+}
+
+// A tmpfs of a few MB mounted for the test, so that ENOSPC is real. Needs
+// CAP_SYS_ADMIN; `why` says what refused it otherwise.
+struct SmallFs {
+  fs::path dir;
+  std::string why;
+  bool mounted = false;
+  SmallFs(const fs::path& d, const std::string& size) : dir(d) {
+    fs::create_directories(d);
+    if (::mount("tmpfs", d.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, ("size=" + size).c_str()) == 0) mounted = true;
+    else why = std::strerror(errno);
+  }
+  ~SmallFs() {
+    if (mounted) ::umount2(dir.c_str(), MNT_DETACH);
+  }
+};
+
+// The slots are preallocated, so a full filesystem must not stop the pool
+// from handing them out or taking them back: recording or clearing an owner
+// needs no new space. (A claim that fails turns a file that fits its slot into
+// a failed one.)
+TEST(SstPool, ClaimAndReleaseNeedNoSpaceOnAFullFilesystem) {
+  TempDir t;
+  SmallFs small(t.path / "small", "1m");
+  if (!small.mounted) GTEST_SKIP() << "cannot mount a tmpfs for a real ENOSPC: " << small.why;
+  SstPool pool(options(small.dir / "pool", 4, 64 << 10));
+  {
+    std::ofstream filler(small.dir / "filler", std::ios::binary);
+    std::string chunk(4096, 'f');
+    while (filler.write(chunk.data(), static_cast<std::streamsize>(chunk.size())) && filler.flush()) {}
+  }
+  std::ofstream probe(small.dir / "probe", std::ios::binary);
+  ASSERT_FALSE(probe.write("x", 1) && probe.flush()) << "the filesystem is full";
+  std::vector<SstPool::Slot> slots;
+  for (int i = 0; i < 4; ++i) {
+    fs::path owner = t.path / ("00000" + std::to_string(i) + ".sst");
+    try {
+      slots.push_back(claim_linked(pool, owner));
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "claim " << i << " on a full filesystem: " << e.what();
+    }
+  }
+  for (size_t i = 0; i < slots.size(); ++i) {
+    ASSERT_EQ(::unlink((t.path / ("00000" + std::to_string(i) + ".sst")).c_str()), 0);
+    EXPECT_NO_THROW(pool.release(slots[i].index)) << "release " << i << " on a full filesystem";
+  }
+  EXPECT_EQ(pool.stats().free, 4u);
 }
 
 TEST(SstPool, StatReportsTheBytesWrittenAndReleaseEmptiesTheSlot) {

@@ -1,11 +1,11 @@
 // dpukit-agent: the dpu side of PulseDB (ARCHITECTURE.md §2 "kv"). Owns the
 // SST file pool, listens for hosts, and runs one write-persist engine per
 // queue pair, each on a thread of its own. A host that dies ends only its own
-// thread. SIGUSR1 writes the statistics; SIGTERM or SIGINT stops accepting,
-// lets every queue pair finish its I/O in flight, writes them and exits 0.
+// thread. SIGUSR1 writes the statistics (a dpukit.result/1 whose cpu_ns.dpu
+// is the agent's CPU time so far); SIGTERM or SIGINT stops accepting, lets
+// every queue pair finish its I/O in flight, writes them and exits 0.
 #include <poll.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -13,7 +13,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <list>
 #include <memory>
 #include <optional>
@@ -25,6 +24,7 @@
 #include "dpukit/core/channel.h"
 #include "dpukit/core/cli.h"
 #include "dpukit/core/log.h"
+#include "dpukit/core/results.h"
 #include "engine.h"
 #include "pool.h"
 
@@ -36,6 +36,7 @@ using namespace std::chrono_literals;
 const char* kTool = "dpukit-agent";
 
 struct Config {
+  std::vector<std::string> command_line;
   std::string listen, stats;
   std::optional<SstPool::Options> pool;
   CpuSet cpus;
@@ -54,6 +55,7 @@ Config parse_args(int argc, char** argv) {
   p.flag("no-pool", "no pool: every SST file is a normal file at its name");
   p.parse(argc, argv);
   Config c;
+  c.command_line.assign(argv, argv + argc);
   c.listen = p.str("listen");
   c.stats = p.str("stats");
   if (p.has("no-pool") && p.has("pool")) p.fail("--pool and --no-pool exclude each other");
@@ -83,7 +85,7 @@ struct Session {
 
 class Agent {
  public:
-  explicit Agent(const Config& c) : config_(c), start_ns_(now_ns()) {
+  explicit Agent(const Config& c) : config_(c), start_ns_(now_ns()), started_(kTool, c.command_line) {
     if (c.pool) pool_ = std::make_unique<SstPool>(*c.pool);
   }
 
@@ -93,9 +95,10 @@ class Agent {
   void write_stats() const;
 
  private:
-  nlohmann::json stats_json() const;
+  Result stats() const;
   Config config_;
   uint64_t start_ns_;
+  Result started_;  // what ran and when; each statistics file adds the figures so far
   std::unique_ptr<SstPool> pool_;
   EngineStats stats_;
   std::list<Session> sessions_;
@@ -152,20 +155,17 @@ void Agent::stop_all() {
   reap(true);
 }
 
-nlohmann::json Agent::stats_json() const {
+Result Agent::stats() const {
   auto get = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
-  rusage ru{};
-  ::getrusage(RUSAGE_SELF, &ru);
-  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
-  nlohmann::json j = {
-      {"tool", kTool},
+  Result r = started_;
+  Placement where;
+  where.dpu = config_.cpus;
+  r.set_placement(where);
+  r.parameters() = {{"listen", config_.listen},
+                    {"pool", config_.pool ? nlohmann::json(config_.pool->dir) : nlohmann::json(nullptr)},
+                    {"cpus", config_.cpus.str()}};
+  r.figures() = {
       {"pid", ::getpid()},
-      {"cpus", config_.cpus.str()},
-      {"wall_seconds", (now_ns() - start_ns_) / 1e9},
-      {"cpu_seconds",
-       {{"user", seconds(ru.ru_utime)},
-        {"sys", seconds(ru.ru_stime)},
-        {"total", seconds(ru.ru_utime) + seconds(ru.ru_stime)}}},
       {"queue_pairs", {{"accepted", get(stats_.queue_pairs)}, {"active", sessions_.size()}}},
       {"requests", get(stats_.requests)},
       {"writes", get(stats_.writes)},
@@ -188,30 +188,25 @@ nlohmann::json Agent::stats_json() const {
   };
   if (pool_) {
     SstPool::Stats p = pool_->stats();
-    j["pool"] = {{"dir", pool_->dir()},          {"slots", p.slots},
-                 {"slot_bytes", pool_->slot_bytes()}, {"free", p.free},
-                 {"claims", p.claims},           {"exhausted", p.exhausted},
-                 {"released", p.released},       {"reclaimed", p.reclaimed}};
+    r.figures()["pool"] = {{"dir", pool_->dir()},          {"slots", p.slots},
+                           {"slot_bytes", pool_->slot_bytes()}, {"free", p.free},
+                           {"claims", p.claims},           {"exhausted", p.exhausted},
+                           {"released", p.released},       {"reclaimed", p.reclaimed}};
   }
-  return j;
+  // The agent is the dpu side: all its CPU time is dpu time.
+  CpuAccount cpu;
+  cpu.add(Place::kDpu, process_cpu_ns());
+  r.set_cpu(cpu);
+  r.set_wall_ns(now_ns() - start_ns_);
+  return r;
 }
 
-// Written under a temporary name and renamed: a reader never sees half a file.
 void Agent::write_stats() const {
   if (config_.stats.empty()) return;
-  std::string tmp = config_.stats + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << stats_json().dump(2) << "\n";
-    if (!out.flush()) {
-      log_error("cannot write statistics to " + tmp + ": " + std::strerror(errno));
-      std::remove(tmp.c_str());
-      return;
-    }
-  }
-  if (std::rename(tmp.c_str(), config_.stats.c_str()) != 0) {
-    log_error("cannot rename " + tmp + " to " + config_.stats + ": " + std::strerror(errno));
-    std::remove(tmp.c_str());
+  try {
+    stats().write(config_.stats);
+  } catch (const std::exception& e) {
+    log_error(std::string("cannot write the statistics: ") + e.what());
   }
 }
 

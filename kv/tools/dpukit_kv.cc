@@ -9,15 +9,9 @@
 //   async-host  + the write-persist engine in a thread of the host process
 //   pulsedb     + the write-persist engine in the agent process (the dpu side)
 //   dcomp       whole compactions from L1 down in a worker process (dpukit-kvbench)
-#include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -28,8 +22,9 @@
 
 #include "dpukit/core/accounting.h"
 #include "dpukit/core/cli.h"
+#include "dpukit/core/process.h"
 #include "dpukit/core/results.h"
-#include "thread_cpu.h"
+#include "dpukit/core/thread_cpu.h"
 
 namespace fs = std::filesystem;
 
@@ -38,54 +33,8 @@ namespace {
 
 constexpr const char* kTool = "dpukit-kv";
 
-fs::path self_dir() { return fs::read_symlink("/proc/self/exe").parent_path(); }
-
-// ---------------------------------------------------------------- processes
-
-struct Child {
-  pid_t pid = -1;
-  rusage usage{};
-  int status = 0;
-};
-
-// Starts argv[0] (looked up in PATH) pinned to `cpus`, stdout and stderr to `log`.
-Child start(const std::vector<std::string>& argv, const CpuSet& cpus, const std::string& log,
-            const std::map<std::string, std::string>& env = {}) {
-  Child c;
-  c.pid = ::fork();
-  if (c.pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-  if (c.pid == 0) {
-    if (!cpus.empty()) pin_current_thread(cpus);
-    for (auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::close(fd);
-    }
-    std::vector<char*> av;
-    for (auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
-    av.push_back(nullptr);
-    ::execvp(av[0], av.data());
-    std::fprintf(stderr, "%s: cannot run %s: %s\n", kTool, av[0], std::strerror(errno));
-    _exit(127);
-  }
-  return c;
-}
-
-bool reap(Child& c, bool wait) {
-  if (c.pid < 0) return true;
-  pid_t r = ::wait4(c.pid, &c.status, wait ? 0 : WNOHANG, &c.usage);
-  if (r == c.pid) {
-    c.pid = -1;
-    return true;
-  }
-  return false;
-}
-
-double cpu_seconds(const rusage& u) {
-  return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec + u.ru_stime.tv_usec / 1e6;
-}
+// The other tools and the plugin are built beside this one: <build>/bin, <build>/lib.
+fs::path self_dir() { return own_executable().parent_path(); }
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
@@ -236,21 +185,8 @@ std::vector<std::string> kvbench_args(const Settings& s, const std::string& comm
   return a;
 }
 
-nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return nullptr;
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const std::exception&) {
-    return nullptr;
-  }
-}
-
-double agent_cpu_seconds(const nlohmann::json& stats) {
-  if (stats.is_object() && stats.contains("cpu_seconds") && stats["cpu_seconds"].contains("total"))
-    return stats["cpu_seconds"]["total"].get<double>();
-  return 0;
-}
+// The agent's CPU time so far, from the result it writes (dpukit.result/1).
+double agent_cpu_seconds(const nlohmann::json& result) { return result["cpu_ns"]["dpu"].get<uint64_t>() / 1e9; }
 
 int bench_command(int argc, char** argv) {
   ArgParser p(std::string(kTool) + " bench",
@@ -347,38 +283,47 @@ int bench_command(int argc, char** argv) {
     env["DPUKIT_KV_SLOT_SIZE"] = slot_size;
   }
 
-  Child agent;
+  ChildProcess agent;
   std::string agent_stats = (work / "agent-stats.json").string();
   if (s.mode == "pulsedb") {
-    agent = start({(self_dir() / "dpukit-agent").string(), "--listen", s.sock, "--pool", s.pool, "--slots",
-                   std::to_string(slots), "--slot-size", slot_size, "--stats", agent_stats, "--cpus", s.dpu_cpus},
-                  CpuSet::parse(s.dpu_cpus), (work / "agent.log").string());
+    SpawnOptions o;
+    o.cpus = CpuSet::parse(s.dpu_cpus);
+    o.log = (work / "agent.log").string();
+    agent = ChildProcess::spawn({(self_dir() / "dpukit-agent").string(), "--listen", s.sock, "--pool", s.pool,
+                                 "--slots", std::to_string(slots), "--slot-size", slot_size, "--stats", agent_stats,
+                                 "--cpus", s.dpu_cpus},
+                                o);
     for (int i = 0; i < 1000 && !fs::exists(s.sock); ++i) {
-      if (reap(agent, false)) throw std::runtime_error("the agent exited at start: " + slurp((work / "agent.log").string()));
+      if (!agent.running()) throw std::runtime_error("the agent exited at start: " + slurp(o.log));
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
   auto stop_agent = [&] {
-    if (agent.pid < 0) return;
-    ::kill(agent.pid, SIGTERM);
-    reap(agent, true);
+    if (!agent.running()) return;
+    agent.kill(SIGTERM);
+    agent.wait();
   };
 
   // The host's compaction CPU: RocksDB's compaction threads plus the
   // plugin's own (the completion reaper; in async-host the write-persist
   // engine), which do compaction's I/O work on the host.
   using Cpu = std::map<std::string, uint64_t>;
-  auto run_db_bench = [&](const std::string& benchmark, bool existing, const std::string& log, Cpu* cpu, Child& c) {
-    c = start(db_bench_args(s, benchmark, existing), CpuSet::parse(s.host_cpus), log, env);
-    bench::ThreadCpuSampler sampler({{"compaction", "rocksdb:low"}, {"plugin", "pulsedb:"}}, 50, c.pid);
+  auto run_db_bench = [&](const std::string& benchmark, bool existing, const std::string& log, Cpu* cpu) {
+    SpawnOptions o;
+    o.cpus = CpuSet::parse(s.host_cpus);
+    o.log = log;
+    o.env = env;
+    ChildProcess c = ChildProcess::spawn(db_bench_args(s, benchmark, existing), o);
+    ThreadCpuSampler sampler({{"compaction", "rocksdb:low"}, {"plugin", "pulsedb:"}}, 50, c.pid());
     sampler.start();
-    while (!reap(c, false)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    while (c.running()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     sampler.stop();
     if (cpu) *cpu = sampler.cpu_ns();
-    if (!WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0) {
+    if (!c.succeeded()) {
       stop_agent();
-      throw std::runtime_error("db_bench " + benchmark + " failed (status " + std::to_string(c.status) + "); log " + log);
+      throw std::runtime_error("db_bench " + benchmark + " failed (" + c.exit_text() + "); log " + log);
     }
+    return c.cpu_ns();
   };
 
   try {
@@ -386,11 +331,11 @@ int bench_command(int argc, char** argv) {
     // phase's share is read (SIGUSR1) and taken off.
     double agent_cpu0 = 0;
     auto agent_reading = [&] {
-      if (agent.pid <= 0) return 0.0;
+      if (agent.pid() <= 0) return 0.0;
       fs::remove(agent_stats);
-      ::kill(agent.pid, SIGUSR1);
+      agent.kill(SIGUSR1);
       for (int i = 0; i < 200 && !fs::exists(agent_stats); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      return agent_cpu_seconds(read_json_file(agent_stats));
+      return agent_cpu_seconds(read_result(agent_stats));
     };
     DbBenchReport r;
     Cpu low;
@@ -398,25 +343,25 @@ int bench_command(int argc, char** argv) {
     auto t0 = std::chrono::steady_clock::now();
     if (s.driver == "db_bench") {
       if (s.workload == "overwrite") {  // an existing DB to overwrite: filled first, not measured
-        Child fill;
-        run_db_bench("fillrandom", false, (work / "fill.log").string(), nullptr, fill);
+        run_db_bench("fillrandom", false, (work / "fill.log").string(), nullptr);
         agent_cpu0 = agent_reading();
       }
-      Child bench;
       std::string log = (work / (s.workload + ".log")).string();
       t0 = std::chrono::steady_clock::now();
-      run_db_bench(s.workload, s.workload == "overwrite", log, &low, bench);
+      host_cpu_s = run_db_bench(s.workload, s.workload == "overwrite", log, &low) / 1e9;
       r = parse_db_bench(slurp(log), s.workload);
-      host_cpu_s = cpu_seconds(bench.usage);
     } else {
       auto run_kvbench = [&](const std::string& command) {
         std::string name = command.rfind("ycsb:", 0) == 0 ? "ycsb-" + command.substr(5) : command;
         std::string json = (work / (name + ".json")).string(), log = (work / (name + ".log")).string();
-        Child c = start(kvbench_args(s, command, json), CpuSet(), log, env);
-        reap(c, true);
-        if (!WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0)
-          throw std::runtime_error("dpukit-kvbench " + command + " failed; log " + log);
-        return read_json_file(json);
+        SpawnOptions o;
+        o.log = log;
+        o.env = env;
+        ChildProcess c = ChildProcess::spawn(kvbench_args(s, command, json), o);
+        c.wait();
+        if (!c.succeeded())
+          throw std::runtime_error("dpukit-kvbench " + command + " failed (" + c.exit_text() + "); log " + log);
+        return read_result(json);
       };
       if (s.workload == "overwrite") {
         run_kvbench("fill");
@@ -480,14 +425,13 @@ int bench_command(int argc, char** argv) {
     f["driver"] = s.driver;
     f["wall_s"] = wall;
     double dpu = worker_cpu_s;  // dcomp: the worker's
-    auto ag = read_json_file(agent_stats);
-    if (!ag.is_null()) {
-      f["agent"] = ag;
+    if (fs::exists(agent_stats)) {
+      nlohmann::json ag = read_result(agent_stats);
+      f["agent"] = ag["figures"];
       dpu = agent_cpu_seconds(ag) - agent_cpu0;
     }
     f["dpu_cpu_s"] = dpu;
-    auto pl = read_json_file(plugin_stats);
-    if (!pl.is_null()) f["plugin"] = pl;
+    if (fs::exists(plugin_stats)) f["plugin"] = nlohmann::json::parse(slurp(plugin_stats));
     auto& prm = result.parameters();
     prm["num"] = s.num;
     prm["threads"] = s.threads;

@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "dpukit/core/cli.h"
+#include "dpukit/core/process.h"
 #include "sockmap/sockmap.h"
 
 namespace {
@@ -21,10 +22,11 @@ const char* kTool = "dpukit-mesh-sockmap";
 
 // The object is built beside the tools: <build>/lib/sockmap_redirect.bpf.o.
 std::filesystem::path default_bpf_object() {
-  std::error_code ec;
-  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "sockmap_redirect.bpf.o";
-  return exe.parent_path().parent_path() / "lib" / "sockmap_redirect.bpf.o";
+  try {
+    return dpukit::own_executable().parent_path().parent_path() / "lib" / "sockmap_redirect.bpf.o";
+  } catch (const std::runtime_error&) {
+    return "sockmap_redirect.bpf.o";
+  }
 }
 
 }  // namespace

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from dpukit.native import load_result
 from dpukit.paths import build_dir, tool_path
 
 SMALL = ["--value-size", "1024", "--write-buffer-size", "1MB", "--target-file-size", "1MB",
@@ -84,6 +85,8 @@ def test_agent_writes_its_stats_on_sigusr1(kvbench_tool, agent, tmp_path):
         if agent_stats.exists():
             break
         time.sleep(0.01)
-    stats = json.loads(agent_stats.read_text())
+    result = load_result(agent_stats)  # the agent reports in the result schema
+    stats = result["figures"]
     assert stats["write_bytes"] > 0 and stats["sync_closes"] > 0 and stats["errors"] == 0
     assert stats["pool"]["claims"] > 0 and stats["io_uring"]["cqes_completed"] > 0
+    assert result["tool"] == "dpukit-agent" and result["cpu_ns"]["dpu"] > 0

@@ -3,10 +3,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "dpukit/core/copy.h"
@@ -60,6 +62,34 @@ IOStatus errno_status(const std::string& context, int err) {
   return engine_error(context + ": " + std::strerror(err));
 }
 
+// "cannot ACTION PATH: it is still open for writing ..." for a file whose
+// writer has posted no sync_close yet.
+IOStatus still_open(const std::string& action, const std::string& path) {
+  return IOStatus::IOError("pulsedb: cannot " + action + " " + path,
+                           "it is still open for writing (its writer was not closed, so nothing completes it)");
+}
+
+// After the engine fails a file for lack of space, new files take the normal
+// path this long: longer than the second RocksDB pauses before it retries a
+// failed compaction, so that the retry can succeed; then the engine is tried
+// again.
+constexpr auto kNoSpaceBackoff = std::chrono::seconds(30);
+
+// What the FileSystem can tell about the calling thread's RocksDB jobs (a
+// flush or compaction: the files it writes, then its directory fsync).
+struct ThreadJobs {
+  uint64_t token;                    // unique for the life of the process (std::thread ids are reused)
+  uint64_t job = 0;                  // advanced at every job boundary the FileSystem sees
+  bool runs_jobs = false;            // the listener saw a flush or compaction begin on this thread
+  std::vector<std::string> fsynced;  // directories this thread has fsynced (the last few)
+};
+std::atomic<uint64_t> next_thread_token{1};
+
+ThreadJobs& this_thread_jobs() {
+  thread_local ThreadJobs t{next_thread_token.fetch_add(1, std::memory_order_relaxed), 0, false, {}};
+  return t;
+}
+
 // A symlink into an SST file pool (whose slots are named slot-NNNNNN).
 bool is_pool_link(const std::string& path) {
   struct stat st;
@@ -77,6 +107,17 @@ thread_local std::unordered_map<std::string, OffloadFileSystem::Purpose> t_purpo
 void OffloadFileSystem::note_purpose(const std::string& fname, Purpose p) {
   if (t_purposes.size() > 64) t_purposes.clear();  // names never opened
   t_purposes[normal_dir(fname)] = p;
+}
+
+void OffloadFileSystem::note_job_begin() {
+  ThreadJobs& t = this_thread_jobs();
+  ++t.job;  // files of an earlier job that failed before its fsync are not this one's
+  t.runs_jobs = true;
+}
+
+bool OffloadFileSystem::thread_fsyncs(const std::string& dir) {
+  const ThreadJobs& t = this_thread_jobs();
+  return t.runs_jobs || std::find(t.fsynced.begin(), t.fsynced.end(), dir) != t.fsynced.end();
 }
 
 OffloadFileSystem::Purpose OffloadFileSystem::purpose_of(const std::string& fname) {
@@ -245,16 +286,24 @@ class OffloadWritableFile final : public FSWritableFile, public BatchOwner {
 
   // filepool: the file lives in a pool slot, written by this thread as usual.
   IOStatus open_pool_slot(IODebugContext* dbg) {
-    auto slot = fs_.pool()->claim(fname_);
+    std::optional<SstPool::Slot> slot;
+    try {
+      slot = fs_.pool()->claim(fname_);
+    } catch (const std::exception& e) {
+      // The pool cannot record an owner (an I/O error): nothing is written
+      // yet, so the normal path loses nothing. No exception may reach RocksDB.
+      log_warn(std::string("kv: ") + fname_ + " takes the normal path: " + e.what());
+      return open_local(dbg, true);
+    }
     if (!slot) return open_local(dbg, true);  // pool exhausted: counted by the pool
     if (::unlink(fname_.c_str()) != 0 && errno != ENOENT) {
       int err = errno;
-      fs_.pool()->release(slot->index);
+      release_slot(slot->index);
       return errno_status("pulsedb: replacing " + fname_, err);
     }
     if (::symlink(slot->path.c_str(), fname_.c_str()) != 0) {
       int err = errno;
-      fs_.pool()->release(slot->index);
+      release_slot(slot->index);
       return errno_status("pulsedb: linking " + fname_ + " to " + slot->path, err);
     }
     // Reopen, not create: creating would truncate away the preallocation.
@@ -266,6 +315,14 @@ class OffloadWritableFile final : public FSWritableFile, public BatchOwner {
     return s;
   }
 
+  void release_slot(uint32_t slot) {
+    try {
+      fs_.pool()->release(slot);
+    } catch (const std::exception& e) {
+      log_warn(std::string("kv: ") + e.what());  // the slot is freed when the pool is next opened
+    }
+  }
+
   void replay_hints() {
     size_t block = 0, last = 0;
     GetPreallocationStatus(&block, &last);
@@ -274,9 +331,11 @@ class OffloadWritableFile final : public FSWritableFile, public BatchOwner {
     if (block) local_->SetPreallocationBlockSize(block);
   }
 
+  // The engine is gone: the writer returns the error itself.
   IOStatus fail(const ChannelError& e) {
     error_ = engine_error(e.what());
     fs_.file_failed(*file_, error_);
+    fs_.file_reported(*file_);
     release_batch();
     return error_;
   }
@@ -320,16 +379,23 @@ class OffloadWritableFile final : public FSWritableFile, public BatchOwner {
     } catch (const ChannelError& e) {
       return fail(e);
     }
+    file_->size.store(size_, std::memory_order_release);  // what the FS-level GetFileSize answers
     return IOStatus::OK();
   }
 
-  // Sync, Fsync and Close: the rest of the batch, then sync_close; no waiting.
+  // Sync, Fsync and Close: the rest of the batch, then sync_close. No waiting
+  // on a thread that fsyncs the file's directory next (a compaction's or
+  // flush's thread): that fsync waits and reports the error. Any other thread
+  // (RocksDB's subcompaction threads, which exit before their compaction's
+  // fsync) waits here and gets the error itself, so that it fails its
+  // subcompaction before the compaction installs the file.
   IOStatus post_sync_close() {
     if (host_closed_) return error_;  // OK unless the file failed
     host_closed_ = true;
     if (failed_meanwhile()) {
       release_batch();
       fs_.file_host_closed(*file_, size_);
+      fs_.file_reported(*file_);
       return error_;
     }
     try {
@@ -342,7 +408,14 @@ class OffloadWritableFile final : public FSWritableFile, public BatchOwner {
     }
     fs_.stats().sync_closes.fetch_add(1, std::memory_order_relaxed);
     fs_.file_host_closed(*file_, size_);
-    return IOStatus::OK();
+    if (!OffloadFileSystem::thread_fsyncs(file_->dir)) {
+      fs_.wait_closed(*file_);
+      if (IOStatus s = fs_.file_status(*file_); !s.ok()) {
+        error_ = s;
+        fs_.file_reported(*file_);
+      }
+    }
+    return error_;
   }
 
   OffloadFileSystem& fs_;
@@ -429,6 +502,7 @@ std::unique_ptr<QueuePair> OffloadFileSystem::open_queue_pair() {
 }
 
 QueuePair* OffloadFileSystem::queue_pair_for_this_thread() {
+  if (now_ns() < no_space_until_ns_.load(std::memory_order_relaxed)) return nullptr;  // the engine is out of space
   std::lock_guard l(qp_mu_);
   auto me = std::this_thread::get_id();
   if (auto it = by_thread_.find(me); it != by_thread_.end() && !it->second->broken()) return it->second;
@@ -453,7 +527,9 @@ std::shared_ptr<InFlightFile> OffloadFileSystem::begin_file(const std::string& p
   f->path = path;
   f->dir = parent_dir(path);
   f->qp = qp;
-  f->writer = std::this_thread::get_id();
+  const ThreadJobs& t = this_thread_jobs();
+  f->writer_thread = t.token;
+  f->writer_job = t.job;
   std::lock_guard l(files_mu_);
   files_[id] = f;
   by_path_[normal_dir(path)] = id;
@@ -492,8 +568,17 @@ void OffloadFileSystem::on_completion(QueuePair&, const ChannelCompletion& c) {
     if (!f.done) {
       f.done = true;
       if (c.status != 0) {
+        std::string why = std::strerror(-c.status);
+        if (c.status == -ENOSPC || c.status == -EDQUOT) {
+          // Retrying on the engine would fail the same way: the retry takes the normal path.
+          uint64_t until = now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(kNoSpaceBackoff).count();
+          if (no_space_until_ns_.exchange(until, std::memory_order_relaxed) < now_ns())
+            log_warn("kv: the write-persist engine is out of space (" + why + "): new files take the normal path for " +
+                     std::to_string(kNoSpaceBackoff.count()) + " s");
+          why += " (the engine is out of space; new files take the normal path for a while)";
+        }
         // Retryable whatever the errno: the compaction is redone, the DB goes on.
-        f.status = engine_error("write-persist of " + f.path + " failed in the engine: " + std::strerror(-c.status));
+        f.status = engine_error("write-persist of " + f.path + " failed in the engine: " + why);
         f.failed = true;
         stats_.file_errors.fetch_add(1, std::memory_order_relaxed);
       }
@@ -532,17 +617,24 @@ IOStatus OffloadFileSystem::file_status(InFlightFile& f) {
   return f.status;
 }
 
-IOStatus OffloadFileSystem::wait_file(InFlightFile& f) {
-  std::unique_lock l(files_mu_);
-  files_cv_.wait(l, [&] { return f.done; });
-  return f.status;
+void OffloadFileSystem::file_reported(InFlightFile& f) {
+  std::lock_guard l(files_mu_);
+  f.reported = true;
 }
 
-IOStatus OffloadFileSystem::wait_if_in_flight(const std::string& path) {
+bool OffloadFileSystem::wait_closed(InFlightFile& f) {
+  std::unique_lock l(files_mu_);
+  if (!f.host_closed && !f.done) return false;
+  files_cv_.wait(l, [&] { return f.done; });
+  return true;
+}
+
+IOStatus OffloadFileSystem::wait_if_in_flight(const std::string& path, const char* what) {
   auto f = find_path(path);
   if (!f) return IOStatus::OK();
   stats_.read_waits.fetch_add(1, std::memory_order_relaxed);
-  return wait_file(*f);
+  if (!wait_closed(*f)) return still_open(what, path);
+  return file_status(*f);
 }
 
 IOStatus OffloadFileSystem::wait_directory(const std::string& dir) {
@@ -555,12 +647,21 @@ IOStatus OffloadFileSystem::wait_directory(const std::string& dir) {
     return true;
   });
   // A failure fails the compaction that wrote the file (RocksDB deletes its
-  // outputs and schedules it again), and no other.
-  auto me = std::this_thread::get_id();
+  // outputs and schedules it again), and no other: not a later job of the
+  // same thread (its own job failed before this fsync), whose outputs RocksDB
+  // would then drop for nothing. A reader of the file still gets the error.
+  ThreadJobs& me = this_thread_jobs();
   for (auto& [id, f] : files_) {
-    if (f->dir != dir || !f->host_closed || f->status.ok() || f->writer != me || f->reported) continue;
+    if (f->dir != dir || !f->host_closed || f->status.ok() || f->reported) continue;
+    if (f->writer_thread != me.token || f->writer_job != me.job) continue;
     f->reported = true;
     if (first.ok()) first = f->status;
+  }
+  // The fsync ends the job; from now on this thread's closes in `dir` need not wait.
+  ++me.job;
+  if (std::find(me.fsynced.begin(), me.fsynced.end(), dir) == me.fsynced.end()) {
+    if (me.fsynced.size() >= 16) me.fsynced.erase(me.fsynced.begin());
+    me.fsynced.push_back(dir);
   }
   stats_.dir_fsync_waits.fetch_add(1, std::memory_order_relaxed);
   stats_.dir_fsync_wait_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
@@ -578,13 +679,13 @@ IOStatus OffloadFileSystem::NewWritableFile(const std::string& fname, const File
 
 IOStatus OffloadFileSystem::NewRandomAccessFile(const std::string& fname, const FileOptions& opts,
                                                 std::unique_ptr<FSRandomAccessFile>* result, IODebugContext* dbg) {
-  if (IOStatus s = wait_if_in_flight(fname); !s.ok()) return s;
+  if (IOStatus s = wait_if_in_flight(fname, "open for reading"); !s.ok()) return s;
   return target()->NewRandomAccessFile(fname, opts, result, dbg);
 }
 
 IOStatus OffloadFileSystem::NewSequentialFile(const std::string& fname, const FileOptions& opts,
                                               std::unique_ptr<FSSequentialFile>* result, IODebugContext* dbg) {
-  if (IOStatus s = wait_if_in_flight(fname); !s.ok()) return s;
+  if (IOStatus s = wait_if_in_flight(fname, "open for reading"); !s.ok()) return s;
   return target()->NewSequentialFile(fname, opts, result, dbg);
 }
 
@@ -593,7 +694,9 @@ IOStatus OffloadFileSystem::GetFileSize(const std::string& fname, const IOOption
   if (auto f = find_path(fname)) {
     std::lock_guard l(files_mu_);
     if (!f->status.ok()) return f->status;
-    *size = f->size;  // the logical size, at once (RocksDB asks right after Close)
+    // The logical size, at once: while it is written too (the engine may be
+    // behind), and right after Close (RocksDB's SstFileManager asks then).
+    *size = f->size.load(std::memory_order_acquire);
     return IOStatus::OK();
   }
   return target()->GetFileSize(fname, opts, size, dbg);
@@ -604,9 +707,19 @@ IOStatus OffloadFileSystem::FileExists(const std::string& fname, const IOOptions
   return target()->FileExists(fname, opts, dbg);
 }
 
+// RocksDB's scan for obsolete files after a failed job lists the directory
+// on that job's thread: the job is over, and so is its chance to fsync.
+IOStatus OffloadFileSystem::GetChildren(const std::string& dir, const IOOptions& opts,
+                                        std::vector<std::string>* result, IODebugContext* dbg) {
+  ++this_thread_jobs().job;
+  return target()->GetChildren(dir, opts, result, dbg);
+}
+
 IOStatus OffloadFileSystem::DeleteFile(const std::string& fname, const IOOptions& opts, IODebugContext* dbg) {
   if (auto f = find_path(fname)) {
-    wait_file(*f);  // its I/O finishes (or failed) before the name goes
+    // Its I/O finishes (or failed) before the name goes. One still being
+    // written stays: the engine would go on writing its slot.
+    if (!wait_closed(*f)) return still_open("delete", fname);
     std::lock_guard l(files_mu_);
     by_path_.erase(normal_dir(fname));
     files_.erase(f->id);
@@ -623,7 +736,14 @@ IOStatus OffloadFileSystem::recycle(const std::string& path) {
   if (pool_) {
     auto slot = pool_->slot_of(path);
     if (::unlink(path.c_str()) != 0) return errno_status("pulsedb: deleting " + path, errno);
-    if (slot) pool_->release(*slot);
+    if (!slot) return IOStatus::OK();
+    try {
+      pool_->release(*slot);
+    } catch (const std::exception& e) {
+      // The name is gone; the slot is freed when the pool is next opened. No
+      // exception may reach RocksDB.
+      log_warn(std::string("kv: ") + e.what());
+    }
     return IOStatus::OK();
   }
   std::lock_guard control(control_mu_);
@@ -668,7 +788,7 @@ IOStatus OffloadFileSystem::recycle(const std::string& path) {
 
 IOStatus OffloadFileSystem::RenameFile(const std::string& src, const std::string& dst, const IOOptions& opts,
                                        IODebugContext* dbg) {
-  if (IOStatus s = wait_if_in_flight(src); !s.ok()) return s;
+  if (IOStatus s = wait_if_in_flight(src, "rename"); !s.ok()) return s;
   IOStatus s = target()->RenameFile(src, dst, opts, dbg);
   if (s.ok()) {  // a renamed offloaded file is known by its new name
     std::lock_guard l(files_mu_);
@@ -685,7 +805,7 @@ IOStatus OffloadFileSystem::RenameFile(const std::string& src, const std::string
 
 IOStatus OffloadFileSystem::LinkFile(const std::string& src, const std::string& dst, const IOOptions& opts,
                                      IODebugContext* dbg) {
-  if (IOStatus s = wait_if_in_flight(src); !s.ok()) return s;
+  if (IOStatus s = wait_if_in_flight(src, "link"); !s.ok()) return s;
   // A hard link to a pool symlink would outlive the slot it points at once
   // the original is deleted: refuse, and RocksDB (checkpoints) copies instead.
   if (is_pool_link(src)) return IOStatus::NotSupported("pulsedb: pool files are not hard-linked");

@@ -4,12 +4,18 @@
 //   - Append copies into the queue pair's payload region and returns; the
 //     writer batches appends up to write_threshold per write request and
 //     posts a range_sync per sync_interval; Sync/Fsync/Close post sync_close
-//     without waiting; GetFileSize answers the logical size at once.
+//     without waiting on a thread that fsyncs the file's directory (a
+//     compaction's or flush's), and wait for it on any other (a subcompaction
+//     thread, which never does); GetFileSize (the writer's and the FS's)
+//     answers the logical size at once.
 //   - The directory fsync compaction issues before installing its outputs
 //     waits for every outstanding sync_close in that directory and returns
-//     the first error; opening an offloaded file for reading waits for its
-//     sync_close.
+//     the first error among the files this job of the calling thread wrote;
+//     opening an offloaded file for reading waits for its sync_close and
+//     returns its error. A file whose writer is still open is not waited for.
 //   - Deleting a pool file recycles its slot.
+//   - An engine out of space (ENOSPC, EDQUOT) sends new files to the normal
+//     path for a while, so that RocksDB's retry of the failed compaction works.
 #pragma once
 
 #include <rocksdb/file_system.h>
@@ -43,12 +49,14 @@ struct InFlightFile {
   uint64_t id = 0;
   std::string path, dir;
   QueuePair* qp = nullptr;
-  uint64_t size = 0;         // logical size; final once host_closed
+  std::atomic<uint64_t> size{0};  // logical size: appended so far; final once host_closed
   bool host_closed = false;  // sync_close posted
   bool done = false;         // sync_close completed (or failed)
   rocksdb::IOStatus status;  // the file's first error
-  std::thread::id writer;    // the thread that writes it: its directory fsync gets the file's error
-  bool reported = false;     // ... once
+  // The writing thread (a per-thread token: std::thread ids are reused) and
+  // its job then: only that job's directory fsync gets the file's error ...
+  uint64_t writer_thread = 0, writer_job = 0;
+  bool reported = false;     // ... once (or the writer got it itself)
   std::atomic<bool> failed{false};  // status is an error (the writer reads it without the lock)
 };
 
@@ -73,6 +81,8 @@ class OffloadFileSystem final : public rocksdb::FileSystemWrapper, public Comple
                                 rocksdb::IODebugContext* dbg) override;
   rocksdb::IOStatus FileExists(const std::string& fname, const rocksdb::IOOptions& opts,
                                rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus GetChildren(const std::string& dir, const rocksdb::IOOptions& opts,
+                                std::vector<std::string>* result, rocksdb::IODebugContext* dbg) override;
   rocksdb::IOStatus DeleteFile(const std::string& fname, const rocksdb::IOOptions& opts,
                                rocksdb::IODebugContext* dbg) override;
   rocksdb::IOStatus RenameFile(const std::string& src, const std::string& dst, const rocksdb::IOOptions& opts,
@@ -94,11 +104,23 @@ class OffloadFileSystem final : public rocksdb::FileSystemWrapper, public Comple
   void file_host_closed(InFlightFile& f, uint64_t size);
   void file_failed(InFlightFile& f, const rocksdb::IOStatus& s);
   rocksdb::IOStatus file_status(InFlightFile& f);
+  // The writer learned its file's error itself: no directory fsync reports it again.
+  void file_reported(InFlightFile& f);
+  // Waits until the file's sync_close completed. False at once if its writer
+  // is still open: no sync_close has been posted, so nothing would end the wait.
+  bool wait_closed(InFlightFile& f);
   // Waits for every posted sync_close in `dir`; the first error among the
-  // files the calling thread wrote (a compaction's thread fsyncs its output
-  // directory; another compaction's failure is reported to that one, and a
-  // flush's fsync of the same directory gets none).
+  // files the calling thread wrote in its current job (a compaction's thread
+  // fsyncs its output directory; another compaction's failure is reported to
+  // that one, an earlier failed job's to none, and a flush's fsync of the same
+  // directory gets none). Ends the calling thread's job.
   rocksdb::IOStatus wait_directory(const std::string& dir);
+  // True if the calling thread will fsync `dir` after writing a file there
+  // (it did before, or the listener said it runs flushes or compactions): the
+  // file's sync_close need not be waited for at its Sync or Close.
+  static bool thread_fsyncs(const std::string& dir);
+  // The listener: a flush or compaction begins on the calling thread.
+  static void note_job_begin();
   SstPool* pool() { return pool_.get(); }
   // True if the listener named `fname` a compaction (or flush) output.
   enum class Purpose { kUnknown, kCompaction, kFlush };
@@ -111,9 +133,7 @@ class OffloadFileSystem final : public rocksdb::FileSystemWrapper, public Comple
 
  private:
   std::shared_ptr<InFlightFile> find_path(const std::string& path);
-  // Waits until the file's sync_close completed; its status.
-  rocksdb::IOStatus wait_file(InFlightFile& f);
-  rocksdb::IOStatus wait_if_in_flight(const std::string& path);
+  rocksdb::IOStatus wait_if_in_flight(const std::string& path, const char* what);
   rocksdb::IOStatus recycle(const std::string& path);
   std::unique_ptr<QueuePair> open_queue_pair();
   ChannelConfig channel_config() const;
@@ -130,6 +150,7 @@ class OffloadFileSystem final : public rocksdb::FileSystemWrapper, public Comple
   QueuePair* control_ = nullptr;                            // recycle requests from any thread
   std::mutex control_mu_;
   std::chrono::steady_clock::time_point next_connect_{};    // after a failure, retry no sooner
+  std::atomic<uint64_t> no_space_until_ns_{0};              // the engine ran out of space: normal path until then
 
   std::mutex files_mu_;
   std::condition_variable files_cv_;

@@ -28,10 +28,15 @@ struct Registrar {
   }
 } registrar;
 
-// Records, for this thread, what the next table file is for.
+// Records, for this thread, what the next table file is for, and where a
+// flush or compaction begins (its files' errors are that job's alone).
 class OffloadListener final : public rocksdb::EventListener {
  public:
   const char* Name() const override { return "PulseDbOffloadListener"; }
+  void OnFlushBegin(rocksdb::DB*, const rocksdb::FlushJobInfo&) override { OffloadFileSystem::note_job_begin(); }
+  void OnCompactionBegin(rocksdb::DB*, const rocksdb::CompactionJobInfo&) override {
+    OffloadFileSystem::note_job_begin();
+  }
   void OnTableFileCreationStarted(const rocksdb::TableFileCreationBriefInfo& info) override {
     OffloadFileSystem::note_purpose(info.file_path, info.reason == rocksdb::TableFileCreationReason::kCompaction
                                                         ? OffloadFileSystem::Purpose::kCompaction

@@ -17,13 +17,13 @@
 #include <rocksdb/metadata.h>
 #include <rocksdb/statistics.h>
 
-#include "dcomp.h"
+#include "dcomp_cli.h"
 #include "dpukit/core/accounting.h"
 #include "dpukit/core/log.h"
 #include "dpukit/core/random.h"
 #include "dpukit/core/results.h"
+#include "dpukit/core/thread_cpu.h"
 #include "options.h"
-#include "thread_cpu.h"
 
 namespace dpukit::kv::bench {
 
@@ -319,7 +319,7 @@ std::string gb(uint64_t bytes) {
 Placement placement(const ArgParser& p, bool dcomp, const DcompConfig& d) {
   Placement pl;
   pl.host = p.has("cpus") ? CpuSet::parse(p.str("cpus")) : available_cpus();
-  if (dcomp) pl.dpu = d.worker_cpus.empty() ? available_cpus() : CpuSet::parse(d.worker_cpus);
+  if (dcomp) pl.dpu = d.worker_cpus.empty() ? available_cpus() : d.worker_cpus;
   if (!p.has("cpus")) pl.note += "host unpinned; ";
   if (dcomp && d.worker_cpus.empty()) pl.note += "worker unpinned; ";
   for (int c : pl.host.cpus)
@@ -343,7 +343,8 @@ int run_measured(const ArgParser& p, PhaseSpec spec, const std::string& tool, in
   bool dcomp = dcomp_mode(p);
   DcompConfig dcfg;
   if (dcomp) dcfg = dcomp_config(p, cfg);
-  for (const char* f : {"dcomp-slots", "worker-cpus", "dcomp-dir", "worker-die-on-job"})
+  for (const char* f : {"dcomp-slots", "worker-cpus", "dcomp-dir", "dcomp-job-timeout", "dcomp-max-restarts",
+                        "worker-die-on-job", "worker-hang-on-job"})
     if (!dcomp && p.has(f)) log_warn(std::string("--") + f + " has no effect with --mode local");
   Placement pl;
   try {
@@ -367,8 +368,8 @@ int run_measured(const ArgParser& p, PhaseSpec spec, const std::string& tool, in
 
   std::unique_ptr<DcompOffload> offload;
   if (dcomp) {
-    offload = std::make_unique<DcompOffload>(cfg, dcfg);
-    offload->install(o, cfg);
+    offload = std::make_unique<DcompOffload>(dcfg);
+    offload->install(o, cfg.flush_threads(), cfg.compaction_threads());
   }
   std::unique_ptr<rocksdb::DB> db = open_db(o, cfg.db);
 
@@ -452,11 +453,7 @@ int run_measured(const ArgParser& p, PhaseSpec spec, const std::string& tool, in
   params["threads"] = spec.threads;
   params["seed"] = spec.seed;
   params["drain"] = p.has("drain");
-  if (dcomp) {
-    params["dcomp_slots"] = dcfg.slots;
-    params["worker_cpus"] = dcfg.worker_cpus;
-    if (dcfg.die_on_job) params["worker_die_on_job"] = dcfg.die_on_job;
-  }
+  if (dcomp) params.update(dcomp_parameters(dcfg));
 
   Result out(tool, argc, argv);
   out.set_backend("emulated");
@@ -490,13 +487,14 @@ int run_measured(const ArgParser& p, PhaseSpec spec, const std::string& tool, in
   std::printf("\n");
   if (dcomp) {
     const auto& d = dsum.json;
-    std::printf("  dcomp: %llu jobs ran in the worker, %llu failed; by levels:",
+    std::printf("  dcomp: %llu jobs ran in the worker, %llu failed there and ran on the host; by levels:",
                 (unsigned long long)d["jobs_in_worker"].get<uint64_t>(),
                 (unsigned long long)d["jobs_failed"].get<uint64_t>());
     for (const auto& [tag, c] : d["by_levels"].items())
       std::printf(" %s host %llu worker %llu;", tag.c_str(), (unsigned long long)c["host"].get<uint64_t>(),
                   (unsigned long long)c["worker"].get<uint64_t>());
-    std::printf(" worker %s\n", d["worker_exit"].get<std::string>().c_str());
+    std::printf(" %llu worker restart(s), last worker %s\n", (unsigned long long)d["worker_restarts"].get<uint64_t>(),
+                d["worker_exit"].get<std::string>().c_str());
   }
   std::printf("  measured %.2f s: run %.2f, drain %.2f, close %.2f; LSM:", (t_close - t0) / 1e9, run_s,
               (t_drain - t_run) / 1e9, (t_close - t_drain) / 1e9);

@@ -5,7 +5,6 @@
 //   ycsb          a YCSB core workload phase: load, a, b, c, d, e, f
 //   verify        checksums + every value against the generator
 //   dcomp-worker  the DComp baseline's worker process (started by --mode dcomp)
-//   dcomp-selfcheck  makes RocksDB 7.8.3's empty-output bug happen in the worker; the guard must stop it
 //
 // fill, overwrite and ycsb run in --mode local (vanilla RocksDB) or --mode
 // dcomp (L1+ compactions in a worker process) and report throughput, latency
@@ -19,7 +18,7 @@
 #include <rocksdb/iterator.h>
 
 #include "bench.h"
-#include "dcomp.h"
+#include "dcomp_cli.h"
 #include "dpukit/core/accounting.h"
 #include "dpukit/core/cli.h"
 #include "dpukit/core/results.h"
@@ -202,7 +201,6 @@ const Subcommand kCommands[] = {
     {"ycsb", cmd_ycsb, "a YCSB core workload phase: load, a, b, c, d, e or f"},
     {"verify", cmd_verify, "checksums and every value against the generator; exit 1 on any mismatch"},
     {"dcomp-worker", cmd_dcomp_worker, "the DComp baseline's compaction worker (started by --mode dcomp)"},
-    {"dcomp-selfcheck", cmd_dcomp_selfcheck, "show the worker's guard stopping RocksDB 7.8.3's empty-output bug"},
 };
 
 }  // namespace

@@ -14,6 +14,8 @@ namespace dpukit {
 
 nlohmann::json machine_info();  // cpu_model, cores, arch, kernel, hostname
 
+constexpr const char* kResultSchema = "dpukit.result/1";
+
 class Result {
  public:
   Result(std::string tool, std::vector<std::string> command_line);
@@ -41,5 +43,9 @@ class Result {
   uint64_t cpu_[3] = {0, 0, 0};
   uint64_t wall_ns_ = 0;
 };
+
+// A result another tool wrote (Result::write). Throws std::runtime_error
+// naming the path when it is missing, not JSON, or not of this schema.
+nlohmann::json read_result(const std::string& path);
 
 }  // namespace dpukit

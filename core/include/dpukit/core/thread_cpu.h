@@ -1,11 +1,10 @@
 // CPU time of a process's threads (this one's, or a child's), grouped by
-// thread name.
+// thread-name prefix: how much of a program's CPU went to one kind of its
+// threads, when those threads are not ours to time from inside.
 //
-// RocksDB names its compaction threads "rocksdb:low" (subcompaction threads
-// inherit the name), flush threads "rocksdb:high". Their CPU time is read
-// from /proc/<pid>/task/<tid>/: the name from `stat` (comm), the time from
-// `schedstat` (nanoseconds on CPU) when the kernel has it, otherwise from
-// `stat` utime + stime (clock ticks, 10 ms resolution).
+// Each task's name is read from /proc/<pid>/task/<tid>/stat (comm), its time
+// from `schedstat` (nanoseconds on CPU) when the kernel has it, otherwise
+// from `stat` utime + stime (clock ticks, 10 ms resolution).
 //
 // Threads come and go, and a thread's counters vanish with it, so a sampler
 // thread reads every task periodically and keeps, per tid, the largest value
@@ -24,13 +23,13 @@
 #include <thread>
 #include <vector>
 
-namespace dpukit::kv::bench {
+namespace dpukit {
 
 class ThreadCpuSampler {
  public:
   struct Group {
-    std::string name;    // e.g. "compaction"
-    std::string prefix;  // thread-name prefix, e.g. "rocksdb:low"
+    std::string name;    // what the group is reported as
+    std::string prefix;  // the thread-name prefix (comm, at most 15 characters) of its threads
   };
   // Threads matching no group's prefix are summed under "other". `pid` 0 is
   // this process.
@@ -71,4 +70,4 @@ class ThreadCpuSampler {
   std::thread thread_;
 };
 
-}  // namespace dpukit::kv::bench
+}  // namespace dpukit

@@ -1,4 +1,4 @@
-#include "thread_cpu.h"
+#include "dpukit/core/thread_cpu.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace dpukit::kv::bench {
+namespace dpukit {
 
 namespace {
 bool read_file(const std::string& path, std::string& out) {
@@ -92,8 +92,8 @@ void ThreadCpuSampler::sample() {
       t.base = baseline_ ? r.ns : 0;  // a thread born after start() counts from zero
       t.max = r.ns;
     }
-    // A thread may rename itself after it is first seen (RocksDB names its
-    // pool threads right after creating them): the latest name wins.
+    // A thread may rename itself after it is first seen (thread pools often
+    // name their threads right after creating them): the latest name wins.
     t.group = group_of(r.comm);
     if (r.ns > t.max) t.max = r.ns;
   }
@@ -141,4 +141,4 @@ std::map<std::string, uint64_t> ThreadCpuSampler::threads_seen() const {
   return out;
 }
 
-}  // namespace dpukit::kv::bench
+}  // namespace dpukit

@@ -1,0 +1,126 @@
+#include "dpukit/core/thread_cpu.h"
+
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <thread>
+
+#include "dpukit/core/accounting.h"
+
+namespace dpukit {
+namespace {
+
+// Burns `ns` of this thread's CPU time; returns what it used.
+uint64_t burn(uint64_t ns) {
+  uint64_t start = thread_cpu_ns();
+  volatile uint64_t x = 0;
+  while (thread_cpu_ns() - start < ns) x = x + 1;
+  return thread_cpu_ns() - start;
+}
+
+// schedstat counts nanoseconds; the fallback counts 10 ms ticks.
+uint64_t slack(const ThreadCpuSampler& s) { return std::string(s.clock()) == "schedstat" ? 5'000'000 : 30'000'000; }
+
+TEST(ThreadCpuSampler, GroupsThreadsByNamePrefix) {
+  ThreadCpuSampler s({{"burner", "cpu-test-burn"}, {"sleeper", "cpu-test-sleep"}}, 20);
+  s.start();
+  std::atomic<uint64_t> used{0};
+  std::atomic<bool> release{false};
+  auto hold = [&] {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  std::thread b([&] {
+    pthread_setname_np(pthread_self(), "cpu-test-burn1");
+    used = burn(150'000'000);
+    hold();
+  });
+  std::thread z([&] {
+    pthread_setname_np(pthread_self(), "cpu-test-sleep");
+    hold();
+  });
+  // Stopped while both still exist, so the last sample sees their totals.
+  while (used == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  s.stop();
+  release = true;
+  b.join();
+  z.join();
+  auto cpu = s.cpu_ns();
+  EXPECT_NEAR(double(cpu["burner"]), double(used), double(slack(s))) << "clock " << s.clock();
+  EXPECT_LT(cpu["sleeper"], slack(s));
+  EXPECT_TRUE(cpu.count("other")) << "threads matching no prefix are summed under other";
+  EXPECT_EQ(s.threads_seen()["burner"], 1u);
+}
+
+// A thread that ends between samples keeps what it used up to its last
+// sample; here it idles for several periods first, so that is all of it.
+TEST(ThreadCpuSampler, KeepsTheTimeOfAThreadThatExited) {
+  ThreadCpuSampler s({{"burner", "cpu-test-gone"}}, 20);
+  s.start();
+  uint64_t used = 0;
+  std::thread([&] {
+    pthread_setname_np(pthread_self(), "cpu-test-gone");
+    used = burn(100'000'000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  }).join();
+  s.stop();
+  EXPECT_NEAR(double(s.cpu_ns()["burner"]), double(used), double(slack(s)));
+}
+
+TEST(ThreadCpuSampler, TimeBeforeStartIsNotCounted) {
+  std::atomic<bool> go{false}, done{false};
+  uint64_t before = 0;
+  std::thread t([&] {
+    pthread_setname_np(pthread_self(), "cpu-test-early");
+    before = burn(120'000'000);
+    go = true;
+    while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  while (!go) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ThreadCpuSampler s({{"early", "cpu-test-early"}}, 20);
+  s.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  s.stop();
+  done = true;
+  t.join();
+  EXPECT_GE(before, 120'000'000u);
+  EXPECT_LT(s.cpu_ns()["early"], slack(s)) << "the thread's time before start() was counted";
+}
+
+// Another process's threads: a child names itself and burns a known amount
+// after the sampler took its baseline.
+TEST(ThreadCpuSampler, ReadsAnotherProcess) {
+  int go[2], done[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(done), 0);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::prctl(PR_SET_NAME, "cpu-test-child");
+    char c;
+    if (::read(go[0], &c, 1) != 1) ::_exit(1);
+    uint64_t used = burn(150'000'000);
+    [[maybe_unused]] ssize_t w = ::write(done[1], &used, sizeof(used));
+    ::pause();
+    ::_exit(0);
+  }
+  ThreadCpuSampler s({{"child", "cpu-test-child"}}, 20, child);
+  // The child may not have renamed itself yet: wait until it has.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  s.start();
+  ASSERT_EQ(::write(go[1], "x", 1), 1);
+  uint64_t used = 0;
+  ASSERT_EQ(::read(done[0], &used, sizeof(used)), static_cast<ssize_t>(sizeof(used)));
+  s.stop();
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  for (int fd : {go[0], go[1], done[0], done[1]}) ::close(fd);
+  EXPECT_NEAR(double(s.cpu_ns()["child"]), double(used), double(slack(s)));
+}
+
+}  // namespace
+}  // namespace dpukit
