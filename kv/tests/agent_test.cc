@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,9 +16,8 @@
 
 #include "temp_dir.h"
 #include "dpukit/core/channel.h"
+#include "dpukit/core/process.h"
 #include "protocol.h"
-
-extern char** environ;
 
 namespace dpukit::kv {
 namespace {
@@ -46,42 +44,26 @@ std::string read_text(const fs::path& p) {
 // The agent binary as a child process, its output in a file; killed at the
 // end of the test if it is still running.
 struct AgentProcess {
-  pid_t pid = -1;
   fs::path socket, err;
+  ChildProcess proc;  // killed and reaped when the test ends, if still running
 
   AgentProcess(const fs::path& dir, const std::string& name, std::vector<std::string> args)
       : socket(dir / (name + ".sock")), err(dir / (name + ".err")) {
     args.insert(args.begin(), {DPUKIT_AGENT_TOOL, "--listen", socket.string()});
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 2, 1);
-    int rc = posix_spawn(&pid, DPUKIT_AGENT_TOOL, &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) throw std::runtime_error("cannot start " + std::string(DPUKIT_AGENT_TOOL));
-  }
-  ~AgentProcess() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
+    SpawnOptions o;
+    o.log = err.string();
+    proc = ChildProcess::spawn(args, o);
   }
   // Its wait status, once it exited (killed if it does not within kPatience).
   int wait_exit() {
-    int status = 0;
-    bool exited = eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; });
-    if (!exited) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
+    if (!proc.wait_for(std::chrono::duration_cast<std::chrono::milliseconds>(kPatience))) {
+      proc.kill(SIGKILL);
+      proc.wait();
       ADD_FAILURE() << "the agent did not exit";
     }
-    pid = -1;
-    return status;
+    return proc.status();
   }
-  void signal(int sig) const { ASSERT_EQ(::kill(pid, sig), 0); }
+  void signal(int sig) const { ASSERT_EQ(::kill(proc.pid(), sig), 0); }
   // Connects once the agent listens (it may still be preparing its pool).
   ChannelHost connect() const {
     for (auto deadline = Clock::now() + kPatience;; std::this_thread::sleep_for(10ms)) {

@@ -8,7 +8,6 @@
 #include <rocksdb/listener.h>
 #include <rocksdb/options.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -27,10 +26,10 @@
 #include <set>
 #include <thread>
 
+#include "dpukit/core/process.h"
 #include "dpukit/kv.h"
 #include "temp_dir.h"
 
-extern char** environ;
 
 namespace dpukit::kv {
 namespace {
@@ -174,7 +173,7 @@ struct DbRun {
   nlohmann::json finish() {
     close();
     env.reset();
-    return read_json(tmp.str("plugin-stats.json"));
+    return read_json(tmp.str("plugin-stats.json"))["figures"];  // the plugin's counters, in its dpukit.result/1
   }
 };
 
@@ -423,31 +422,19 @@ TEST(KvPlugin, GetFileSizeOfAFileStillBeingWrittenIsWhatWasAppended) {
 // --- the agent process ---
 #ifdef DPUKIT_AGENT_TOOL
 
-pid_t spawn(std::vector<std::string> args) {
-  std::vector<char*> av;
-  for (auto& a : args) av.push_back(a.data());
-  av.push_back(nullptr);
-  pid_t pid;
-  EXPECT_EQ(posix_spawn(&pid, av[0], nullptr, nullptr, av.data(), environ), 0);
-  return pid;
-}
-
 struct Agent {
   std::string sock, pool, stats, slots = "64", slot_size = "1M";
-  pid_t pid = -1;
+  ChildProcess proc;
   Agent(const TempDir& t) : sock(t.str("agent.sock")), pool(t.str("agent-pool")), stats(t.str("agent-stats.json")) {}
   void start() {
-    pid = spawn({DPUKIT_AGENT_TOOL, "--listen", sock, "--pool", pool, "--slots", slots, "--slot-size", slot_size,
-                 "--stats", stats});
+    proc = ChildProcess::spawn({DPUKIT_AGENT_TOOL, "--listen", sock, "--pool", pool, "--slots", slots, "--slot-size",
+                                slot_size, "--stats", stats});
     for (int i = 0; i < 500 && !fs::exists(sock); ++i) std::this_thread::sleep_for(10ms);
     ASSERT_TRUE(fs::exists(sock)) << "the agent listens";
   }
   void stop(int sig = SIGTERM) {
-    if (pid < 0) return;
-    ::kill(pid, sig);
-    int st;
-    ::waitpid(pid, &st, 0);
-    pid = -1;
+    proc.kill(sig);
+    proc.wait();
   }
   ~Agent() { stop(SIGKILL); }
 };
@@ -503,7 +490,7 @@ TEST(KvPlugin, ARelativeDbPathReachesTheAgentAbsolute) {
   db->Close();
   delete db;
   env.reset();
-  auto st = read_json(tmp.str("plugin-stats.json"));
+  auto st = read_json(tmp.str("plugin-stats.json"))["figures"];
   EXPECT_GT(st["files_offloaded"].get<int>(), 0);
   EXPECT_EQ(st["file_errors"].get<int>(), 0);
 }
@@ -545,7 +532,7 @@ std::thread kill_agent_when(SecondOutputStarted& when, Agent& a) {
     if (!when.cv.wait_for(l, kPatience, [&] { return when.fired; }))
       ADD_FAILURE() << "no compaction thread started a second output: the agent dies with nothing in flight";
     l.unlock();
-    ::kill(a.pid, SIGSTOP);
+    a.proc.kill(SIGSTOP);
     std::this_thread::sleep_for(300ms);
     a.stop(SIGKILL);
   });
@@ -767,8 +754,8 @@ TEST(KvPlugin, HostKilledDuringSyncedWritesKeepsEveryAcknowledgedWrite) {
   ::setenv("DPUKIT_TEST_DB", tmp.str("db").c_str(), 1);
   ::setenv("DPUKIT_TEST_URI", uri.c_str(), 1);
   ::setenv("DPUKIT_TEST_ACK_FD", std::to_string(pipefd[1]).c_str(), 1);
-  pid_t child = spawn({fs::read_symlink("/proc/self/exe").string(), "--gtest_filter=KvHelper.DISABLED_SyncedWriter",
-                       "--gtest_also_run_disabled_tests"});
+  ChildProcess child = ChildProcess::spawn(
+      {own_executable().string(), "--gtest_filter=KvHelper.DISABLED_SyncedWriter", "--gtest_also_run_disabled_tests"});
   ::unsetenv("DPUKIT_TEST_ACK_FD");
   ::close(pipefd[1]);
   uint64_t acked = 0, i;
@@ -778,9 +765,9 @@ TEST(KvPlugin, HostKilledDuringSyncedWritesKeepsEveryAcknowledgedWrite) {
     any = true;
     if (acked >= 6000) break;  // several flushes and compactions under way by now
   }
-  ::kill(child, SIGKILL);
-  int st;
-  ::waitpid(child, &st, 0);
+  child.kill(SIGKILL);
+  child.wait();
+  const int st = child.status();
   while (::read(pipefd[0], &i, sizeof(i)) == sizeof(i)) acked = i;  // acknowledged before it died
   ::close(pipefd[0]);
   ASSERT_TRUE(any) << "the writer never acknowledged a write (exit status " << st << ")";

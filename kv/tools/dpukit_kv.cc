@@ -431,7 +431,7 @@ int bench_command(int argc, char** argv) {
       dpu = agent_cpu_seconds(ag) - agent_cpu0;
     }
     f["dpu_cpu_s"] = dpu;
-    if (fs::exists(plugin_stats)) f["plugin"] = nlohmann::json::parse(slurp(plugin_stats));
+    if (fs::exists(plugin_stats)) f["plugin"] = read_result(plugin_stats)["figures"];
     auto& prm = result.parameters();
     prm["num"] = s.num;
     prm["threads"] = s.threads;

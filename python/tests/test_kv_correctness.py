@@ -59,7 +59,7 @@ def test_pulsedb_fill_and_overwrite_leave_a_consistent_database(kvbench_tool, ag
         stats = tmp_path / f"plugin-{step}.json"
         run([kvbench_tool, step, "--db", db, "--num", KEYS, "--fs-uri", uri, "--drain", *SMALL],
             {**preload, "DPUKIT_KV_STATS": str(stats)})
-        plugin = json.loads(stats.read_text())
+        plugin = json.loads(stats.read_text())["figures"]  # the plugin's counters, in its dpukit.result/1
         assert plugin["files_offloaded"] > 0, step
         assert plugin["file_errors"] == 0 and plugin["files_fallback"] == 0, step
     run([kvbench_tool, "verify", "--db", db, "--fs-uri", uri, "--expect-keys", KEYS], preload)

@@ -13,6 +13,8 @@
 
 #include "dpukit/core/copy.h"
 #include "dpukit/core/log.h"
+#include "dpukit/core/process.h"
+#include "dpukit/core/results.h"
 #include "protocol.h"
 
 namespace dpukit::kv {
@@ -28,11 +30,6 @@ using rocksdb::IOStatus;
 using rocksdb::Slice;
 
 namespace {
-
-uint64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 bool is_table_file(const std::string& fname) {
   return fname.size() > 4 && fname.compare(fname.size() - 4, 4, ".sst") == 0;
@@ -855,16 +852,21 @@ void OffloadFileSystem::write_stats() const {
     j["pool"] = {{"slots", p.slots}, {"free", p.free}, {"claims", p.claims}, {"exhausted", p.exhausted},
                  {"released", p.released}, {"reclaimed", p.reclaimed}};
   }
-  std::string tmp = options_.stats_file + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << j.dump(2) << "\n";
-    if (!out) {
-      log_warn("kv: cannot write the plugin stats to " + options_.stats_file);
-      return;
-    }
+  // A dpukit.result/1 of the host process it is loaded into; its CPU is the
+  // tool's to measure (dpukit-kv samples the plugin's threads by name).
+  std::string program = "?";
+  try {
+    program = own_executable().filename().string();
+  } catch (const std::exception&) {
   }
-  std::filesystem::rename(tmp, options_.stats_file);
+  Result r("libdpukit_kv", {program});
+  r.parameters()["uri_mode"] = j["mode"];
+  r.figures() = std::move(j);
+  try {
+    r.write(options_.stats_file);
+  } catch (const std::exception& e) {
+    log_warn(std::string("kv: cannot write the plugin stats: ") + e.what());
+  }
 }
 
 }  // namespace dpukit::kv
