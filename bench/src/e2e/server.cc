@@ -97,6 +97,28 @@ struct OwnBuffers {
   }
 };
 
+// A receiving thread's loop over its own buffers until the run is done:
+// `before(now)` as each batch arrives, `each(i, datagram, header, now)` for
+// every datagram that passes the checks of `program`, `after()` after each
+// batch.
+template <class Shared, class Before, class Each, class After>
+void receive_loop(int fd, Shared& s, OwnBuffers& b, unsigned batch, Program program, Before before, Each each,
+                  After after) {
+  Header h;
+  for (;;) {
+    const unsigned n = b.batch.receive(fd, batch, !s.draining());
+    const uint64_t now = now_ns();
+    before(now);
+    if (n) s.rx.on_batch(now);
+    for (unsigned i = 0; i < n; ++i) {
+      const auto d = b.datagram(i);
+      if (s.rx.check(d, b.batch.truncated(i), program, h)) each(i, d, h, now);
+    }
+    after();
+    if (s.done(n, now)) break;
+  }
+}
+
 // Replies staged for one sendmmsg.
 class ReplySender {
  public:
@@ -277,17 +299,12 @@ nlohmann::json Server::run_flowtable_sw(Shared& s, CpuAccount& cpu) {
     s.pin(place == Place::kDpu ? config_.placement.dpu : config_.placement.host, "e2e-flowtable");
     OwnBuffers b(config_.batch);
     PlaceTimer timer(cpu, place);
-    Header h;
-    for (;;) {
-      const unsigned n = b.batch.receive(socket_.fd(), config_.batch, !s.draining());
-      const uint64_t now = now_ns();
-      if (n) s.rx.on_batch(now);
-      for (unsigned i = 0; i < n; ++i) {
-        const auto d = b.datagram(i);
-        if (s.rx.check(d, b.batch.truncated(i), Program::kFlowTable, h)) table.add(h.key, static_cast<uint32_t>(d.size()));
-      }
-      if (s.done(n, now)) break;
-    }
+    receive_loop(
+        socket_.fd(), s, b, config_.batch, Program::kFlowTable, [](uint64_t) {},
+        [&](unsigned, std::span<const uint8_t> d, const Header& h, uint64_t) {
+          table.add(h.key, static_cast<uint32_t>(d.size()));
+        },
+        [] {});
   });
   t.join();
   const MissPath::Totals tot = software_totals(table);
@@ -319,27 +336,23 @@ nlohmann::json Server::run_flowtable_hw(Shared& s, CpuAccount& cpu) {
     std::vector<Miss> staged;
     staged.reserve(config_.batch);
     PlaceTimer timer(cpu, Place::kHw);
-    Header h;
-    for (;;) {
-      const unsigned n = b.batch.receive(socket_.fd(), config_.batch, !s.draining());
-      const uint64_t now = now_ns();
-      table.service(now);  // insertions that fell due take effect before these packets are looked up
-      if (n) s.rx.on_batch(now);
-      for (unsigned i = 0; i < n; ++i) {
-        const auto d = b.datagram(i);
-        if (!s.rx.check(d, b.batch.truncated(i), Program::kFlowTable, h)) continue;
-        if (table.match(h.key, static_cast<uint32_t>(d.size()), now)) {
-          ++hw_hits;
-        } else {
-          staged.push_back({h.key, static_cast<uint16_t>(d.size())});
-        }
-      }
-      if (!staged.empty()) {
-        nic_waits += misses.push_all(staged.data(), staged.size());
-        staged.clear();
-      }
-      if (s.done(n, now)) break;
-    }
+    receive_loop(
+        socket_.fd(), s, b, config_.batch, Program::kFlowTable,
+        // insertions that fell due take effect before these packets are looked up
+        [&](uint64_t now) { table.service(now); },
+        [&](unsigned, std::span<const uint8_t> d, const Header& h, uint64_t now) {
+          if (table.match(h.key, static_cast<uint32_t>(d.size()), now)) {
+            ++hw_hits;
+          } else {
+            staged.push_back({h.key, static_cast<uint16_t>(d.size())});
+          }
+        },
+        [&] {
+          if (!staged.empty()) {
+            nic_waits += misses.push_all(staged.data(), staged.size());
+            staged.clear();
+          }
+        });
     misses.close();
   });
   std::thread sw([&] {
@@ -393,21 +406,14 @@ nlohmann::json Server::run_apprecog_single(Shared& s, CpuAccount& cpu, Place pla
     AppRecognizer& rec = *recognizers_.at(0);
     OwnBuffers b(config_.batch);
     PlaceTimer timer(cpu, place);
-    Header h;
-    for (;;) {
-      const unsigned n = b.batch.receive(socket_.fd(), config_.batch, !s.draining());
-      const uint64_t now = now_ns();
-      if (n) s.rx.on_batch(now);
-      for (unsigned i = 0; i < n; ++i) {
-        const auto d = b.datagram(i);
-        if (!s.rx.check(d, b.batch.truncated(i), Program::kAppRecog, h)) continue;
-        const Action a = rec.recognize(d.subspan(kHeaderBytes));
-        actions.add(a);
-        rec.reply(h, a, d, replies.next(b.from[i]));
-      }
-      replies.flush();
-      if (s.done(n, now)) break;
-    }
+    receive_loop(
+        socket_.fd(), s, b, config_.batch, Program::kAppRecog, [](uint64_t) {},
+        [&](unsigned i, std::span<const uint8_t> d, const Header& h, uint64_t) {
+          const Action a = rec.recognize(d.subspan(kHeaderBytes));
+          actions.add(a);
+          rec.reply(h, a, d, replies.next(b.from[i]));
+        },
+        [&] { replies.flush(); });
   });
   t.join();
   return {{"dpu_work", place == Place::kDpu ? "all" : "none"},

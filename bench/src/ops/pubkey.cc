@@ -314,6 +314,22 @@ class LibSign final : public Kernel {
 
 // ---- Operators --------------------------------------------------------------
 
+// One signer per thread, each with its own EVP_PKEY (made by `make_key`).
+template <class MakeKey>
+std::vector<std::unique_ptr<Kernel>> lib_sign_kernels(unsigned threads, MakeKey make_key, bool rsa_pkcs1,
+                                                      size_t der_scalar) {
+  std::vector<std::unique_ptr<Kernel>> v;
+  for (unsigned t = 0; t < threads; ++t) v.push_back(std::make_unique<LibSign>(make_key(), rsa_pkcs1, der_scalar));
+  return v;
+}
+
+// DSA and ECDSA draw k at random: any signature the ref verifier accepts is right.
+template <class RefSigner>
+std::string signature_mismatch(const RefSigner& ref, size_t bytes, std::span<const uint8_t> in, const Bytes& got) {
+  if (got.size() != bytes) return "signature is " + std::to_string(got.size()) + " bytes, not " + std::to_string(bytes);
+  return ref.verify(in, got) ? "" : "r || s " + hex(got) + " does not verify with the ref verifier";
+}
+
 class Rsa final : public Operator {
  public:
   const OperatorInfo& info() const override {
@@ -330,11 +346,7 @@ class Rsa final : public Operator {
     const RsaKeyHex& key = rsa_key_hex(bits);
     switch (b) {
       case Backend::kRef: return kernels_of<RefRsaSign>(threads, rsa_ref(bits));
-      case Backend::kLib: {
-        std::vector<std::unique_ptr<Kernel>> v;
-        for (unsigned t = 0; t < threads; ++t) v.push_back(std::make_unique<LibSign>(openssl_rsa_key(key), true, 0));
-        return v;
-      }
+      case Backend::kLib: return lib_sign_kernels(threads, [&] { return openssl_rsa_key(key); }, true, 0);
       case Backend::kDev: {
         DevRsaKey k;
         for (auto [field, text] : {std::pair{&k.n, key.n}, {&k.e, key.e}, {&k.d, key.d}, {&k.p, key.p},
@@ -367,12 +379,7 @@ class Dsa final : public Operator {
       case Backend::kRef:
         dsa_ref();  // builds and checks the key on this thread
         return kernels_of<RefDsaSign>(threads);
-      case Backend::kLib: {
-        std::vector<std::unique_ptr<Kernel>> v;
-        for (unsigned t = 0; t < threads; ++t)
-          v.push_back(std::make_unique<LibSign>(openssl_dsa_key(kDsa2048Key), false, 32));
-        return v;
-      }
+      case Backend::kLib: return lib_sign_kernels(threads, [] { return openssl_dsa_key(kDsa2048Key); }, false, 32);
       case Backend::kDev:
         return dev_dsa_sign_kernels({key_bytes(kDsa2048Key.p), key_bytes(kDsa2048Key.q), key_bytes(kDsa2048Key.g),
                                      key_bytes(kDsa2048Key.x)},
@@ -380,12 +387,8 @@ class Dsa final : public Operator {
     }
     throw Unavailable("no such backend");
   }
-  // OpenSSL draws k at random: any signature the ref verifier accepts is right.
   std::string mismatch(std::span<const uint8_t> in, const Bytes&, const Bytes& got) const override {
-    if (got.size() != dsa_ref().signature_bytes())
-      return "signature is " + std::to_string(got.size()) + " bytes, not " +
-             std::to_string(dsa_ref().signature_bytes());
-    return dsa_ref().verify(in, got) ? "" : "r || s " + hex(got) + " does not verify with the ref verifier";
+    return signature_mismatch(dsa_ref(), dsa_ref().signature_bytes(), in, got);
   }
 };
 
@@ -404,12 +407,7 @@ class Ecdsa final : public Operator {
       case Backend::kRef:
         ecdsa_ref();  // builds and checks the key on this thread
         return kernels_of<RefEcdsaSign>(threads);
-      case Backend::kLib: {
-        std::vector<std::unique_ptr<Kernel>> v;
-        for (unsigned t = 0; t < threads; ++t)
-          v.push_back(std::make_unique<LibSign>(openssl_p256_key(kP256Key), false, 32));
-        return v;
-      }
+      case Backend::kLib: return lib_sign_kernels(threads, [] { return openssl_p256_key(kP256Key); }, false, 32);
       case Backend::kDev: {
         const Bytes d = BigInt::from_hex(kP256Key.d).to_bytes(32);
         return dev_ecdsa_p256_sign_kernels(d, threads);
@@ -418,9 +416,7 @@ class Ecdsa final : public Operator {
     throw Unavailable("no such backend");
   }
   std::string mismatch(std::span<const uint8_t> in, const Bytes&, const Bytes& got) const override {
-    if (got.size() != bn::EcdsaP256Sha256::kSignatureBytes)
-      return "signature is " + std::to_string(got.size()) + " bytes, not 64";
-    return ecdsa_ref().verify(in, got) ? "" : "r || s " + hex(got) + " does not verify with the ref verifier";
+    return signature_mismatch(ecdsa_ref(), bn::EcdsaP256Sha256::kSignatureBytes, in, got);
   }
 };
 
