@@ -31,16 +31,10 @@
 #include "dev/cryptodev.h"
 #include "dpdk_env.h"
 #include "operator.h"
+#include "test_vectors.h"
 
 namespace dpukit::bench {
 namespace {
-
-Bytes from_hex(std::string_view h) {
-  Bytes v;
-  auto nibble = [](char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; };
-  for (size_t i = 0; i + 1 < h.size(); i += 2) v.push_back(static_cast<uint8_t>(nibble(h[i]) << 4 | nibble(h[i + 1])));
-  return v;
-}
 
 Bytes random_bytes(size_t n, uint64_t seed) {
   Bytes b(n);

@@ -12,16 +12,11 @@
 
 #include "hash_ref.h"
 #include "operator.h"
+#include "test_vectors.h"
 
 namespace dpukit::bench {
 namespace {
 
-std::vector<uint8_t> from_hex(std::string_view h) {
-  std::vector<uint8_t> v;
-  auto nibble = [](char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; };
-  for (size_t i = 0; i + 1 < h.size(); i += 2) v.push_back(static_cast<uint8_t>(nibble(h[i]) << 4 | nibble(h[i + 1])));
-  return v;
-}
 std::span<const uint8_t> text(std::string_view s) { return {reinterpret_cast<const uint8_t*>(s.data()), s.size()}; }
 template <size_t N>
 std::string hex_of(const std::array<uint8_t, N>& a) {
