@@ -44,6 +44,12 @@ class Kernel {
   virtual void process_burst(std::span<const std::span<const uint8_t>> in, std::span<Bytes> out) {
     for (size_t i = 0; i < in.size(); ++i) process(in[i], out[i]);
   }
+  // Packed inputs (Operator::packed_inputs): in.size() / unit units of
+  // `unit` bytes each, end to end; their outputs, end to end, replace the
+  // contents of `out`. The runner times this form for such operators; a
+  // kernel overrides it where the library takes arrays (rte_lpm_lookup_bulk)
+  // and must give the same bytes as process() unit by unit.
+  virtual void process_packed(std::span<const uint8_t> in, size_t unit, Bytes& out);
 };
 
 class Operator {
@@ -57,6 +63,11 @@ class Operator {
   // How many distinct inputs a thread cycles through (LPM wants many
   // addresses so that lookups are not all cache hits).
   virtual size_t input_count(size_t /*size*/) const { return 256; }
+  // The timed loop reads the inputs packed end to end in one array (as an
+  // application holds a list of addresses), through Kernel::process_packed,
+  // instead of each from its own buffer (as packets are). The inputs are
+  // then all of one size.
+  virtual bool packed_inputs() const { return false; }
 
   // One kernel per thread, all made on the caller's thread before any runs
   // (a backend sets up its shared state, e.g. a route table or a device with

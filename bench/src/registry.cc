@@ -57,6 +57,15 @@ std::map<std::string, std::string> operator_params(const std::string& op) {
   return find_operator(op).default_params();
 }
 
+void Kernel::process_packed(std::span<const uint8_t> in, size_t unit, Bytes& out) {
+  out.clear();
+  Bytes one;
+  for (size_t at = 0; at + unit <= in.size(); at += unit) {
+    process(in.subspan(at, unit), one);
+    out.insert(out.end(), one.begin(), one.end());
+  }
+}
+
 std::vector<Bytes> Operator::make_inputs(size_t size, size_t count, uint64_t seed) const {
   std::vector<Bytes> v(count, Bytes(size));
   for (size_t i = 0; i < count; ++i) fill_random(v[i], seed * 1000003 + i);

@@ -87,6 +87,29 @@ double median(std::vector<double> v) {
   return n == 0 ? 0 : (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
 }
 
+// The inputs as the timed loop reads them: each in its own buffer, or (an
+// operator's packed_inputs) copied end to end into one array of units of
+// one size.
+struct TimedInputs {
+  TimedInputs(const std::vector<Bytes>& inputs, bool packed) : count(inputs.size()), packed(packed) {
+    if (!packed) {
+      views.assign(inputs.begin(), inputs.end());
+      return;
+    }
+    unit = inputs.empty() ? 0 : inputs[0].size();
+    arena.reserve(unit * inputs.size());
+    for (const Bytes& b : inputs) {
+      if (b.size() != unit) throw std::logic_error("packed inputs must all be of one size");
+      arena.insert(arena.end(), b.begin(), b.end());
+    }
+  }
+  size_t count;
+  bool packed;
+  size_t unit = 0;
+  Bytes arena;
+  std::vector<std::span<const uint8_t>> views;  // unpacked
+};
+
 struct Rep {
   uint64_t ops = 0;
   uint64_t wall_ns = 0;
@@ -96,7 +119,7 @@ struct Rep {
 // Warm-up, then `reps` timed phases; all threads start each phase together
 // and run until the main thread raises `stop` after the phase's time.
 std::vector<Rep> time_point(std::vector<std::unique_ptr<Kernel>>& kernels, unsigned threads,
-                            const std::vector<Bytes>& inputs, const CpuSet& cpus, const RunOptions& o) {
+                            const TimedInputs& inputs, const CpuSet& cpus, const RunOptions& o) {
   const unsigned phases = o.repetitions + 1;
   std::atomic<bool> stop{false};
   std::barrier sync(threads + 1);
@@ -112,11 +135,12 @@ std::vector<Rep> time_point(std::vector<std::unique_ptr<Kernel>>& kernels, unsig
         pin_current_thread(one);
       }
       Kernel& k = *kernels[t];
-      // Views of the inputs, so that a burst is a plain subspan (no wrap).
-      const std::vector<std::span<const uint8_t>> views(inputs.begin(), inputs.end());
+      // The thread's own copy of the views; a burst is a plain subspan (no wrap).
+      const std::vector<std::span<const uint8_t>> views(inputs.views.begin(), inputs.views.end());
+      const size_t count = inputs.count, unit = inputs.unit;
       std::vector<Bytes> outs(kMaxBurst);
       uint64_t sink = 0;
-      size_t j = (t * 7919) % inputs.size();  // threads start at different inputs
+      size_t j = (t * 7919) % count;  // threads start at different inputs
       for (unsigned p = 0; p < phases; ++p) {
         // The warm-up runs one unit at a time; the repetitions run bursts
         // sized so that one burst takes about 2 us, which keeps the runner's
@@ -125,12 +149,17 @@ std::vector<Rep> time_point(std::vector<std::unique_ptr<Kernel>>& kernels, unsig
         const size_t burst = p == 0 ? 1 : burst_size;
         uint64_t c0 = thread_cpu_ns(), n = 0;
         while (!stop.load(std::memory_order_relaxed)) {
-          const size_t b = std::min(burst, views.size() - j);
-          k.process_burst({views.data() + j, b}, {outs.data(), b});
-          sink += digest(outs[b - 1]);
+          const size_t b = std::min(burst, count - j);
+          if (inputs.packed) {
+            k.process_packed({inputs.arena.data() + j * unit, b * unit}, unit, outs[0]);
+            sink += digest(outs[0]);
+          } else {
+            k.process_burst({views.data() + j, b}, {outs.data(), b});
+            sink += digest(outs[b - 1]);
+          }
           n += b;
           j += b;
-          if (j == views.size()) j = 0;
+          if (j == count) j = 0;
         }
         ops[t][p] = n;
         cpu[t][p] = thread_cpu_ns() - c0;
@@ -199,9 +228,23 @@ size_t check_against_ref(const Operator& op, Backend backend, size_t size, const
       }
     }
   }
-  // The burst form must give the same outputs (a kernel may override it).
+  // The burst form must give the same outputs (a kernel may override it),
+  // and for packed inputs the packed form too.
   const size_t b = std::min({n, kMaxBurst, inputs.size()});
   if (b == 0) return n;
+  if (op.packed_inputs()) {
+    Bytes packed, want_all, got_all;
+    for (size_t i = 0; i < b; ++i) {
+      packed.insert(packed.end(), inputs[i].begin(), inputs[i].end());
+      ref[0]->process(inputs[i], want);
+      want_all.insert(want_all.end(), want.begin(), want.end());
+    }
+    kernels[0]->process_packed(packed, inputs[0].size(), got_all);
+    if (got_all != want_all)
+      throw CheckFailed(op.info().name + " " + backend_name(backend) + " differs from ref at size " +
+                        std::to_string(size) + " in a packed burst of " + std::to_string(b) + ": " +
+                        describe_difference(want_all, got_all));
+  }
   std::vector<std::span<const uint8_t>> views(inputs.begin(), inputs.begin() + static_cast<ptrdiff_t>(b));
   std::vector<Bytes> outs(b);
   kernels[0]->process_burst(views, outs);
@@ -283,8 +326,9 @@ nlohmann::json run(const RunOptions& o) {
           ++done;
           continue;
         }
+        const TimedInputs timed(inputs, op.packed_inputs());
         for (unsigned threads : o.threads) {
-          std::vector<Rep> reps = time_point(kernels, threads, inputs, cpus, o);
+          std::vector<Rep> reps = time_point(kernels, threads, timed, cpus, o);
           std::vector<double> mops, util;
           for (const Rep& r : reps) {
             mops.push_back(static_cast<double>(r.ops) / (static_cast<double>(r.wall_ns) / 1e9) / 1e6);

@@ -444,6 +444,41 @@ TEST(NetworkLpm, RandomTableBackendsAgreeOnPackets) {
   }
 }
 
+// input=address (the work of lpm_perf_autotest): each input is the packet's
+// destination alone, packed into one array, and looks up the same next hop.
+TEST(NetworkLpm, AddressInputLooksUpWhatThePacketDoes) {
+  Operator& op = find_operator("lpm");
+  for (const char* addresses : {"packet", "uniform"}) {
+    WithParams packets(op, {{"routes", "20000"}, {"seed", "5"}, {"addresses", addresses}});
+    const auto frames = op.make_inputs(64, 5000, 9);
+    EXPECT_FALSE(op.packed_inputs());
+    EXPECT_EQ(op.work_bytes(64), 64u);
+    auto ref = op.make_kernels(Backend::kRef, 64, 1);
+    std::vector<Bytes> want(frames.size());
+    for (size_t i = 0; i < frames.size(); ++i) ref[0]->process(frames[i], want[i]);
+
+    WithParams bare(op, {{"routes", "20000"}, {"seed", "5"}, {"addresses", addresses}, {"input", "address"}});
+    EXPECT_TRUE(op.packed_inputs());
+    EXPECT_EQ(op.work_bytes(64), 4u);
+    const auto addrs = op.make_inputs(64, 5000, 9);
+    ASSERT_EQ(addrs.size(), frames.size());
+    for (auto b : {Backend::kRef, Backend::kLib}) {
+      auto k = op.make_kernels(b, 64, 1);
+      Bytes got;
+      for (size_t i = 0; i < addrs.size(); ++i) {
+        ASSERT_EQ(addrs[i].size(), 4u);
+        ASSERT_EQ(load_be32(addrs[i].data()), load_be32(&frames[i][kEthLen + 16])) << addresses << " #" << i;
+        k[0]->process(addrs[i], got);
+        ASSERT_EQ(got, want[i]) << addresses << " #" << i;
+      }
+    }
+    auto lib = op.make_kernels(Backend::kLib, 64, 2);  // the runner's check, bursts included
+    EXPECT_EQ(check_against_ref(op, Backend::kLib, 64, addrs, lib), 512u);
+  }
+  WithParams bad(op, {{"input", "header"}});
+  EXPECT_THROW(op.make_kernels(Backend::kRef, 64, 1), std::invalid_argument);
+}
+
 TEST(NetworkLpm, InputCountIsBoundedByMemory) {
   Operator& op = find_operator("lpm");
   op.reset_params();

@@ -104,6 +104,23 @@ TEST(RunnerSweep, EveryPointHasConsistentFigures) {
   EXPECT_EQ(f.at("operators").at("memcpy"), 1);
 }
 
+// An operator whose inputs are packed into one array (lpm input=address) is
+// checked and timed like any other; Gbps counts its work bytes (4 a lookup).
+TEST(RunnerSweep, PackedInputsAreTimed) {
+  RunOptions o = short_run({"lpm"});
+  o.threads = {1, 2};
+  o.params = {{"lpm.routes", "2000"}, {"lpm.inputs", "4096"}, {"lpm.input", "address"}};
+  nlohmann::json f = run(o);
+  ASSERT_EQ(f.at("points").size(), o.backends.size() * o.sizes.size() * 2);
+  for (const auto& p : f.at("points")) {
+    const double mops = p.at("mops").get<double>();
+    EXPECT_GT(mops, 0);
+    EXPECT_NEAR(p.at("gbps").get<double>(), mops * 8.0 * 4 / 1e3, mops * 1e-9);
+  }
+  EXPECT_EQ(f.at("operator_parameters").at("lpm").at("input"), "address");
+  find_operator("lpm").reset_params();  // the run leaves them set
+}
+
 TEST(RunnerSweep, UnavailableBackendsAreReportedNotTimed) {
   RunOptions o = short_run({"memcpy"});
   o.backends = {Backend::kDev};

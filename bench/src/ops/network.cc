@@ -453,33 +453,36 @@ class DpdkLpm {
   throw std::invalid_argument("lpm: a " + std::to_string(size) + "-byte input holds no IPv4 destination");
 }
 
-inline uint32_t destination_of(std::span<const uint8_t> packet) {
-  if (packet.size() < kDstOffset + 4) [[unlikely]]
-    throw_too_short(packet.size());
-  return load_be32(&packet[kDstOffset]);
+// Where an input holds the address to look up: a packet's IPv4 destination,
+// or (input=address) the input is the address itself.
+inline uint32_t destination_of(std::span<const uint8_t> in, size_t offset) {
+  if (in.size() < offset + 4) [[unlikely]]
+    throw_too_short(in.size());
+  return load_be32(&in[offset]);
 }
 
 class RefLpmKernel final : public Kernel {
  public:
-  explicit RefLpmKernel(std::shared_ptr<const PrefixTrie> trie) : trie_(std::move(trie)) {}
+  RefLpmKernel(std::shared_ptr<const PrefixTrie> trie, size_t offset) : trie_(std::move(trie)), offset_(offset) {}
   void process(std::span<const uint8_t> in, Bytes& out) override {
-    const uint32_t hop = trie_->lookup(destination_of(in));
+    const uint32_t hop = trie_->lookup(destination_of(in, offset_));
     out.resize(4);
     store_be32(out.data(), hop);
   }
 
  private:
   std::shared_ptr<const PrefixTrie> trie_;
+  size_t offset_;
 };
 
 class LibLpmKernel final : public Kernel {
  public:
-  explicit LibLpmKernel(std::shared_ptr<const DpdkLpm> lpm)
-      : lpm_(std::move(lpm)), table_(lpm_->table()), default_hop_(lpm_->default_hop()) {}
+  LibLpmKernel(std::shared_ptr<const DpdkLpm> lpm, size_t offset)
+      : lpm_(std::move(lpm)), table_(lpm_->table()), default_hop_(lpm_->default_hop()), offset_(offset) {}
   void process(std::span<const uint8_t> in, Bytes& out) override {
     const uint32_t fallback = default_hop_;
     uint32_t hop = 0;
-    const int rc = rte_lpm_lookup(table_, destination_of(in), &hop);
+    const int rc = rte_lpm_lookup(table_, destination_of(in, offset_), &hop);
     // Hit or miss is known only when the (likely cache-missing) table read
     // returns: a branch on it that mispredicts flushes every lookup the CPU
     // has started behind this one, so both values are at hand for a select.
@@ -492,19 +495,37 @@ class LibLpmKernel final : public Kernel {
   void process_burst(std::span<const std::span<const uint8_t>> in, std::span<Bytes> out) override {
     uint32_t ips[kMaxBurst], hops[kMaxBurst];
     const size_t n = in.size();
-    for (size_t i = 0; i < n; ++i) ips[i] = destination_of(in[i]);
+    for (size_t i = 0; i < n; ++i) ips[i] = destination_of(in[i], offset_);
     rte_lpm_lookup_bulk(table_, ips, hops, static_cast<unsigned>(n));
     for (size_t i = 0; i < n; ++i) {
-      const uint32_t hop = (hops[i] & RTE_LPM_LOOKUP_SUCCESS) ? (hops[i] & 0x00FFFFFF) : default_hop_;
       out[i].resize(4);
-      store_be32(out[i].data(), hop);
+      store_be32(out[i].data(), next_hop(hops[i]));
+    }
+  }
+  // An array of addresses (input=address), as lpm_perf_autotest looks up:
+  // rte_lpm_lookup_bulk from the array (in network order, so swapped first,
+  // as an application does), hops into one array.
+  void process_packed(std::span<const uint8_t> in, size_t unit, Bytes& out) override {
+    if (unit != 4) return Kernel::process_packed(in, unit, out);
+    const size_t n = in.size() / 4;
+    out.resize(n * 4);
+    uint32_t ips[kMaxBurst], hops[kMaxBurst];
+    for (size_t at = 0; at < n; at += kMaxBurst) {
+      const size_t m = std::min(kMaxBurst, n - at);
+      for (size_t i = 0; i < m; ++i) ips[i] = load_be32(&in[(at + i) * 4]);
+      rte_lpm_lookup_bulk(table_, ips, hops, static_cast<unsigned>(m));
+      for (size_t i = 0; i < m; ++i) store_be32(&out[(at + i) * 4], next_hop(hops[i]));
     }
   }
 
  private:
+  uint32_t next_hop(uint32_t bulk_result) const {
+    return (bulk_result & RTE_LPM_LOOKUP_SUCCESS) ? (bulk_result & 0x00FFFFFF) : default_hop_;
+  }
   std::shared_ptr<const DpdkLpm> lpm_;  // keeps the table alive
   const rte_lpm* table_;
   uint32_t default_hop_;
+  size_t offset_;
 };
 
 // Parameters:
@@ -526,12 +547,18 @@ class LibLpmKernel final : public Kernel {
 //   inputs     distinct packets a thread cycles through; 0 (default) = as
 //              many as 64 MiB of packets hold, 4096 to 1048576 (many
 //              addresses, so that the table is not all in cache).
+//   input      packet (default): the operator's work per packet, the
+//                destination read from the frame;
+//              address: each input is the 4-byte destination alone, the
+//                inputs packed in one array (what lpm_perf_autotest looks
+//                up, from its compact array); Gbps then counts 4 bytes a
+//                lookup.
 //
 // Beside DPDK's own figure (`./dpukit eval --only bench.lpm`): the test's
-// table (lpm.table=dpdk-perf) and uniformly random addresses
-// (lpm.addresses=uniform). The test looks its addresses up from a compact
-// array; this operator reads each from a packet in memory, which is most of
-// the difference (bench/bench/lpm_layout_bench.cc measures it apart).
+// table (lpm.table=dpdk-perf), uniformly random addresses
+// (lpm.addresses=uniform) and, for the same work, lpm.input=address. Reading
+// each address from a packet in memory costs the operator more than the
+// lookup itself (bench/bench/lpm_layout_bench.cc measures it apart).
 class Lpm final : public Operator {
  public:
   const OperatorInfo& info() const override {
@@ -543,8 +570,12 @@ class Lpm final : public Operator {
     return i;
   }
   std::map<std::string, std::string> default_params() const override {
-    return {{"table", "random"}, {"routes", "100000"}, {"seed", "1"}, {"addresses", "packet"}, {"inputs", "0"}};
+    return {{"table", "random"}, {"routes", "100000"}, {"seed", "1"},
+            {"addresses", "packet"}, {"inputs", "0"}, {"input", "packet"}};
   }
+
+  size_t work_bytes(size_t size) const override { return address_input() ? 4 : size; }
+  bool packed_inputs() const override { return address_input(); }
 
   size_t input_count(size_t size) const override {
     if (uint64_t n = param_u64("inputs")) return n;
@@ -555,9 +586,19 @@ class Lpm final : public Operator {
   std::vector<Bytes> make_inputs(size_t size, size_t count, uint64_t seed) const override {
     std::vector<Bytes> v = make_packets(size, count, seed);
     const std::string mode = param("addresses");
-    if (mode == "packet") return v;
-    if (mode != "uniform") throw std::invalid_argument("lpm.addresses: '" + mode + "' is not packet or uniform");
+    if (mode != "packet" && mode != "uniform")
+      throw std::invalid_argument("lpm.addresses: '" + mode + "' is not packet or uniform");
+    const bool uniform = mode == "uniform";
     Rng rng(seed ^ param_u64("seed") << 20 ^ 0x61646472ull);
+    if (address_input()) {
+      for (Bytes& p : v) {
+        const uint32_t a = uniform ? rng.u32() : load_be32(&p[kDstOffset]);
+        p.assign(4, 0);
+        store_be32(p.data(), a);
+      }
+      return v;
+    }
+    if (!uniform) return v;
     for (Bytes& p : v) {
       uint8_t* ip = p.data() + kEthLen;
       store_be32(ip + 16, rng.u32());
@@ -572,14 +613,22 @@ class Lpm final : public Operator {
 
   std::vector<std::unique_ptr<Kernel>> make_kernels(Backend b, size_t, unsigned threads) const override {
     switch (b) {
-      case Backend::kRef: return kernels_of<RefLpmKernel>(threads, tables().trie());
-      case Backend::kLib: return kernels_of<LibLpmKernel>(threads, tables().dpdk());
+      case Backend::kRef: return kernels_of<RefLpmKernel>(threads, tables().trie(), address_offset());
+      case Backend::kLib: return kernels_of<LibLpmKernel>(threads, tables().dpdk(), address_offset());
       case Backend::kDev: break;
     }
     throw Unavailable("no DPDK device class for LPM; on a DPU the eSwitch does route lookup through rte_flow");
   }
 
  private:
+  bool address_input() const {
+    const std::string v = param("input");
+    if (v != "packet" && v != "address")
+      throw std::invalid_argument("lpm.input: '" + v + "' is neither packet nor address");
+    return v == "address";
+  }
+  size_t address_offset() const { return address_input() ? 0 : kDstOffset; }
+
   // The last table built, with its trie and rte_lpm made on first use, so a
   // sweep over sizes and backends builds each once.
   struct Tables {

@@ -379,24 +379,33 @@ def lpm(ctx: Context) -> Section:
     sec = Section("bench.lpm: the lib LPM against DPDK's lpm_perf_autotest")
     if skipped_in_quick_mode(ctx, sec, "bench.lpm", " (each run builds a 1 M-route table: minutes)"):
         return sec
-    ours_args = ["--ops", "lpm", "--backend", "lib", "--sizes", 64, "--threads", 1, "--place", "host",
-                 "--host-cpus", TOOLS_CPU, "--param", "lpm.table=dpdk-perf,lpm.addresses=uniform",
-                 "--warmup", 0.2, "--min-time", 1, "--repetitions", 5]
+    # input=address is the test's work (addresses from one compact array);
+    # input=packet is the operator's (each address read from its packet).
+    inputs = {"address": "4-byte addresses in one array (the test's work)",
+              "packet": "the destination of 64-byte packets (the operator's work)"}
+
+    def ours_args(mode: str) -> list[Any]:
+        return ["--ops", "lpm", "--backend", "lib", "--sizes", 64, "--threads", 1, "--place", "host",
+                "--host-cpus", TOOLS_CPU, "--param", f"lpm.table=dpdk-perf,lpm.addresses=uniform,lpm.input={mode}",
+                "--warmup", 0.2, "--min-time", 1, "--repetitions", 5]
+
     theirs: dict[str, list[float]] = {}
-    ours: list[float] = []
+    ours: dict[str, list[float]] = {m: [] for m in inputs}
     micro: dict[str, list[float]] = {}
     tsc_hz, command = 0.0, ""
-    for rnd in range(LPM_ROUNDS):  # interleaved: the three measurements in turn, each round
-        ctx.progress(f"round {rnd + 1}: dpdk-test lpm_perf_autotest", 3 * rnd + 1, 3 * LPM_ROUNDS)
+    steps = 2 + len(inputs)
+    for rnd in range(LPM_ROUNDS):  # interleaved: the measurements in turn, each round
+        ctx.progress(f"round {rnd + 1}: dpdk-test lpm_perf_autotest", steps * rnd + 1, steps * LPM_ROUNDS)
         t = lpm_perf_autotest(ctx.timeout or 900.0)
         command = t["command"]
         for k, v in t["cycles"].items():
             theirs.setdefault(k, []).append(v)
-        ctx.progress(f"round {rnd + 1}: dpukit-bench lpm", 3 * rnd + 2, 3 * LPM_ROUNDS)
-        r = run_bench(ctx, ours_args, f"lpm-r{rnd}")
-        ours.append(r["figures"]["points"][0]["mops"])
-        tsc_hz = r["figures"]["dpdk"]["tsc_hz"]
-        ctx.progress(f"round {rnd + 1}: bench_bench (layout)", 3 * rnd + 3, 3 * LPM_ROUNDS)
+        for i, mode in enumerate(inputs):
+            ctx.progress(f"round {rnd + 1}: dpukit-bench lpm, input={mode}", steps * rnd + 2 + i, steps * LPM_ROUNDS)
+            r = run_bench(ctx, ours_args(mode), f"lpm-{mode}-r{rnd}")
+            ours[mode].append(r["figures"]["points"][0]["mops"])
+            tsc_hz = r["figures"]["dpdk"]["tsc_hz"]
+        ctx.progress(f"round {rnd + 1}: bench_bench (layout)", steps * rnd + steps, steps * LPM_ROUNDS)
         for k, v in lpm_layout_bench(ctx.timeout or 900.0).items():
             micro.setdefault(k, []).append(v / 1e6)
 
@@ -409,9 +418,11 @@ def lpm(ctx: Context) -> Section:
         f"{LPM_ROUNDS} interleaved rounds on CPU {TOOLS_CPU}; medians, ranges in brackets. DPDK's test prints cycles "
         f"per lookup (rdtsc; TSC {tsc_hz / 1e9:.2f} GHz), converted to M lookups/s. Both sides build the test's "
         "table (about 1.08 M routes of its depth mix, 2048 tbl8 groups) and look up uniformly random addresses. "
-        f"The test: `{command}`. Ours: `dpukit-bench run {' '.join(map(str, ours_args))}`.")
+        f"The test: `{command}`. Ours: `dpukit-bench run {' '.join(map(str, ours_args('MODE')))}` with MODE "
+        "address and packet.")
     rows = [[f"lpm_perf_autotest, {k}", cell(v), fmt_sig(statistics.median(v) / bulk)] for k, v in mops.items()]
-    rows.append(["dpukit-bench lpm (lib), 1 Mi packets of 64 B", cell(ours), fmt_sig(statistics.median(ours) / bulk)])
+    rows += [[f"dpukit-bench lpm (lib), input={mode}: {what}", cell(ours[mode]),
+              fmt_sig(statistics.median(ours[mode]) / bulk)] for mode, what in inputs.items()]
     sec.table(["what", "M lookups/s", "/ test's bulk"], rows, caption="Same table, same addresses, same CPU")
     sec.paragraph(
         "Where the difference lies: the same rte_lpm_lookup_bulk in bursts of 32 on a 100,000-route table "
