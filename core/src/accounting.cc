@@ -2,6 +2,11 @@
 
 #include <pthread.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <fstream>
+#include <sstream>
 
 namespace dpukit {
 
@@ -43,6 +48,25 @@ uint64_t rusage_cpu_ns(const rusage& ru) {
     return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_usec) * 1000ull;
   };
   return tv(ru.ru_utime) + tv(ru.ru_stime);
+}
+
+std::vector<IrqTimes> irq_times_per_cpu() {
+  std::ifstream in("/proc/stat");
+  std::vector<IrqTimes> out;
+  static const long ticks = sysconf(_SC_CLK_TCK);
+  const uint64_t ns_per_tick = 1000000000ull / static_cast<uint64_t>(ticks > 0 ? ticks : 100);
+  std::string line;
+  while (std::getline(in, line)) {
+    // "cpuN user nice system idle iowait irq softirq ..." (the "cpu" line is the sum)
+    if (line.size() < 4 || line.compare(0, 3, "cpu") != 0 || !std::isdigit(static_cast<unsigned char>(line[3]))) continue;
+    std::istringstream f(line.substr(3));
+    size_t cpu = 0;
+    uint64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0;
+    if (!(f >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq)) continue;
+    if (out.size() <= cpu) out.resize(cpu + 1);
+    out[cpu] = {irq * ns_per_tick, softirq * ns_per_tick};
+  }
+  return out;
 }
 
 PlaceTimer::PlaceTimer(CpuAccount& account, Place place)

@@ -12,6 +12,8 @@
 namespace dpukit {
 
 namespace {
+constexpr pid_t kKthreadd = 2;  // the parent of every kernel thread
+
 bool read_file(const std::string& path, std::string& out) {
   std::ifstream in(path);
   if (!in) return false;
@@ -27,6 +29,12 @@ ThreadCpuSampler::ThreadCpuSampler(std::vector<Group> groups, unsigned period_ms
   task_dir_ = "/proc/" + (pid ? std::to_string(pid) : std::string("self")) + "/task/";
   std::string probe;
   use_schedstat_ = read_file("/proc/self/task/" + std::to_string(gettid()) + "/schedstat", probe) && !probe.empty();
+}
+
+ThreadCpuSampler::ThreadCpuSampler(KernelThreads, std::vector<Group> groups, unsigned period_ms)
+    : ThreadCpuSampler(std::move(groups), period_ms, 0) {
+  task_dir_ = "/proc/";
+  kernel_ = true;
 }
 
 ThreadCpuSampler::~ThreadCpuSampler() { stop(); }
@@ -45,17 +53,20 @@ bool ThreadCpuSampler::read_task(pid_t tid, Reading& r) const {
   size_t open = stat.find('('), close = stat.rfind(')');
   if (open == std::string::npos || close == std::string::npos || close < open) return false;
   r.comm = stat.substr(open + 1, close - open - 1);
-  // Fields after the comm, counted from field 3 (state): utime is field 14,
-  // stime 15, starttime 22 (which tells a reused tid from the old thread).
+  // Fields after the comm, counted from field 3 (state): ppid is field 4,
+  // utime 14, stime 15, starttime 22 (which tells a reused tid from the old
+  // thread).
   std::istringstream rest(stat.substr(close + 2));
   std::string field;
   uint64_t utime = 0, stime = 0;
   r.start = 0;
   for (int f = 3; f <= 22 && rest >> field; ++f) {
+    if (f == 4) r.ppid = pid_t(std::atoi(field.c_str()));
     if (f == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
     if (f == 15) stime = std::strtoull(field.c_str(), nullptr, 10);
     if (f == 22) r.start = std::strtoull(field.c_str(), nullptr, 10);
   }
+  if (kernel_ && tid != kKthreadd && r.ppid != kKthreadd) return false;  // a process, not a kernel thread
   if (use_schedstat_) {
     std::string s;
     if (!read_file(dir + "schedstat", s)) return false;
@@ -139,6 +150,34 @@ std::map<std::string, uint64_t> ThreadCpuSampler::threads_seen() const {
   std::map<std::string, uint64_t> out;
   for (const auto& [tid, t] : tasks_) ++out[t.group];
   return out;
+}
+
+KernelCpuSampler::KernelCpuSampler(unsigned period_ms)
+    : threads_(ThreadCpuSampler::KernelThreads{},
+               {{"kworker", "kworker"}, {"ksoftirqd", "ksoftirqd"}, {"jbd2", "jbd2"}, {"kswapd", "kswapd"}},
+               period_ms) {}
+
+void KernelCpuSampler::start() {
+  irq0_ = irq_times_per_cpu();
+  threads_.start();
+}
+
+void KernelCpuSampler::stop() {
+  threads_.stop();
+  irq1_ = irq_times_per_cpu();
+}
+
+std::map<std::string, uint64_t> KernelCpuSampler::threads_ns() const { return threads_.cpu_ns(); }
+
+IrqTimes KernelCpuSampler::irq_ns(const CpuSet& cpus) const {
+  IrqTimes t;
+  for (int c : cpus.cpus) {
+    const auto i = static_cast<size_t>(c);
+    if (c < 0 || i >= irq0_.size() || i >= irq1_.size()) continue;
+    t.irq_ns += irq1_[i].irq_ns - irq0_[i].irq_ns;
+    t.softirq_ns += irq1_[i].softirq_ns - irq0_[i].softirq_ns;
+  }
+  return t;
 }
 
 }  // namespace dpukit

@@ -56,6 +56,56 @@ TEST(ThreadCpuSampler, GroupsThreadsByNamePrefix) {
   EXPECT_EQ(s.threads_seen()["burner"], 1u);
 }
 
+// The kernel-threads scope sees kernel threads (kthreadd's children, such
+// as the kworkers) and no process's threads, however they are named.
+TEST(ThreadCpuSampler, KernelThreadsScopeSeesKernelThreadsOnly) {
+  ThreadCpuSampler kernel(ThreadCpuSampler::KernelThreads{}, {{"kworker", "kworker"}, {"mine", "cpu-test-kern"}}, 20);
+  ThreadCpuSampler mine({{"mine", "cpu-test-kern"}}, 20);
+  kernel.start();
+  mine.start();
+  std::atomic<bool> done{false};
+  std::thread b([&] {
+    pthread_setname_np(pthread_self(), "cpu-test-kern");
+    burn(100'000'000);
+    while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  kernel.stop();
+  mine.stop();
+  done = true;
+  b.join();
+  EXPECT_GT(kernel.threads_seen()["kworker"], 0u) << "every Linux has kworkers";
+  EXPECT_EQ(kernel.threads_seen()["mine"], 0u) << "a process's thread is not a kernel thread";
+  EXPECT_EQ(kernel.cpu_ns()["mine"], 0u);
+  EXPECT_GT(mine.cpu_ns()["mine"], 50'000'000u) << "while the process scope sees it";
+}
+
+TEST(KernelCpuSampler, ReportsEachKindAndIrqTimeOfTheCpusAsked) {
+  KernelCpuSampler k(20);
+  k.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  k.stop();
+  auto t = k.threads_ns();
+  for (const char* kind : {"kworker", "ksoftirqd", "jbd2", "kswapd", "other"}) EXPECT_TRUE(t.count(kind)) << kind;
+  CpuSet none;
+  EXPECT_EQ(k.irq_ns(none).irq_ns + k.irq_ns(none).softirq_ns, 0u);
+  CpuSet bogus;
+  bogus.cpus = {-1, 100000};
+  EXPECT_EQ(k.irq_ns(bogus).softirq_ns, 0u) << "CPUs that do not exist add nothing";
+}
+
+TEST(IrqTimes, OneEntryPerCpuNeverDecreasing) {
+  auto a = irq_times_per_cpu();
+  ASSERT_FALSE(a.empty());
+  EXPECT_GE(a.size(), static_cast<size_t>(sysconf(_SC_NPROCESSORS_ONLN)));
+  auto b = irq_times_per_cpu();
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_GE(b[i].irq_ns, a[i].irq_ns);
+    EXPECT_GE(b[i].softirq_ns, a[i].softirq_ns);
+  }
+}
+
 // A thread that ends between samples keeps what it used up to its last
 // sample; here it idles for several periods first, so that is all of it.
 TEST(ThreadCpuSampler, KeepsTheTimeOfAThreadThatExited) {

@@ -2,9 +2,12 @@
 
 #include <fcntl.h>
 #include <liburing.h>
+#include <pthread.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -18,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dpukit/core/accounting.h"
 #include "dpukit/core/copy.h"
 #include "dpukit/core/log.h"
 #include "protocol.h"
@@ -41,9 +45,18 @@ void raise_max(std::atomic<uint64_t>& max, uint64_t v) {
   while (v > cur && !max.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {}
 }
 
-// A write's own copy of its payload.
+// O_DIRECT's alignment of buffers, offsets and lengths: the largest logical
+// block size in use.
+constexpr uint64_t kDirectAlign = 4096;
+uint64_t align_down(uint64_t v) { return v & ~(kDirectAlign - 1); }
+
+struct AlignedFree {
+  void operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t(kDirectAlign)); }
+};
+
+// A write's own copy of its payload, aligned for O_DIRECT.
 struct Buffer {
-  std::unique_ptr<uint8_t[]> data;
+  std::unique_ptr<uint8_t[], AlignedFree> data;
   size_t capacity = 0;
 };
 
@@ -60,7 +73,8 @@ class BufferPool {
       kept_ -= b.capacity;
       return b;
     }
-    return Buffer{std::unique_ptr<uint8_t[]>(new uint8_t[len]), len};
+    const size_t cap = (len + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+    return Buffer{std::unique_ptr<uint8_t[], AlignedFree>(new (std::align_val_t(kDirectAlign)) uint8_t[cap]), cap};
   }
   void give(Buffer b) {
     kept_ += b.capacity;
@@ -88,9 +102,12 @@ struct IoOp {
   FileCtx* file;
   uint64_t seq;     // see IoEvent::seq
   uint64_t offset;  // write, range_sync
-  uint64_t len;     // write: payload bytes; range_sync: bytes to sync
+  uint64_t len;     // write: bytes to write from buf; range_sync: bytes to sync
   uint64_t done = 0;  // write: bytes written so far (a short write resumes there)
   Buffer buf;         // write: the payload
+  // A write as the host sent it: its offset in the file, its bytes (at buf +
+  // fill; before them, a direct file's unwritten tail), the bytes reserved.
+  uint64_t at = 0, fill = 0, data_len = 0, reserved = 0;
 };
 
 // The file context (PulseDB §III-B3/B4): one per open file of the queue pair,
@@ -112,6 +129,15 @@ struct FileCtx {
   uint64_t final_size = 0;
   bool closing = false;      // fsync + close submitted, or the failed file closed
   unsigned close_cqes = 0;   // of fsync and close
+  bool pull_pending = false;  // a kWriteFrom not yet pulled
+  // O_DIRECT (the page cache bypassed: the kernel's work for these writes is
+  // done in this process's threads, not in writeback kworkers). Writes go out
+  // in aligned blocks; the bytes past the last block boundary wait in `tail`
+  // for the next write, or the padded tail write at sync_close.
+  bool direct = false;
+  uint64_t next_offset = 0;  // where the next write must start (writes come in file order)
+  uint64_t tail_start = 0;   // aligned; tail holds [tail_start, next_offset)
+  std::array<uint8_t, kDirectAlign> tail{};
 };
 
 }  // namespace
@@ -133,6 +159,25 @@ struct WritePersistEngine::Impl {
   void on_range_sync(const ChannelRequest& r);
   void on_sync_close(const ChannelRequest& r);
   void on_recycle(const ChannelDpu::Message& m);
+  void on_write_from(const ChannelRequest& r);
+  // A write's two halves around filling its buffer (the copy or the pull);
+  // mu held, in file order. begin_write returns null if nothing is to be
+  // written (the file failed, or the write is out of order).
+  std::unique_ptr<IoOp> begin_write(FileCtx& f, uint64_t offset, uint64_t len, std::unique_lock<std::mutex>& lock);
+  void finish_write(std::unique_ptr<IoOp> op);
+  void retire_write(std::unique_ptr<IoOp> op);
+  void write_tail(FileCtx& f, std::unique_lock<std::mutex>& lock);
+  int open_file(const std::string& path, int flags, FileCtx& f);
+
+  // The DMA stage (hw): pulls kWriteFrom payloads from the host's memory.
+  struct Pull {
+    std::unique_ptr<IoOp> op;
+    uint64_t addr;  // in the host process
+  };
+  void dma_loop();
+  int pull(IoOp& op, uint64_t addr) const;  // 0 or an errno
+  void pulled(std::unique_ptr<IoOp> op, int err);
+  void stop_dma();
 
   // File contexts and dependency tracking; mu held.
   FileCtx& file(uint64_t id);
@@ -187,6 +232,13 @@ struct WritePersistEngine::Impl {
   std::mutex post_mu;  // the completion ring has one producer at a time
   std::atomic<bool> host_gone{false}, stop_serving{false}, stop_polling{false};
   std::thread poller;
+
+  pid_t host_pid = 0;  // whose memory kWriteFrom addresses point into
+  std::mutex dma_mu;
+  std::condition_variable dma_cv;
+  std::deque<Pull> pulls;  // in arrival order
+  bool dma_stop = false;
+  std::thread dma;
 };
 
 WritePersistEngine::Impl::Impl(SstPool* pool, EngineStats& stats, const EngineOptions& options)
@@ -214,7 +266,10 @@ void WritePersistEngine::Impl::serve(ChannelDpu& channel) {
   host_gone = false;
   stop_polling = false;
   add(stats.queue_pairs);
+  host_pid = channel.peer_pid() > 0 ? channel.peer_pid() : ::getpid();  // an in-process pair: this process
+  dma_stop = false;
   poller = std::thread([this] { poll_loop(); });
+  dma = std::thread([this] { dma_loop(); });
   try {
     dispatch_loop();
   } catch (...) {
@@ -251,6 +306,7 @@ void WritePersistEngine::Impl::dispatch(const ChannelDpu::Message& m) {
     case Op::kRangeSync: return on_range_sync(m.request);
     case Op::kSyncClose: return on_sync_close(m.request);
     case Op::kRecycle: return on_recycle(m);
+    case Op::kWriteFrom: return on_write_from(m.request);
   }
   add(stats.errors);
   log_warn("write-persist: ignored a request with unknown op " + std::to_string(m.request.op) + " (id " +
@@ -314,7 +370,7 @@ bool WritePersistEngine::Impl::open_in_pool(FileCtx& f) {
   f.slot = slot->index;
   f.created = true;
   add(stats.pool_files);
-  f.fd = ::open(slot->path.c_str(), O_WRONLY | O_CLOEXEC);
+  f.fd = open_file(slot->path, O_WRONLY | O_CLOEXEC, f);
   if (f.fd < 0) {
     int err = errno;
     fail(f, -err, "cannot open its slot " + slot->path);
@@ -322,8 +378,23 @@ bool WritePersistEngine::Impl::open_in_pool(FileCtx& f) {
   return true;
 }
 
+// O_DIRECT where the options ask for it and the filesystem takes it (tmpfs
+// and FIFOs do not: then buffered).
+int WritePersistEngine::Impl::open_file(const std::string& path, int flags, FileCtx& f) {
+  if (options.direct_io) {
+    int fd = ::open(path.c_str(), flags | O_DIRECT, 0644);
+    if (fd >= 0 || errno != EINVAL) {
+      f.direct = fd >= 0;
+      if (f.direct) add(stats.direct_files);
+      return fd;
+    }
+  }
+  f.direct = false;
+  return ::open(path.c_str(), flags, 0644);
+}
+
 void WritePersistEngine::Impl::open_normal(FileCtx& f) {
-  f.fd = ::open(f.name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  f.fd = open_file(f.name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, f);
   if (f.fd < 0) {
     int err = errno;
     return fail(f, -err, "cannot create it");
@@ -334,25 +405,112 @@ void WritePersistEngine::Impl::open_normal(FileCtx& f) {
 
 void WritePersistEngine::Impl::on_write(const ChannelDpu::Message& m) {
   const ChannelRequest& r = m.request;
-  const size_t len = m.payload.size();
   std::unique_lock lock(mu);
-  FileCtx& f = file(r.id);
-  if (f.error || f.fd < 0 || len == 0) return;
-  reserve(lock, 1, len);
-  auto op = std::make_unique<IoOp>(Io::kWrite, &f, 0, r.args[0], len);
-  op->buf = buffers.take(len);
+  auto op = begin_write(file(r.id), r.args[0], m.payload.size(), lock);
+  if (!op) return;
   lock.unlock();
   // The "DMA read": the payload is only valid until the next receive.
-  copy_bytes(op->buf.data.get(), m.payload.data(), len);  // not glibc's rep movsb (see copy.h)
+  copy_bytes(op->buf.data.get() + op->fill, m.payload.data(), op->data_len);  // not glibc's rep movsb (see copy.h)
   lock.lock();
-  if (f.error) {  // an earlier write of the file failed meanwhile
-    buffers.give(std::move(op->buf));
-    return unreserve(1, len);
+  finish_write(std::move(op));
+}
+
+std::unique_ptr<IoOp> WritePersistEngine::Impl::begin_write(FileCtx& f, uint64_t offset, uint64_t len,
+                                                            std::unique_lock<std::mutex>& lock) {
+  if (f.error || f.fd < 0 || len == 0) return nullptr;
+  if (f.direct) {
+    // Its place depends on the tail the pending pull leaves: the dispatcher
+    // waits for it (the plugin never sends one behind a pull anyway).
+    room.wait(lock, [&] { return !f.pull_pending; });
+    if (f.error) return nullptr;
+    if (offset != f.next_offset) {
+      fail(f, -EINVAL, "a write at " + std::to_string(offset) + ", not in file order (the next is due at " +
+                           std::to_string(f.next_offset) + ")");
+      return nullptr;
+    }
   }
-  op->seq = ++f.writes_sent;
-  f.writes_in_flight.insert(op->seq);
+  reserve(lock, 1, len);
+  if (f.error) {  // an earlier write of the file failed while this one waited for room
+    unreserve(1, len);
+    return nullptr;
+  }
+  const uint64_t fill = f.direct ? f.next_offset - f.tail_start : 0;
+  auto op = std::make_unique<IoOp>(Io::kWrite, &f, ++f.writes_sent, f.direct ? f.tail_start : offset, 0);
+  op->at = offset;
+  op->fill = fill;
+  op->data_len = op->reserved = len;
+  op->buf = buffers.take(fill + len);
+  std::memcpy(op->buf.data.get(), f.tail.data(), fill);
+  f.next_offset = offset + len;
+  f.writes_in_flight.insert(op->seq);  // the range_syncs and the sync_close behind it wait for it
+  return op;
+}
+
+// The buffer is filled: a direct file writes its whole blocks and keeps the
+// rest as its tail.
+void WritePersistEngine::Impl::finish_write(std::unique_ptr<IoOp> op) {
+  FileCtx& f = *op->file;
+  if (f.error) return retire_write(std::move(op));  // an earlier write of the file failed meanwhile
   add(stats.writes);
+  op->len = op->fill + op->data_len;
+  if (f.direct) {
+    const uint64_t whole = align_down(op->len);
+    std::memcpy(f.tail.data(), op->buf.data.get() + whole, op->len - whole);
+    f.tail_start = op->offset + whole;
+    op->len = whole;
+  }
+  if (op->len == 0) {  // all of it in the tail
+    f.bytes_written += op->data_len;
+    add(stats.write_bytes, op->data_len);
+    return retire_write(std::move(op));
+  }
   submit_write(op.release());
+}
+
+void WritePersistEngine::Impl::retire_write(std::unique_ptr<IoOp> op) {
+  FileCtx& f = *op->file;
+  f.writes_in_flight.erase(op->seq);
+  buffers.give(std::move(op->buf));
+  unreserve(1, op->reserved);
+  advance(f);
+}
+
+// A direct file's last partial block, zero-padded (start_close truncates the
+// file to its final size).
+void WritePersistEngine::Impl::write_tail(FileCtx& f, std::unique_lock<std::mutex>& lock) {
+  const uint64_t n = f.next_offset - f.tail_start;
+  if (!f.direct || n == 0 || f.error || f.fd < 0) return;
+  reserve(lock, 1, 0);
+  if (f.error) return unreserve(1, 0);
+  auto op = std::make_unique<IoOp>(Io::kWrite, &f, ++f.writes_sent, f.tail_start, kDirectAlign);
+  op->buf = buffers.take(kDirectAlign);
+  std::memcpy(op->buf.data.get(), f.tail.data(), n);
+  std::memset(op->buf.data.get() + n, 0, kDirectAlign - n);
+  f.tail_start += kDirectAlign;
+  f.next_offset = f.tail_start;
+  f.writes_in_flight.insert(op->seq);
+  submit_write(op.release());
+}
+
+// The write is numbered and in flight from here, so that the range_syncs
+// and the sync_close behind it wait for it; the DMA stage fills its buffer
+// and submits it.
+void WritePersistEngine::Impl::on_write_from(const ChannelRequest& r) {
+  const uint64_t offset = r.args[0], addr = r.args[1], len = r.args[2];
+  std::unique_lock lock(mu);
+  FileCtx& f = file(r.id);
+  auto op = begin_write(f, offset, len, lock);
+  if (!op) {
+    ready.push_back({f.id, 0, static_cast<uint32_t>(Op::kWriteFrom), 0, offset});
+    return;
+  }
+  f.pull_pending = true;
+  lock.unlock();
+  {
+    std::lock_guard l(dma_mu);
+    pulls.push_back({std::move(op), addr});
+  }
+  dma_cv.notify_one();
 }
 
 void WritePersistEngine::Impl::on_range_sync(const ChannelRequest& r) {
@@ -374,6 +532,8 @@ void WritePersistEngine::Impl::on_sync_close(const ChannelRequest& r) {
     log_warn("write-persist: " + f.name + ": a second sync_close, ignored");
     return;
   }
+  if (f.direct) room.wait(lock, [&] { return !f.pull_pending; });  // the tail is known then
+  write_tail(f, lock);
   reserve(lock, 2, 0);  // fsync and close
   f.close_requested = true;
   f.final_size = r.args[0];
@@ -611,10 +771,10 @@ void WritePersistEngine::Impl::write_done(IoOp* op, int32_t res) {
   FileCtx& f = *op->file;
   if (res > 0) {
     op->done += static_cast<uint64_t>(res);
-    f.bytes_written += static_cast<uint64_t>(res);
-    add(stats.write_bytes, static_cast<uint64_t>(res));
     if (op->done < op->len) return submit_write(op);  // a short write: the rest goes again
     f.end = std::max(f.end, op->offset + op->len);
+    f.bytes_written += op->data_len;  // the host's bytes (a direct file's tail bytes count with their write)
+    add(stats.write_bytes, op->data_len);
   }
   std::unique_ptr<IoOp> own(op);
   if (res <= 0) {
@@ -626,10 +786,7 @@ void WritePersistEngine::Impl::write_done(IoOp* op, int32_t res) {
               " bytes: the slots are smaller than the files, and the pool's filesystem is full)";
     fail(f, res < 0 ? res : -EIO, what);
   }
-  f.writes_in_flight.erase(op->seq);
-  buffers.give(std::move(op->buf));
-  unreserve(1, op->len);
-  advance(f);
+  retire_write(std::move(own));
 }
 
 void WritePersistEngine::Impl::sync_done(std::unique_ptr<IoOp> op, int32_t res) {
@@ -655,6 +812,85 @@ void WritePersistEngine::Impl::close_done(std::unique_ptr<IoOp> op, int32_t res)
     f.fd = -1;
   }
   if (++f.close_cqes == 2) finish_file(f);
+}
+
+// ------------------------------------------------------------ the DMA stage
+
+// Stands for the DPU's DMA engine reading host memory: its CPU time is the
+// hw share of the process's (EngineStats::pull_cpu_ns).
+void WritePersistEngine::Impl::dma_loop() {
+  pthread_setname_np(pthread_self(), "pulsedb:dma");
+  uint64_t cpu0 = thread_cpu_ns();
+  for (;;) {
+    Pull p;
+    {
+      std::unique_lock l(dma_mu);
+      dma_cv.wait(l, [&] { return !pulls.empty() || dma_stop; });
+      if (pulls.empty()) break;
+      p = std::move(pulls.front());
+      pulls.pop_front();
+    }
+    const int err = pull(*p.op, p.addr);
+    try {
+      pulled(std::move(p.op), err);
+    } catch (const std::exception& e) {
+      log_error(std::string("write-persist: ") + e.what());
+    }
+    post_ready();
+    const uint64_t cpu = thread_cpu_ns();
+    add(stats.pull_cpu_ns, cpu - cpu0);
+    cpu0 = cpu;
+  }
+}
+
+int WritePersistEngine::Impl::pull(IoOp& op, uint64_t addr) const {
+  uint64_t done = 0;
+  while (done < op.data_len) {
+    iovec local{op.buf.data.get() + op.fill + done, op.data_len - done};
+    iovec remote{reinterpret_cast<void*>(addr + done), op.data_len - done};
+    ssize_t n = ::process_vm_readv(host_pid, &local, 1, &remote, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return EFAULT;
+    done += static_cast<uint64_t>(n);  // a partial read stops at a page it could not read: the rest again
+  }
+  return 0;
+}
+
+// A failed pull wrote nothing and does not fail the file: the host sends the
+// bytes again through the ring.
+void WritePersistEngine::Impl::pulled(std::unique_ptr<IoOp> op, int err) {
+  std::lock_guard lock(mu);
+  FileCtx& f = *op->file;
+  f.pull_pending = false;
+  room.notify_all();  // a dispatcher may wait for this file's pull
+  const bool write = err == 0 && f.error == 0;
+  ready.push_back({f.id, write ? static_cast<int64_t>(op->data_len) : 0, static_cast<uint32_t>(Op::kWriteFrom), -err,
+                   op->at});
+  if (err) {
+    add(stats.pull_failures);
+    log_warn("write-persist: " + f.name + ": cannot pull " + std::to_string(op->data_len) +
+             " bytes from host process " + std::to_string(host_pid) + ": " + std::strerror(err));
+    f.next_offset = op->at;  // the host sends these bytes again; the tail is as it was
+    retire_write(std::move(op));
+  } else {
+    if (write) {
+      add(stats.pulls);
+      add(stats.pull_bytes, op->data_len);
+    }
+    finish_write(std::move(op));
+  }
+  flush();
+}
+
+// After the last request: every pull queued is done (or failed) first.
+void WritePersistEngine::Impl::stop_dma() {
+  {
+    std::lock_guard l(dma_mu);
+    dma_stop = true;
+  }
+  dma_cv.notify_all();
+  if (dma.joinable()) dma.join();
 }
 
 // --------------------------------------------- completions and the end of a queue pair
@@ -683,6 +919,7 @@ void WritePersistEngine::Impl::post_ready() {
 // Waits for every SQE in flight or deferred, stops the polling thread, then
 // closes and recycles the files whose sync_close never came.
 void WritePersistEngine::Impl::drain() noexcept {
+  stop_dma();  // its pulls hold reservations: done before the wait below
   try {
     std::unique_lock lock(mu);
     flush();

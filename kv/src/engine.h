@@ -1,7 +1,9 @@
 // The write-persist engine (PulseDB §III-B3/B4): serves one queue pair. A
 // request dispatcher (the thread calling serve) takes requests off the
 // channel, copies payloads into engine-owned buffers (the channel's receive
-// is the DMA read) and turns them into io_uring SQEs; a per-file context
+// is the DMA read) and turns them into io_uring SQEs; a kWriteFrom's bytes
+// are pulled from the host process's memory by a DMA thread (the DMA
+// engine: hw), which then submits the write; a per-file context
 // tracks in-flight I/O; user-space dependency tracking submits a range_sync
 // only after the writes before it completed, and defers sync_close until all
 // of the file's writes and syncs completed, then submits fsync linked
@@ -36,6 +38,9 @@ struct IoEvent {
 struct EngineOptions {
   unsigned ring_entries = 256;                 // io_uring queue depth
   uint64_t max_inflight_bytes = 64ull << 20;   // write bytes in flight before the dispatcher waits
+  // Files opened O_DIRECT (where the filesystem takes it): the kernel's work
+  // for the writes runs in this process's threads, not in writeback kworkers.
+  bool direct_io = true;
   // Called under the engine's lock for every IoEvent, in order (tests check
   // the dependency tracking with it). Keep it short.
   std::function<void(const IoEvent&)> trace;
@@ -44,11 +49,14 @@ struct EngineOptions {
 // Counters shared by every queue pair of a process (relaxed atomics).
 struct EngineStats {
   std::atomic<uint64_t> queue_pairs{0}, requests{0}, writes{0}, write_bytes{0}, range_syncs{0}, sync_closes{0},
-      recycles{0}, files_opened{0}, pool_files{0}, normal_files{0}, errors{0};
+      recycles{0}, files_opened{0}, pool_files{0}, normal_files{0}, direct_files{0}, errors{0};
   std::atomic<uint64_t> sqes_submitted{0}, submit_calls{0}, cqes_completed{0};
   std::atomic<uint64_t> max_batch{0};           // most requests taken off a queue pair at once
   std::atomic<uint64_t> max_inflight_ios{0};    // most SQEs in flight at once
   std::atomic<uint64_t> inflight_ios{0};        // SQEs in flight now
+  // The DMA stage: kWriteFrom pulls, their bytes, the ones refused or failed,
+  // and the CPU time of the DMA threads (the hw share of the process's).
+  std::atomic<uint64_t> pulls{0}, pull_bytes{0}, pull_failures{0}, pull_cpu_ns{0};
 };
 
 class WritePersistEngine {

@@ -3,18 +3,18 @@
 // of the host process for the async-host baseline). It rides on the core
 // channel: ChannelRequest.op is an Op, ChannelRequest.id names the file.
 //
-// Per file the host sends, in order on ONE queue pair: kOpen, then kWrite and
-// kRangeSync in file order, then exactly one kSyncClose. Only kHello,
-// kSyncClose and kRecycle are completed; an error of any earlier request of a
-// file (open, write, range_sync) is kept by the engine and reported by that
-// file's kSyncClose completion (the first one wins).
+// Per file the host sends, in order on ONE queue pair: kOpen, then kWrite or
+// kWriteFrom and kRangeSync in file order, then exactly one kSyncClose. Only
+// kHello, kWriteFrom, kSyncClose and kRecycle are completed; an error of any
+// write, open or range_sync of a file is kept by the engine and reported by
+// that file's kSyncClose completion (the first one wins).
 #pragma once
 
 #include <cstdint>
 
 namespace dpukit::kv {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;  // 2: kWriteFrom
 
 enum class Op : uint32_t {
   // args[0] = kProtocolVersion. Completion: result = the engine's version,
@@ -39,6 +39,16 @@ enum class Op : uint32_t {
   // link is removed and its slot recycled; otherwise the file is unlinked.
   // Completion: status 0 or -errno, result = 1 if a slot was recycled, else 0.
   kRecycle = 6,
+  // The DMA path (PulseDB §III-C): id = file id; args[0] = offset in the
+  // file, args[1] = the address of the bytes in the host process, args[2] =
+  // their length. The engine's DMA stage pulls them from the host's memory
+  // (process_vm_readv: the host's process is the channel's peer) and writes
+  // them. Completion once they are pulled (the host may reuse its buffer
+  // then): status 0 and result = bytes pulled (0 if the file had failed
+  // already: its sync_close reports why), or status -errno if the pull
+  // itself failed (EPERM: cross-memory attach refused): nothing of it was
+  // written and the host may send the bytes again as a kWrite; arg = args[0].
+  kWriteFrom = 7,
 };
 
 enum OpenFlags : uint64_t {

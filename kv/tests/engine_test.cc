@@ -61,6 +61,10 @@ struct Host {
   void write(uint64_t id, uint64_t offset, std::span<const uint8_t> data) {
     ch.submit(op(Op::kWrite), id, data, {offset});
   }
+  // The DMA path: the engine pulls `data` from this process's memory.
+  void write_from(uint64_t id, uint64_t offset, std::span<const uint8_t> data) {
+    ch.submit(op(Op::kWriteFrom), id, {}, {offset, reinterpret_cast<uint64_t>(data.data()), data.size()});
+  }
   void range_sync(uint64_t id, uint64_t offset, uint64_t len) { ch.submit(op(Op::kRangeSync), id, {}, {offset, len}); }
   void sync_close(uint64_t id, uint64_t size) { ch.submit(op(Op::kSyncClose), id, {}, {size}); }
   void recycle(uint64_t id, const fs::path& p) {
@@ -353,6 +357,139 @@ TEST(Engine, RangeSyncWaitsForTheWritesSentBeforeIt) {
   EXPECT_EQ(done[0].result, static_cast<int64_t>(data.size()));
   EXPECT_TRUE(trace.has(Io::kRangeSync, Kind::kSubmit)) << "submitted once the write completed";
   expect_dependencies_kept(trace.snapshot());
+}
+
+// kWriteFrom: the engine's DMA stage pulls the bytes from the host process
+// (here this one), completes the pull, then writes; copied writes, range
+// syncs and the sync_close keep their order around it.
+TEST(Engine, WriteFromPullsTheHostsBytesAndKeepsTheFilesOrder) {
+  TempDir t;
+  TraceLog trace;
+  EngineRun run(nullptr, trace.options());
+  Host h = run.host();
+  auto a = random_bytes(1 << 20, 11), b = random_bytes(5000, 12), c = random_bytes(300 << 10, 13);
+  const fs::path file = t.path / "000007.sst";
+  h.open(1, file, false);
+  h.write_from(1, 0, a);
+  h.range_sync(1, 0, a.size());
+  h.write(1, a.size(), b);
+  h.write_from(1, a.size() + b.size(), c);
+  h.range_sync(1, 0, a.size() + b.size() + c.size());
+  h.sync_close(1, a.size() + b.size() + c.size());
+  auto done = h.collect(3);
+  ASSERT_EQ(done.size(), 3u);
+  std::vector<uint64_t> pulled_at;
+  for (const auto& d : done) {
+    if (d.op != op(Op::kWriteFrom)) continue;
+    EXPECT_EQ(d.status, 0);
+    EXPECT_EQ(d.id, 1u);
+    EXPECT_EQ(d.result, static_cast<int64_t>(d.arg == 0 ? a.size() : c.size()));
+    pulled_at.push_back(d.arg);
+  }
+  EXPECT_EQ(pulled_at, (std::vector<uint64_t>{0, a.size() + b.size()})) << "each pull completed, in order";
+  EXPECT_EQ(done.back().op, op(Op::kSyncClose)) << "the sync_close completes after the pulls";
+  EXPECT_EQ(done.back().status, 0);
+  EXPECT_EQ(done.back().result, static_cast<int64_t>(a.size() + b.size() + c.size()));
+  std::vector<uint8_t> want = a;
+  want.insert(want.end(), b.begin(), b.end());
+  want.insert(want.end(), c.begin(), c.end());
+  EXPECT_EQ(read_all(file), want);
+  EXPECT_EQ(run.stats.pulls.load(), 2u);
+  EXPECT_EQ(run.stats.pull_bytes.load(), a.size() + c.size());
+  EXPECT_EQ(run.stats.writes.load(), 3u);
+  expect_dependencies_kept(trace.snapshot());
+}
+
+// A pull the kernel cannot do (here an address this process has not mapped;
+// EPERM when cross-memory attach is refused) writes nothing and fails no
+// file: the host sends the bytes again through the ring.
+TEST(Engine, AFailedPullWritesNothingAndTheCopiedRetryCompletesTheFile) {
+  TempDir t;
+  EngineRun run(nullptr);
+  Host h = run.host();
+  auto data = random_bytes(200 << 10, 14);
+  const fs::path file = t.path / "000008.sst";
+  h.open(1, file, false);
+  h.ch.submit(op(Op::kWriteFrom), 1, {}, {0, uint64_t{4096}, data.size()});  // page 1: never mapped
+  auto pulled = h.collect(1);
+  ASSERT_EQ(pulled.size(), 1u);
+  EXPECT_EQ(pulled[0].op, op(Op::kWriteFrom));
+  EXPECT_EQ(pulled[0].status, -EFAULT);
+  EXPECT_EQ(pulled[0].result, 0);
+  h.write(1, 0, data);
+  h.sync_close(1, data.size());
+  auto done = h.collect(1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, 0) << "the failed pull did not fail the file";
+  EXPECT_EQ(done[0].result, static_cast<int64_t>(data.size()));
+  EXPECT_EQ(read_all(file), data);
+  EXPECT_EQ(run.stats.pull_failures.load(), 1u);
+  EXPECT_EQ(run.stats.pulls.load(), 0u);
+}
+
+bool takes_o_direct(const fs::path& dir) {
+  const fs::path probe = dir / "o_direct_probe";
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
+  if (fd >= 0) ::close(fd);
+  fs::remove(probe);
+  return fd >= 0;
+}
+
+// O_DIRECT: appends of any size and offset, copied and pulled, reach the file
+// byte-exact through aligned block writes and the padded tail, truncated to
+// the final size at sync_close.
+TEST(Engine, DirectFilesTakeUnalignedAppendsByteExact) {
+  TempDir t;
+  if (!takes_o_direct(t.path)) GTEST_SKIP() << "the temporary directory's filesystem refuses O_DIRECT";
+  TraceLog trace;
+  EngineRun run(nullptr, trace.options());
+  Host h = run.host();
+  const fs::path file = t.path / "000009.sst";
+  h.open(1, file, false);
+  std::vector<uint8_t> want;
+  std::vector<std::vector<uint8_t>> pulled;  // alive until their pulls complete
+  uint64_t seed = 20;
+  size_t pulls = 0;
+  for (size_t n : {1, 4095, 4097, 100000, 4096, 3, 1 << 20, 777, 65536, 12345}) {
+    auto d = random_bytes(n, ++seed);
+    if (n >= 4096 && seed % 2 == 0) {
+      pulled.push_back(d);
+      h.write_from(1, want.size(), pulled.back());
+      ASSERT_EQ(h.collect(1).at(0).status, 0);  // the host waits for its pull, as the plugin does
+      ++pulls;
+    } else {
+      h.write(1, want.size(), d);
+    }
+    want.insert(want.end(), d.begin(), d.end());
+  }
+  h.sync_close(1, want.size());
+  auto done = h.collect(1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].op, op(Op::kSyncClose));
+  EXPECT_EQ(done[0].status, 0);
+  EXPECT_EQ(done[0].result, static_cast<int64_t>(want.size())) << "the host's bytes, not the padding";
+  EXPECT_EQ(fs::file_size(file), want.size());
+  EXPECT_EQ(read_all(file), want);
+  EXPECT_EQ(run.stats.direct_files.load(), 1u);
+  EXPECT_EQ(run.stats.pulls.load(), pulls);
+  expect_dependencies_kept(trace.snapshot());
+}
+
+// A direct file must be written in order: a write that skips ahead fails the
+// file (its sync_close says so) instead of leaving a hole.
+TEST(Engine, ADirectFileRefusesAWriteOutOfOrder) {
+  TempDir t;
+  if (!takes_o_direct(t.path)) GTEST_SKIP() << "the temporary directory's filesystem refuses O_DIRECT";
+  EngineRun run(nullptr);
+  Host h = run.host();
+  auto d = random_bytes(10000, 40);
+  h.open(1, t.path / "000010.sst", false);
+  h.write(1, 0, d);
+  h.write(1, 50000, d);
+  h.sync_close(1, 60000);
+  auto done = h.collect(1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, -EINVAL);
 }
 
 TEST(Engine, SyncCloseWaitsForItsWritesAndAFailedFsyncStillClosesTheFile) {

@@ -187,6 +187,9 @@ TEST(KvOptions, UriModesAndSettings) {
   EXPECT_EQ(ParseOffloadUri("pulsedb-async://").mode, OffloadMode::kAsyncHost);
   EXPECT_EQ(ParseOffloadUri("pulsedb-filepool:///p").pool, "/p");
   EXPECT_TRUE(ParseOffloadUri("pulsedb:///s?offload:compaction+flush").offload_flush);
+  EXPECT_EQ(ParseOffloadUri("pulsedb:///s").payload, PayloadPath::kPull) << "the DMA path by default";
+  EXPECT_EQ(ParseOffloadUri("pulsedb:///s?payload:copy").payload, PayloadPath::kCopy);
+  EXPECT_THROW(ParseOffloadUri("pulsedb:///s?payload:dma"), std::invalid_argument);
   ::setenv("DPUKIT_AGENT", "/run/a.sock", 1);
   ::setenv("DPUKIT_KV_SYNC_INTERVAL", "2M", 1);
   o = ParseOffloadUri("pulsedb");
@@ -424,11 +427,14 @@ TEST(KvPlugin, GetFileSizeOfAFileStillBeingWrittenIsWhatWasAppended) {
 
 struct Agent {
   std::string sock, pool, stats, slots = "64", slot_size = "1M";
+  std::vector<std::string> prefix;  // runs the agent under this command (e.g. setpriv)
   ChildProcess proc;
   Agent(const TempDir& t) : sock(t.str("agent.sock")), pool(t.str("agent-pool")), stats(t.str("agent-stats.json")) {}
   void start() {
-    proc = ChildProcess::spawn({DPUKIT_AGENT_TOOL, "--listen", sock, "--pool", pool, "--slots", slots, "--slot-size",
-                                slot_size, "--stats", stats});
+    std::vector<std::string> argv = prefix;
+    argv.insert(argv.end(), {DPUKIT_AGENT_TOOL, "--listen", sock, "--pool", pool, "--slots", slots, "--slot-size",
+                             slot_size, "--stats", stats});
+    proc = ChildProcess::spawn(argv);
     for (int i = 0; i < 500 && !fs::exists(sock); ++i) std::this_thread::sleep_for(10ms);
     ASSERT_TRUE(fs::exists(sock)) << "the agent listens";
   }
@@ -439,11 +445,15 @@ struct Agent {
   ~Agent() { stop(SIGKILL); }
 };
 
-TEST(KvPlugin, PulseDbSendsCompactionOutputsToTheAgent) {
-  DbRun r("pulsedb");
-  Agent a(r.tmp);
+// A DB through a started agent: written, compacted, checked, reopened and
+// checked again; the plugin's counters and the agent's result.
+struct ThroughAgent {
+  nlohmann::json plugin, agent_result;
+  const nlohmann::json& agent() const { return agent_result["figures"]; }
+};
+ThroughAgent write_through_agent(DbRun& r, Agent& a, const std::string& settings) {
   a.start();
-  r.open("pulsedb://" + a.sock + "?write_threshold:64K&sync_interval:16K");
+  r.open("pulsedb://" + a.sock + "?write_threshold:64K&sync_interval:16K" + settings);
   r.w.write(r.db, 6000, 3000);
   r.compact_all();
   r.w.check(r.db);
@@ -451,13 +461,66 @@ TEST(KvPlugin, PulseDbSendsCompactionOutputsToTheAgent) {
   r.close();
   r.reopen();
   r.w.check(r.db);
-  auto st = r.finish();
+  ThroughAgent t;
+  t.plugin = r.finish();
   a.stop();
-  auto ag = read_json(a.stats)["figures"];  // the agent's counters, in its dpukit.result/1
+  t.agent_result = read_json(a.stats);  // the agent's dpukit.result/1
+  return t;
+}
+
+TEST(KvPlugin, PulseDbSendsCompactionOutputsToTheAgent) {
+  DbRun r("pulsedb");
+  Agent a(r.tmp);
+  const ThroughAgent t = write_through_agent(r, a, "");
+  const nlohmann::json &st = t.plugin, &ag = t.agent();
   EXPECT_GT(st["files_offloaded"].get<int>(), 0);
   EXPECT_EQ(st["file_errors"].get<int>(), 0);
   EXPECT_GT(st["recycles"].get<int>(), 0);
   EXPECT_EQ(ag["write_bytes"], st["bytes_offloaded"]) << "the agent wrote every byte the host appended";
+  // payload=pull (the default): the agent's DMA stage read RocksDB's buffers.
+  EXPECT_EQ(st["payload"], "pull");
+  EXPECT_GT(st["pulls"].get<int>(), 0);
+  EXPECT_EQ(st["pull_refusals"].get<int>(), 0);
+  EXPECT_EQ(ag["dma"]["pull_bytes"], st["pull_bytes"]);
+  EXPECT_EQ(ag["dma"]["pull_failures"].get<int>(), 0);
+  EXPECT_LT(st["pull_bytes"].get<uint64_t>(), st["bytes_offloaded"].get<uint64_t>()) << "short appends are copied";
+  EXPECT_GT(t.agent_result["cpu_ns"]["hw"].get<uint64_t>(), 0u) << "the DMA threads' time is hw";
+}
+
+TEST(KvPlugin, PulseDbCopyModeSendsEveryByteThroughTheRing) {
+  DbRun r("pulsedb-copy");
+  Agent a(r.tmp);
+  const ThroughAgent t = write_through_agent(r, a, "&payload:copy");
+  const nlohmann::json &st = t.plugin, &ag = t.agent();
+  EXPECT_GT(st["files_offloaded"].get<int>(), 0);
+  EXPECT_EQ(st["payload"], "copy");
+  EXPECT_EQ(st["pulls"].get<int>(), 0);
+  EXPECT_EQ(ag["dma"]["pulls"].get<int>(), 0);
+  EXPECT_EQ(ag["write_bytes"], st["bytes_offloaded"]);
+}
+
+// An agent that may not read the host's memory (another user, without
+// CAP_SYS_PTRACE: the kernel refuses process_vm_readv with EPERM). The
+// plugin says so, copies instead, and nothing is lost.
+TEST(KvPlugin, ARefusedPullFallsBackToTheCopyAndLosesNothing) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run the agent as another user";
+  DbRun r("pulsedb-refused");
+  fs::permissions(r.tmp.str(""), fs::perms::all);  // the agent (nobody) makes the pool and the symlinks here
+  fs::create_directories(r.tmp.str("db"));
+  fs::permissions(r.tmp.str("db"), fs::perms::all);
+  Agent a(r.tmp);
+  a.prefix = {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--"};
+  const ThroughAgent t = write_through_agent(r, a, "");
+  const nlohmann::json &st = t.plugin, &ag = t.agent();
+  EXPECT_EQ(st["payload"], "pull refused: copy");
+  // The first refusal turns pulling off (another thread's pull may be refused meanwhile).
+  EXPECT_GE(st["pull_refusals"].get<int>(), 1);
+  EXPECT_LE(st["pull_refusals"].get<int>(), st["queue_pairs"].get<int>());
+  EXPECT_EQ(st["pulls"].get<int>(), 0);
+  EXPECT_EQ(ag["dma"]["pull_failures"], st["pull_refusals"]);
+  EXPECT_EQ(st["file_errors"].get<int>(), 0) << "a refused pull fails no file";
+  EXPECT_GT(st["files_offloaded"].get<int>(), 0);
+  EXPECT_EQ(ag["write_bytes"], st["bytes_offloaded"]) << "the refused bytes went again, through the ring";
 }
 
 // RocksDB passes file names as the application spelled the DB path; the

@@ -2,13 +2,14 @@
 // SST file pool, listens for hosts, and runs one write-persist engine per
 // queue pair, each on a thread of its own. A host that dies ends only its own
 // thread. SIGUSR1 writes the statistics (a dpukit.result/1 whose cpu_ns.dpu
-// is the agent's CPU time so far); SIGTERM or SIGINT stops accepting, lets
+// is the agent's CPU time so far, its DMA threads' in cpu_ns.hw); SIGTERM or SIGINT stops accepting, lets
 // every queue pair finish its I/O in flight, writes them and exits 0.
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -40,6 +41,7 @@ struct Config {
   std::string listen, stats;
   std::optional<SstPool::Options> pool;
   CpuSet cpus;
+  EngineOptions engine;
 };
 
 Config parse_args(int argc, char** argv) {
@@ -53,11 +55,14 @@ Config parse_args(int argc, char** argv) {
   p.option("cpus", "CPUs for the agent and all its threads, e.g. 1 or 1-3");
   p.option("stats", "write statistics as JSON to this file on SIGUSR1 and at exit");
   p.flag("no-pool", "no pool: every SST file is a normal file at its name");
+  p.flag("buffered", "write through the page cache (default: O_DIRECT where the filesystem takes it, so that the\n"
+                     "kernel's work for the writes runs in the agent's threads, not in writeback kworkers)");
   p.parse(argc, argv);
   Config c;
   c.command_line.assign(argv, argv + argc);
   c.listen = p.str("listen");
   c.stats = p.str("stats");
+  c.engine.direct_io = !p.has("buffered");
   if (p.has("no-pool") && p.has("pool")) p.fail("--pool and --no-pool exclude each other");
   if (!p.has("no-pool")) {
     if (!p.has("pool")) p.fail("--pool DIR is required (or --no-pool)");
@@ -119,7 +124,7 @@ void serve_queue_pair(WritePersistEngine& engine, ChannelDpu qp) {
 void Agent::accept(ChannelListener& listener) {
   try {
     ChannelDpu qp = listener.accept(1s);
-    auto engine = std::make_unique<WritePersistEngine>(pool_.get(), stats_);
+    auto engine = std::make_unique<WritePersistEngine>(pool_.get(), stats_, config_.engine);
     log_info("queue pair from host pid " + std::to_string(qp.peer_pid()));
     Session& s = sessions_.emplace_back();
     s.engine = std::move(engine);
@@ -163,19 +168,26 @@ Result Agent::stats() const {
   r.set_placement(where);
   r.parameters() = {{"listen", config_.listen},
                     {"pool", config_.pool ? nlohmann::json(config_.pool->dir) : nlohmann::json(nullptr)},
-                    {"cpus", config_.cpus.str()}};
+                    {"cpus", config_.cpus.str()},
+                    {"direct_io", config_.engine.direct_io}};
   r.figures() = {
       {"pid", ::getpid()},
       {"queue_pairs", {{"accepted", get(stats_.queue_pairs)}, {"active", sessions_.size()}}},
       {"requests", get(stats_.requests)},
       {"writes", get(stats_.writes)},
       {"write_bytes", get(stats_.write_bytes)},
+      {"dma",
+       {{"pulls", get(stats_.pulls)},
+        {"pull_bytes", get(stats_.pull_bytes)},
+        {"pull_failures", get(stats_.pull_failures)},
+        {"cpu_ns", get(stats_.pull_cpu_ns)}}},
       {"range_syncs", get(stats_.range_syncs)},
       {"sync_closes", get(stats_.sync_closes)},
       {"recycles", get(stats_.recycles)},
       {"files_opened", get(stats_.files_opened)},
       {"pool_files", get(stats_.pool_files)},
       {"normal_files", get(stats_.normal_files)},
+      {"direct_files", get(stats_.direct_files)},
       {"errors", get(stats_.errors)},
       {"max_batch", get(stats_.max_batch)},
       {"io_uring",
@@ -193,9 +205,12 @@ Result Agent::stats() const {
                            {"claims", p.claims},           {"exhausted", p.exhausted},
                            {"released", p.released},       {"reclaimed", p.reclaimed}};
   }
-  // The agent is the dpu side: all its CPU time is dpu time.
+  // The agent is the dpu side, but for its DMA threads, which stand for the
+  // DPU's DMA engine pulling payloads from host memory: their time is hw.
+  const uint64_t all = process_cpu_ns(), dma = std::min(all, get(stats_.pull_cpu_ns));
   CpuAccount cpu;
-  cpu.add(Place::kDpu, process_cpu_ns());
+  cpu.add(Place::kDpu, all - dma);
+  cpu.add(Place::kHw, dma);
   r.set_cpu(cpu);
   r.set_wall_ns(now_ns() - start_ns_);
   return r;

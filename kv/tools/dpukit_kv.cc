@@ -24,7 +24,7 @@
 #include "dpukit/core/cli.h"
 #include "dpukit/core/process.h"
 #include "dpukit/core/results.h"
-#include "dpukit/core/thread_cpu.h"
+#include "dpukit/core/thread_cpu.h"  // ThreadCpuSampler, KernelCpuSampler
 
 namespace fs = std::filesystem;
 
@@ -108,16 +108,16 @@ DbBenchReport kvbench_report(const nlohmann::json& f, const std::string& op) {
 }
 
 struct Settings {
-  std::string mode, driver, workload, db, pool, sock, host_cpus, dpu_cpus;
-  uint64_t value_size, num, write_buffer, target_file, level_base, cache;
-  int threads, jobs;
+  std::string mode, driver, workload, db, pool, sock, host_cpus, dpu_cpus, payload;
+  uint64_t value_size, num, write_buffer, target_file, level_base, cache, queue;
+  int threads, jobs, l0_slowdown, l0_stop;
   uint64_t write_threshold, sync_interval;
 };
 
 std::string fs_uri(const Settings& s) {
   std::string q = "?write_threshold:" + std::to_string(s.write_threshold) + "&sync_interval:" +
-                  std::to_string(s.sync_interval);
-  if (s.mode == "pulsedb") return "pulsedb://" + s.sock + q;
+                  std::to_string(s.sync_interval) + "&queue:" + std::to_string(s.queue);
+  if (s.mode == "pulsedb") return "pulsedb://" + s.sock + q + "&payload:" + s.payload;
   if (s.mode == "async-host") return "pulsedb-async://" + s.pool + q;
   if (s.mode == "filepool") return "pulsedb-filepool://" + s.pool;
   return "";
@@ -141,6 +141,8 @@ std::vector<std::string> db_bench_args(const Settings& s, const std::string& ben
       "--max_background_jobs=" + std::to_string(s.jobs + 1),
       "--max_background_compactions=" + std::to_string(s.jobs),
       "--max_background_flushes=1",
+      "--level0_slowdown_writes_trigger=" + std::to_string(s.l0_slowdown),
+      "--level0_stop_writes_trigger=" + std::to_string(s.l0_stop),
       "--bloom_bits=10",
       "--cache_size=" + std::to_string(s.cache),
       "--use_direct_reads=true",
@@ -172,6 +174,8 @@ std::vector<std::string> kvbench_args(const Settings& s, const std::string& comm
                                 "--target-file-size=" + std::to_string(s.target_file),
                                 "--max-bytes-for-level-base=" + std::to_string(s.level_base),
                                 "--max-background-jobs=" + std::to_string(s.jobs + 1),
+                                "--l0-slowdown=" + std::to_string(s.l0_slowdown),
+                                "--l0-stop=" + std::to_string(s.l0_stop),
                                 "--cache-size=" + std::to_string(s.cache),
                                 "--threads=" + std::to_string(s.threads),
                                 "--cpus=" + s.host_cpus,
@@ -185,8 +189,15 @@ std::vector<std::string> kvbench_args(const Settings& s, const std::string& comm
   return a;
 }
 
-// The agent's CPU time so far, from the result it writes (dpukit.result/1).
-double agent_cpu_seconds(const nlohmann::json& result) { return result["cpu_ns"]["dpu"].get<uint64_t>() / 1e9; }
+// The agent's CPU time so far by place (dpu; hw: its DMA threads), from the
+// result it writes (dpukit.result/1).
+struct AgentCpu {
+  double dpu = 0, hw = 0;
+};
+AgentCpu agent_cpu(const nlohmann::json& result) {
+  const auto& c = result["cpu_ns"];
+  return {c["dpu"].get<uint64_t>() / 1e9, c.value("hw", uint64_t{0}) / 1e9};
+}
 
 int bench_command(int argc, char** argv) {
   ArgParser p(std::string(kTool) + " bench",
@@ -206,7 +217,12 @@ int bench_command(int argc, char** argv) {
   p.option("write-buffer", "memtable size", "64M").option("target-file", "SST target size", "64M");
   p.option("level-base", "L1 size", "256M").option("cache", "block cache", "256M");
   p.option("write-threshold", "pulsedb/async-host: bytes per write request", "4M");
+  p.option("queue", "pulsedb/async-host: payload bytes of each queue pair's request ring (a power of two)", "32M");
+  p.option("l0-slowdown", "L0 files at which RocksDB slows writes (its default)", "20");
+  p.option("l0-stop", "L0 files at which RocksDB stops writes (its default)", "36");
   p.option("sync-interval", "pulsedb/async-host: bytes per range_sync", "1M");
+  p.option("payload", "pulsedb: pull (the agent reads RocksDB's buffers: the DMA path) or copy (through the ring)",
+           "pull");
   p.option("slots", "pool slots", "0").option("host-cpus", "CPUs of db_bench (the host)", "0");
   p.option("dpu-cpus", "CPUs of the agent / dcomp worker (the dpu)", "1");
   p.option("work-dir", "where the DB, the pool and the logs go (emptied first)", "build/kv-run");
@@ -234,6 +250,12 @@ int bench_command(int argc, char** argv) {
   s.cache = p.bytes("cache");
   s.write_threshold = p.bytes("write-threshold");
   s.sync_interval = p.bytes("sync-interval");
+  s.queue = p.bytes("queue");
+  s.l0_slowdown = static_cast<int>(p.u64("l0-slowdown"));
+  s.l0_stop = static_cast<int>(p.u64("l0-stop"));
+  if (s.l0_slowdown < 1 || s.l0_stop < s.l0_slowdown) throw InputError("want 1 <= --l0-slowdown <= --l0-stop");
+  s.payload = p.str("payload");
+  if (s.payload != "pull" && s.payload != "copy") throw InputError("--payload: '" + s.payload + "' is not pull or copy");
   s.host_cpus = p.str("host-cpus");
   s.dpu_cpus = p.str("dpu-cpus");
   fs::path work = fs::absolute(p.str("work-dir"));
@@ -329,17 +351,20 @@ int bench_command(int argc, char** argv) {
   try {
     // The agent's CPU time comes from its stats; for overwrite the fill
     // phase's share is read (SIGUSR1) and taken off.
-    double agent_cpu0 = 0;
+    AgentCpu agent_cpu0;
     auto agent_reading = [&] {
-      if (agent.pid() <= 0) return 0.0;
+      if (agent.pid() <= 0) return AgentCpu{};
       fs::remove(agent_stats);
       agent.kill(SIGUSR1);
       for (int i = 0; i < 200 && !fs::exists(agent_stats); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      return agent_cpu_seconds(read_result(agent_stats));
+      return agent_cpu(read_result(agent_stats));
     };
     DbBenchReport r;
     Cpu low;
     double host_cpu_s = 0, worker_cpu_s = 0;
+    // The kernel's share over the measured phase (docs/kv.md, "Where the CPU
+    // time goes").
+    KernelCpuSampler kernel(100);
     auto t0 = std::chrono::steady_clock::now();
     if (s.driver == "db_bench") {
       if (s.workload == "overwrite") {  // an existing DB to overwrite: filled first, not measured
@@ -348,7 +373,9 @@ int bench_command(int argc, char** argv) {
       }
       std::string log = (work / (s.workload + ".log")).string();
       t0 = std::chrono::steady_clock::now();
+      kernel.start();
       host_cpu_s = run_db_bench(s.workload, s.workload == "overwrite", log, &low) / 1e9;
+      kernel.stop();
       r = parse_db_bench(slurp(log), s.workload);
     } else {
       auto run_kvbench = [&](const std::string& command) {
@@ -368,6 +395,7 @@ int bench_command(int argc, char** argv) {
         agent_cpu0 = agent_reading();
       }
       t0 = std::chrono::steady_clock::now();
+      kernel.start();
       auto add_cpu = [&](const nlohmann::json& kf) {
         uint64_t plugin = kf["compaction"]["host_plugin_cpu_ns"].get<uint64_t>();
         low["compaction"] += kf["compaction"]["host_cpu_ns"].get<uint64_t>() - plugin;
@@ -395,6 +423,7 @@ int bench_command(int argc, char** argv) {
         add_cpu(kf);
         if (kf.contains("dcomp")) result.figures()["dcomp"] = kf["dcomp"];
       }
+      kernel.stop();
     }
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     stop_agent();
@@ -424,13 +453,37 @@ int bench_command(int argc, char** argv) {
     f["host_cpu_s"] = host_cpu_s;
     f["driver"] = s.driver;
     f["wall_s"] = wall;
-    double dpu = worker_cpu_s;  // dcomp: the worker's
+    double dpu = worker_cpu_s, hw = 0;  // dcomp: the worker's
     if (fs::exists(agent_stats)) {
       nlohmann::json ag = read_result(agent_stats);
       f["agent"] = ag["figures"];
-      dpu = agent_cpu_seconds(ag) - agent_cpu0;
+      const AgentCpu a = agent_cpu(ag);
+      dpu = a.dpu - agent_cpu0.dpu;
+      hw = a.hw - agent_cpu0.hw;
     }
     f["dpu_cpu_s"] = dpu;
+    f["hw_cpu_s"] = hw;
+    // Whole-host CPU: the host process tree, the kernel threads' I/O work
+    // (all of it charged to the host: writeback, journal and reclaim are
+    // woken by the host's and the agent's writes alike) and the interrupt
+    // time on the host's CPUs. The dpu side: the agent (or dcomp worker) and
+    // the interrupt time on its CPUs.
+    {
+      auto kt = kernel.threads_ns();
+      const IrqTimes on_host = kernel.irq_ns(placement.host), on_dpu = kernel.irq_ns(placement.dpu);
+      const double kernel_io = (kt["kworker"] + kt["ksoftirqd"] + kt["jbd2"] + kt["kswapd"]) / 1e9;
+      const double irq_host = (on_host.irq_ns + on_host.softirq_ns) / 1e9;
+      const double irq_dpu = (on_dpu.irq_ns + on_dpu.softirq_ns) / 1e9;
+      f["kernel_cpu_s"] = {{"kworker", kt["kworker"] / 1e9},     {"ksoftirqd", kt["ksoftirqd"] / 1e9},
+                           {"jbd2", kt["jbd2"] / 1e9},           {"kswapd", kt["kswapd"] / 1e9},
+                           {"other_threads", kt["other"] / 1e9}, {"irq_host_cpus", on_host.irq_ns / 1e9},
+                           {"softirq_host_cpus", on_host.softirq_ns / 1e9},
+                           {"irq_dpu_cpus", on_dpu.irq_ns / 1e9},
+                           {"softirq_dpu_cpus", on_dpu.softirq_ns / 1e9}};
+      f["host_whole_cpu_s"] = host_cpu_s + kernel_io + irq_host;
+      f["host_whole_compaction_cpu_s"] = (low["compaction"] + low["plugin"]) / 1e9 + kernel_io + irq_host;
+      f["dpu_whole_cpu_s"] = dpu + hw + irq_dpu;
+    }
     if (fs::exists(plugin_stats)) f["plugin"] = read_result(plugin_stats)["figures"];
     auto& prm = result.parameters();
     prm["num"] = s.num;
@@ -442,10 +495,15 @@ int bench_command(int argc, char** argv) {
     prm["cache"] = s.cache;
     prm["write_threshold"] = s.write_threshold;
     prm["sync_interval"] = s.sync_interval;
+    prm["queue"] = s.queue;
+    prm["l0_slowdown"] = s.l0_slowdown;
+    prm["l0_stop"] = s.l0_stop;
+    if (s.mode == "pulsedb") prm["payload"] = s.payload;
     prm["slots"] = slots;
     CpuAccount cpu;
     cpu.add(Place::kHost, static_cast<uint64_t>(host_cpu_s * 1e9));
     cpu.add(Place::kDpu, static_cast<uint64_t>(dpu * 1e9));
+    cpu.add(Place::kHw, static_cast<uint64_t>(hw * 1e9));
     result.set_cpu(cpu);
     result.set_wall_ns(static_cast<uint64_t>(wall * 1e9));
   } catch (...) {
@@ -453,12 +511,14 @@ int bench_command(int argc, char** argv) {
     throw;
   }
   std::printf("%s %s value=%llu: %.0f ops/s, %.1f MB/s, P99 %.0f us, stall %.1f %%, compaction %.1f MB/s, "
-              "host compaction CPU %.2f s, dpu CPU %.2f s\n",
+              "host compaction CPU %.2f s (whole-host %.2f s), dpu CPU %.2f s, hw CPU %.2f s\n",
               s.mode.c_str(), s.workload.c_str(), static_cast<unsigned long long>(s.value_size),
               result.figures()["ops_per_sec"].get<double>(), result.figures()["mb_per_sec"].get<double>(),
               result.figures()["write_p99_us"].get<double>(), 100 * result.figures()["stall_ratio"].get<double>(),
               result.figures()["compaction_mb_per_sec"].get<double>(),
-              result.figures()["host_compaction_cpu_s"].get<double>(), result.figures()["dpu_cpu_s"].get<double>());
+              result.figures()["host_compaction_cpu_s"].get<double>(),
+              result.figures()["host_whole_compaction_cpu_s"].get<double>(), result.figures()["dpu_cpu_s"].get<double>(),
+              result.figures()["hw_cpu_s"].get<double>());
   if (p.has("json")) result.write(p.str("json"));
   return 0;
 }

@@ -27,6 +27,12 @@ enum class OffloadMode {
   kFilePool,   // pulsedb-filepool://POOLDIR — the SST file pool only, written by the compaction thread
 };
 
+// How an Append's bytes reach the engine (pulsedb only; async-host copies).
+enum class PayloadPath {
+  kPull,  // the engine pulls them from this process's memory (the DPU's DMA read; process_vm_readv)
+  kCopy,  // Append copies them into the queue pair's shared payload ring
+};
+
 struct OffloadOptions {
   OffloadMode mode = OffloadMode::kPulseDb;
   std::string agent;                        // kPulseDb: the agent's socket
@@ -38,6 +44,7 @@ struct OffloadOptions {
   size_t request_queue = 32u << 20;         // payload bytes per queue pair (power of two)
   size_t completion_queue = 1u << 20;       // completion ring bytes per queue pair (power of two)
   bool offload_flush = false;               // also send flush outputs (the paper: compaction only)
+  PayloadPath payload = PayloadPath::kPull;  // pulsedb: falls back to kCopy if the kernel refuses the pull
   std::string stats_file;                   // if set: JSON counters written here at shutdown
 };
 
@@ -45,11 +52,12 @@ struct OffloadOptions {
 // "pulsedb-filepool://POOLDIR", each optionally followed by
 // "?key:value&key:value" with keys write_threshold, sync_interval, queue,
 // completion_queue, slots, slot_size (sizes take K/M/G), offload
-// (compaction | compaction+flush), stats. A plain "pulsedb" takes the socket
-// from DPUKIT_AGENT. Anything the URI leaves out comes from the environment
-// (DPUKIT_KV_WRITE_THRESHOLD, DPUKIT_KV_SYNC_INTERVAL, DPUKIT_KV_QUEUE,
-// DPUKIT_KV_COMPLETION_QUEUE, DPUKIT_KV_SLOTS, DPUKIT_KV_SLOT_SIZE,
-// DPUKIT_KV_OFFLOAD, DPUKIT_KV_STATS), then from the defaults above.
+// (compaction | compaction+flush), payload (pull | copy), stats. A plain
+// "pulsedb" takes the socket from DPUKIT_AGENT. Anything the URI leaves out
+// comes from the environment (DPUKIT_KV_WRITE_THRESHOLD,
+// DPUKIT_KV_SYNC_INTERVAL, DPUKIT_KV_QUEUE, DPUKIT_KV_COMPLETION_QUEUE,
+// DPUKIT_KV_SLOTS, DPUKIT_KV_SLOT_SIZE, DPUKIT_KV_OFFLOAD, DPUKIT_KV_PAYLOAD,
+// DPUKIT_KV_STATS), then from the defaults above.
 // Throws std::invalid_argument naming what is wrong.
 OffloadOptions ParseOffloadUri(const std::string& uri);
 

@@ -219,15 +219,7 @@ class OffloadWritableFile final : public FSWritableFile, public BatchOwner {
       return;
     }
     qp_->commit(this, static_cast<uint32_t>(Op::kWrite), file_->id, len, {sent_});
-    sent_ += len;
-    fs_.stats().write_requests.fetch_add(1, std::memory_order_relaxed);
-    fs_.stats().bytes_offloaded.fetch_add(len, std::memory_order_relaxed);
-    const uint64_t interval = fs_.options().sync_interval;
-    while (sent_ - synced_ >= interval) {
-      qp_->submit(static_cast<uint32_t>(Op::kRangeSync), file_->id, {}, {synced_, interval});
-      synced_ += interval;
-      fs_.stats().range_syncs.fetch_add(1, std::memory_order_relaxed);
-    }
+    sent(len);
   }
 
  private:
@@ -271,6 +263,20 @@ class OffloadWritableFile final : public FSWritableFile, public BatchOwner {
   }
 
   uint64_t next_file_id() { return pending_id_ = fs_.new_file_id(); }
+
+  // `len` more bytes are in write requests: the range_syncs now due follow
+  // them. The queue pair's lock held.
+  void sent(uint64_t len) {
+    sent_ += len;
+    fs_.stats().write_requests.fetch_add(1, std::memory_order_relaxed);
+    fs_.stats().bytes_offloaded.fetch_add(len, std::memory_order_relaxed);
+    const uint64_t interval = fs_.options().sync_interval;
+    while (sent_ - synced_ >= interval) {
+      qp_->submit(static_cast<uint32_t>(Op::kRangeSync), file_->id, {}, {synced_, interval});
+      synced_ += interval;
+      fs_.stats().range_syncs.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
 
   IOStatus open_local(IODebugContext* dbg, bool fallback) {
     IOStatus s = fs_.target()->NewWritableFile(fname_, opts_, &local_, dbg);
@@ -361,6 +367,12 @@ class OffloadWritableFile final : public FSWritableFile, public BatchOwner {
       return error_;
     }
     if (host_closed_) return IOStatus::InvalidArgument("pulsedb: append to " + fname_ + " after sync_close");
+    if (data.size() >= OffloadFileSystem::kMinPull && fs_.pulls()) {
+      int32_t refused = 0;
+      IOStatus s = append_pulled(data, &refused);
+      if (!s.ok() || refused == 0) return s;
+      // Refused: nothing of it was written; it goes through the ring below.
+    }
     try {
       auto l = qp_->lock();
       size_t done = 0;
@@ -377,6 +389,43 @@ class OffloadWritableFile final : public FSWritableFile, public BatchOwner {
       return fail(e);
     }
     file_->size.store(size_, std::memory_order_release);  // what the FS-level GetFileSize answers
+    return IOStatus::OK();
+  }
+
+  // The DMA path: a descriptor of RocksDB's buffer, then the wait until the
+  // engine has pulled it. `refused` gets the pull's -errno if the engine
+  // could not read this process's memory.
+  IOStatus append_pulled(const Slice& data, int32_t* refused) {
+    const uint64_t t0 = now_ns();
+    uint64_t offset = 0;
+    try {
+      auto l = qp_->lock();
+      commit_batch();  // appends copied before this one go first
+      offset = sent_;
+      fs_.pull_posted(*file_, offset);
+      qp_->submit(static_cast<uint32_t>(Op::kWriteFrom), file_->id, {},
+                  {offset, reinterpret_cast<uint64_t>(data.data()), data.size()});
+    } catch (const ChannelError& e) {
+      return fail(e);
+    }
+    IOStatus s = fs_.wait_pulled(*file_, refused);
+    fs_.stats().pull_wait_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+    if (!s.ok()) {
+      error_ = s;
+      fs_.file_reported(*file_);
+      return s;
+    }
+    if (*refused) return IOStatus::OK();
+    fs_.stats().pulls.fetch_add(1, std::memory_order_relaxed);
+    fs_.stats().pull_bytes.fetch_add(data.size(), std::memory_order_relaxed);
+    try {
+      auto l = qp_->lock();
+      sent(data.size());
+    } catch (const ChannelError& e) {
+      return fail(e);
+    }
+    size_ += data.size();
+    file_->size.store(size_, std::memory_order_release);
     return IOStatus::OK();
   }
 
@@ -464,7 +513,9 @@ class OffloadDirectory final : public FSDirectory {
 // ------------------------------------------------------------ file system
 
 OffloadFileSystem::OffloadFileSystem(std::shared_ptr<rocksdb::FileSystem> base, OffloadOptions options)
-    : FileSystemWrapper(std::move(base)), options_(std::move(options)) {
+    : FileSystemWrapper(std::move(base)),
+      options_(std::move(options)),
+      pull_ok_(options_.mode == OffloadMode::kPulseDb && options_.payload == PayloadPath::kPull) {
   if (!options_.pool.empty()) {
     SstPool::Options po;
     po.dir = options_.pool;
@@ -580,6 +631,14 @@ void OffloadFileSystem::on_completion(QueuePair&, const ChannelCompletion& c) {
         stats_.file_errors.fetch_add(1, std::memory_order_relaxed);
       }
     }
+  } else if (c.op == static_cast<uint32_t>(Op::kWriteFrom)) {
+    auto it = files_.find(c.id);
+    if (it == files_.end()) return;
+    InFlightFile& f = *it->second;
+    if (f.pull_pending && f.pull_offset == c.arg) {
+      f.pull_pending = false;
+      f.pull_status = c.status;
+    }
   } else if (c.op == static_cast<uint32_t>(Op::kRecycle)) {
     if (auto it = control_results_.find(c.id); it != control_results_.end()) it->second = {it->second.qp, true, c};
   }
@@ -617,6 +676,27 @@ IOStatus OffloadFileSystem::file_status(InFlightFile& f) {
 void OffloadFileSystem::file_reported(InFlightFile& f) {
   std::lock_guard l(files_mu_);
   f.reported = true;
+}
+
+void OffloadFileSystem::pull_posted(InFlightFile& f, uint64_t offset) {
+  std::lock_guard l(files_mu_);
+  f.pull_pending = true;
+  f.pull_offset = offset;
+  f.pull_status = 0;
+}
+
+IOStatus OffloadFileSystem::wait_pulled(InFlightFile& f, int32_t* pull_status) {
+  std::unique_lock l(files_mu_);
+  files_cv_.wait(l, [&] { return !f.pull_pending || f.done; });
+  if (f.pull_pending) return f.status;  // the engine is gone: the file failed
+  *pull_status = f.pull_status;
+  if (f.pull_status != 0) {
+    stats_.pull_refusals.fetch_add(1, std::memory_order_relaxed);
+    if (pull_ok_.exchange(false))
+      log_warn(std::string("kv: the write-persist engine cannot read this process's memory (process_vm_readv: ") +
+               std::strerror(-f.pull_status) + "); appends are copied through the queue pair's ring from now on");
+  }
+  return IOStatus::OK();
 }
 
 bool OffloadFileSystem::wait_closed(InFlightFile& f) {
@@ -840,6 +920,14 @@ void OffloadFileSystem::write_stats() const {
       {"file_errors", v(stats_.file_errors)},
       {"queue_pairs", v(stats_.queue_pairs)},
       {"broken_queue_pairs", v(stats_.broken_queue_pairs)},
+      {"payload", options_.mode != OffloadMode::kPulseDb         ? "copy"
+                  : options_.payload == PayloadPath::kCopy        ? "copy"
+                  : pull_ok_.load(std::memory_order_relaxed)      ? "pull"
+                                                                  : "pull refused: copy"},
+      {"pulls", v(stats_.pulls)},
+      {"pull_bytes", v(stats_.pull_bytes)},
+      {"pull_wait_ms", v(stats_.pull_wait_ns) / 1e6},
+      {"pull_refusals", v(stats_.pull_refusals)},
   };
   if (options_.mode == OffloadMode::kAsyncHost) {
     j["engine"] = {{"writes", v(engine_stats_.writes)},

@@ -1,9 +1,12 @@
 // The host side of PulseDB: a RocksDB FileSystemWrapper that routes the SST
 // files compaction writes to a write-persist engine and keeps RocksDB's own
 // barriers intact (see docs/kv.md, "Consistency"):
-//   - Append copies into the queue pair's payload region and returns; the
-//     writer batches appends up to write_threshold per write request and
-//     posts a range_sync per sync_interval; Sync/Fsync/Close post sync_close
+//   - Append (payload=pull, pulsedb) posts a descriptor of RocksDB's buffer
+//     and waits until the engine's DMA stage has pulled it (RocksDB reuses
+//     the buffer once Append returns); short appends, and every append if the
+//     kernel refuses the pull, are copied into the queue pair's payload
+//     region instead and return at once, batched up to write_threshold per
+//     write request; a range_sync is posted per sync_interval; Sync/Fsync/Close post sync_close
 //     without waiting on a thread that fsyncs the file's directory (a
 //     compaction's or flush's), and wait for it on any other (a subcompaction
 //     thread, which never does); GetFileSize (the writer's and the FS's)
@@ -42,6 +45,7 @@ struct PluginStats {
   std::atomic<uint64_t> bytes_offloaded{0}, write_requests{0}, range_syncs{0}, sync_closes{0};
   std::atomic<uint64_t> dir_fsync_waits{0}, dir_fsync_wait_ns{0}, read_waits{0}, recycles{0};
   std::atomic<uint64_t> file_errors{0}, queue_pairs{0}, broken_queue_pairs{0};
+  std::atomic<uint64_t> pulls{0}, pull_bytes{0}, pull_wait_ns{0}, pull_refusals{0};
 };
 
 // One offloaded file from its kOpen to its kSyncClose completion.
@@ -58,6 +62,10 @@ struct InFlightFile {
   uint64_t writer_thread = 0, writer_job = 0;
   bool reported = false;     // ... once (or the writer got it itself)
   std::atomic<bool> failed{false};  // status is an error (the writer reads it without the lock)
+  // The writer's one kWriteFrom in flight (it waits for its completion).
+  bool pull_pending = false;
+  uint64_t pull_offset = 0;
+  int32_t pull_status = 0;
 };
 
 class OffloadFileSystem final : public rocksdb::FileSystemWrapper, public CompletionSink {
@@ -106,6 +114,16 @@ class OffloadFileSystem final : public rocksdb::FileSystemWrapper, public Comple
   rocksdb::IOStatus file_status(InFlightFile& f);
   // The writer learned its file's error itself: no directory fsync reports it again.
   void file_reported(InFlightFile& f);
+  // Appends of at least this many bytes are pulled (when pulling is on and
+  // the kernel allows it); shorter ones are copied, cheaper than a round trip.
+  static constexpr size_t kMinPull = 64 << 10;
+  bool pulls() const { return pull_ok_.load(std::memory_order_relaxed); }
+  // Marks `f`'s kWriteFrom at `offset` as posted (before it is submitted).
+  void pull_posted(InFlightFile& f, uint64_t offset);
+  // Waits for it: 0 once pulled, -errno if the engine could not pull it
+  // (then pulling stops for this process, said once in the log, and the
+  // caller copies), or the file's error if it failed meanwhile (engine gone).
+  rocksdb::IOStatus wait_pulled(InFlightFile& f, int32_t* pull_status);
   // Waits until the file's sync_close completed. False at once if its writer
   // is still open: no sync_close has been posted, so nothing would end the wait.
   bool wait_closed(InFlightFile& f);
@@ -151,6 +169,7 @@ class OffloadFileSystem final : public rocksdb::FileSystemWrapper, public Comple
   std::mutex control_mu_;
   std::chrono::steady_clock::time_point next_connect_{};    // after a failure, retry no sooner
   std::atomic<uint64_t> no_space_until_ns_{0};              // the engine ran out of space: normal path until then
+  std::atomic<bool> pull_ok_;                               // payload=pull and no pull refused yet
 
   std::mutex files_mu_;
   std::condition_variable files_cv_;

@@ -22,6 +22,7 @@ constexpr Tunable kTunables[] = {
     {"queue", "DPUKIT_KV_QUEUE"},                     {"completion_queue", "DPUKIT_KV_COMPLETION_QUEUE"},
     {"slots", "DPUKIT_KV_SLOTS"},                     {"slot_size", "DPUKIT_KV_SLOT_SIZE"},
     {"offload", "DPUKIT_KV_OFFLOAD"},                 {"stats", "DPUKIT_KV_STATS"},
+    {"payload", "DPUKIT_KV_PAYLOAD"},
 };
 
 std::map<std::string, std::string> parse_query(const std::string& uri, const std::string& query) {
@@ -99,6 +100,10 @@ OffloadOptions ParseOffloadUri(const std::string& uri) {
       if (*v == "compaction") o.offload_flush = false;
       else if (*v == "compaction+flush") o.offload_flush = true;
       else throw std::invalid_argument("kv: offload: '" + *v + "' is not compaction or compaction+flush");
+    } else if (key == "payload") {
+      if (*v == "pull") o.payload = PayloadPath::kPull;
+      else if (*v == "copy") o.payload = PayloadPath::kCopy;
+      else throw std::invalid_argument("kv: payload: '" + *v + "' is not pull or copy");
     }
   }
   switch (o.mode) {

@@ -65,6 +65,8 @@ void add_db_flags(ArgParser& p) {
            "RocksDB background jobs: 1/4 (at least 1) flush, the rest compaction. The paper ran 4 concurrent "
            "compaction threads on 48 host cores; here 4 jobs = 1 flush + 3 compaction threads",
            "4");
+  p.option("l0-slowdown", "L0 files at which writes are slowed (RocksDB's default)", "20");
+  p.option("l0-stop", "L0 files at which writes stop (RocksDB's default)", "36");
   p.flag("no-direct-reads", kNoDirectReadsHelp);
 }
 
@@ -79,6 +81,9 @@ DbConfig db_config(const ArgParser& p) {
   c.fanout = p.number("fanout");
   c.num_levels = int(p.u64("num-levels"));
   c.max_background_jobs = int(p.u64("max-background-jobs"));
+  c.l0_slowdown = int(p.u64("l0-slowdown"));
+  c.l0_stop = int(p.u64("l0-stop"));
+  if (c.l0_slowdown < 1 || c.l0_stop < c.l0_slowdown) p.fail("want 1 <= --l0-slowdown <= --l0-stop");
   if (c.write_buffer_size < (64u << 10)) p.fail("--write-buffer-size must be at least 64KB");
   if (c.target_file_size < (64u << 10)) p.fail("--target-file-size must be at least 64KB");
   if (c.max_bytes_for_level_base < c.target_file_size) p.fail("--max-bytes-for-level-base must be >= --target-file-size");
@@ -101,6 +106,8 @@ nlohmann::json DbConfig::to_json() const {
           {"fanout", fanout},
           {"num_levels", num_levels},
           {"max_background_jobs", max_background_jobs},
+          {"l0_slowdown", l0_slowdown},
+          {"l0_stop", l0_stop},
           {"flush_threads", flush_threads()},
           {"compaction_threads", compaction_threads()},
           {"bloom_bits", bloom_bits},
@@ -151,6 +158,8 @@ rocksdb::Options make_options(const DbConfig& c, rocksdb::Env* env) {
   o.max_bytes_for_level_multiplier = c.fanout;
   o.num_levels = c.num_levels;
   o.max_background_jobs = c.max_background_jobs;
+  o.level0_slowdown_writes_trigger = c.l0_slowdown;
+  o.level0_stop_writes_trigger = c.l0_stop;
   o.use_direct_reads = c.direct_reads;
   o.table_factory = make_table_factory(c);
   o.statistics = rocksdb::CreateDBStatistics();

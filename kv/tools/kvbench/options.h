@@ -27,6 +27,8 @@ struct DbConfig {
   double fanout = 10;
   int num_levels = 7;
   int max_background_jobs = 4;
+  int l0_slowdown = 20;  // L0 files at which RocksDB slows writes (its default)
+  int l0_stop = 36;      // ... and stops them
   int bloom_bits = 10;
   uint64_t cache_size = 256ull << 20;
   uint64_t block_size = 4096;

@@ -17,8 +17,19 @@ from dpukit.report import Section
 from dpukit.units import fmt_sig
 
 TOOL = "dpukit-kv"
-MODES = ("vanilla", "filepool", "async-host", "pulsedb")
+MODES = ("vanilla", "filepool", "async-host", "pulsedb", "pulsedb-copy")
 VALUE_SIZES = (128, 512, 1024, 2048)
+QUEUE_SIZES = ("32M", "128M", "512M")
+# What each mode label runs: pulsedb is the DMA path (the agent pulls
+# RocksDB's buffers); pulsedb-copy copies every append through the ring.
+MODE_ARGS: dict[str, list[Any]] = {
+    "vanilla": ["--mode", "vanilla"],
+    "filepool": ["--mode", "filepool"],
+    "async-host": ["--mode", "async-host"],
+    "pulsedb": ["--mode", "pulsedb", "--payload", "pull"],
+    "pulsedb-copy": ["--mode", "pulsedb", "--payload", "copy"],
+    "dcomp": ["--mode", "dcomp"],
+}
 
 
 def scale(quick: bool) -> list[str]:
@@ -29,25 +40,29 @@ def scale(quick: bool) -> list[str]:
     return ["--data", "1G", "--write-buffer", "64M", "--target-file", "64M", "--level-base", "256M"]
 
 
-def bench_args(ctx: Context, mode: str, workload: str, value: int, driver: str) -> list[Any]:
-    work = build_dir() / "kv-runs" / f"{mode}-{workload}-{value}-{driver}"
-    return ["bench", "--mode", mode, "--driver", driver, "--workload", workload, "--value-size", value,
-            *scale(ctx.quick), "--work-dir", work]
+def bench_args(ctx: Context, mode: str, workload: str, value: int, driver: str,
+               settings: Sequence[Any] | None = None, tag: str = "") -> list[Any]:
+    work = build_dir() / "kv-runs" / f"{mode}-{workload}-{value}-{driver}{tag}"
+    return ["bench", *MODE_ARGS[mode], "--driver", driver, "--workload", workload, "--value-size", value,
+            *(scale(ctx.quick) if settings is None else settings), "--work-dir", work]
 
 
 def run_modes(ctx: Context, modes: Sequence[str], workload: str, value: int, *, driver: str = "db_bench",
-              step0: int = 0, steps: int | None = None) -> list[tuple[str, Point]]:
+              step0: int = 0, steps: int | None = None, settings: Sequence[Any] | None = None,
+              tag: str = "") -> list[tuple[str, Point]]:
     """Every mode ``ctx.repeats`` times, round-robin (mode after mode, then
     again), so that a slow spell of this shared machine hits every mode
-    alike; each mode's reported run is its median by throughput."""
+    alike; each mode's reported run is its median by throughput.
+    ``settings`` replaces the RocksDB scale; ``tag`` tells the runs apart."""
     steps = steps or len(modes)
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     for rep in range(1, ctx.repeats + 1):
         for i, mode in enumerate(modes, 1):
             note = f" run {rep}/{ctx.repeats}" if ctx.repeats > 1 else ""
-            ctx.progress(f"{mode} {workload} value={value} ({driver}){note}", step0 + i, steps)
-            label = f"{mode}-{workload}-{value}-{driver}" + (f"-r{rep}" if ctx.repeats > 1 else "")
-            runs[mode].append(ctx.run_native(TOOL, bench_args(ctx, mode, workload, value, driver), label=label))
+            ctx.progress(f"{mode} {workload} value={value} ({driver}{tag}){note}", step0 + i, steps)
+            label = f"{mode}-{workload}-{value}-{driver}{tag}" + (f"-r{rep}" if ctx.repeats > 1 else "")
+            args = bench_args(ctx, mode, workload, value, driver, settings, tag)
+            runs[mode].append(ctx.run_native(TOOL, args, label=label))
     return [(m, Point(runs[m], median_run(runs[m], "ops_per_sec"))) for m in modes]
 
 
@@ -64,14 +79,27 @@ def mode_rows(points: Sequence[tuple[str, Point]]) -> list[list[Any]]:
             mode, fmt_sig(f["ops_per_sec"] / 1000), ratio(f["ops_per_sec"], base["ops_per_sec"]),
             fmt_sig(f["compaction_mb_per_sec"]), fmt_sig(f["host_compaction_cpu_s"]),
             ratio(f["host_compaction_cpu_s"], base["host_compaction_cpu_s"]),
-            fmt_sig(f["dpu_cpu_s"]), fmt_sig(f["write_p99_us"]), fmt_sig(f["write_p999_us"]),
+            fmt_sig(f["host_whole_compaction_cpu_s"]),
+            ratio(f["host_whole_compaction_cpu_s"], base["host_whole_compaction_cpu_s"]),
+            fmt_sig(f["dpu_cpu_s"]), fmt_sig(f["hw_cpu_s"]), fmt_sig(f["write_p99_us"]),
+            ratio(f["write_p99_us"], base["write_p99_us"]), fmt_sig(f["write_p999_us"]),
             fmt_sig(100 * f["stall_ratio"]),
         ])
     return rows
 
 
-MODE_HEADERS = ["mode", "k ops/s", "× vanilla", "compaction MB/s", "host compaction CPU s", "× vanilla",
-                "dpu CPU s", "P99 µs", "P99.9 µs", "stall %"]
+MODE_HEADERS = ["mode", "k ops/s", "× vanilla", "compaction MB/s", "host compaction CPU s (threads)", "× vanilla",
+                "whole-host compaction CPU s", "× vanilla", "dpu CPU s", "hw CPU s", "P99 µs", "× vanilla",
+                "P99.9 µs", "stall %"]
+
+CPU_NOTE = (
+    "Host compaction CPU (threads) is the CPU time of the compaction threads (`rocksdb:low`) plus the plugin's "
+    "own (`pulsedb:*`: the completion reaper; in async-host the write-persist engine), read per thread from "
+    "/proc every 50 ms. Whole-host adds the kernel's work over the same run: the kernel threads' CPU time "
+    "(kworker writeback, ksoftirqd, jbd2, kswapd; all of it charged to the host, though the agent's fsyncs wake "
+    "jbd2 too) and the interrupt time on the host's CPU. dpu CPU is the agent's (or dcomp worker's) CPU time "
+    "less its DMA threads', which is hw CPU (the DMA engine pulling payloads from host memory). "
+    "See docs/kv.md, \"Where the CPU time goes\".")
 
 
 @experiment(
@@ -92,16 +120,15 @@ def modes(ctx: Context) -> Section:
         base = points[0][1].figures
         bars_plot(path, [BarPanel("normalized to vanilla", "× vanilla", {
             "write throughput": [p.figures["ops_per_sec"] / base["ops_per_sec"] for _, p in points],
-            "host compaction CPU": [p.figures["host_compaction_cpu_s"] / base["host_compaction_cpu_s"]
-                                    for _, p in points],
+            "host compaction CPU (threads)": [p.figures["host_compaction_cpu_s"] / base["host_compaction_cpu_s"]
+                                              for _, p in points],
+            "whole-host compaction CPU": [p.figures["host_whole_compaction_cpu_s"]
+                                          / base["host_whole_compaction_cpu_s"] for _, p in points],
         }, refline=(1.0, "vanilla"))], [m for m, _ in points], title=f"db_bench {workload}")
         sec.image(rel, f"{workload}: throughput and host compaction CPU per mode",
                   "Throughput and host compaction CPU of each mode, normalized to vanilla.")
     sec.paragraph(
-        "Host compaction CPU is the CPU time of db_bench's compaction threads (`rocksdb:low`) plus the "
-        "plugin's own threads (`pulsedb:*`: the completion reaper, and in async-host the write-persist engine), "
-        "read per thread from /proc every 50 ms. dpu CPU is the agent's CPU time. The stall ratio is "
-        "`rocksdb.stall.micros` over writer time. "
+        CPU_NOTE + " The stall ratio is `rocksdb.stall.micros` over writer time. "
         + ("Quick mode: a quarter of the data and memtable, one run per point." if ctx.quick else
            f"Each row is the median of {ctx.repeats} runs by throughput; the modes were run round-robin."))
     sec.paragraph(placement_note(ctx.runs))
@@ -113,35 +140,126 @@ def modes(ctx: Context) -> Section:
 @experiment(
     "kv.values",
     title="kv.values: vanilla against pulsedb across value sizes",
-    description="db_bench fillrandom at 128, 512, 1024 and 2048-byte values (full mode only).",
+    description="db_bench fillrandom and overwrite at 128, 512, 1024 and 2048-byte values (full mode only).",
     tools=[TOOL, "dpukit-agent"],
 )
 def values(ctx: Context) -> Section:
     sec = Section("kv.values: vanilla against pulsedb across value sizes")
     if ctx.quick:
-        sec.paragraph("Skipped in quick mode (it runs db_bench eight times); `dpukit eval --only kv.values`.")
+        sec.paragraph("Skipped in quick mode (it runs db_bench 16 times per repetition); "
+                      "`dpukit eval --only kv.values`.")
         return sec
-    rows = []
-    steps = 2 * len(VALUE_SIZES)
+    workloads = ("fillrandom", "overwrite")
+    steps = 2 * len(VALUE_SIZES) * len(workloads)
     step = 0
-    tput, cpu = [], []
-    for value in VALUE_SIZES:
-        pts = dict(run_modes(ctx, ("vanilla", "pulsedb"), "fillrandom", value, step0=step, steps=steps))
-        step += 2
-        v, p = pts["vanilla"].figures, pts["pulsedb"].figures
-        tput.append(p["ops_per_sec"] / v["ops_per_sec"])
-        cpu.append(p["host_compaction_cpu_s"] / v["host_compaction_cpu_s"] if v["host_compaction_cpu_s"] else 0)
-        rows.append([value, fmt_sig(v["ops_per_sec"] / 1000), fmt_sig(p["ops_per_sec"] / 1000), fmt_sig(tput[-1]),
-                     fmt_sig(v["host_compaction_cpu_s"]), fmt_sig(p["host_compaction_cpu_s"]), fmt_sig(cpu[-1]),
-                     fmt_sig(p["dpu_cpu_s"])])
-    sec.table(["value bytes", "vanilla k ops/s", "pulsedb k ops/s", "× vanilla", "vanilla host compaction CPU s",
-               "pulsedb host compaction CPU s", "× vanilla", "pulsedb dpu CPU s"], rows,
-              caption="db_bench fillrandom")
+    panels = []
+    for workload in workloads:
+        rows, tput, cpu, whole = [], [], [], []
+        for value in VALUE_SIZES:
+            pts = dict(run_modes(ctx, ("vanilla", "pulsedb"), workload, value, step0=step, steps=steps))
+            step += 2
+            v, p = pts["vanilla"].figures, pts["pulsedb"].figures
+            tput.append(p["ops_per_sec"] / v["ops_per_sec"])
+            cpu.append(p["host_compaction_cpu_s"] / v["host_compaction_cpu_s"] if v["host_compaction_cpu_s"] else 0)
+            whole.append(p["host_whole_compaction_cpu_s"] / v["host_whole_compaction_cpu_s"]
+                         if v["host_whole_compaction_cpu_s"] else 0)
+            rows.append([value, fmt_sig(v["ops_per_sec"] / 1000), fmt_sig(p["ops_per_sec"] / 1000),
+                         fmt_sig(tput[-1]), fmt_sig(v["host_compaction_cpu_s"]), fmt_sig(p["host_compaction_cpu_s"]),
+                         fmt_sig(cpu[-1]), fmt_sig(whole[-1]), fmt_sig(p["dpu_cpu_s"]), fmt_sig(p["hw_cpu_s"])])
+        sec.table(["value bytes", "vanilla k ops/s", "pulsedb k ops/s", "× vanilla",
+                   "vanilla host compaction CPU s", "pulsedb host compaction CPU s", "× vanilla",
+                   "whole-host × vanilla", "pulsedb dpu CPU s", "pulsedb hw CPU s"], rows,
+                  caption=f"db_bench {workload}")
+        panels.append(BarPanel(workload, "pulsedb / vanilla", {
+            "write throughput": tput, "host compaction CPU (threads)": cpu, "whole-host compaction CPU": whole},
+            refline=(1.0, "vanilla")))
     path, rel = ctx.plot_path("values")
-    bars_plot(path, [BarPanel("pulsedb / vanilla", "× vanilla", {"write throughput": tput, "host compaction CPU": cpu},
-                              refline=(1.0, "vanilla"))], [str(v) for v in VALUE_SIZES],
-              title="pulsedb against vanilla by value size (bytes)")
+    bars_plot(path, panels, [str(v) for v in VALUE_SIZES], title="pulsedb against vanilla by value size (bytes)")
     sec.image(rel, "pulsedb against vanilla by value size", "pulsedb normalized to vanilla at each value size.")
+    sec.paragraph(CPU_NOTE + f" Median of {ctx.repeats} runs by throughput, vanilla and pulsedb run in turn.")
+    sec.paragraph(placement_note(ctx.runs))
+    return sec
+
+
+@experiment(
+    "kv.queue",
+    title="kv.queue: pulsedb across request queue sizes (Fig. 17)",
+    description="db_bench fillrandom at 1024-byte values with each queue pair's request ring at 32, 128 and "
+                "512 MB, both payload paths (full mode only).",
+    tools=[TOOL, "dpukit-agent"],
+)
+def queue(ctx: Context) -> Section:
+    sec = Section("kv.queue: pulsedb across request queue sizes")
+    if ctx.quick:
+        sec.paragraph("Skipped in quick mode; `dpukit eval --only kv.queue`.")
+        return sec
+    modes = ("pulsedb", "pulsedb-copy")
+    steps = len(QUEUE_SIZES) * len(modes)
+    rows, series = [], {m: [] for m in modes}
+    for i, q in enumerate(QUEUE_SIZES):
+        pts = dict(run_modes(ctx, modes, "fillrandom", 1024, step0=i * len(modes), steps=steps,
+                             settings=[*scale(False), "--queue", q], tag=f"-q{q}"))
+        for m in modes:
+            f = pts[m].figures
+            series[m].append(f["ops_per_sec"] / 1000)
+            rows.append([q, m, fmt_sig(f["ops_per_sec"] / 1000), fmt_sig(f["write_p99_us"]),
+                         fmt_sig(f["host_whole_compaction_cpu_s"]), fmt_sig(100 * f["stall_ratio"])])
+    sec.table(["request queue", "mode", "k ops/s", "P99 µs", "whole-host compaction CPU s", "stall %"], rows,
+              caption="db_bench fillrandom, 1024-byte values; completion queue 1 MB")
+    path, rel = ctx.plot_path("queue")
+    bars_plot(path, [BarPanel("write throughput", "k ops/s", series)], list(QUEUE_SIZES),
+              title="pulsedb throughput by request queue size")
+    sec.image(rel, "throughput by request queue size", "Write throughput of both payload paths by queue size.")
+    sec.paragraph(
+        "The request queue holds the payload bytes a queue pair can have posted and not yet taken by the agent "
+        "(the paper sweeps 32-512 MB per thread, Fig. 17). With the DMA path only appends shorter than 64 KB "
+        f"go through it. Median of {ctx.repeats} runs by throughput.")
+    sec.paragraph(placement_note(ctx.runs))
+    return sec
+
+
+# The compaction-bound regime (docs/kv.md, "A compaction-bound regime"):
+# more data than kv.modes, four writers, one compaction thread, smaller
+# memtables and L0 triggers that make RocksDB throttle writers once L0->L1
+# falls behind.
+STALL_MODES = ("vanilla", "async-host", "pulsedb", "pulsedb-copy", "dcomp")
+STALL_SETTINGS: list[Any] = ["--data", "4G", "--threads", 4, "--compaction-threads", 1, "--write-buffer", "32M",
+                             "--target-file", "64M", "--level-base", "256M", "--l0-slowdown", 5, "--l0-stop", 8]
+
+
+@experiment(
+    "kv.stall",
+    title="kv.stall: every mode where vanilla RocksDB stalls",
+    description="dpukit-kvbench fill --drain of 4 GB with 4 writers, one compaction thread, 32 MB memtables and "
+                "L0 triggers 5/8: "
+                "throughput, P99/P99.9, stall ratio, host CPU both ways, dpu and hw CPU (full mode only).",
+    tools=[TOOL, "dpukit-agent", "dpukit-kvbench"],
+)
+def stall(ctx: Context) -> Section:
+    sec = Section("kv.stall: every mode in a compaction-bound regime")
+    if ctx.quick:
+        sec.paragraph("Skipped in quick mode (4 GB per run); `dpukit eval --only kv.stall`.")
+        return sec
+    points = run_modes(ctx, STALL_MODES, "fillrandom", 1024, driver="kvbench", settings=STALL_SETTINGS,
+                       tag="-stall")
+    sec.table(MODE_HEADERS, mode_rows(points), caption="dpukit-kvbench fill --drain, 4 GB, 1024-byte values")
+    base = points[0][1].figures
+    path, rel = ctx.plot_path("stall")
+    bars_plot(path, [
+        BarPanel("normalized to vanilla", "× vanilla", {
+            "write throughput": [p.figures["ops_per_sec"] / base["ops_per_sec"] for _, p in points],
+            "P99 latency": [p.figures["write_p99_us"] / base["write_p99_us"] for _, p in points],
+            "whole-host compaction CPU": [p.figures["host_whole_compaction_cpu_s"]
+                                          / base["host_whole_compaction_cpu_s"] for _, p in points],
+        }, refline=(1.0, "vanilla")),
+        BarPanel("write stall ratio", "%", {"stall": [100 * p.figures["stall_ratio"] for _, p in points]}),
+    ], [m for m, _ in points], title="compaction-bound regime")
+    sec.image(rel, "the compaction-bound regime", "Throughput, P99 and whole-host compaction CPU against "
+              "vanilla, and each mode's stall ratio.")
+    sec.paragraph(
+        "Settings: `" + " ".join(map(str, STALL_SETTINGS)) + "`, the RocksDB threads on the host CPU and the agent "
+        "(or dcomp worker) on the other. Throughput and latency cover the writes; compaction CPU covers the "
+        "writes and the drain. " + CPU_NOTE + f" Median of {ctx.repeats} runs by throughput, round-robin.")
     sec.paragraph(placement_note(ctx.runs))
     return sec
 

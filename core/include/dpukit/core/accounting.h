@@ -24,6 +24,14 @@ uint64_t process_cpu_ns();                // this process, all threads
 uint64_t process_cpu_ns(pid_t pid);       // another live process (0 if it cannot be read)
 uint64_t rusage_cpu_ns(const rusage& ru); // user + system, e.g. from wait4()
 
+// Time each CPU spent in hard and soft interrupt context (/proc/stat, since
+// boot): kernel work no task's CPU time includes (block I/O completions,
+// network receive). Empty if /proc/stat cannot be read.
+struct IrqTimes {
+  uint64_t irq_ns = 0, softirq_ns = 0;
+};
+std::vector<IrqTimes> irq_times_per_cpu();  // indexed by CPU number
+
 // CPU time per place, added to from any thread.
 class CpuAccount {
  public:

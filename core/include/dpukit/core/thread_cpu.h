@@ -10,6 +10,10 @@
 // thread reads every task periodically and keeps, per tid, the largest value
 // seen; a thread that exits loses at most one period of CPU time. The time a
 // thread used before start() is not counted.
+//
+// The kernel-threads scope samples every kernel thread instead (kthreadd and
+// its children: writeback kworkers, ksoftirqd, jbd2, kswapd...): the kernel's
+// own CPU time, which no process's figure includes.
 #pragma once
 
 #include <sys/types.h>
@@ -23,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include "dpukit/core/accounting.h"
+
 namespace dpukit {
 
 class ThreadCpuSampler {
@@ -34,6 +40,8 @@ class ThreadCpuSampler {
   // Threads matching no group's prefix are summed under "other". `pid` 0 is
   // this process.
   ThreadCpuSampler(std::vector<Group> groups, unsigned period_ms = 100, pid_t pid = 0);
+  struct KernelThreads {};
+  ThreadCpuSampler(KernelThreads, std::vector<Group> groups, unsigned period_ms = 100);
   ~ThreadCpuSampler();
 
   void start();           // takes the baseline and starts sampling
@@ -50,6 +58,7 @@ class ThreadCpuSampler {
   };
   struct Reading {
     std::string comm;
+    pid_t ppid = 0;
     uint64_t start = 0, ns = 0;
   };
   void sample();
@@ -59,7 +68,8 @@ class ThreadCpuSampler {
   std::vector<Group> groups_;
   unsigned period_ms_;
   bool use_schedstat_;
-  std::string task_dir_;  // /proc/<pid>/task/
+  std::string task_dir_;  // /proc/<pid>/task/, or /proc/ for kernel threads
+  bool kernel_ = false;   // only tasks that are kernel threads
   mutable std::mutex mu_;
   std::map<pid_t, Task> tasks_;
   std::map<std::string, uint64_t> retired_;  // time of threads whose tid was reused
@@ -68,6 +78,24 @@ class ThreadCpuSampler {
   std::condition_variable stop_cv_;
   bool stopping_ = false;
   std::thread thread_;
+};
+
+// The kernel's own CPU time over an interval, which no process's figure
+// includes: kernel threads by kind (writeback and other work items in
+// kworkers, deferred softirqs in ksoftirqd, the ext4 journal in jbd2, page
+// reclaim in kswapd; the rest as "other"), and hard and soft interrupt time
+// per CPU.
+class KernelCpuSampler {
+ public:
+  explicit KernelCpuSampler(unsigned period_ms = 100);
+  void start();
+  void stop();
+  std::map<std::string, uint64_t> threads_ns() const;  // over [start, stop]
+  IrqTimes irq_ns(const CpuSet& cpus) const;           // on these CPUs, over [start, stop]
+
+ private:
+  ThreadCpuSampler threads_;
+  std::vector<IrqTimes> irq0_, irq1_;
 };
 
 }  // namespace dpukit
