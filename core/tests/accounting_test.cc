@@ -1,4 +1,5 @@
 #include "dpukit/core/accounting.h"
+#include "burn.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -11,11 +12,7 @@
 namespace dpukit {
 namespace {
 
-void burn(uint64_t ns) {
-  uint64_t start = thread_cpu_ns();
-  volatile uint64_t x = 0;
-  while (thread_cpu_ns() - start < ns) x = x + 1;
-}
+using test::burn;
 
 TEST(Accounting, ThreadTimeGoesToItsPlaceOnly) {
   CpuAccount acct;

@@ -11,17 +11,12 @@
 #include <thread>
 
 #include "dpukit/core/accounting.h"
+#include "burn.h"
 
 namespace dpukit {
 namespace {
 
-// Burns `ns` of this thread's CPU time; returns what it used.
-uint64_t burn(uint64_t ns) {
-  uint64_t start = thread_cpu_ns();
-  volatile uint64_t x = 0;
-  while (thread_cpu_ns() - start < ns) x = x + 1;
-  return thread_cpu_ns() - start;
-}
+using test::burn;
 
 // schedstat counts nanoseconds; the fallback counts 10 ms ticks.
 uint64_t slack(const ThreadCpuSampler& s) { return std::string(s.clock()) == "schedstat" ? 5'000'000 : 30'000'000; }

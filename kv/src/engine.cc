@@ -106,8 +106,9 @@ struct IoOp {
   uint64_t done = 0;  // write: bytes written so far (a short write resumes there)
   Buffer buf;         // write: the payload
   // A write as the host sent it: its offset in the file, its bytes (at buf +
-  // fill; before them, a direct file's unwritten tail), the bytes reserved.
-  uint64_t at = 0, fill = 0, data_len = 0, reserved = 0;
+  // fill; before them, a direct file's unwritten tail). data_len is also
+  // what the write reserved of the in-flight byte budget.
+  uint64_t at = 0, fill = 0, data_len = 0;
 };
 
 // The file context (PulseDB §III-B3/B4): one per open file of the queue pair,
@@ -438,7 +439,7 @@ std::unique_ptr<IoOp> WritePersistEngine::Impl::begin_write(FileCtx& f, uint64_t
   auto op = std::make_unique<IoOp>(Io::kWrite, &f, ++f.writes_sent, f.direct ? f.tail_start : offset, 0);
   op->at = offset;
   op->fill = fill;
-  op->data_len = op->reserved = len;
+  op->data_len = len;
   op->buf = buffers.take(fill + len);
   std::memcpy(op->buf.data.get(), f.tail.data(), fill);
   f.next_offset = offset + len;
@@ -471,7 +472,7 @@ void WritePersistEngine::Impl::retire_write(std::unique_ptr<IoOp> op) {
   FileCtx& f = *op->file;
   f.writes_in_flight.erase(op->seq);
   buffers.give(std::move(op->buf));
-  unreserve(1, op->reserved);
+  unreserve(1, op->data_len);
   advance(f);
 }
 
