@@ -109,7 +109,7 @@ DbBenchReport kvbench_report(const nlohmann::json& f, const std::string& op) {
 
 struct Settings {
   std::string mode, driver, workload, db, pool, sock, host_cpus, dpu_cpus, payload;
-  uint64_t value_size, num, write_buffer, target_file, level_base, cache, queue;
+  uint64_t value_size, num, write_buffer, target_file, level_base, cache, queue, file_buffer;
   int threads, jobs, l0_slowdown, l0_stop;
   uint64_t write_threshold, sync_interval;
 };
@@ -143,6 +143,7 @@ std::vector<std::string> db_bench_args(const Settings& s, const std::string& ben
       "--max_background_flushes=1",
       "--level0_slowdown_writes_trigger=" + std::to_string(s.l0_slowdown),
       "--level0_stop_writes_trigger=" + std::to_string(s.l0_stop),
+      "--writable_file_max_buffer_size=" + std::to_string(s.file_buffer),
       "--bloom_bits=10",
       "--cache_size=" + std::to_string(s.cache),
       "--use_direct_reads=true",
@@ -176,6 +177,7 @@ std::vector<std::string> kvbench_args(const Settings& s, const std::string& comm
                                 "--max-background-jobs=" + std::to_string(s.jobs + 1),
                                 "--l0-slowdown=" + std::to_string(s.l0_slowdown),
                                 "--l0-stop=" + std::to_string(s.l0_stop),
+                                "--file-buffer=" + std::to_string(s.file_buffer),
                                 "--cache-size=" + std::to_string(s.cache),
                                 "--threads=" + std::to_string(s.threads),
                                 "--cpus=" + s.host_cpus,
@@ -220,6 +222,10 @@ int bench_command(int argc, char** argv) {
   p.option("queue", "pulsedb/async-host: payload bytes of each queue pair's request ring (a power of two)", "32M");
   p.option("l0-slowdown", "L0 files at which RocksDB slows writes (its default)", "20");
   p.option("l0-stop", "L0 files at which RocksDB stops writes (its default)", "36");
+  p.option("file-buffer",
+           "RocksDB's writable_file_max_buffer_size: bytes an SST writer gathers per Append, so per pull on\n"
+           "the DMA path (RocksDB's default)",
+           "1M");
   p.option("sync-interval", "pulsedb/async-host: bytes per range_sync", "1M");
   p.option("payload", "pulsedb: pull (the agent reads RocksDB's buffers: the DMA path) or copy (through the ring)",
            "pull");
@@ -253,6 +259,8 @@ int bench_command(int argc, char** argv) {
   s.queue = p.bytes("queue");
   s.l0_slowdown = static_cast<int>(p.u64("l0-slowdown"));
   s.l0_stop = static_cast<int>(p.u64("l0-stop"));
+  s.file_buffer = p.bytes("file-buffer");
+  if (s.file_buffer < 4096 || s.file_buffer > (256u << 20)) throw InputError("--file-buffer must be between 4K and 256M");
   if (s.l0_slowdown < 1 || s.l0_stop < s.l0_slowdown) throw InputError("want 1 <= --l0-slowdown <= --l0-stop");
   s.payload = p.str("payload");
   if (s.payload != "pull" && s.payload != "copy") throw InputError("--payload: '" + s.payload + "' is not pull or copy");

@@ -67,6 +67,8 @@ void add_db_flags(ArgParser& p) {
            "4");
   p.option("l0-slowdown", "L0 files at which writes are slowed (RocksDB's default)", "20");
   p.option("l0-stop", "L0 files at which writes stop (RocksDB's default)", "36");
+  p.option("file-buffer", "writable_file_max_buffer_size: bytes a file writer gathers before it appends to the file "
+           "system (RocksDB's default)", "1MB");
   p.flag("no-direct-reads", kNoDirectReadsHelp);
 }
 
@@ -84,6 +86,8 @@ DbConfig db_config(const ArgParser& p) {
   c.l0_slowdown = int(p.u64("l0-slowdown"));
   c.l0_stop = int(p.u64("l0-stop"));
   if (c.l0_slowdown < 1 || c.l0_stop < c.l0_slowdown) p.fail("want 1 <= --l0-slowdown <= --l0-stop");
+  c.file_buffer = p.bytes("file-buffer");
+  if (c.file_buffer < 4096 || c.file_buffer > (256u << 20)) p.fail("--file-buffer must be between 4KB and 256MB");
   if (c.write_buffer_size < (64u << 10)) p.fail("--write-buffer-size must be at least 64KB");
   if (c.target_file_size < (64u << 10)) p.fail("--target-file-size must be at least 64KB");
   if (c.max_bytes_for_level_base < c.target_file_size) p.fail("--max-bytes-for-level-base must be >= --target-file-size");
@@ -108,6 +112,7 @@ nlohmann::json DbConfig::to_json() const {
           {"max_background_jobs", max_background_jobs},
           {"l0_slowdown", l0_slowdown},
           {"l0_stop", l0_stop},
+          {"file_buffer", file_buffer},
           {"flush_threads", flush_threads()},
           {"compaction_threads", compaction_threads()},
           {"bloom_bits", bloom_bits},
@@ -160,6 +165,7 @@ rocksdb::Options make_options(const DbConfig& c, rocksdb::Env* env) {
   o.max_background_jobs = c.max_background_jobs;
   o.level0_slowdown_writes_trigger = c.l0_slowdown;
   o.level0_stop_writes_trigger = c.l0_stop;
+  o.writable_file_max_buffer_size = c.file_buffer;
   o.use_direct_reads = c.direct_reads;
   o.table_factory = make_table_factory(c);
   o.statistics = rocksdb::CreateDBStatistics();

@@ -29,6 +29,7 @@ struct DbConfig {
   int max_background_jobs = 4;
   int l0_slowdown = 20;  // L0 files at which RocksDB slows writes (its default)
   int l0_stop = 36;      // ... and stops them
+  uint64_t file_buffer = 1 << 20;  // writable_file_max_buffer_size: bytes an SST writer gathers per Append (RocksDB's default)
   int bloom_bits = 10;
   uint64_t cache_size = 256ull << 20;
   uint64_t block_size = 4096;
