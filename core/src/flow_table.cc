@@ -39,6 +39,7 @@ struct EmulatedFlowTable::Slot {
   static constexpr uint64_t kOccupied = 1ull << 63;
   std::atomic<uint64_t> k0{0}, k1{0};  // the 13 key bytes; k1 carries kOccupied
   std::atomic<uint64_t> packets{0}, bytes{0}, last_hit_ns{0}, cookie{0};
+  uint32_t flow_id = kNoFlowId;  // with index_flow_ids; NIC thread only
 
   static void pack(const FlowKey& key, uint64_t& a, uint64_t& b) {
     key.to_words(a, b);
@@ -56,6 +57,7 @@ struct EmulatedFlowTable::Slot {
     for (auto [dst, src] : {std::pair{&k0, &o.k0}, {&k1, &o.k1}, {&packets, &o.packets}, {&bytes, &o.bytes},
                             {&last_hit_ns, &o.last_hit_ns}, {&cookie, &o.cookie}})
       dst->store(src->load(std::memory_order_relaxed), std::memory_order_relaxed);
+    flow_id = o.flow_id;
   }
 };
 
@@ -93,15 +95,65 @@ size_t EmulatedFlowTable::find(const FlowKey& key) const {
   }
 }
 
-bool EmulatedFlowTable::match(const FlowKey& key, uint32_t bytes, uint64_t now) {
-  bump(lookups_);
-  size_t i = find(key);
-  if (i == npos) return false;
-  Slot& s = slots_[i];
+void EmulatedFlowTable::count_hit(Slot& s, uint32_t bytes, uint64_t now) {
   bump(s.packets);
   bump(s.bytes, bytes);
   s.last_hit_ns.store(now, std::memory_order_relaxed);
   bump(hits_);
+}
+
+bool EmulatedFlowTable::match(const FlowKey& key, uint32_t bytes, uint64_t now) {
+  bump(lookups_);
+  size_t i = find(key);
+  if (i == npos) return false;
+  count_hit(slots_[i], bytes, now);
+  return true;
+}
+
+void EmulatedFlowTable::match_burst_by_id(const uint32_t* ids, size_t n, const uint32_t* bytes, uint32_t same_bytes,
+                                          uint64_t now, bool* hit) {
+  if (n > kMaxBurst) throw std::invalid_argument("flow table: a burst is at most kMaxBurst packets");
+  const size_t known = slot_of_id_.size();
+  uint32_t slot[kMaxBurst];
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t id = ids[i];
+    const bool installed = id < known && (installed_ids_[id / 64] >> (id % 64) & 1);
+    slot[i] = installed ? slot_of_id_[id] : kNoFlowId;
+    if (installed) __builtin_prefetch(&slots_[slot[i]], 1);
+  }
+  uint64_t hits = 0;
+  for (size_t i = 0; i < n; ++i) {
+    hit[i] = slot[i] != kNoFlowId;
+    if (!hit[i]) continue;
+    Slot& s = slots_[slot[i]];
+    bump(s.packets);
+    bump(s.bytes, bytes ? bytes[i] : same_bytes);
+    s.last_hit_ns.store(now, std::memory_order_relaxed);
+    ++hits;
+  }
+  bump(lookups_, n);
+  bump(hits_, hits);
+}
+
+void EmulatedFlowTable::index_flow_ids(size_t ids, std::function<uint32_t(const FlowKey&)> id_of) {
+  if (entries_.load(std::memory_order_relaxed) != 0)
+    throw std::logic_error("flow table: index_flow_ids after entries were installed");
+  id_of_ = std::move(id_of);
+  slot_of_id_.assign(ids, kNoFlowId);
+  installed_ids_.assign((ids + 63) / 64, 0);
+}
+
+void EmulatedFlowTable::set_installed(uint32_t id, uint32_t slot) {
+  slot_of_id_[id] = slot;
+  if (slot == kNoFlowId) installed_ids_[id / 64] &= ~(1ull << (id % 64));
+  else installed_ids_[id / 64] |= 1ull << (id % 64);
+}
+
+bool EmulatedFlowTable::match_by_id(uint32_t id, uint32_t bytes, uint64_t now) {
+  bump(lookups_);
+  uint32_t i = id < slot_of_id_.size() ? slot_of_id_[id] : kNoFlowId;
+  if (i == kNoFlowId) return false;
+  count_hit(slots_[i], bytes, now);
   return true;
 }
 
@@ -247,6 +299,14 @@ void EmulatedFlowTable::apply(const Request& r, uint64_t now) {
     s.bytes.store(r.initial.bytes, std::memory_order_relaxed);
     s.last_hit_ns.store(now, std::memory_order_relaxed);
     s.cookie.store(r.cookie, std::memory_order_relaxed);
+    s.flow_id = kNoFlowId;
+    if (id_of_) {
+      uint32_t id = id_of_(r.key);
+      if (id < slot_of_id_.size()) {
+        s.flow_id = id;
+        set_installed(id, static_cast<uint32_t>(i));
+      }
+    }
     s.k1.store(b, std::memory_order_relaxed);
     version_.store(v + 2, std::memory_order_release);
     bump(entries_);
@@ -262,17 +322,20 @@ void EmulatedFlowTable::erase_at(size_t idx) {
   version_.store(v + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   size_t hole = idx;
+  if (slots_[idx].flow_id != kNoFlowId) set_installed(slots_[idx].flow_id, kNoFlowId);
   for (size_t j = (hole + 1) & mask_; slots_[j].occupied(); j = (j + 1) & mask_) {
     size_t home = flow_hash(slots_[j].key()) & mask_;
     // The entry at j may move into the hole unless its home lies cyclically in (hole, j].
     bool stays = hole < j ? (home > hole && home <= j) : (home > hole || home <= j);
     if (!stays) {
       slots_[hole].copy_from(slots_[j]);
+      if (slots_[hole].flow_id != kNoFlowId) set_installed(slots_[hole].flow_id, static_cast<uint32_t>(hole));
       hole = j;
     }
   }
   slots_[hole].k1.store(0, std::memory_order_relaxed);
   slots_[hole].k0.store(0, std::memory_order_relaxed);
+  slots_[hole].flow_id = kNoFlowId;
   version_.store(v + 2, std::memory_order_release);
   entries_.store(entries_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
 }

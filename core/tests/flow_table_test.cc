@@ -223,6 +223,63 @@ TEST(FlowTable, RemovalKeepsTheOtherEntriesReachable) {
   EXPECT_EQ(t.stats().entries, 512u);
 }
 
+TEST(FlowTable, MatchByIdAgreesWithMatchByKeyThroughChurn) {
+  // 2,000 flows numbered 0..1999 (id 1999 has no id: kNoFlowId), a table of
+  // 256 full of collisions, and random inserts, removals and aging: after
+  // every step, matching by id must hit exactly where matching by key does.
+  constexpr uint32_t kFlows = 2000;
+  uint64_t now = now_ns();
+  EmulatedFlowTable t(cfg(256, 0, 0, 50 * kMs));
+  t.index_flow_ids(kFlows - 1, [](const FlowKey& k) {
+    uint32_t i = k.src_ip() - 0x0a000000u;
+    return i < kFlows - 1 ? i : EmulatedFlowTable::kNoFlowId;
+  });
+  std::mt19937 rng(7);
+  uint64_t by_key = 0, by_id = 0;
+  for (int step = 0; step < 40; ++step) {
+    for (int r = 0; r < 60; ++r) {
+      uint32_t i = rng() % kFlows;
+      if (rng() % 3) t.request_insert(key(i), {0, 0});
+      else t.request_remove(key(i));
+    }
+    now += 20 * kMs;  // some entries age between steps
+    t.service(now);
+    for (uint32_t i = 0; i < kFlows; ++i) {
+      if (rng() % 4) continue;  // hit a random quarter, so that some entries stay idle
+      bool hit_key = t.query(key(i)).has_value();
+      bool hit_id = t.match_by_id(i < kFlows - 1 ? i : EmulatedFlowTable::kNoFlowId, 64, now);
+      if (i == kFlows - 1) {
+        EXPECT_FALSE(hit_id) << "a flow without an id is never matched by id";
+        continue;
+      }
+      ASSERT_EQ(hit_id, hit_key) << "flow " << i << " at step " << step;
+      by_key += hit_key;
+      by_id += hit_id;
+    }
+    // The burst form answers the same.
+    uint32_t ids[EmulatedFlowTable::kMaxBurst];
+    bool hit[EmulatedFlowTable::kMaxBurst];
+    for (auto& id : ids) id = rng() % kFlows;
+    t.match_burst_by_id(ids, EmulatedFlowTable::kMaxBurst, nullptr, 64, now, hit);
+    for (size_t j = 0; j < EmulatedFlowTable::kMaxBurst; ++j)
+      ASSERT_EQ(hit[j], ids[j] < kFlows - 1 && t.query(key(ids[j])).has_value()) << "burst, flow " << ids[j];
+  }
+  EXPECT_GT(by_id, 1000u) << "the churn left too few entries to test";
+  EXPECT_GT(t.stats().aged, 0u);
+  EXPECT_GT(t.stats().removed, 0u);
+  // Counts from match_by_id land in the entry a key query reads.
+  size_t checked = 0;
+  for (uint32_t i = 0; i < kFlows - 1; ++i) {
+    auto q = t.query(key(i));
+    if (!q) continue;
+    ASSERT_TRUE(t.match_by_id(i, 100, now));
+    EXPECT_EQ(t.query(key(i))->packets, q->packets + 1);
+    EXPECT_EQ(t.query(key(i))->bytes, q->bytes + 100);
+    ++checked;
+  }
+  EXPECT_GT(checked, 100u);
+}
+
 TEST(FlowTable, QueriesFromAnotherThreadSeeConsistentCountersWhileTheNicWrites) {
   EmulatedFlowTable t(cfg(4096));
   for (uint32_t i = 0; i < 2000; ++i) t.request_insert(key(i), {});

@@ -9,7 +9,7 @@
 #include "dpukit/core/flow_table.h"
 #include "dpukit/measure.h"
 #include "duet.h"
-#include "sketches/zipf.h"
+#include "zipf.h"
 
 namespace dpukit::measure {
 namespace {

@@ -1,8 +1,7 @@
-#include "datapath.h"
-
+// The measure datapath on the emulated DPU (the public header draws it).
 #include <algorithm>
-#include <bit>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <memory>
 #include <stdexcept>
@@ -11,13 +10,15 @@
 #include "dpukit/core/log.h"
 #include "dpukit/core/pacing.h"
 #include "dpukit/core/ring.h"
+#include "dpukit/measure.h"
+#include "duet.h"
 #include "rss.h"
 
 namespace dpukit::measure {
 
 namespace {
 
-constexpr size_t kBurst = 32;  // packets the wire hands the NIC at once
+constexpr size_t kBurst = 32;  // packets the wire hands the NIC at once (<= EmulatedFlowTable::kMaxBurst)
 constexpr size_t kPop = 64;    // indices a worker takes at once
 
 
@@ -32,6 +33,7 @@ constexpr size_t kPop = 64;    // indices a worker takes at once
 // between bursts at 10 M packets/s, so the worker burnt its whole core).
 constexpr size_t kWakeBatch = 2048;         // packets that justify a wake-up
 constexpr uint64_t kWakeDelayNs = 100'000;  // the most a packet waits for one
+constexpr uint64_t kControlPollNs = 20'000;  // polled control path: how often worker 0 applies the table's outcomes
 
 struct WorkerQueue {
   explicit WorkerQueue(size_t slots) : mem(slots), producer(mem.producer()), consumer(mem.consumer()) {}
@@ -59,7 +61,18 @@ struct WorkerQueue {
     bell.notify_one();
   }
   // Worker side: waits for work; false once `done` is set and nothing is left.
-  bool wait(const std::atomic<bool>& done) {
+  // Polling, it never sleeps, so the NIC never has to ring it, and it runs
+  // `idle` while it waits.
+  template <class Idle>
+  bool wait(const std::atomic<bool>& done, bool poll, Idle&& idle) {
+    if (poll) {
+      for (;;) {
+        if (!consumer.empty()) return true;
+        if (done.load(std::memory_order_acquire)) return !consumer.empty();
+        idle();
+        cpu_relax();
+      }
+    }
     for (;;) {
       uint32_t seen = bell.load(std::memory_order_relaxed);
       sleeping.store(1, std::memory_order_relaxed);
@@ -83,11 +96,6 @@ void pin(const CpuSet& cpus, const char* what) {
   if (auto w = pin_current_thread(cpus); !w.empty()) log_warn(std::string(what) + ": " + w);
 }
 
-CpuSet nth_cpu(const CpuSet& set, unsigned i) {
-  if (set.empty()) return set;
-  return CpuSet{{set.cpus[i % set.cpus.size()]}};
-}
-
 size_t default_records(uint64_t packets, uint64_t top, size_t hw_capacity) {
   // At most packets/TOP flows can each bring TOP packets; a quarter of that
   // bound covers the heavy flows of skewed traffic. Promotions beyond it stay
@@ -101,7 +109,26 @@ size_t default_records(uint64_t packets, uint64_t top, size_t hw_capacity) {
 std::vector<std::string> algorithms() {
   std::vector<std::string> a = sketch_algorithms();
   a.push_back("duet");
+  a.push_back("none");
   return a;
+}
+
+WirePlan plan_wire(std::span<const Packet> packets, unsigned workers) {
+  if (workers == 0 || workers > 65535) throw std::invalid_argument("workers must be between 1 and 65535");
+  if (packets.size() > UINT32_MAX) throw std::invalid_argument("trace too long for one run (more than 2^32 packets)");
+  WirePlan w;
+  w.workers = workers;
+  w.flow_id.resize(packets.size());
+  w.queue.resize(packets.size());
+  RssQueues rss(workers);
+  std::unordered_map<FlowKey, uint32_t, FlowKeyHash> ids;
+  for (size_t i = 0; i < packets.size(); ++i) {
+    auto [it, fresh] = ids.try_emplace(packets[i].key, static_cast<uint32_t>(w.flows.size()));
+    if (fresh) w.flows.push_back(packets[i].key);
+    w.flow_id[i] = it->second;
+    w.queue[i] = static_cast<uint16_t>(rss.queue(packets[i].key));
+  }
+  return w;
 }
 
 uint64_t heavy_threshold_packets(double threshold, uint64_t packets) {
@@ -110,18 +137,32 @@ uint64_t heavy_threshold_packets(double threshold, uint64_t packets) {
   return std::max<uint64_t>(2, static_cast<uint64_t>(std::ceil(threshold * packets)));
 }
 
-RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg) {
+RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg, const WirePlan* wire_plan) {
   if (cfg.workers == 0 || cfg.workers > 128) throw std::invalid_argument("workers must be between 1 and 128");
   const size_t n = cfg.packets_limit ? std::min<size_t>(cfg.packets_limit, trace.packets.size()) : trace.packets.size();
   if (n > UINT32_MAX) throw std::invalid_argument("trace too long for one run (more than 2^32 packets)");
   const Packet* pkts = trace.packets.data();
+  WirePlan own_plan;
+  if (!wire_plan) {
+    own_plan = plan_wire(std::span<const Packet>(trace.packets).first(n), cfg.workers);
+    wire_plan = &own_plan;
+  }
+  if (wire_plan->workers != cfg.workers || wire_plan->flow_id.size() < n)
+    throw std::invalid_argument("the wire plan was made for another trace or worker count");
+  const WirePlan& wire = *wire_plan;
 
+  const unsigned passes = std::max(1u, cfg.passes);
   RunResult res;
   res.packets = n;
+  res.passes = passes;
   res.top = heavy_threshold_packets(cfg.heavy_threshold, n);
+  for (size_t i = 0; i < n; ++i) res.bytes += cfg.packet_size ? cfg.packet_size : pkts[i].wire_len;
 
-  // The algorithm: Duet with its flow table, or one baseline sketch per worker.
+  // The algorithm: Duet with its flow table, one baseline sketch per worker,
+  // or nothing (the datapath's own per-packet cost).
   const bool is_duet = cfg.algo == "duet";
+  const bool is_none = cfg.algo == "none";
+  std::unordered_map<FlowKey, uint32_t, FlowKeyHash> flow_ids;  // for the table's installs
   std::unique_ptr<EmulatedFlowTable> table;
   std::unique_ptr<Duet> duet;
   std::vector<std::unique_ptr<Sketch>> sketches;
@@ -136,12 +177,24 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
     tc.insert_latency_ns = cfg.hw_insert_latency_ns;
     tc.idle_timeout_ns = cfg.hw_idle_timeout_ns;
     table = std::make_unique<EmulatedFlowTable>(tc);
+    flow_ids.reserve(wire.flows.size());
+    for (uint32_t i = 0; i < wire.flows.size(); ++i) flow_ids.emplace(wire.flows[i], i);
+    table->index_flow_ids(wire.flows.size(), [&flow_ids](const FlowKey& k) {
+      auto it = flow_ids.find(k);
+      return it == flow_ids.end() ? EmulatedFlowTable::kNoFlowId : it->second;
+    });
     DuetConfig dc;
     dc.memory_bytes = cfg.memory_bytes;
     dc.top = res.top;
     dc.records = cfg.duet_records ? cfg.duet_records : default_records(n, res.top, tc.capacity);
     dc.seed = cfg.sketch.seed;
     dc.counter_bits = cfg.duet_counter_bits;
+    if (dc.counter_bits == 0) {
+      dc.counter_bits = res.top <= Duet::kMaxTop16 ? 16 : 32;
+      if (dc.counter_bits == 32)
+        log_warn("duet: TOP is " + std::to_string(res.top) + " packets, beyond 16-bit counters' " +
+                 std::to_string(Duet::kMaxTop16) + ": using 32-bit counters");
+    }
     dc.single_writer = cfg.workers == 1;
     try {
       duet = std::make_unique<Duet>(dc, *table);
@@ -149,7 +202,7 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
       throw BudgetError(e.what());
     }
     res.memory_bytes = duet->memory_bytes();
-  } else {
+  } else if (!is_none) {
     // Equal total memory: each worker's instance gets an equal share.
     for (unsigned w = 0; w < cfg.workers; ++w) {
       SketchOptions o = cfg.sketch;
@@ -158,7 +211,7 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
     }
   }
 
-  RssQueues rss(cfg.workers);
+  RssQueues rss(cfg.workers);  // for the queries: which worker's sketch holds a flow
   std::vector<std::unique_ptr<WorkerQueue>> queues;
   for (unsigned w = 0; w < cfg.workers; ++w) queues.push_back(std::make_unique<WorkerQueue>(cfg.ring_slots));
 
@@ -167,30 +220,52 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
   std::vector<std::thread> workers;
   for (unsigned w = 0; w < cfg.workers; ++w) {
     workers.emplace_back([&, w] {
-      pin(nth_cpu(cfg.placement.dpu, w), "dpu worker");
+      pin(cfg.placement.dpu.nth(w), "dpu worker");
       PlaceTimer t(res.cpu, Place::kDpu);
       WorkerQueue& q = *queues[w];
-      Sketch* sketch = is_duet ? nullptr : sketches[w].get();
+      Sketch* sketch = is_duet || is_none ? nullptr : sketches[w].get();
       uint32_t idx[kPop];
       uint64_t work = 0;  // wall time inside batches: the work, without polling and sleeping
-      while (q.wait(wire_done)) {
+      uint64_t seen = 0;  // "none": the keys' bytes folded together, so that reading them is not optimised away
+      // Duet's control path with polling workers: a thread sharing a polling
+      // worker's core takes it for a whole scheduler slice (milliseconds: the
+      // ring overflows), so worker 0 applies the table's outcomes between
+      // batches instead, as a DPDK lcore runs a service function.
+      const bool runs_control = duet && cfg.worker_poll && w == 0;
+      uint64_t next_control_ns = 0;
+      auto control = [&] {
+        if (!runs_control) return;
+        uint64_t now = now_ns();
+        if (now < next_control_ns) return;
+        duet->apply_hw_events();
+        next_control_ns = now + kControlPollNs;
+      };
+      while (q.wait(wire_done, cfg.worker_poll, control)) {
         uint64_t b0 = now_ns();
         size_t k;
         while ((k = q.consumer.try_pop(idx, kPop)) > 0) {
+          control();
           if (duet) {
             for (size_t i = 0; i < k; ++i) duet->on_sketch_path(pkts[idx[i]].key);
-          } else {
+          } else if (sketch) {
             for (size_t i = 0; i < k; ++i) sketch->update(pkts[idx[i]].key, 1);
+          } else {
+            for (size_t i = 0; i < k; ++i) {
+              uint64_t lo, hi;
+              pkts[idx[i]].key.to_words(lo, hi);
+              seen += lo ^ hi;
+            }
           }
         }
         work += now_ns() - b0;
       }
+      asm volatile("" : : "r"(seen));
       dpu_work.fetch_add(work, std::memory_order_relaxed);
       sleeps.fetch_add(q.sleeps, std::memory_order_relaxed);
     });
   }
   std::thread control;
-  if (duet) {
+  if (duet && !cfg.worker_poll) {
     control = std::thread([&] {
       pin(cfg.placement.dpu, "dpu control");
       PlaceTimer t(res.cpu, Place::kDpu);
@@ -202,20 +277,45 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
     });
   }
 
-  uint64_t t0 = now_ns();
+  std::atomic<uint64_t> t0{now_ns()};  // the measured pass's start
+  uint64_t hw_hits_before = 0;       // hardware hits of the warm-up passes
   std::thread nic([&] {
     pin(cfg.placement.hw, "hw");
     PlaceTimer t(res.cpu, Place::kHw);
-    Pacer pacer(cfg.rate_pps, kBurst);
     std::vector<std::vector<uint32_t>> staged(cfg.workers);
     for (auto& s : staged) s.reserve(kBurst);
     uint64_t next_sample = cfg.timeline_every;
+    const uint32_t* flow_id = wire.flow_id.data();
+    const uint16_t* queue_of = wire.queue.data();
+    uint32_t sizes[kBurst];
+    bool hit[kBurst];
+    for (unsigned pass = 0; pass < passes; ++pass) {
+    const bool measured = pass + 1 == passes;
+    if (measured && passes > 1) {
+      // Warm-up over: let the workers catch up, then start the clock.
+      for (auto& q : queues)
+        while (!q->producer.empty()) {
+          if (q->sleeping.load(std::memory_order_relaxed)) q->wake();
+          if (table) table->service(now_ns());
+          cpu_relax();
+        }
+      if (table) hw_hits_before = table->stats().hits;
+      t0.store(now_ns(), std::memory_order_relaxed);
+    }
+    // Warm-up passes go as fast as possible, the wire waiting for the workers.
+    Pacer pacer(measured ? cfg.rate_pps : 0, kBurst);
+    const bool drop_when_full = measured && cfg.rate_pps > 0;
     for (size_t i = 0; i < n;) {
       size_t burst = pacer.acquire(static_cast<uint32_t>(std::min(kBurst, n - i)));
       uint64_t now = now_ns();
-      for (size_t j = i; j < i + burst; ++j) {
-        if (table && table->match(pkts[j].key, pkts[j].wire_len, now)) continue;  // Algorithm 1, lines 2-4
-        staged[rss.queue(pkts[j].key)].push_back(static_cast<uint32_t>(j));
+      if (table) {  // Algorithm 1, lines 2-4: a hit is counted in hardware and goes no further
+        if (!cfg.packet_size)
+          for (size_t j = 0; j < burst; ++j) sizes[j] = pkts[i + j].wire_len;
+        table->match_burst_by_id(flow_id + i, burst, cfg.packet_size ? nullptr : sizes, cfg.packet_size, now, hit);
+        for (size_t j = 0; j < burst; ++j)
+          if (!hit[j]) staged[queue_of[i + j]].push_back(static_cast<uint32_t>(i + j));
+      } else {
+        for (size_t j = i; j < i + burst; ++j) staged[queue_of[j]].push_back(static_cast<uint32_t>(j));
       }
       i += burst;
       for (unsigned w = 0; w < cfg.workers; ++w) {
@@ -224,7 +324,7 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
         WorkerQueue& q = *queues[w];
         size_t pushed = q.producer.try_push(s.data(), s.size());
         if (pushed < s.size()) {
-          if (cfg.rate_pps > 0) {
+          if (drop_when_full) {
             drops.fetch_add(s.size() - pushed, std::memory_order_relaxed);  // the Arm cores fell behind
           } else {
             while (pushed < s.size()) {  // as fast as possible: the wire waits
@@ -239,11 +339,14 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
       for (auto& q : queues)
         if (!q->producer.empty()) q->maybe_wake(now);
       if (table) table->service(now);
-      if (cfg.timeline_every && i >= next_sample) {
+      if (measured && i == n) res.wire_seconds = (now_ns() - t0.load(std::memory_order_relaxed)) / 1e9;
+      if (cfg.timeline_every && measured && i >= next_sample) {
         next_sample += cfg.timeline_every;
-        res.timeline.push_back({(now_ns() - t0) / 1e9, i, table ? table->stats().entries : 0,
-                                duet ? duet->stats().promotions : 0, drops.load(std::memory_order_relaxed)});
+        res.timeline.push_back({(now_ns() - t0.load(std::memory_order_relaxed)) / 1e9, i,
+                                table ? table->stats().entries : 0, duet ? duet->stats().promotions : 0,
+                                drops.load(std::memory_order_relaxed)});
       }
+    }
     }
     wire_done.store(true, std::memory_order_release);
     for (auto& q : queues) {
@@ -257,18 +360,27 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
     }
   });
   for (auto& w : workers) w.join();
-  res.seconds = (now_ns() - t0) / 1e9;
+  res.seconds = (now_ns() - t0.load()) / 1e9;
   stop_hw.store(true, std::memory_order_release);
   nic.join();
   if (control.joinable()) {
     stop_control.store(true, std::memory_order_release);
     control.join();
+  } else if (duet) {  // polled control path: the outcomes that came after the workers stopped
+    PlaceTimer t(res.cpu, Place::kDpu);
+    while (duet->apply_hw_events() > 0) {
+    }
   }
   res.drops = drops.load();
   res.dpu_work_ns = dpu_work.load();
   res.worker_sleeps = sleeps.load();
 
   // Queries, with the datapath quiescent.
+  if (is_none) {
+    res.evaluated = false;
+    return res;
+  }
+  const double hh_threshold = static_cast<double>(res.top) * passes;  // every pass counted the heavy flows again
   std::vector<FlowKey> keys;
   keys.reserve(truth.size());
   for (const auto& [k, c] : truth) keys.push_back(k);
@@ -276,9 +388,10 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
     for (const auto& k : keys) {
       double e = duet->estimate(k);
       res.estimates.emplace(k, e);
-      if (e >= res.top) res.heavy_reported.push_back(k);
+      if (e >= hh_threshold) res.heavy_reported.push_back(k);
     }
     res.hw = table->stats();
+    res.hw_hits = res.hw->hits - hw_hits_before;
     res.duet = duet->stats();
   } else {
     std::vector<std::vector<FlowKey>> routed(cfg.workers);
@@ -288,7 +401,7 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
       res.estimates.emplace(k, sketches[w]->estimate(k));
     }
     for (unsigned w = 0; w < cfg.workers; ++w)
-      for (auto& [k, e] : sketches[w]->heavy_hitters(static_cast<double>(res.top), routed[w]))
+      for (auto& [k, e] : sketches[w]->heavy_hitters(hh_threshold, routed[w]))
         res.heavy_reported.push_back(k);
     if (cfg.workers == 1) {
       res.cardinality = sketches[0]->cardinality();
@@ -299,8 +412,74 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
       res.cardinality = sum;
     }
   }
-  res.metrics = evaluate(truth, res.estimates, res.heavy_reported, static_cast<double>(res.top));
+  if (passes == 1) {
+    res.metrics = evaluate(truth, res.estimates, res.heavy_reported, static_cast<double>(res.top));
+  } else {  // every pass counted every flow again
+    GroundTruth replayed = truth;
+    for (auto& [k, c] : replayed) c *= passes;
+    res.metrics = evaluate(replayed, res.estimates, res.heavy_reported, hh_threshold);
+  }
   return res;
+}
+
+ZeroLossSearch zero_loss_rate(const Trace& trace, const GroundTruth& truth, const RunConfig& config,
+                              const WirePlan& wire, double precision, double low, double high) {
+  if (!(precision > 0 && precision < 1)) throw std::invalid_argument("zero-loss search: precision must be in (0, 1)");
+  if (low < 0 || (high > 0 && high <= low)) throw std::invalid_argument("zero-loss search: want 0 <= low < high");
+  ZeroLossSearch z;
+  RunConfig c = config;
+  c.rate_pps = 0;
+  for (int i = 0; i < 2; ++i) {  // the faster of two: the first also warms the caches and the allocator
+    RunResult unpaced = run(trace, truth, c, &wire);
+    z.unpaced_pps = std::max(z.unpaced_pps, unpaced.packets / std::max(unpaced.seconds, 1e-9));
+  }
+  double hi = high > 0 ? high : 2 * z.unpaced_pps, lo = low;
+  // A probe passes when nothing dropped and the wire offered at least 90 % of
+  // the rate: a NIC thread that cannot keep up offers less, and drops nothing.
+  // The rate reported is the one it offered.
+  constexpr double kWireShortfall = 0.1;
+  // A failed probe is tried again before the rate is given up: on a shared
+  // VM a worker can lose its CPU for milliseconds, which no ring absorbs,
+  // and that says nothing about the rate.
+  auto probe = [&](double rate) {
+    c.rate_pps = rate;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      RunResult r = run(trace, truth, c, &wire);
+      double achieved = r.packets / std::max(r.wire_seconds, 1e-9);
+      z.probes.push_back({rate, r.drops, achieved});
+      if (r.drops == 0 && achieved >= rate * (1 - kWireShortfall)) {
+        if (achieved > z.rate_pps) {  // what the wire really offered (its pacing falls a few % short)
+          z.rate_pps = achieved;
+          z.at_rate = std::move(r);
+        }
+        return true;
+      }
+    }
+    return false;
+  };
+  if (probe(hi)) return z;
+  z.refused_pps = hi;
+  bool have_low = false;
+  if (lo > 0) {
+    have_low = probe(lo);
+    if (!have_low) {
+      z.refused_pps = lo;
+      return z;  // even the floor drops: rate_pps stays 0
+    }
+  }
+  // Halving from an unknown floor stops at 1,000 packets/s: below that the answer is "nothing".
+  while (hi - lo > precision * hi && (lo > 0 || hi > 1000)) {
+    double mid = lo > 0 ? (lo + hi) / 2 : hi / 2;
+    if (probe(mid)) {
+      lo = mid;
+      have_low = true;
+    } else {
+      hi = mid;
+      z.refused_pps = mid;
+    }
+  }
+  if (!have_low) z.rate_pps = 0;
+  return z;
 }
 
 }  // namespace dpukit::measure

@@ -278,6 +278,7 @@ double Duet::estimate(const FlowKey& key) const {
 
 Duet::Stats Duet::stats() const {
   Stats s;
+  s.counter_bits = config_.counter_bits;
   s.promotions = promotions_.load();
   s.installed = installed_.load();
   s.refused = refused_.load();

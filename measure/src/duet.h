@@ -26,6 +26,7 @@
 
 #include "dpukit/core/flow_key.h"
 #include "dpukit/core/flow_table.h"
+#include "dpukit/measure.h"
 
 namespace dpukit::measure {
 
@@ -33,11 +34,11 @@ struct DuetConfig {
   size_t memory_bytes = 500 * 1024;  // the dpu side's budget: Count-Min counters + promoted-flow records
   uint64_t top = 1000;               // TOP, in packets
   size_t records = 1024;             // promoted-flow records (32 bytes each, inside the budget)
-  // 32 as in the paper; or 16: a flow leaves the sketch at TOP, so its
+  // 16 by default, or 32 as in the paper: a flow leaves the sketch at TOP, so its
   // counters only ever hold light flows, and half-width counters give twice
   // as many per row in the same bytes (Elastic's light part does the same
   // with 8 bits). Needs TOP <= kMaxTop16. Counters saturate, never wrap.
-  unsigned counter_bits = 32;
+  unsigned counter_bits = 16;
   uint64_t seed = 1;
   // Exactly one dpu worker updates the sketch: increments need no lock
   // prefix. With several workers they are atomic fetch-adds (the paper's).
@@ -69,14 +70,7 @@ class Duet {
   // What the hardware table holds for a key, if anything.
   std::optional<FlowCounters> hw_count(const FlowKey& key) const { return hw_.query(key); }
 
-  struct Stats {
-    uint64_t promotions = 0;      // insert requests made
-    uint64_t installed = 0;
-    uint64_t refused = 0;         // refusals: the flow went back to the sketch path
-    uint64_t aged = 0;
-    uint64_t moved_to_record = 0;  // a promoted flow reached TOP in the sketch again (pending, in flight, or refused)
-    uint64_t records_full = 0;     // packets that brought a flow to TOP when no record was left (it stays in the sketch)
-  };
+  using Stats = DuetStats;
   Stats stats() const;
   size_t memory_bytes() const;
   size_t width() const { return width_; }

@@ -6,7 +6,6 @@
 #include <thread>
 #include <unordered_map>
 
-#include "datapath.h"
 #include "dpukit/core/flow_table.h"
 
 namespace dpukit::measure {

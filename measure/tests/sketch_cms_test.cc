@@ -7,7 +7,7 @@
 
 #include "dpukit/measure.h"
 #include "sketches/count_min.h"
-#include "sketches/zipf.h"
+#include "zipf.h"
 
 namespace dpukit::measure::sketches {
 namespace {

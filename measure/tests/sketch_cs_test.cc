@@ -6,7 +6,7 @@
 
 #include "dpukit/measure.h"
 #include "sketches/count_sketch.h"
-#include "sketches/zipf.h"
+#include "zipf.h"
 
 namespace dpukit::measure::sketches {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "dpukit/measure.h"
-#include "sketches/zipf.h"
+#include "zipf.h"
 
 namespace dpukit::measure {
 namespace {

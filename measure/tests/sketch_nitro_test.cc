@@ -12,7 +12,7 @@
 #include "sketches/count_min.h"
 #include "sketches/count_sketch.h"
 #include "sketches/nitro.h"
-#include "sketches/zipf.h"
+#include "zipf.h"
 
 namespace dpukit::measure::sketches {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "dpukit/measure.h"
 #include "sketches/topk.h"
-#include "sketches/zipf.h"
+#include "zipf.h"
 
 namespace dpukit::measure::sketches {
 namespace {

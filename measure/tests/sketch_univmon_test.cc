@@ -8,7 +8,7 @@
 
 #include "dpukit/measure.h"
 #include "sketches/univmon.h"
-#include "sketches/zipf.h"
+#include "zipf.h"
 
 namespace dpukit::measure::sketches {
 namespace {

@@ -2,14 +2,17 @@
 //
 //   run      one algorithm over one trace: accuracy, speed, CPU per place
 //   compare  a grid of algorithms x memory budgets over one trace
+//   live     measure a live interface (XDP + AF_XDP)
+//   zero-loss the highest offered rate one algorithm takes with no drops
 //   gen      write a synthetic trace (pcap)
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
 
-#include "datapath.h"
 #include "dpukit/core/cli.h"
 #include "dpukit/core/results.h"
 #include "dpukit/measure.h"
@@ -44,7 +47,13 @@ void add_run_options(ArgParser& p) {
   p.option("hw-insert-latency-us", "hardware rule insertion latency (duet)", "20");
   p.option("hw-idle-timeout-ms", "hardware entry aging; 0 = never (duet)", "1000");
   p.option("duet-records", "promoted-flow records inside Duet's budget (default: from the trace)");
-  p.option("duet-counter-bits", "width of Duet's sketch counters: 32 (the paper's) or 16 (needs TOP <= 16383)", "32");
+  p.option("duet-counter-bits",
+           "width of Duet's sketch counters: 16 (the default, where TOP <= 16383; 32 beyond) or 32 (the paper's)");
+  p.option("packet-size", "every packet's bytes on the wire, for Gbps and the hardware byte counters "
+                          "(default: the trace's own)");
+  p.flag("poll", "dpu workers poll their rings (as a DPDK worker does) instead of sleeping when idle");
+  p.option("passes", "replay the trace this many times: all but the last as warm-up (Duet converges), "
+                     "the last timed and paced", "1");
   p.option("sample-p", "NitroSketch sampling probability", "0.1");
   p.flag("always-correct", "NitroSketch AlwaysCorrect mode (p = 1 until converged)");
   p.option("top-k", "heavy-hitter heap size (NitroSketch, UnivMon)", "1000");
@@ -69,7 +78,15 @@ RunConfig run_config(const ArgParser& p, const std::string& algo, size_t memory)
   c.hw_insert_latency_ns = static_cast<uint64_t>(p.number("hw-insert-latency-us") * 1000);
   c.hw_idle_timeout_ns = static_cast<uint64_t>(p.number("hw-idle-timeout-ms") * 1e6);
   c.duet_records = p.has("duet-records") ? p.u64("duet-records") : 0;
-  c.duet_counter_bits = static_cast<unsigned>(p.u64("duet-counter-bits"));
+  c.duet_counter_bits = p.has("duet-counter-bits") ? static_cast<unsigned>(p.u64("duet-counter-bits")) : 0;
+  if (p.has("duet-counter-bits") && c.duet_counter_bits != 16 && c.duet_counter_bits != 32)
+    p.fail("--duet-counter-bits must be 16 or 32");
+  c.packet_size = p.has("packet-size") ? static_cast<uint32_t>(p.bytes("packet-size")) : 0;
+  if (p.has("packet-size") && (c.packet_size < 64 || c.packet_size > 65535))
+    p.fail("--packet-size must be between 64 and 65535 bytes");
+  c.worker_poll = p.has("poll");
+  c.passes = static_cast<unsigned>(p.u64("passes"));
+  if (c.passes < 1 || c.passes > 100) p.fail("--passes must be between 1 and 100");
   c.sketch.sample_p = p.number("sample-p");
   c.sketch.always_correct = p.has("always-correct");
   c.sketch.top_k = p.u64("top-k");
@@ -103,9 +120,10 @@ Trace load(const std::string& path) {
   }
 }
 
-RunResult run_checked(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg) {
+RunResult run_checked(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg,
+                      const WirePlan* wire = nullptr) {
   try {
-    return run(trace, truth, cfg);
+    return run(trace, truth, cfg, wire);
   } catch (const BudgetError& e) {
     throw InputError(e.what());
   } catch (const std::invalid_argument& e) {
@@ -142,6 +160,7 @@ nlohmann::json metrics_json(const Metrics& m) {
 
 // The figures of one run, as the JSON contract lists them.
 nlohmann::json figures_json(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg, const RunResult& r) {
+  const double replayed_packets = double(r.packets) * r.passes;  // CPU time covers every pass
   nlohmann::json f = {
       {"algo", cfg.algo},
       {"memory_bytes", cfg.memory_bytes},
@@ -153,21 +172,25 @@ nlohmann::json figures_json(const Trace& trace, const GroundTruth& truth, const 
       {"top", r.top},
       {"seconds", r.seconds},
       {"throughput_mpps", r.packets / r.seconds / 1e6},
-      {"metrics", metrics_json(r.metrics)},
-      {"dpu_cpu_ns_per_packet", double(r.cpu.get(Place::kDpu)) / r.packets},
-      {"dpu_work_ns_per_packet", double(r.dpu_work_ns) / r.packets},
+      {"throughput_gbps", r.bytes * 8 / r.seconds / 1e9},
+      {"offered_mpps", r.packets / r.wire_seconds / 1e6},
+      {"bytes", r.bytes},
+      {"passes", r.passes},
+      {"dpu_cpu_ns_per_packet", double(r.cpu.get(Place::kDpu)) / replayed_packets},
+      {"dpu_work_ns_per_packet", double(r.dpu_work_ns) / replayed_packets},
       {"worker_sleeps", r.worker_sleeps},
-      {"hw_cpu_ns_per_packet", double(r.cpu.get(Place::kHw)) / r.packets},
+      {"hw_cpu_ns_per_packet", double(r.cpu.get(Place::kHw)) / replayed_packets},
       {"cpu_ns", {{"host", r.cpu.get(Place::kHost)}, {"dpu", r.cpu.get(Place::kDpu)}, {"hw", r.cpu.get(Place::kHw)}}},
   };
+  if (r.evaluated) f["metrics"] = metrics_json(r.metrics);
   if (r.cardinality) f["cardinality"] = {{"estimate", *r.cardinality}, {"true", truth.size()}};
   if (r.entropy) f["entropy"] = {{"estimate", *r.entropy}, {"true", true_entropy(truth, r.packets)}};
   if (r.hw)
     f["hw"] = {{"capacity", r.hw->capacity}, {"entries", r.hw->entries},     {"inserts", r.hw->inserted},    {"refused", r.hw->refused_table_full + r.hw->refused_queue_full},
                {"packets", r.hw->hits},        {"aged", r.hw->aged},           {"pending", r.hw->pending},
-               {"share_of_packets", double(r.hw->hits) / r.packets}};
+               {"share_of_packets", double(r.hw_hits) / r.packets}};
   if (r.duet)
-    f["duet"] = {{"promotions", r.duet->promotions}, {"installed", r.duet->installed}, {"refused", r.duet->refused},
+    f["duet"] = {{"counter_bits", r.duet->counter_bits}, {"promotions", r.duet->promotions}, {"installed", r.duet->installed}, {"refused", r.duet->refused},
                  {"aged", r.duet->aged}, {"moved_to_record", r.duet->moved_to_record},
                  {"records_full", r.duet->records_full}};
   if (!r.timeline.empty()) {
@@ -195,7 +218,10 @@ nlohmann::json parameters_json(const ArgParser& p, const RunConfig& c, const std
           {"top_k", c.sketch.top_k},
           {"seed", c.sketch.seed},
           {"duet_records", p.has("duet-records") ? nlohmann::json(c.duet_records) : nlohmann::json("auto")},
-          {"duet_counter_bits", c.duet_counter_bits}};
+          {"duet_counter_bits", c.duet_counter_bits ? nlohmann::json(c.duet_counter_bits) : nlohmann::json("auto")},
+          {"packet_size", c.packet_size ? nlohmann::json(c.packet_size) : nlohmann::json("trace")},
+          {"worker_poll", c.worker_poll},
+          {"passes", c.passes}};
 }
 
 std::string dotted(uint32_t a) {
@@ -217,7 +243,8 @@ void dump_estimates(const std::string& path, const GroundTruth& truth, const Run
 
 int cmd_run(int argc, char** argv) {
   ArgParser p(std::string(kTool) + " run", "Run one algorithm over a trace on the emulated DPU and measure it.");
-  p.option("algo", "cms, cs, elastic, univmon, nitro-cms, nitro-cs, nitro-univmon or duet", "", true);
+  p.option("algo", "cms, cs, elastic, univmon, nitro-cms, nitro-cs, nitro-univmon, duet, or none (the datapath alone)",
+           "", true);
   p.option("memory", "memory budget, e.g. 500KB (K = 1024)", "500KB");
   p.option("dump-estimates", "write every flow's true count and estimate as CSV");
   add_run_options(p);
@@ -239,11 +266,11 @@ int cmd_run(int argc, char** argv) {
   out.set_cpu(r.cpu);
   out.set_wall_ns(static_cast<uint64_t>(r.seconds * 1e9));
   const Metrics& m = r.metrics;
-  std::printf("%s @ %zu B: %llu packets, %zu flows, %.2f Mpps, drops %llu; ARE %.4f AAE %.3f RMSE %.3f WMRE %.4f "
-              "HH F1 %.3f; dpu %.1f ns/packet\n",
-              algo.c_str(), cfg.memory_bytes, (unsigned long long)r.packets, truth.size(), r.packets / r.seconds / 1e6,
-              (unsigned long long)r.drops, m.are, m.aae, m.rmse, m.wmre, m.hh_f1,
-              double(r.cpu.get(Place::kDpu)) / r.packets);
+  std::printf("%s @ %zu B: %llu packets, %zu flows, %.2f Mpps, drops %llu; ", algo.c_str(), cfg.memory_bytes,
+              (unsigned long long)r.packets, truth.size(), r.packets / r.seconds / 1e6, (unsigned long long)r.drops);
+  if (r.evaluated)
+    std::printf("ARE %.4f AAE %.3f RMSE %.3f WMRE %.4f HH F1 %.3f; ", m.are, m.aae, m.rmse, m.wmre, m.hh_f1);
+  std::printf("dpu %.1f ns/packet\n", double(r.cpu.get(Place::kDpu)) / r.packets);
   if (p.has("dump-estimates")) dump_estimates(p.str("dump-estimates"), truth, r);
   if (p.has("json")) out.write(p.str("json"));
   return 0;
@@ -272,13 +299,14 @@ int cmd_compare(int argc, char** argv) {
   RunConfig base = run_config(p, algos[0], budgets[0]);
   std::span<const Packet> replay = replayed(trace, base);
   GroundTruth truth = ground_truth(replay);
+  WirePlan wire = plan_wire(replay, base.workers);  // the same for every point of the grid
   CpuAccount total;
   double wall = 0;
   nlohmann::json grid = nlohmann::json::array();
   for (const auto& algo : algos) {
     for (size_t mem : budgets) {
       RunConfig cfg = run_config(p, algo, mem);
-      RunResult r = run_checked(trace, truth, cfg);
+      RunResult r = run_checked(trace, truth, cfg, &wire);
       for (Place pl : {Place::kHost, Place::kDpu, Place::kHw}) total.add(pl, r.cpu.get(pl));
       wall += r.seconds;
       grid.push_back(figures_json(trace, truth, cfg, r));
@@ -324,9 +352,190 @@ int cmd_gen(int argc, char** argv) {
   return 0;
 }
 
+int cmd_zero_loss(int argc, char** argv) {
+  ArgParser p(std::string(kTool) + " zero-loss",
+              "The highest offered rate one algorithm takes with no drops (Duet Fig. 5): a binary search over\n"
+              "--rate, one replay of the trace per probe. A probe passes when no ring overflowed and the wire\n"
+              "really offered the rate. The wire's work (RSS, the hardware match) is planned once, before any run.");
+  p.option("algo", "as for run, or none (the datapath alone: the worker's per-packet floor)", "", true);
+  p.option("memory", "memory budget, e.g. 500KB (K = 1024)", "500KB");
+  p.option("precision", "stop when the bracket is narrower than this fraction of its top", "0.02");
+  p.option("low", "a rate known to pass, packets/s (default: search from 0)");
+  p.option("high", "a rate known to drop, packets/s (default: twice the unpaced rate)");
+  add_run_options(p);
+  p.parse(argc, argv, 2);
+  std::string algo = p.str("algo");
+  check_algo(algo);
+  RunConfig cfg = run_config(p, algo, p.bytes("memory"));
+  if (cfg.rate_pps > 0) p.fail("--rate is what zero-loss searches for; give --low/--high to bound it");
+  double precision = p.number("precision");
+  if (!(precision > 0 && precision < 1)) p.fail("--precision must be in (0, 1)");
+  double low = p.has("low") ? p.number("low") : 0, high = p.has("high") ? p.number("high") : 0;
+  if (low < 0 || (high > 0 && high <= low)) p.fail("want 0 <= --low < --high");
+  Trace trace = load(p.str("trace"));
+  if (trace.packets.empty()) throw InputError(p.str("trace") + ": no IPv4 TCP/UDP packets to measure");
+  std::span<const Packet> replay = replayed(trace, cfg);
+  GroundTruth truth = ground_truth(replay);
+  WirePlan wire = plan_wire(replay, cfg.workers);
+  ZeroLossSearch z;
+  try {
+    z = zero_loss_rate(trace, truth, cfg, wire, precision, low, high);
+  } catch (const BudgetError& e) {
+    throw InputError(e.what());
+  }
+  const RunResult& r = z.at_rate;
+  double bytes_per_packet = r.packets ? double(r.bytes) / r.packets : 0;
+  Result out(std::string(kTool) + " zero-loss", argc, argv);
+  out.set_placement(cfg.placement);
+  out.parameters() = parameters_json(p, cfg, p.str("trace"));
+  out.parameters()["algo"] = algo;
+  out.parameters()["memory_bytes"] = cfg.memory_bytes;
+  out.parameters()["precision"] = precision;
+  nlohmann::json probes = nlohmann::json::array();
+  for (const auto& pr : z.probes)
+    probes.push_back({{"rate_pps", pr.rate_pps}, {"drops", pr.drops}, {"achieved_pps", pr.achieved_pps}});
+  nlohmann::json f = {{"algo", algo},
+                      {"zero_loss_pps", z.rate_pps},
+                      {"zero_loss_mpps", z.rate_pps / 1e6},
+                      {"zero_loss_gbps", z.rate_pps * bytes_per_packet * 8 / 1e9},
+                      {"refused_pps", z.refused_pps},
+                      {"unpaced_pps", z.unpaced_pps},
+                      {"probes", probes}};
+  if (r.packets) {
+    f["at_rate"] = figures_json(trace, truth, cfg, r);
+    out.set_cpu(r.cpu);
+    out.set_wall_ns(static_cast<uint64_t>(r.seconds * 1e9));
+  }
+  out.figures() = f;
+  std::printf("%s: zero loss up to %.3f Mpps (%.2f Gbps at %.0f B/packet); dropped at %.3f Mpps; unpaced %.3f Mpps; "
+              "%zu probes",
+              algo.c_str(), z.rate_pps / 1e6, z.rate_pps * bytes_per_packet * 8 / 1e9, bytes_per_packet,
+              z.refused_pps / 1e6, z.unpaced_pps / 1e6, z.probes.size());
+  if (r.hw) std::printf("; hardware share %.3f", double(r.hw_hits) / r.packets);
+  std::printf("\n");
+  if (p.has("json")) out.write(p.str("json"));
+  return 0;
+}
+
+std::atomic<bool> live_stop{false};
+extern "C" void on_live_signal(int) { live_stop.store(true); }
+
+int cmd_live(int argc, char** argv) {
+  ArgParser p(std::string(kTool) + " live",
+              "Measure a live interface: an XDP program is the hardware flow table (a packet of an installed\n"
+              "flow is counted in the kernel and goes no further), the other packets reach one dpu worker per\n"
+              "receive queue through AF_XDP, and Duet or a baseline sketch runs on them. Needs root. Stops at\n"
+              "--duration, --packets, or SIGINT/SIGTERM.");
+  p.option("iface", "the interface to measure", "", true);
+  p.option("algo", "cms, cs, elastic, univmon, nitro-cms, nitro-cs, nitro-univmon or duet", "duet");
+  p.option("memory", "memory budget, e.g. 500KB (K = 1024)", "500KB");
+  p.option("heavy-threshold", "TOP and the heavy-hitter threshold, in packets", "1000");
+  p.option("duration", "seconds to measure (default: until --packets or a signal)");
+  p.option("packets", "stop once this many flow packets were measured (hw and dpu)");
+  p.flag("native", "native (driver) XDP instead of generic (skb) mode");
+  p.flag("pass-hits", "let packets counted in the hardware table go on to the kernel stack (default: drop them: "
+                      "a monitoring port)");
+  p.option("hw-capacity", "hardware flow-table entries", "65536");
+  p.option("hw-insert-rate", "hardware rule insertions per second", "77000");
+  p.option("hw-insert-latency-us", "hardware rule insertion latency", "20");
+  p.option("hw-idle-timeout-ms", "hardware entry aging; 0 = never", "1000");
+  p.option("duet-counter-bits", "16 (the default, where TOP <= 16383) or 32");
+  p.option("sample-p", "NitroSketch sampling probability", "0.1");
+  p.option("seed", "hash seed", "1");
+  p.option("dpu-cpus", "CPUs of the dpu workers and control");
+  p.option("hw-cpus", "CPU of the hardware table's service thread");
+  p.option("bpf-object", "the compiled XDP program (default: the build's)");
+  p.option("ipfix", "send the heavy flows to this IPFIX collector (host:port) at the end");
+  p.option("metrics", "serve Prometheus /metrics on this address during the run (e.g. 127.0.0.1:9464)");
+  p.option("json", "write the result here");
+  p.parse(argc, argv, 2);
+  LiveConfig c;
+  c.interface = p.str("iface");
+  c.algo = p.str("algo");
+  check_algo(c.algo);
+  c.memory_bytes = p.bytes("memory");
+  double top = p.number("heavy-threshold");
+  if (!(top >= 2)) p.fail("--heavy-threshold must be at least 2 packets");
+  c.top = static_cast<uint64_t>(top);
+  c.duration_s = p.has("duration") ? p.number("duration") : 0;
+  c.packets = p.has("packets") ? p.u64("packets") : 0;
+  c.native = p.has("native");
+  c.pass_hits = p.has("pass-hits");
+  c.hw_capacity = p.u64("hw-capacity");
+  if (c.hw_capacity == 0) p.fail("--hw-capacity must be > 0");
+  c.hw_insert_rate = p.number("hw-insert-rate");
+  c.hw_insert_latency_ns = static_cast<uint64_t>(p.number("hw-insert-latency-us") * 1000);
+  c.hw_idle_timeout_ns = static_cast<uint64_t>(p.number("hw-idle-timeout-ms") * 1e6);
+  c.duet_counter_bits = p.has("duet-counter-bits") ? static_cast<unsigned>(p.u64("duet-counter-bits")) : 0;
+  if (p.has("duet-counter-bits") && c.duet_counter_bits != 16 && c.duet_counter_bits != 32)
+    p.fail("--duet-counter-bits must be 16 or 32");
+  c.sketch.sample_p = p.number("sample-p");
+  if (!(c.sketch.sample_p > 0 && c.sketch.sample_p <= 1)) p.fail("--sample-p must be in (0, 1]");
+  c.sketch.seed = p.u64("seed");
+  if (p.has("bpf-object")) c.bpf_object = p.str("bpf-object");
+  if (p.has("ipfix")) c.ipfix = p.str("ipfix");
+  if (p.has("metrics")) c.metrics = p.str("metrics");
+  try {
+    c.placement = Placement::plan("", p.str("dpu-cpus"), p.str("hw-cpus"));
+  } catch (const std::invalid_argument& e) {
+    p.fail(e.what());
+  }
+  std::signal(SIGINT, on_live_signal);
+  std::signal(SIGTERM, on_live_signal);
+  LiveResult r;
+  try {
+    r = run_live(c, live_stop);
+  } catch (const BudgetError& e) {
+    throw InputError(e.what());
+  } catch (const std::invalid_argument& e) {
+    throw InputError(e.what());
+  }
+  const double hw_share = r.hw_packets + r.dpu_packets ? double(r.hw_packets) / (r.hw_packets + r.dpu_packets) : 0;
+  Result out(std::string(kTool) + " live", argc, argv);
+  out.set_placement(c.placement);
+  out.set_backend(std::string("xdp-") + r.xdp_mode);
+  out.parameters() = {{"iface", c.interface},       {"algo", c.algo},         {"memory_bytes", c.memory_bytes},
+                      {"top", c.top},               {"hw_capacity", c.hw_capacity},
+                      {"hw_insert_rate", c.hw_insert_rate}, {"xdp_mode", r.xdp_mode}, {"pass_hits", c.pass_hits}};
+  nlohmann::json heavy = nlohmann::json::array();
+  for (const auto& k : r.heavy_reported) heavy.push_back({{"flow", k.str()}, {"estimate", r.estimates.at(k)}});
+  nlohmann::json f = {{"algo", c.algo},
+                      {"workers", r.workers},
+                      {"seconds", r.seconds},
+                      {"frames", r.frames},
+                      {"hw_packets", r.hw_packets},
+                      {"dpu_packets", r.dpu_packets},
+                      {"not_a_flow", r.not_a_flow},
+                      {"drops", r.drops},
+                      {"hw_share", hw_share},
+                      {"flows", r.estimates.size()},
+                      {"memory_used_bytes", r.memory_bytes},
+                      {"heavy", heavy},
+                      {"ipfix_records", r.ipfix_records},
+                      {"ipfix_errors", r.ipfix_errors},
+                      {"cpu_ns", {{"dpu", r.cpu.get(Place::kDpu)}, {"hw", r.cpu.get(Place::kHw)}}}};
+  if (r.hw) f["hw"] = {{"entries", r.hw->entries}, {"inserts", r.hw->inserted},
+                       {"refused", r.hw->refused_table_full + r.hw->refused_queue_full}, {"aged", r.hw->aged}};
+  if (r.duet) f["duet"] = {{"counter_bits", r.duet->counter_bits}, {"promotions", r.duet->promotions},
+                           {"installed", r.duet->installed}, {"refused", r.duet->refused}};
+  out.figures() = f;
+  out.set_cpu(r.cpu);
+  out.set_wall_ns(static_cast<uint64_t>(r.seconds * 1e9));
+  std::printf("%s on %s (%s XDP, %u workers): %.1f s, %llu frames; %llu packets counted in hw (%.1f %%), %llu by the "
+              "dpu workers, %llu not flows, %llu dropped; %zu flows, %zu heavy\n",
+              c.algo.c_str(), c.interface.c_str(), r.xdp_mode.c_str(), r.workers, r.seconds,
+              (unsigned long long)r.frames, (unsigned long long)r.hw_packets, 100 * hw_share,
+              (unsigned long long)r.dpu_packets, (unsigned long long)r.not_a_flow, (unsigned long long)r.drops,
+              r.estimates.size(), r.heavy_reported.size());
+  if (p.has("json")) out.write(p.str("json"));
+  return 0;
+}
+
 const Subcommand kCommands[] = {
     {"run", cmd_run, "one algorithm over one trace: accuracy, speed, CPU per place"},
     {"compare", cmd_compare, "a grid of algorithms x memory budgets over one trace"},
+    {"live", cmd_live, "measure a live interface: XDP hardware tier, AF_XDP dpu workers"},
+    {"zero-loss", cmd_zero_loss, "the highest offered rate one algorithm takes with no drops"},
     {"gen", cmd_gen, "write a synthetic trace (pcap)"},
 };
 

@@ -1,10 +1,10 @@
-"""PNG plots for reports — lines and grouped bars (matplotlib, Agg backend, no pyplot state)."""
+"""PNG plots for reports — lines, grouped bars and panels of either (matplotlib, Agg backend, no pyplot state)."""
 
 from __future__ import annotations
 
 import math
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -60,15 +60,9 @@ def line_plot(
         hi = max(max(max(s.x), max(s.y)) for s in series if len(s.x))
         lo = 0 if not (logx or logy) else lo
         ax.plot([lo, hi], [lo, hi], "--", color="grey", linewidth=1, label="y = x")
-    if logx:
-        ax.set_xscale("log", base=2 if xticks is not None else 10)
+    set_x_axis(ax, logx=logx, xticks=xticks, xtick_format=xtick_format)
     if logy:
         ax.set_yscale("log")
-    if xticks is not None:
-        ax.set_xticks(list(xticks))
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        fmt = xtick_format or (lambda v: f"{v:g}")
-        ax.set_xticklabels([fmt(v) for v in xticks])
     if x_format is not None and xticks is None:
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: x_format(v)))
     if y_format is not None:
@@ -83,6 +77,19 @@ def line_plot(
         ax.legend()
     fig.savefig(path, format="png")
     return path
+
+
+def set_x_axis(ax: Any, *, logx: bool = False, xticks: Sequence[float] | None = None,
+               xtick_format: Callable[[float], str] | None = None) -> None:
+    """A log x axis (base 2 when ``xticks`` are given: callers give doublings)
+    and ticks exactly at ``xticks``, labelled by ``xtick_format``."""
+    if logx:
+        ax.set_xscale("log", base=2 if xticks is not None else 10)
+    if xticks is not None:
+        ax.set_xticks(list(xticks))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        fmt = xtick_format or (lambda v: f"{v:g}")
+        ax.set_xticklabels([fmt(v) for v in xticks])
 
 
 def all_positive(values: Sequence[float]) -> bool:
@@ -113,6 +120,18 @@ def panel_grid(n: int, ncols: int, panel_width: float, panel_height: float, extr
     for ax in axes[n:]:
         ax.set_visible(False)
     return fig, axes[:n]
+
+
+def save_panels(fig: Figure, path: str | Path, *, title: str, handles: dict[str, Any], max_cols: int,
+                fontsize: float) -> Path:
+    """Finish a :func:`panel_grid` figure: one legend below the panels (when
+    there are ``handles``, label -> artist), the title, the PNG."""
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="outside lower center",
+                   ncols=min(len(handles), max_cols), fontsize=fontsize, frameon=False)
+    fig.suptitle(title)
+    fig.savefig(path, format="png")
+    return Path(path)
 
 
 def bars_plot(path: Path, panels: Sequence[BarPanel], categories: Sequence[str], *, title: str,
@@ -160,12 +179,7 @@ def bars_plot(path: Path, panels: Sequence[BarPanel], categories: Sequence[str],
         ax.grid(True, axis="y", alpha=0.35)
         if ax.get_yscale() != "log":
             ax.margins(y=0.12)
-    if handles:
-        fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=len(handles),
-                   fontsize=9, frameon=False)
-    fig.suptitle(title)
-    fig.savefig(path, format="png")
-    return path
+    return save_panels(fig, path, title=title, handles=handles, max_cols=len(handles), fontsize=9)
 
 
 @dataclass
@@ -178,7 +192,6 @@ def line_panels(path: str | Path, panels: Sequence[LinePanel], *, title: str, xl
                 ncols: int = 4, xticks: Sequence[float] | None = None, logy: bool = False) -> Path:
     """Small multiples: one line subplot per panel (e.g. one per operator),
     the series' labels in one legend below."""
-    path = Path(path)
     fig, axes = panel_grid(len(panels), ncols, 3.3, 2.6, 0.7)
     handles: dict[str, Any] = {}
     for p, ax in zip(panels, axes):
@@ -196,9 +209,58 @@ def line_panels(path: str | Path, panels: Sequence[LinePanel], *, title: str, xl
         ax.set_ylabel(ylabel, fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(True, alpha=0.35)
-    if handles:
-        fig.legend(list(handles.values()), list(handles), loc="outside lower center",
-                   ncols=min(len(handles), 6), fontsize=8, frameon=False)
-    fig.suptitle(title)
-    fig.savefig(path, format="png")
-    return path
+    return save_panels(fig, path, title=title, handles=handles, max_cols=6, fontsize=8)
+
+
+@dataclass
+class Line:
+    label: str
+    x: Sequence[float]
+    y: Sequence[float]
+    style: dict[str, Any] = field(default_factory=dict)  # keyword arguments of Axes.plot
+
+
+@dataclass
+class Panel:
+    title: str
+    ylabel: str
+    lines: list[Line]
+    logy: bool = False
+    ymin_zero: bool = False
+    ylim: tuple[float, float] | None = None
+    yfmt: Any = None  # value -> tick label
+
+
+def panels_plot(path: Path, panels: Sequence[Panel], *, title: str, xlabel: str, logx: bool = False,
+                xticks: Sequence[float] | None = None, xtick_format=None, ncols: int = 3) -> Path:
+    """Line subplots sharing an x axis and one legend (below the panels)."""
+    fig, axes = panel_grid(len(panels), ncols, 4.2, 3.3, 0.9)
+    handles: dict[str, Any] = {}
+    for p, ax in zip(panels, axes):
+        for ln in p.lines:
+            (h,) = ax.plot(list(ln.x), list(ln.y), label=ln.label, **ln.style)
+            handles.setdefault(ln.label, h)
+        set_x_axis(ax, logx=logx, xticks=xticks, xtick_format=xtick_format)
+        ys = [v for ln in p.lines for v in ln.y if v is not None and not math.isnan(v)]
+        if p.logy and all_positive(ys):
+            ax.set_yscale("log")
+        elif p.logy and ys and min(ys) >= 0 and max(ys) > 0:
+            # Some values are exactly 0: linear near 0, logarithmic above the smallest positive value.
+            ax.set_yscale("symlog", linthresh=min(v for v in ys if v > 0))
+            ax.set_ylim(bottom=0)
+        elif p.ymin_zero:
+            ax.set_ylim(bottom=0)
+        if p.ylim is not None:
+            ax.set_ylim(*p.ylim)
+        if p.yfmt is not None:
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos, f=p.yfmt: f(v)))
+        scale = ax.get_yscale()
+        ax.set_title(p.title + {"log": " (log)", "symlog": " (log above the smallest non-zero)"}.get(scale, ""),
+                     fontsize=10)
+        ax.set_xlabel(xlabel, fontsize=9)
+        ax.set_ylabel(p.ylabel, fontsize=9)
+        ax.tick_params(labelsize=8)
+        ax.grid(True, which="major", alpha=0.35)
+    # A single line needs no legend.
+    return save_panels(fig, path, title=title, handles=handles if len(handles) > 1 else {}, max_cols=4,
+                       fontsize=9)

@@ -16,7 +16,9 @@ import pytest
 from dpukit import cli, experiments, native
 from dpukit.experiments import Context
 from dpukit.experiments import measure as m
+from dpukit.experiments import measure_traces as traces
 from dpukit.paths import display_path, tool_path
+from dpukit.plots import BarPanel, Line, Panel, bars_plot, panels_plot
 
 from conftest import native_tool
 
@@ -70,9 +72,9 @@ def test_measure_subcommand_help(measure_tool, run_dpukit):
 
 def test_experiments_are_registered_after_core():
     names = list(experiments.registry())
-    ours = ["measure.accuracy", "measure.speed", "measure.convergence", "measure.scaling"]
+    ours = ["measure.accuracy", "measure.speed", "measure.convergence", "measure.throughput", "measure.scaling"]
     start = names.index(ours[0])
-    assert names[start:start + 4] == ours
+    assert names[start:start + len(ours)] == ours
     assert all(n.startswith("core.") for n in names[:start])
     assert [e.name for e in experiments.select(["measure"])] == ours
     for name in ours:
@@ -130,7 +132,15 @@ def test_duet_counter_bits(measure_tool, small_trace, tmp_path):
                 "--heavy-threshold", "20000")
     assert proc.returncode == 2 and "16-bit counters need TOP <= 16383" in proc.stderr, proc.stderr
     proc = tool(measure_tool, "run", "--trace", small_trace, "--algo", "duet", "--duet-counter-bits", "8")
-    assert proc.returncode == 2 and "16 or 32 bits" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "must be 16 or 32" in proc.stderr, proc.stderr
+    # By default 16 bits, and 32 where TOP is beyond 16-bit counters' reach (said on stderr).
+    proc = tool(measure_tool, "run", "--trace", small_trace, "--algo", "duet", "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["figures"]["duet"]["counter_bits"] == 16
+    proc = tool(measure_tool, "run", "--trace", small_trace, "--algo", "duet", "--heavy-threshold", "20000",
+                "--json", out)
+    assert proc.returncode == 0 and "using 32-bit counters" in proc.stderr, proc.stderr
+    assert json.loads(out.read_text())["figures"]["duet"]["counter_bits"] == 32
 
 
 @pytest.mark.parametrize("algo", ALGOS)
@@ -260,13 +270,13 @@ def test_rate_and_timeline(measure_tool, small_trace, tmp_path):
 
 
 def test_trace_specs_and_cache_names():
-    q, f = m.trace_spec("backbone", True), m.trace_spec("datacenter", False)
+    q, f = traces.trace_spec("backbone", True), traces.trace_spec("datacenter", False)
     assert (q.packets, q.flows, q.filename) == (200_000, 20_000, "backbone-200000-20000-s1.pcap")
     assert (f.packets, f.flows, f.filename) == (2_000_000, 100_000, "datacenter-2000000-100000-s1.pcap")
-    cmd = m.gen_command(q, Path("/x/t.pcap"))
+    cmd = traces.gen_command(q, Path("/x/t.pcap"))
     assert cmd[1:] == ["gen", "--preset", "backbone", "--flows", "20000", "--packets", "200000", "--seed", "1",
                        "--out", "/x/t.pcap"]
-    assert m.traces_dir().name == "traces"
+    assert traces.traces_dir().name == "traces"
 
 
 def test_memory_and_prefixes():
@@ -300,36 +310,36 @@ def test_relative_error():
 def test_plots_write_pngs(tmp_path):
     style = m.algo_style("nitro-cms", 0.01)
     assert style["linestyle"] == ":" and style["color"] == m.algo_style("cms")["color"]
-    p = m.panels_plot(tmp_path / "l.png", [
-        m.Panel("ARE", "ARE", [m.Line("a", [1, 2], [0.1, 0.01], m.algo_style("cms")),
-                               m.Line("b", [1, 2], [0.2, 0.0], m.algo_style("duet"))], logy=True),
-        m.Panel("F1", "F1", [m.Line("a", [1, 2], [0.5, 1.0])], ylim=(0, 1.02)),
+    p = panels_plot(tmp_path / "l.png", [
+        Panel("ARE", "ARE", [Line("a", [1, 2], [0.1, 0.01], m.algo_style("cms")),
+                             Line("b", [1, 2], [0.2, 0.0], m.algo_style("duet"))], logy=True),
+        Panel("F1", "F1", [Line("a", [1, 2], [0.5, 1.0])], ylim=(0, 1.02)),
     ], title="t", xlabel="x", logx=True, xticks=[1, 2])
-    b = m.bars_plot(tmp_path / "b.png", [m.BarPanel("ns", "ns", {"x": [1.0, float("nan")], "y": [2.0, 3.0]})],
-                    ["cms", "duet"], title="t")
+    b = bars_plot(tmp_path / "b.png", [BarPanel("ns", "ns", {"x": [1.0, float("nan")], "y": [2.0, 3.0]})],
+                  ["cms", "duet"], title="t")
     for path in (p, b):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_trace_cache_is_reused(measure_tool, tmp_path, monkeypatch):
-    monkeypatch.setattr(m, "traces_dir", lambda: tmp_path / "traces")
+    monkeypatch.setattr(traces, "traces_dir", lambda: tmp_path / "traces")
     ctx = Context(name="measure.test", quick=True, out_dir=tmp_path / "out")
-    first = m.ensure_trace(ctx, "datacenter")
+    first = traces.ensure_trace(ctx, "datacenter")
     assert not first.reused and first.path == tmp_path / "traces" / "datacenter-200000-20000-s1.pcap"
     assert first.command[-1] == str(first.path) and first.size == first.path.stat().st_size
     mtime = first.path.stat().st_mtime_ns
-    second = m.ensure_trace(ctx, "datacenter")
+    second = traces.ensure_trace(ctx, "datacenter")
     assert second.reused and second.path.stat().st_mtime_ns == mtime and second.sha256 == first.sha256
     assert [p.name for p in (tmp_path / "traces").iterdir()] == [first.path.name]  # no temporary left
     # A trace older than the tool (which may have been rebuilt with another
     # generator since) is written again.
     old = measure_tool.stat().st_mtime_ns - 10**9
     os.utime(first.path, ns=(old, old))
-    third = m.ensure_trace(ctx, "datacenter")
+    third = traces.ensure_trace(ctx, "datacenter")
     assert not third.reused and third.path.stat().st_mtime_ns > old
     # Same options and seed: the command regenerates the very same bytes.
     again = tmp_path / "again.pcap"
-    assert subprocess.run(m.gen_command(first.spec, again), capture_output=True).returncode == 0
+    assert subprocess.run(traces.gen_command(first.spec, again), capture_output=True).returncode == 0
     assert again.read_bytes() == first.path.read_bytes()
 
 
@@ -341,22 +351,24 @@ def test_eval_quick_measure_end_to_end(measure_tool, tmp_path, run_dpukit):
     out = tmp_path / "results"
     proc = run_dpukit("eval", "--quick", "--only", "measure", "--out", str(out), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "[eval 1/4] measure.accuracy:" in proc.stderr
+    assert "[eval 1/5] measure.accuracy:" in proc.stderr
     run_dir = (out / "latest").resolve()
     md = (run_dir / "report.md").read_text()
     html = (run_dir / "report.html").read_text()
-    for name in ("measure.accuracy", "measure.speed", "measure.convergence", "measure.scaling"):
+    for name in ("measure.accuracy", "measure.speed", "measure.convergence", "measure.throughput", "measure.scaling"):
         assert f"## {name}:" in md and name in html
     assert "FAILED" not in md
     for caption in ("backbone: ARE vs memory", "datacenter: HH F1 vs memory", "(a) As fast as possible",
                     "(b) Offered", "Relative error of the heavy flows", "Duet at", "Workers, backbone trace"):
         assert caption in md, caption
     assert "Duet spends" in md and "Count-Min's" in md
+    assert "64-byte packets, one polling dpu worker" in md
+    assert re.search(r"at 64-byte packets Duet takes [\d.]+ Mpps with no drops", md)
 
     pngs = {p.name for p in (run_dir / "plots").glob("*.png")}
     for stem in ("measure.accuracy-backbone", "measure.accuracy-datacenter", "measure.speed-cpu",
                  "measure.speed-drops", "measure.convergence-error-vs-packets", "measure.convergence-duet-timeline",
-                 "measure.scaling-workers"):
+                 "measure.scaling-workers", "measure.throughput-throughput"):
         assert f"{stem}.png" in pngs, stem
     for src in re.findall(r'<img src="([^"]+)"', html):
         assert (run_dir / src).is_file(), src
@@ -366,11 +378,11 @@ def test_eval_quick_measure_end_to_end(measure_tool, tmp_path, run_dpukit):
         assert re.search(rf"dpukit-measure gen --preset {preset} --flows 20000 --packets 200000 --seed 1 "
                          rf"--out \S*{preset}-200000-20000-s1\.pcap", md), preset
     runs = sorted((run_dir / "runs").glob("*.json"))
-    assert len(runs) >= 2 + 8 + 5 + 35 + 1 + 4
+    assert len(runs) >= 2 + 8 + 5 + 35 + 1 + 4 + 10  # throughput: 5 variants x 2 sizes
     assert not list((run_dir / "runs").glob("*.csv"))  # per-flow dumps are removed after reading
     for p in runs:
         result = native.load_result(p)
         shown = [display_path(Path(a)) if a.startswith("/") else a for a in result["command_line"]]
         assert " ".join(shown) in md
     tools = {json.loads(p.read_text())["tool"] for p in runs}
-    assert tools == {"dpukit-measure run", "dpukit-measure compare"}
+    assert tools == {"dpukit-measure run", "dpukit-measure compare", "dpukit-measure zero-loss"}

@@ -4,6 +4,7 @@
 // datapath that runs an algorithm over a trace on the emulated DPU.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -14,7 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include "dpukit/core/accounting.h"
 #include "dpukit/core/flow_key.h"
+#include "dpukit/core/flow_table.h"
 
 namespace dpukit::measure {
 
@@ -119,5 +122,191 @@ struct Metrics {
 // heavy hitters: flows with true count >= hh_threshold against reported ones.
 Metrics evaluate(const GroundTruth& truth, const std::unordered_map<FlowKey, double, FlowKeyHash>& estimates,
                  const std::vector<FlowKey>& reported_heavy, double hh_threshold);
+
+// ------------------------------------------------------------------ the datapath on the emulated DPU
+//
+//   trace replay ──> hw stage ──> RSS ──> one SPSC ring per dpu worker ──> sketch
+//   (the wire)       (NIC thread: flow-table match for Duet, enqueue)        (dpu workers)
+//
+// A full ring under an offered rate is a counted drop, as on a DPU whose Arm
+// cores cannot keep up; as fast as possible, the wire waits instead. Duet adds
+// a control thread on the dpu side that applies the flow table's outcomes.
+
+// The wire's work on a trace, done once before any run. On a DPU the NIC's
+// parser, its flow-table match and RSS run in the hardware pipeline at line
+// rate; here a CPU thread stands for them, so their per-packet work is done
+// ahead of time: every packet's RSS queue (Toeplitz over the 5-tuple) and a
+// dense flow id that only the emulated hardware table uses (its match is then
+// one array read: O(1), as in hardware). The NIC thread only moves packet
+// indices, and the dpu workers still read and hash the real key.
+struct WirePlan {
+  unsigned workers = 0;
+  std::vector<uint32_t> flow_id;  // per packet
+  std::vector<uint16_t> queue;    // per packet: its dpu worker
+  std::vector<FlowKey> flows;     // by flow id
+};
+WirePlan plan_wire(std::span<const Packet> packets, unsigned workers);
+
+struct RunConfig {
+  std::string algo = "duet";        // algorithms(): a sketch, "duet", or "none" (the datapath alone)
+  size_t memory_bytes = 500 * 1024;
+  unsigned workers = 1;
+  double rate_pps = 0;              // offered load; 0 = as fast as possible
+  double heavy_threshold = 0.0005;  // < 1: a fraction of the packets; >= 1: packets
+  uint64_t packets_limit = 0;       // replay only the first N packets (0 = all)
+  uint32_t packet_size = 0;         // every packet's bytes on the wire (0 = the trace's own)
+  // The trace is replayed this many times; all but the last are warm-up,
+  // as fast as possible with no drops (Duet converges: its heavy flows reach
+  // the hardware table), and only the last is timed and paced. Estimates
+  // and metrics cover every pass.
+  unsigned passes = 1;
+  // Workers poll their rings, as a DPDK worker does, instead of sleeping when
+  // they find them empty: no wake-up latency or cost, a whole core each.
+  bool worker_poll = false;
+  // Duet's hardware flow table
+  size_t hw_capacity = 0;  // 0 = twice the flows that can reach TOP (a power of two, 1,024 to 65,536)
+  double hw_insert_rate = 77000;
+  uint64_t hw_insert_latency_ns = 20000;
+  uint64_t hw_idle_timeout_ns = 1000000000;
+  size_t duet_records = 0;  // 0 = sized from the number of flows that can reach TOP
+  // 16 or 32; 0 = 16, or 32 where TOP is beyond 16-bit counters' reach (with a warning)
+  unsigned duet_counter_bits = 0;
+  SketchOptions sketch;
+  Placement placement;
+  size_t ring_slots = 16384;  // per worker: room for a wake-up's latency at tens of Mpps
+  uint64_t timeline_every = 0;  // sample hw occupancy every N packets (0 = no timeline)
+};
+
+struct TimelinePoint {
+  double seconds;
+  uint64_t packets;
+  uint64_t hw_entries;
+  uint64_t promotions;
+  uint64_t drops;
+};
+
+struct DuetStats {
+  unsigned counter_bits = 0;
+  uint64_t promotions = 0;       // insert requests made
+  uint64_t installed = 0;
+  uint64_t refused = 0;          // refusals: the flow went back to the sketch path
+  uint64_t aged = 0;
+  uint64_t moved_to_record = 0;  // a promoted flow reached TOP in the sketch again (pending, in flight, or refused)
+  uint64_t records_full = 0;     // packets that brought a flow to TOP when no record was left (it stays in the sketch)
+};
+
+struct RunResult {
+  uint64_t packets = 0;  // offered in the measured pass
+  uint64_t bytes = 0;    // offered in the measured pass, on the wire
+  unsigned passes = 1;   // the trace's replays; CPU time covers them all
+  uint64_t hw_hits = 0;  // packets the hardware table counted in the measured pass
+  uint64_t drops = 0;    // full ring under an offered rate
+  uint64_t top = 0;      // the heavy threshold in packets
+  double seconds = 0;       // the measured pass, until the workers finished
+  double wire_seconds = 0;  // the measured pass, until the wire sent its last packet: the offered rate's time
+  CpuAccount cpu;
+  uint64_t dpu_work_ns = 0;    // the workers' time inside packet batches (their CPU time also counts wake-ups)
+  uint64_t worker_sleeps = 0;  // times a worker found its ring empty and slept
+  size_t memory_bytes = 0;  // what the algorithm really allocated
+  bool evaluated = true;    // false for "none": no estimates, no metrics
+  std::unordered_map<FlowKey, double, FlowKeyHash> estimates;  // every true flow
+  std::vector<FlowKey> heavy_reported;
+  Metrics metrics;
+  std::optional<double> cardinality, entropy;
+  std::optional<FlowTableStats> hw;
+  std::optional<DuetStats> duet;
+  std::vector<TimelinePoint> timeline;
+};
+
+// The heavy threshold in packets for a trace of `packets` packets.
+uint64_t heavy_threshold_packets(double threshold, uint64_t packets);
+
+// Runs `config.algo` over the trace and evaluates it against `truth` (the
+// ground truth of the replayed packets). `wire` is the trace's plan for
+// config.workers (plan_wire); without one the run makes its own first.
+// Throws std::invalid_argument for an unknown algorithm or a plan made for
+// another trace or worker count, and BudgetError for a budget too small.
+RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& config, const WirePlan* wire = nullptr);
+
+std::vector<std::string> algorithms();  // the sketches, "duet" and "none"
+
+// The highest offered rate a run takes with no drops, by binary search over
+// config.rate_pps between `low` and `high` packets/s (high = 0: twice the
+// faster of two as-fast-as-possible runs), until the bracket is narrower
+// than `precision` of its top. A probe passes when a run drops nothing and
+// the wire offered at least 90 % of the rate (the emulated wire's pacing
+// falls a few % short; a NIC thread that cannot keep up offers less and
+// drops nothing); a failed probe is run once more before the rate is given
+// up. The rate found is the highest the wire really offered in a passing probe.
+struct ZeroLossSearch {
+  double rate_pps = 0;      // the highest rate offered with no drops (what the wire offered, not the target)
+  double refused_pps = 0;   // the lowest target rate that failed (0 if none did)
+  double unpaced_pps = 0;   // the as-fast-as-possible run's rate
+  RunResult at_rate;        // the run at rate_pps
+  struct Probe {
+    double rate_pps;
+    uint64_t drops;
+    double achieved_pps;
+  };
+  std::vector<Probe> probes;
+};
+ZeroLossSearch zero_loss_rate(const Trace& trace, const GroundTruth& truth, const RunConfig& config,
+                              const WirePlan& wire, double precision = 0.02, double low = 0, double high = 0);
+
+// ------------------------------------------------------------------ live measurement on an interface
+//
+//   interface ──> XDP program: the hardware tier ──> AF_XDP socket per rx queue ──> dpu worker ──> sketch
+//                 (BPF hash map = the flow table;     (the NIC's RSS picks           (Duet or a
+//                  a hit is counted and done)          the worker)                    baseline)
+//
+// Needs root (CAP_BPF and CAP_NET_ADMIN); errors say what is missing.
+struct LiveConfig {
+  std::string interface;
+  std::string algo = "duet";
+  size_t memory_bytes = 500 * 1024;
+  uint64_t top = 1000;     // TOP and the heavy-hitter threshold, in packets (a live run has no length to take a share of)
+  double duration_s = 0;   // stop after this long (0: no limit)
+  uint64_t packets = 0;    // stop once this many flow packets were measured, hw and dpu (0: no limit)
+  bool native = false;     // native (driver) XDP instead of generic (skb)
+  bool pass_hits = false;  // a hit goes on to the kernel stack instead of being dropped after counting
+  size_t hw_capacity = 65536;
+  double hw_insert_rate = 77000;
+  uint64_t hw_insert_latency_ns = 20000;
+  uint64_t hw_idle_timeout_ns = 1000000000;
+  size_t duet_records = 0;        // 0: a quarter of the budget (at least 128, at most the table's capacity)
+  unsigned duet_counter_bits = 0;  // 0: 16, or 32 where TOP is beyond 16-bit counters' reach
+  SketchOptions sketch;
+  Placement placement;
+  std::string bpf_object;  // the compiled XDP program; empty: the one the build put beside the tools
+  std::string ipfix;       // collector host:port for the heavy flows at the end of the run; empty: none
+  std::string metrics;     // bind address of a Prometheus /metrics endpoint during the run; empty: none
+};
+
+struct LiveResult {
+  unsigned workers = 0;  // one per receive queue
+  std::string xdp_mode;
+  uint64_t top = 0;
+  double seconds = 0;
+  uint64_t frames = 0;       // frames the XDP program saw
+  uint64_t hw_packets = 0;   // counted in the hardware table
+  uint64_t dpu_packets = 0;  // flow packets the dpu workers measured
+  uint64_t not_a_flow = 0;   // frames that are not IPv4 TCP/UDP
+  uint64_t drops = 0;        // frames lost on the way to a worker (AF_XDP ring full or dropped)
+  size_t memory_bytes = 0;
+  CpuAccount cpu;            // dpu: workers and control; hw: the table's service thread (not the XDP program itself)
+  std::unordered_map<FlowKey, double, FlowKeyHash> estimates;  // every flow a worker saw
+  std::vector<FlowKey> heavy_reported;
+  std::optional<FlowTableStats> hw;
+  std::optional<DuetStats> duet;
+  uint16_t metrics_port = 0;
+  uint64_t ipfix_records = 0, ipfix_errors = 0;
+};
+
+// Measures the interface until `stop` is set, the duration passes or enough
+// packets were measured. Throws std::invalid_argument for a bad
+// configuration, BudgetError for a budget too small, and LiveError (from
+// measure's private live code: a std::runtime_error) with what the kernel or
+// the machine refused.
+LiveResult run_live(const LiveConfig& config, const std::atomic<bool>& stop);
 
 }  // namespace dpukit::measure

@@ -162,15 +162,18 @@ class Context:
         detail: str,
         step: int,
         steps: int,
+        repeats: int | None = None,
     ) -> Point:
-        """Measure one point ``self.repeats`` times; report the run whose
-        ``figures[key]`` is the median (so every figure in a row comes from
-        the same run)."""
+        """Measure one point ``repeats`` times (default ``self.repeats``) and
+        keep every run; report the run whose ``figures[key]`` is the median
+        (so every figure in a row comes from the same run)."""
+        if repeats is None:
+            repeats = self.repeats
         runs = []
-        for rep in range(1, self.repeats + 1):
-            rep_note = f" run {rep}/{self.repeats}" if self.repeats > 1 else ""
+        for rep in range(1, repeats + 1):
+            rep_note = f" run {rep}/{repeats}" if repeats > 1 else ""
             self.progress(detail + rep_note, step, steps)
-            runs.append(self.run_native(tool, args, label=f"{label}-r{rep}" if self.repeats > 1 else label))
+            runs.append(self.run_native(tool, args, label=f"{label}-r{rep}" if repeats > 1 else label))
         return Point(runs, median_run(runs, key))
 
 

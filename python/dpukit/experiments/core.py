@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 from dpukit.experiments import Context, Point, experiment
+from dpukit.experiments.notes import mode_repeats_note, parameters_note, placement_note
 from dpukit.plots import Series, line_plot
 from dpukit.report import Section
 from dpukit.units import fmt_bytes, fmt_bytes_short, fmt_int, fmt_sig, fmt_thousands, per
@@ -12,44 +13,6 @@ from dpukit.units import fmt_bytes, fmt_bytes_short, fmt_int, fmt_sig, fmt_thous
 TOOL = "dpukit-core"
 MiB = 1 << 20
 GiB = 1 << 30
-
-
-# -- shared text -------------------------------------------------------------
-
-
-def method_note(ctx: Context, key: str) -> str:
-    if ctx.repeats == 1:
-        return "Quick mode: each point was run once."
-    return (f"Full mode: each point was run {ctx.repeats} times; each row shows the run "
-            f"with the median `{key}`, so all figures in a row come from one run.")
-
-
-def placement_note(runs: Sequence[dict[str, Any]]) -> str:
-    """Where the runs ran: machine, backend, CPU placement (each distinct one once)."""
-    if not runs:
-        return ""
-    m = runs[0]["machine"]
-    seen: list[str] = []
-    for r in runs:
-        p = r["placement"]
-        text = f"host CPUs {p['host_cpus'] or '-'}, dpu CPUs {p['dpu_cpus'] or '-'}, hw CPUs {p['hw_cpus'] or '-'}"
-        if p.get("note"):
-            text += f" ({p['note']})"
-        if text not in seen:
-            seen.append(text)
-    backends = sorted({r["backend"] for r in runs})
-    return (f"Backend: {', '.join(backends)}; {runs[0]['tool'].split()[0]} {runs[0]['version']} on "
-            f"{m['cpu_model']} ({m['cores']} cores, {m['arch']}, {m['kernel']}). "
-            f"Placement: {'; '.join(seen)}.")
-
-
-def parameters_note(run: dict[str, Any], skip: Sequence[str] = ()) -> str:
-    """The tool's own record of its parameters (shows the defaults it used)."""
-    params = {k: v for k, v in run.get("parameters", {}).items() if k not in skip}
-    if not params:
-        return ""
-    return "Parameters as recorded by the tool (first point): " + ", ".join(
-        f"`{k}={v}`" for k, v in params.items()) + "."
 
 
 # -- core.ring ---------------------------------------------------------------
@@ -77,7 +40,7 @@ def ring(ctx: Context) -> Section:
         f"`{TOOL} ring-bench` moves {fmt_int(messages)} small messages through one SPSC ring inside one "
         "process: a host thread pushes them `batch` at a time and a dpu thread pops them `batch` at a time. "
         "Both sides poll, so their CPU time per message is close to the wall time per message. "
-        + method_note(ctx, "messages_per_sec"))
+        + mode_repeats_note(ctx, "messages_per_sec"))
     sec.paragraph(placement_note(ctx.runs))
     rows = []
     for batch, p in points:
@@ -147,7 +110,7 @@ def channel(ctx: Context) -> Section:
         "`--mode process` as two processes. Each point moves "
         + ("256 MiB of payload (at least 2,000 and at most 2,000,000 messages). " if ctx.quick
            else "1 GiB of payload (at least 2,000 and at most 10,000,000 messages). ")
-        + method_note(ctx, "gbytes_per_sec"))
+        + mode_repeats_note(ctx, "gbytes_per_sec"))
     sec.paragraph(placement_note(ctx.runs))
     rows = []
     for mode in modes:
@@ -231,7 +194,7 @@ def flowtable(ctx: Context) -> Section:
         "tenth of the rate: the configured per-rule latency (`latency_us`) plus the NIC thread's wake-up, "
         "on a CPU it shares with the dpu control thread on this 2-core machine. Lookups are timed "
         "afterwards on the filled table (half hits, half misses). `hw` CPU time covers the NIC thread and "
-        "the lookups. " + method_note(ctx, "measured_rate"))
+        "the lookups. " + mode_repeats_note(ctx, "measured_rate"))
     sec.paragraph(placement_note(ctx.runs))
     note = parameters_note(points[0][1].median) if points else ""
     if note:

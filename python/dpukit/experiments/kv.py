@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from dpukit.experiments import Context, Point, experiment, median_run
-from dpukit.experiments.core import parameters_note, placement_note
+from dpukit.experiments.notes import parameters_note, placement_note
 from dpukit.paths import build_dir
 from dpukit.plots import BarPanel, bars_plot
 from dpukit.report import Section
@@ -214,6 +214,62 @@ def queue(ctx: Context) -> Section:
         "The request queue holds the payload bytes a queue pair can have posted and not yet taken by the agent "
         "(the paper sweeps 32-512 MB per thread, Fig. 17). With the DMA path only appends shorter than 64 KB "
         f"go through it. Median of {ctx.repeats} runs by throughput.")
+    sec.paragraph(placement_note(ctx.runs))
+    return sec
+
+
+FILE_BUFFERS = ("64K", "256K", "1M", "4M")
+
+
+@experiment(
+    "kv.buffer",
+    title="kv.buffer: the payload paths across RocksDB's writable_file_max_buffer_size",
+    description="db_bench fillrandom at 1024-byte values on vanilla, pulsedb (pull) and pulsedb-copy with "
+                "each SST writer appending 64 KB, 256 KB, 1 MB and 4 MB at a time (full mode only).",
+    tools=[TOOL, "dpukit-agent"],
+)
+def buffer(ctx: Context) -> Section:
+    sec = Section("kv.buffer: the payload paths across the file writer's buffer size")
+    if ctx.quick:
+        sec.paragraph("Skipped in quick mode; `dpukit eval --only kv.buffer`.")
+        return sec
+    modes = ("vanilla", "pulsedb", "pulsedb-copy")
+    steps = len(FILE_BUFFERS) * len(modes)
+    rows = []
+    series: dict[str, list[float]] = {m: [] for m in modes[1:]}
+    cpu: dict[str, list[float]] = {m: [] for m in modes[1:]}
+    for i, size in enumerate(FILE_BUFFERS):
+        pts = dict(run_modes(ctx, modes, "fillrandom", 1024, step0=i * len(modes), steps=steps,
+                             settings=[*scale(False), "--file-buffer", size], tag=f"-b{size}"))
+        base = pts["vanilla"].figures
+        for m in modes:
+            f = pts[m].figures
+            plugin = f.get("plugin", {})
+            pulls = plugin.get("pulls", 0)
+            wait_us = 1000 * plugin.get("pull_wait_ms", 0) / pulls if pulls else 0
+            rows.append([size, m, fmt_sig(f["ops_per_sec"] / 1000), ratio(f["ops_per_sec"], base["ops_per_sec"]),
+                         fmt_sig(f["host_whole_compaction_cpu_s"]),
+                         ratio(f["host_whole_compaction_cpu_s"], base["host_whole_compaction_cpu_s"]),
+                         pulls or "-", fmt_sig(wait_us) if pulls else "-", fmt_sig(f["hw_cpu_s"]),
+                         fmt_sig(f["write_p99_us"])])
+            if m in series:
+                series[m].append(f["ops_per_sec"] / base["ops_per_sec"])
+                cpu[m].append(f["host_whole_compaction_cpu_s"] / base["host_whole_compaction_cpu_s"]
+                              if base["host_whole_compaction_cpu_s"] else 0)
+    sec.table(["file buffer", "mode", "k ops/s", "× vanilla", "whole-host compaction CPU s", "× vanilla",
+               "pulls", "mean pull wait µs", "hw CPU s", "P99 µs"], rows,
+              caption="db_bench fillrandom, 1024-byte values; × vanilla is against vanilla at the same buffer size")
+    path, rel = ctx.plot_path("buffer")
+    bars_plot(path, [BarPanel("write throughput", "× vanilla", series, refline=(1.0, "vanilla")),
+                     BarPanel("whole-host compaction CPU", "× vanilla", cpu, refline=(1.0, "vanilla"))],
+              list(FILE_BUFFERS), title="pulsedb against vanilla by writable_file_max_buffer_size")
+    sec.image(rel, "payload paths by file buffer size",
+              "Throughput and whole-host compaction CPU of both payload paths against vanilla at each buffer size.")
+    sec.paragraph(
+        "`writable_file_max_buffer_size` is what a RocksDB file writer gathers before each `Append` to the file "
+        "system, so on the DMA path it is the size of one pull, whose round trip (descriptor, doorbell, the "
+        "agent's pull, the completion) the compaction thread waits for. Appends shorter than 64 KB are copied "
+        "through the ring instead. " + CPU_NOTE + f" Median of {ctx.repeats} runs by throughput, round-robin.")
     sec.paragraph(placement_note(ctx.runs))
     return sec
 

@@ -2,41 +2,33 @@
 speed and drops, convergence, and worker scaling.
 
 Every experiment replays a synthetic trace written by ``dpukit-measure gen``.
-Traces are cached under ``<build>/traces/`` (the build directory is not
-tracked by git), so a second evaluation reuses them until the tool is rebuilt;
-the ``gen`` command line is recorded in each section either way.
+Traces are cached under ``<build>/traces/`` (see :mod:`.measure_traces`), so a
+second evaluation reuses them until the tool is rebuilt; the ``gen`` command
+line is recorded in each section either way.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import math
 import os
-import subprocess
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from dpukit.plots import BarPanel, all_positive, bars_plot, panel_grid  # (also selects matplotlib's Agg backend)
-from matplotlib.ticker import FuncFormatter, NullFormatter
-
 from dpukit.experiments import Context, Point, experiment, median_run
-from dpukit.experiments.core import parameters_note, placement_note
-from dpukit.native import NativeToolFailed
-from dpukit.paths import build_dir, display_path, tool_path
+from dpukit.experiments.measure_traces import TOOL, ensure_trace, trace_note
+from dpukit.experiments.notes import parameters_note, placement_note, repeats_note
+from dpukit.machine_load import background_busy, background_note
+from dpukit.plots import BarPanel, Line, Panel, bars_plot, panels_plot
 from dpukit.report import Section
-from dpukit.units import fmt_bytes, fmt_int, fmt_sig, fmt_thousands
+from dpukit.units import fmt_bytes, fmt_bytes_short, fmt_int, fmt_sig, fmt_thousands
 
-TOOL = "dpukit-measure"
-SEED = 1
 KB = 1024  # the tool's "KB" is 1024 bytes
 
 # Every algorithm the tool knows, in report order.
 ALGOS = ("cms", "cs", "elastic", "univmon", "nitro-cms", "nitro-cs", "nitro-univmon", "duet")
-# Duet with 16-bit sketch counters (`--duet-counter-bits 16`), beside the paper's 32-bit Duet.
-DUET16 = "duet-16bit"
+# The paper's Duet, 32-bit sketch counters (`--duet-counter-bits 32`), beside the default 16-bit Duet.
+DUET32 = "duet-32bit"
 # The ones run under an offered rate that saturates the baselines.
 RATE_ALGOS = ("cms", "cs", "elastic", "nitro-cms", "duet")
 SPEED_MEMORY = 500 * KB
@@ -60,125 +52,6 @@ def memory_arg(nbytes: int) -> str:
 def accuracy_memories(quick: bool) -> list[int]:
     kbs = [300, 600] if quick else [300, 400, 500, 600]
     return [k * KB for k in kbs]
-
-
-# -- traces ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TraceSpec:
-    preset: str
-    packets: int
-    flows: int
-    seed: int = SEED
-
-    @property
-    def filename(self) -> str:
-        return f"{self.preset}-{self.packets}-{self.flows}-s{self.seed}.pcap"
-
-
-def trace_spec(preset: str, quick: bool) -> TraceSpec:
-    """Quick mode: 200,000 packets over at most 20,000 flows; full: 2,000,000 over 100,000."""
-    if quick:
-        return TraceSpec(preset, 200_000, 20_000)
-    return TraceSpec(preset, 2_000_000, 100_000)
-
-
-def traces_dir() -> Path:
-    return build_dir() / "traces"
-
-
-def gen_command(spec: TraceSpec, out: Path) -> list[str]:
-    return [str(tool_path(TOOL, must_exist=False)), "gen", "--preset", spec.preset,
-            "--flows", str(spec.flows), "--packets", str(spec.packets), "--seed", str(spec.seed),
-            "--out", str(out)]
-
-
-@dataclass
-class TraceFile:
-    spec: TraceSpec
-    path: Path
-    command: list[str]  # the gen command line that writes exactly this file
-    reused: bool        # found in the cache rather than generated now
-    seconds: float      # time to generate (0 when reused)
-    size: int
-    sha256: str
-
-
-_DIGESTS: dict[tuple[str, int, int], str] = {}
-
-
-def _sha256(path: Path) -> str:
-    st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    if key not in _DIGESTS:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        _DIGESTS[key] = h.hexdigest()
-    return _DIGESTS[key]
-
-
-def trace_is_current(path: Path, exe: Path) -> bool:
-    """A cached trace is reused only if it is newer than the tool that would
-    write it: after a rebuild the generator may have changed, and the recorded
-    `gen` command must reproduce the file that was measured."""
-    try:
-        st = path.stat()
-        return st.st_size > 0 and st.st_mtime_ns >= exe.stat().st_mtime_ns
-    except OSError:
-        return False
-
-
-def ensure_trace(ctx: Context, preset: str) -> TraceFile:
-    """The cached trace for ``preset`` in this mode, generated first if absent
-    or older than the tool.
-
-    The file is written under a temporary name and renamed when complete, so
-    an interrupted or concurrent generation never leaves a partial trace in
-    the cache.
-    """
-    spec = trace_spec(preset, ctx.quick)
-    path = traces_dir() / spec.filename
-    command = gen_command(spec, path)
-    exe = tool_path(TOOL)  # a clear "not built" error rather than an OSError
-    if trace_is_current(path, exe):
-        return TraceFile(spec, path, command, True, 0.0, path.stat().st_size, _sha256(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    run_cmd = gen_command(spec, tmp)
-    ctx.progress(f"generating the {preset} trace ({fmt_int(spec.packets)} packets) into {display_path(path)}")
-    t0 = time.monotonic()
-    try:
-        proc = subprocess.run(run_cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              errors="replace", timeout=ctx.timeout)
-    except subprocess.TimeoutExpired as e:
-        tmp.unlink(missing_ok=True)
-        stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-        raise NativeToolFailed(run_cmd, f"timed out after {ctx.timeout:g} s", stderr) from None
-    seconds = time.monotonic() - t0
-    if proc.returncode != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
-        tmp.unlink(missing_ok=True)
-        why = f"failed (exit {proc.returncode})" if proc.returncode else "exited 0 but wrote no trace"
-        raise NativeToolFailed(run_cmd, why, proc.stderr, proc.returncode)
-    os.replace(tmp, path)
-    return TraceFile(spec, path, command, False, seconds, path.stat().st_size, _sha256(path))
-
-
-def trace_note(traces: Sequence[TraceFile], flows_seen: dict[str, int] | None = None) -> str:
-    parts = []
-    for t in traces:
-        seen = ""
-        if flows_seen and t.spec.preset in flows_seen:
-            seen = f" ({fmt_int(flows_seen[t.spec.preset])} appear)"
-        how = (f"reused from the trace cache" if t.reused
-               else f"generated now in {t.seconds:.1f} s")
-        parts.append(
-            f"`{t.spec.preset}`: {fmt_int(t.spec.packets)} packets, at most {fmt_int(t.spec.flows)} flows{seen}, "
-            f"seed {t.spec.seed}, `{display_path(t.path)}` ({t.size / 1e6:.1f} MB, sha256 {t.sha256[:16]}…, {how})")
-    return ("Traces written by `dpukit-measure gen` (the first commands below; the file is byte-identical for "
-            "the same options and seed): " + "; ".join(parts) + ".")
 
 
 # -- reading results -----------------------------------------------------------
@@ -269,59 +142,10 @@ def parse_cpus(text: str) -> list[int]:
     return out
 
 
-def measure_point(ctx: Context, args: Sequence[Any], *, label: str, key: str, detail: str, step: int,
-                  steps: int, repeats: int) -> Point:
-    """Like ``ctx.run_point`` with an explicit number of runs: the reported
-    run is the one with the median ``figures[key]``."""
-    runs = []
-    for rep in range(1, repeats + 1):
-        note = f" run {rep}/{repeats}" if repeats > 1 else ""
-        ctx.progress(detail + note, step, steps)
-        runs.append(ctx.run_native(TOOL, args, label=f"{label}-r{rep}" if repeats > 1 else label))
-    return Point(runs, median_run(runs, key))
-
-
 def timing_repeats(ctx: Context) -> int:
     """Runs per timing point: 3 in both modes (a quick-mode run lasts a few
     tens of milliseconds, too short to trust one)."""
     return max(3, ctx.repeats)
-
-
-def repeats_note(repeats: int, key: str) -> str:
-    return (f"Each point was run {repeats} times; each row shows the run with the median `{key}`, so all "
-            "figures in a row come from one run.")
-
-
-def _cpu_ticks() -> tuple[int, int]:
-    with open("/proc/stat") as f:
-        vals = [int(v) for v in f.readline().split()[1:9]]
-    return sum(vals), vals[3] + vals[4]  # total, idle + iowait
-
-
-def background_busy(seconds: float = 0.5) -> float | None:
-    """Fraction of all CPUs busy with other work over ``seconds`` (nothing of
-    ours runs meanwhile), or None where /proc/stat cannot be read."""
-    try:
-        t0, i0 = _cpu_ticks()
-        time.sleep(seconds)
-        t1, i1 = _cpu_ticks()
-    except (OSError, ValueError, IndexError):
-        return None
-    return max(0.0, 1.0 - (i1 - i0) / (t1 - t0)) if t1 > t0 else None
-
-
-def background_note(before: float | None, after: float | None) -> str:
-    """What else the machine was doing just before and just after the timed runs."""
-    shown = [f"{label} {100 * b:.0f} %" for label, b in (("before", before), ("after", after)) if b is not None]
-    if not shown:
-        return ""
-    text = ("Other work on the machine (all CPUs, sampled from /proc/stat for 0.5 s while nothing of ours ran): "
-            + ", ".join(shown) + ".")
-    if max(b for b in (before, after) if b is not None) > 0.1:
-        text += (" The timing figures below were taken on a busy machine; the dpu and NIC threads are pinned "
-                 "and share their CPUs with that work, so expect lower throughput and more drops than on an "
-                 "idle machine.")
-    return text
 
 
 def fmt_pps(pps: float) -> str:
@@ -332,7 +156,7 @@ def fmt_ratio(x: float) -> str:
     return "n/a" if x is None or math.isnan(x) else f"{x:.2f}×"
 
 
-# -- plots ---------------------------------------------------------------------
+# -- plot styles ---------------------------------------------------------------
 
 _BASE_COLOR = {"cms": "tab:blue", "cs": "tab:orange", "univmon": "tab:green", "elastic": "tab:purple",
                "duet": "tab:red"}
@@ -348,79 +172,12 @@ def algo_style(algo: str, sample_p: float | None = None) -> dict[str, Any]:
     if algo.startswith("nitro-"):
         style["linestyle"] = ":" if sample_p is not None and sample_p < 0.05 else "--"
         style["markerfacecolor"] = "none"
-    if algo == DUET16:
+    if algo == DUET32:
         style.update(color=_BASE_COLOR["duet"], marker=_BASE_MARKER["duet"], linestyle="--", linewidth=2.4,
                      markersize=9, markerfacecolor="none")
     if algo == "duet":
         style.update(linewidth=2.4, markersize=9)
     return style
-
-
-@dataclass
-class Line:
-    label: str
-    x: Sequence[float]
-    y: Sequence[float]
-    style: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Panel:
-    title: str
-    ylabel: str
-    lines: list[Line]
-    logy: bool = False
-    ymin_zero: bool = False
-    ylim: tuple[float, float] | None = None
-    yfmt: Any = None  # value -> tick label
-
-
-def panels_plot(path: Path, panels: Sequence[Panel], *, title: str, xlabel: str, logx: bool = False,
-                xticks: Sequence[float] | None = None, xtick_format=None, ncols: int = 3) -> Path:
-    """Line subplots sharing an x axis and one legend (below the panels)."""
-    fig, axes = panel_grid(len(panels), ncols, 4.2, 3.3, 0.9)
-    handles: dict[str, Any] = {}
-    for p, ax in zip(panels, axes):
-        for ln in p.lines:
-            (h,) = ax.plot(list(ln.x), list(ln.y), label=ln.label, **ln.style)
-            handles.setdefault(ln.label, h)
-        if logx:
-            ax.set_xscale("log", base=2 if xticks is not None else 10)
-        if xticks is not None:
-            ax.set_xticks(list(xticks))
-            ax.xaxis.set_minor_formatter(NullFormatter())
-            fmt = xtick_format or (lambda v: f"{v:g}")
-            ax.set_xticklabels([fmt(v) for v in xticks])
-        ys = [v for ln in p.lines for v in ln.y if v is not None and not math.isnan(v)]
-        if p.logy and all_positive(ys):
-            ax.set_yscale("log")
-        elif p.logy and ys and min(ys) >= 0 and max(ys) > 0:
-            # Some values are exactly 0: linear near 0, logarithmic above the smallest positive value.
-            ax.set_yscale("symlog", linthresh=min(v for v in ys if v > 0))
-            ax.set_ylim(bottom=0)
-        elif p.ymin_zero:
-            ax.set_ylim(bottom=0)
-        if p.ylim is not None:
-            ax.set_ylim(*p.ylim)
-        if p.yfmt is not None:
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos, f=p.yfmt: f(v)))
-        scale = ax.get_yscale()
-        ax.set_title(p.title + {"log": " (log)", "symlog": " (log above the smallest non-zero)"}.get(scale, ""),
-                     fontsize=10)
-        ax.set_xlabel(xlabel, fontsize=9)
-        ax.set_ylabel(p.ylabel, fontsize=9)
-        ax.tick_params(labelsize=8)
-        ax.grid(True, which="major", alpha=0.35)
-    if len(handles) > 1:
-        fig.legend(list(handles.values()), list(handles), loc="outside lower center",
-                   ncols=min(len(handles), 4), fontsize=9, frameon=False)
-    fig.suptitle(title)
-    fig.savefig(path, format="png")
-    return path
-
-
-def memory_ticks(ax_values: Sequence[int]) -> tuple[list[int], Any]:
-    return list(ax_values), lambda v: f"{int(v) // KB}K"
 
 
 # -- measure.accuracy ----------------------------------------------------------
@@ -444,11 +201,11 @@ def accuracy(ctx: Context) -> Section:
             TOOL, ["compare", "--trace", t.path, "--algos", ",".join(ALGOS),
                    "--memory", ",".join(memory_arg(m) for m in mems)],
             label=f"compare-{t.spec.preset}")
-        duet16 = ctx.run_native(
-            TOOL, ["compare", "--trace", t.path, "--algos", "duet", "--duet-counter-bits", "16",
+        duet32 = ctx.run_native(
+            TOOL, ["compare", "--trace", t.path, "--algos", "duet", "--duet-counter-bits", "32",
                    "--memory", ",".join(memory_arg(m) for m in mems)],
-            label=f"compare-{t.spec.preset}-duet16")
-        results[t.spec.preset]["figures"]["grid"] += [dict(g, algo=DUET16) for g in duet16["figures"]["grid"]]
+            label=f"compare-{t.spec.preset}-duet32")
+        results[t.spec.preset]["figures"]["grid"] += [dict(g, algo=DUET32) for g in duet32["figures"]["grid"]]
 
     sec = Section(ACCURACY_TITLE)
     for t in traces:
@@ -471,9 +228,9 @@ def accuracy(ctx: Context) -> Section:
         f"({fmt_int(top) if top is not None else '?'} packets on the {PRESETS[0]} trace), and F1 compares the "
         "reported heavy flows with the true ones. NitroSketch runs with its default sampling probability "
         "p = 0.1; Duet's budget covers its Count-Min and its promoted-flow records, not the hardware table "
-        "(the paper counts only the sketch). `duet-16bit` is Duet with 16-bit sketch counters "
-        "(`--duet-counter-bits 16`): a flow leaves the sketch at TOP, so its counters only ever hold light "
-        "flows, and half-width counters give it twice as many in the same bytes; the paper's Duet has 32.")
+        "(the paper counts only the sketch). `duet` has 16-bit sketch counters, the default: a flow leaves the "
+        "sketch at TOP, so its counters only ever hold light flows, and half-width counters give it twice as "
+        "many in the same bytes; `duet-32bit` is the paper's Duet (`--duet-counter-bits 32`).")
     sec.paragraph(trace_note(traces, {p: r["figures"]["flows"] for p, r in results.items()}))
     sec.paragraph(placement_note(ctx.runs))
     note = parameters_note(first, skip=("trace",))
@@ -484,7 +241,7 @@ def accuracy(ctx: Context) -> Section:
         preset = t.spec.preset
         res = results[preset]
         grid = grid_index(res)
-        algos = [a for a in (*ALGOS, DUET16) if any((a, m) in grid for m in mems)]
+        algos = [a for a in (*ALGOS, DUET32) if any((a, m) in grid for m in mems)]
         f = res["figures"]
         g0 = next(iter(grid.values()))
         sec.paragraph(f"The {preset} trace: {fmt_int(f['packets'])} packets, {fmt_int(f['flows'])} flows, "
@@ -500,13 +257,12 @@ def accuracy(ctx: Context) -> Section:
         sec.paragraph(accuracy_summary(preset, grid, algos, mems))
 
         path, rel = ctx.plot_path(f"{preset}")
-        xt, xf = memory_ticks(mems)
         panels = []
         for key, label, log in METRICS:
             lines = [Line(a, mems, [metric(grid[(a, m)], key) for m in mems], algo_style(a)) for a in algos]
             panels.append(Panel(label, label, lines, logy=log, ylim=(0, 1.02) if key == "hh_f1" else None))
         panels_plot(path, panels, title=f"Accuracy vs memory, {preset} trace", xlabel="memory (bytes)",
-                    xticks=xt, xtick_format=xf)
+                    xticks=mems, xtick_format=fmt_bytes_short)
         sec.image(rel, f"Accuracy vs memory on the {preset} trace",
                   f"{preset} trace: ARE, AAE, RMSE, WMRE (log y where all values are positive) and heavy-hitter "
                   "F1 vs memory, one line per algorithm; NitroSketch variants are dashed in their base sketch's "
@@ -560,14 +316,14 @@ def speed(ctx: Context) -> Section:
     base = ["run", "--trace", t.path, "--memory", memory_arg(SPEED_MEMORY)]
     free: dict[str, Point] = {}
     for i, algo in enumerate(ALGOS, 1):
-        free[algo] = measure_point(ctx, base + ["--algo", algo], label=f"{algo}-fast",
+        free[algo] = ctx.run_point(TOOL, base + ["--algo", algo], label=f"{algo}-fast",
                                    key="dpu_cpu_ns_per_packet", detail=f"{algo} as fast as possible",
                                    step=i, steps=steps, repeats=reps)
     cms_ns = free["cms"].figures["dpu_cpu_ns_per_packet"]
     rate = saturating_rate(cms_ns)
     loaded: dict[str, Point] = {}
     for j, algo in enumerate(RATE_ALGOS, len(ALGOS) + 1):
-        loaded[algo] = measure_point(ctx, base + ["--algo", algo, "--rate", rate], label=f"{algo}-rate{rate}",
+        loaded[algo] = ctx.run_point(TOOL, base + ["--algo", algo, "--rate", rate], label=f"{algo}-rate{rate}",
                                      key="drops", detail=f"{algo} at {fmt_pps(rate)}", step=j, steps=steps,
                                      repeats=reps)
     busy_after = background_busy()
@@ -840,6 +596,141 @@ def convergence_summary(sweep: dict[str, dict[int, tuple[dict[str, Any], float]]
     return ("Heavy-flow relative error, first to last prefix: " + "; ".join(parts) + ".") if parts else ""
 
 
+# -- measure.throughput --------------------------------------------------------
+
+THROUGHPUT_TITLE = "measure.throughput: the highest offered rate with no drops (Duet Fig. 5)"
+# (label, the tool's arguments); "none" is the datapath with no sketch: the worker's per-packet floor.
+THROUGHPUT_VARIANTS: tuple[tuple[str, list[str]], ...] = (
+    ("none", ["--algo", "none"]),
+    ("cms", ["--algo", "cms"]),
+    ("cs", ["--algo", "cs"]),
+    ("elastic", ["--algo", "elastic"]),
+    ("univmon", ["--algo", "univmon"]),
+    ("nitro-cms p=0.01", ["--algo", "nitro-cms", "--sample-p", "0.01"]),
+    ("nitro-cms p=0.001", ["--algo", "nitro-cms", "--sample-p", "0.001"]),
+    ("nitro-cs p=0.01", ["--algo", "nitro-cs", "--sample-p", "0.01"]),
+    ("nitro-cs p=0.001", ["--algo", "nitro-cs", "--sample-p", "0.001"]),
+    ("nitro-univmon p=0.01", ["--algo", "nitro-univmon", "--sample-p", "0.01"]),
+    ("nitro-univmon p=0.001", ["--algo", "nitro-univmon", "--sample-p", "0.001"]),
+    ("duet", ["--algo", "duet"]),
+    (DUET32, ["--algo", "duet", "--duet-counter-bits", "32"]),
+)
+THROUGHPUT_QUICK = ("none", "cms", "univmon", "nitro-univmon p=0.01", "duet")
+PACKET_SIZES = (64, 1024)
+
+
+@experiment(
+    "measure.throughput",
+    title=THROUGHPUT_TITLE,
+    description="Zero-loss rate (binary search over --rate) of every algorithm and NitroSketch at p = 0.01 and "
+                "0.001, at 64- and 1024-byte packets, one polling dpu worker, after a warm-up pass.",
+    tools=[TOOL],
+)
+def throughput(ctx: Context) -> Section:
+    t = ensure_trace(ctx, "backbone")
+    variants = [v for v in THROUGHPUT_VARIANTS if not ctx.quick or v[0] in THROUGHPUT_QUICK]
+    busy = background_busy()
+    steps = ctx.repeats * len(PACKET_SIZES) * len(variants)
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {(v, size): [] for v, _ in variants for size in PACKET_SIZES}
+    step = 0
+    # Paired rounds: every variant at every size once, then again, so that a
+    # slow spell of this shared machine falls on all of them alike.
+    for rep in range(1, ctx.repeats + 1):
+        for size in PACKET_SIZES:
+            for name, args in variants:
+                step += 1
+                note = f" round {rep}/{ctx.repeats}" if ctx.repeats > 1 else ""
+                ctx.progress(f"{name} at {size} B{note}", step, steps)
+                runs[(name, size)].append(ctx.run_native(
+                    TOOL, ["zero-loss", "--trace", t.path, "--memory", memory_arg(SPEED_MEMORY), "--poll",
+                           "--passes", 2, "--packet-size", size, *args],
+                    label=f"zero-loss-{name.replace(' ', '-')}-{size}" + (f"-r{rep}" if ctx.repeats > 1 else "")))
+    busy_after = background_busy()
+    points = {k: Point(v, median_run(v, "zero_loss_pps")) for k, v in runs.items()}
+
+    def mpps(name: str, size: int) -> float:
+        return points[(name, size)].figures["zero_loss_mpps"]
+
+    def spread(name: str, size: int) -> str:
+        values = sorted(r["figures"]["zero_loss_mpps"] for r in runs[(name, size)])
+        return f"{fmt_sig(values[0])}–{fmt_sig(values[-1])}" if len(values) > 1 else "-"
+
+    def hw_share(name: str, size: int) -> float | None:
+        return points[(name, size)].figures.get("at_rate", {}).get("hw", {}).get("share_of_packets")
+
+    sec = Section(THROUGHPUT_TITLE)
+    sec.add_command(t.command)
+    headline = []
+    for size in PACKET_SIZES:
+        share = hw_share("duet", size)
+        cms = mpps("cms", size)
+        if share is not None and share < 1 and cms > 0:
+            limit = cms / (1 - share)
+            headline.append(
+                f"at {size}-byte packets Duet takes {fmt_sig(mpps('duet', size))} Mpps with no drops, "
+                f"{fmt_ratio(mpps('duet', size) / cms)} Count-Min's {fmt_sig(cms)}; its hardware table counted "
+                f"{fmt_sig(100 * share)} % of the packets, which sets a limit of {fmt_sig(limit)} Mpps "
+                f"(1 / (1 − share) × Count-Min's rate): Duet reaches {fmt_ratio(mpps('duet', size) / limit)} of it")
+    floor = mpps("none", PACKET_SIZES[0])
+    sec.paragraph(
+        "Headline: " + "; ".join(headline) + ". The datapath with no sketch (`none`: the NIC thread and a worker "
+        f"that only reads each packet's key) takes {fmt_sig(floor)} Mpps: no algorithm can go faster here, "
+        "and Duet's NIC thread also matches every packet against the hardware table.")
+    nitro_um = "nitro-univmon p=0.01"
+    if ("univmon", PACKET_SIZES[0]) in points and (nitro_um, PACKET_SIZES[0]) in points:
+        um, num = mpps("univmon", PACKET_SIZES[0]), mpps(nitro_um, PACKET_SIZES[0])
+        sec.paragraph(
+            f"NitroSketch over UnivMon at p = 0.01 takes {fmt_sig(num)} Mpps against vanilla UnivMon's "
+            f"{fmt_sig(um)} ({fmt_ratio(num / um if um else float('nan'))}); the paper's claim is at least 10×. "
+            "Every packet still pays for one hash to find its UnivMon level (the sub-streams are chosen by a "
+            "hash of the flow), which sampling cannot skip; see docs/measure.md.")
+    sec.paragraph(
+        f"`{TOOL} zero-loss` searches for the highest `--rate` at which a replay of the trace drops nothing "
+        "(binary search from twice the unpaced rate down, to 2 %; a probe passes when no worker ring overflowed "
+        "and the wire really offered the rate; a failed probe is run once more before its rate is given up). "
+        "The trace is replayed twice, the first pass as fast as possible and unmeasured, so that Duet's heavy "
+        "flows are in the hardware table when the measured pass begins (the paper's EXP3: Duet converges first). "
+        "The dpu worker polls its ring, as a DPDK worker does (a worker that sleeps when idle drops at about "
+        "6 Mpps here, whatever its algorithm: the wake-up, not the sketch, sets that rate); Duet's control path "
+        "then runs on the worker between batches. The wire's work (RSS queue, a dense flow id for the emulated "
+        "hardware table's O(1) match) is planned once when the trace is loaded. The emulation does no work per "
+        "byte, so the 1024-byte rate in packets is the 64-byte one measured again and Gbps scales with the size. "
+        + (f"Median of {ctx.repeats} rounds, every variant and size in each round; the range is over the rounds."
+           if ctx.repeats > 1 else "One round (quick mode)."))
+    sec.paragraph(trace_note([t], {"backbone": points[("cms", PACKET_SIZES[0])].figures.get("at_rate", {})
+                                   .get("flows", 0)}))
+    sec.paragraph(placement_note(ctx.runs))
+    if busy is not None or busy_after is not None:
+        sec.paragraph(background_note(busy, busy_after))
+    for size in PACKET_SIZES:
+        cms = mpps("cms", size)
+        rows = []
+        for name, _ in variants:
+            f = points[(name, size)].figures
+            share = hw_share(name, size)
+            rows.append([name, fmt_sig(f["zero_loss_mpps"]), spread(name, size), fmt_sig(f["zero_loss_gbps"]),
+                         fmt_ratio(f["zero_loss_mpps"] / cms if cms else float("nan")),
+                         "-" if share is None else fmt_sig(100 * share) + " %",
+                         "-" if share is None or share >= 1 else fmt_sig(cms / (1 - share)),
+                         fmt_sig(f["unpaced_pps"] / 1e6)])
+        sec.table(["algorithm", "zero-loss Mpps", "range", "Gbps", "× cms", "counted in hw",
+                   "limit Mpps (cms / (1 − share))", "unpaced Mpps"], rows,
+                  caption=f"{size}-byte packets, one polling dpu worker, {fmt_bytes(SPEED_MEMORY)}")
+    names = [n for n, _ in variants]
+    path, rel = ctx.plot_path("throughput")
+    bars_plot(path, [
+        BarPanel("zero-loss packet rate", "Mpps", {f"{size} B": [mpps(n, size) for n in names]
+                                                   for size in PACKET_SIZES}),
+        BarPanel("zero-loss throughput", "Gbps", {f"{size} B": [points[(n, size)].figures["zero_loss_gbps"]
+                                                                for n in names] for size in PACKET_SIZES}),
+    ], names, title="Highest offered rate with no drops, backbone trace", ncols=1,
+        highlight="duet", highlight_color=_BASE_COLOR["duet"])
+    sec.image(rel, "zero-loss rate per algorithm",
+              "The highest offered rate each algorithm takes with no drops, in packets (top) and bits (bottom) "
+              "per second, at 64- and 1024-byte packets.")
+    return sec
+
+
 # -- measure.scaling -----------------------------------------------------------
 
 SCALING_TITLE = "measure.scaling: dpu workers (RSS queues)"
@@ -869,8 +760,8 @@ def scaling(ctx: Context) -> Section:
         step += 1
         args = base + ["--algo", algo, "--workers", w] + (["--dpu-cpus", cpus] if cpus else [])
         where = f" on dpu CPUs {cpus}" if cpus else ""
-        points[configs[i]] = measure_point(
-            ctx, args, label=f"{algo}-w{w}" + (f"-cpus{cpus}" if cpus else ""), key="throughput_mpps",
+        points[configs[i]] = ctx.run_point(
+            TOOL, args, label=f"{algo}-w{w}" + (f"-cpus{cpus}" if cpus else ""), key="throughput_mpps",
             detail=f"{algo} with {w} worker(s){where}", step=step, steps=steps, repeats=reps)
         if spread is None and i == 0:
             # When the default dpu set has fewer CPUs than workers (2 vCPUs: host

@@ -72,6 +72,8 @@ struct CpuSet {
   static CpuSet parse(const std::string& text);  // throws std::invalid_argument on malformed text
   std::string str() const;
   bool empty() const { return cpus.empty(); }
+  // The i-th CPU alone, round-robin over the set (worker i of several); empty stays empty.
+  CpuSet nth(size_t i) const { return empty() ? CpuSet{} : CpuSet{{cpus[i % cpus.size()]}}; }
 };
 CpuSet available_cpus();  // this process's affinity mask
 

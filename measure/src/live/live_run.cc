@@ -1,0 +1,235 @@
+// Live measurement on an interface (the public header draws it): the XDP
+// program is the hardware tier, one dpu worker per receive queue takes the
+// misses from its AF_XDP socket, and the same Duet (or baseline sketch) runs
+// on them as offline. What is measured is exported at the end: IPFIX to a
+// collector, and /metrics while the run lasts.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <unordered_set>
+
+#include "dpukit/core/log.h"
+#include "dpukit/core/prometheus.h"
+#include "dpukit/measure.h"
+#include "duet.h"
+#include "export/ipfix.h"
+#include "live/xdp_flow_table.h"
+#include "live/xsk_receiver.h"
+#include "trace/parse.h"
+
+namespace dpukit::measure {
+namespace {
+
+constexpr int kLinkEthernet = 1;  // DLT_EN10MB: AF_XDP hands over whole Ethernet frames
+constexpr int kPollMs = 20;       // a worker's longest sleep when its queue is idle
+
+uint64_t wall_ms() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+}
+
+// One dpu worker's own state: only it writes; read once it has stopped, or
+// (the counters) by /metrics at any time.
+struct Worker {
+  std::unique_ptr<Sketch> sketch;             // baselines: one instance per worker
+  std::unordered_set<FlowKey, FlowKeyHash> seen;  // flows to report estimates for (candidates)
+  std::atomic<uint64_t> packets{0}, not_a_flow{0};
+};
+
+std::string metrics_text(const std::string& algo, const std::vector<std::unique_ptr<Worker>>& workers,
+                         const XdpFlowTable& table, const XskReceiver& rx, const Duet* duet) {
+  MetricsWriter m;
+  uint64_t dpu = 0, other = 0;
+  for (const auto& w : workers) {
+    dpu += w->packets.load(std::memory_order_relaxed);
+    other += w->not_a_flow.load(std::memory_order_relaxed);
+  }
+  const auto counters = table.datapath_counters();
+  const auto st = table.stats();
+  const auto rs = rx.stats();
+  m.counter("dpukit_measure_packets_total", "Packets measured, by place: hw = counted in the XDP flow table, "
+            "dpu = by a dpu worker's sketch", counters.hits, {{"place", "hw"}, {"algo", algo}});
+  m.counter("dpukit_measure_packets_total", "", dpu, {{"place", "dpu"}, {"algo", algo}});
+  m.counter("dpukit_measure_not_a_flow_total", "Frames that are not IPv4 TCP/UDP", other);
+  m.gauge("dpukit_measure_hw_entries", "Entries in the hardware flow table", st.entries);
+  m.gauge("dpukit_measure_hw_capacity", "Capacity of the hardware flow table", st.capacity);
+  m.counter("dpukit_measure_hw_inserts_total", "Rules the hardware flow table installed", st.inserted);
+  m.counter("dpukit_measure_hw_refusals_total", "Insertions the hardware flow table refused",
+            st.refused_table_full + st.refused_queue_full + st.refused_exists);
+  m.counter("dpukit_measure_hw_aged_total", "Entries aged out of the hardware flow table", st.aged);
+  if (duet) m.counter("dpukit_measure_promotions_total", "Flows Duet promoted to the hardware table", duet->stats().promotions);
+  m.counter("dpukit_measure_drops_total", "Frames lost before a dpu worker saw them (AF_XDP ring full or dropped)",
+            rs.total.rx_dropped + rs.total.rx_ring_full);
+  return m.text();
+}
+
+}  // namespace
+
+LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
+  const bool is_duet = cfg.algo == "duet";
+  if (cfg.algo == "none") throw std::invalid_argument("live: --algo none measures nothing");
+  if (cfg.top < 2) throw std::invalid_argument("live: the heavy threshold must be at least 2 packets");
+  LiveResult res;
+  res.top = cfg.top;
+
+  XdpFlowTable::Options to;
+  to.table.capacity = cfg.hw_capacity;
+  to.table.insert_rate = cfg.hw_insert_rate;
+  to.table.insert_latency_ns = cfg.hw_insert_latency_ns;
+  to.table.idle_timeout_ns = cfg.hw_idle_timeout_ns;
+  to.bpf_object = cfg.bpf_object;
+  to.interface = cfg.interface;
+  to.mode = cfg.native ? XdpMode::kNative : XdpMode::kGeneric;
+  to.pass_hits = cfg.pass_hits;
+  to.account = &res.cpu;
+  to.service_cpus = cfg.placement.hw;
+  // Every algorithm runs behind the same program: for the baselines nothing is
+  // ever installed, so every packet reaches the workers.
+  XdpFlowTable table(to);
+  XskReceiver rx(table);
+  res.workers = rx.queue_count();
+  res.xdp_mode = to_string(to.mode);
+
+  std::unique_ptr<Duet> duet;
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (unsigned w = 0; w < res.workers; ++w) workers.push_back(std::make_unique<Worker>());
+  if (is_duet) {
+    DuetConfig dc;
+    dc.memory_bytes = cfg.memory_bytes;
+    dc.top = cfg.top;
+    // A quarter of the budget for promoted-flow records, at most one per hardware entry.
+    dc.records = cfg.duet_records ? cfg.duet_records
+                                  : std::clamp<size_t>(cfg.memory_bytes / 4 / Duet::kRecordBytes, 128, cfg.hw_capacity);
+    dc.counter_bits = cfg.duet_counter_bits ? cfg.duet_counter_bits : (cfg.top <= Duet::kMaxTop16 ? 16 : 32);
+    dc.seed = cfg.sketch.seed;
+    dc.single_writer = res.workers == 1;
+    try {
+      duet = std::make_unique<Duet>(dc, table);
+    } catch (const std::invalid_argument& e) {
+      throw BudgetError(e.what());
+    }
+    res.memory_bytes = duet->memory_bytes();
+  } else {
+    for (auto& w : workers) {
+      w->sketch = make_sketch(cfg.algo, cfg.memory_bytes / res.workers, cfg.sketch);
+      res.memory_bytes += w->sketch->memory_bytes();
+    }
+  }
+
+  std::unique_ptr<MetricsEndpoint> endpoint;
+  if (!cfg.metrics.empty())
+    endpoint = std::make_unique<MetricsEndpoint>(
+        cfg.metrics, [&] { return metrics_text(cfg.algo, workers, table, rx, duet.get()); });
+  res.metrics_port = endpoint ? endpoint->port() : 0;
+  log_info("live: measuring " + cfg.interface + " (" + res.xdp_mode + " XDP, " + std::to_string(res.workers) +
+           " dpu worker" + (res.workers == 1 ? "" : "s") + ")" +
+           (endpoint ? "; /metrics on port " + std::to_string(res.metrics_port) : ""));
+
+  std::atomic<bool> done{false};
+  const uint64_t start_ms = wall_ms();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (unsigned w = 0; w < res.workers; ++w) {
+    threads.emplace_back([&, w] {
+      if (auto why = pin_current_thread(cfg.placement.dpu.nth(w)); !why.empty()) log_warn("dpu worker: " + why);
+      PlaceTimer t(res.cpu, Place::kDpu);
+      Worker& me = *workers[w];
+      auto on_frame = [&](const uint8_t* frame, uint32_t len, unsigned) {
+        FlowKey key;
+        if (parse_frame(kLinkEthernet, frame, len, &key) != ParseResult::kOk) {
+          me.not_a_flow.fetch_add(1, std::memory_order_relaxed);
+          return;
+        }
+        if (duet) duet->on_sketch_path(key);  // Algorithm 1, lines 6-24
+        else me.sketch->update(key, 1);
+        me.seen.insert(key);
+        me.packets.store(me.packets.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      };
+      while (!done.load(std::memory_order_acquire)) rx.poll_queue(w, on_frame, kPollMs);
+      while (rx.poll_queue(w, on_frame, 0) > 0) {  // what is already in the ring
+      }
+    });
+  }
+  std::thread control;
+  if (duet) {
+    control = std::thread([&] {
+      if (auto why = pin_current_thread(cfg.placement.dpu); !why.empty()) log_warn("dpu control: " + why);
+      PlaceTimer t(res.cpu, Place::kDpu);
+      while (!done.load(std::memory_order_acquire))
+        if (table.wait_events(std::chrono::milliseconds(2))) duet->apply_hw_events();
+    });
+  }
+
+  // The run lasts until asked to stop, for the duration, or until enough packets were measured.
+  for (;;) {
+    if (stop.load(std::memory_order_relaxed)) break;
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (cfg.duration_s > 0 && elapsed >= cfg.duration_s) break;
+    if (cfg.packets) {
+      uint64_t n = table.datapath_counters().hits;
+      for (const auto& w : workers) n += w->packets.load(std::memory_order_relaxed);
+      if (n >= cfg.packets) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  done.store(true, std::memory_order_release);
+  for (auto& t : threads) t.join();
+  if (control.joinable()) control.join();
+  if (duet)
+    while (duet->apply_hw_events() > 0) {
+    }
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const uint64_t end_ms = wall_ms();
+
+  const auto counters = table.datapath_counters();
+  const auto rs = rx.stats();
+  res.hw_packets = counters.hits;
+  res.frames = counters.frames;
+  res.drops = rs.total.rx_dropped + rs.total.rx_ring_full;
+  for (const auto& w : workers) {
+    res.dpu_packets += w->packets.load();
+    res.not_a_flow += w->not_a_flow.load();
+  }
+  res.hw = table.stats();
+  if (duet) res.duet = duet->stats();
+
+  // Estimates for every flow a worker saw: a flow reaches the hardware table
+  // only by promotion from a worker, so no flow is missed.
+  std::vector<std::vector<FlowKey>> routed(res.workers);
+  for (unsigned w = 0; w < res.workers; ++w)
+    for (const FlowKey& k : workers[w]->seen) {
+      routed[w].push_back(k);
+      double e = duet ? duet->estimate(k) : workers[w]->sketch->estimate(k);
+      res.estimates.emplace(k, e);
+      if (duet && e >= cfg.top) res.heavy_reported.push_back(k);
+    }
+  if (!duet)
+    for (unsigned w = 0; w < res.workers; ++w)
+      for (auto& [k, e] : workers[w]->sketch->heavy_hitters(static_cast<double>(cfg.top), routed[w]))
+        res.heavy_reported.push_back(k);
+
+  if (!cfg.ipfix.empty()) {
+    // The heavy flows of the run, one interval: their estimated packets; bytes
+    // where the hardware table counted them (a sketch counts packets only).
+    std::vector<FlowRecord> records;
+    for (const FlowKey& k : res.heavy_reported) {
+      FlowRecord r;
+      r.key = k;
+      r.packets = static_cast<uint64_t>(res.estimates.at(k) + 0.5);
+      if (auto hw = table.query(k)) r.bytes = hw->bytes;
+      r.start_ms = start_ms;
+      r.end_ms = end_ms;
+      records.push_back(r);
+    }
+    IpfixExporter exporter(cfg.ipfix);
+    exporter.send(records);
+    res.ipfix_records = exporter.stats().records;
+    res.ipfix_errors = exporter.stats().send_errors;
+  }
+  return res;
+}
+
+}  // namespace dpukit::measure

@@ -1,0 +1,171 @@
+// The datapath's public face: the wire plan, the "none" algorithm, packet
+// sizes, Duet's counter width and the zero-loss search.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <map>
+#include <set>
+
+#include "dpukit/measure.h"
+#include "rss.h"
+
+namespace dpukit::measure {
+namespace {
+
+FlowKey flow(uint32_t i) { return FlowKey::from_tuple(0x0a000000u + i, 0xc0a80000u + i % 251, 1024 + i % 5000, 80, 6); }
+
+// `flows` flows, the first tenth carrying most packets.
+Trace skewed_trace(size_t packets, uint32_t flows, uint32_t seed = 3) {
+  Trace t;
+  std::mt19937 rng(seed);
+  for (size_t n = 0; n < packets; ++n) {
+    uint32_t i = rng() % 10 < 7 ? rng() % (flows / 10) : rng() % flows;
+    t.packets.push_back({flow(i), 100, 0});
+  }
+  return t;
+}
+
+TEST(WirePlan, NumbersFlowsDenselyInOrderOfFirstPacketAndKeepsRssQueues) {
+  Trace t = skewed_trace(20000, 3000);
+  WirePlan w = plan_wire(t.packets, 4);
+  ASSERT_EQ(w.flow_id.size(), t.packets.size());
+  ASSERT_EQ(w.queue.size(), t.packets.size());
+  EXPECT_EQ(w.flows.size(), ground_truth(t.packets).size());
+  RssQueues rss(4);
+  std::set<unsigned> queues;
+  uint32_t next_new = 0;
+  for (size_t i = 0; i < t.packets.size(); ++i) {
+    ASSERT_LT(w.flow_id[i], w.flows.size());
+    EXPECT_EQ(w.flows[w.flow_id[i]], t.packets[i].key) << i;
+    if (w.flow_id[i] == next_new) ++next_new;  // a new flow gets the next id
+    ASSERT_LT(w.flow_id[i], next_new) << "ids are handed out in order of first packet";
+    EXPECT_EQ(w.queue[i], rss.queue(t.packets[i].key)) << i;
+    queues.insert(w.queue[i]);
+  }
+  EXPECT_EQ(queues.size(), 4u);
+}
+
+TEST(WirePlan, ARunRefusesAPlanForAnotherWorkerCountOrAShorterTrace) {
+  Trace t = skewed_trace(5000, 500);
+  GroundTruth truth = ground_truth(t.packets);
+  RunConfig c;
+  c.algo = "cms";
+  c.workers = 2;
+  WirePlan one = plan_wire(t.packets, 1);
+  EXPECT_THROW(run(t, truth, c, &one), std::invalid_argument);
+  WirePlan shorter = plan_wire(std::span<const Packet>(t.packets).first(100), 2);
+  EXPECT_THROW(run(t, truth, c, &shorter), std::invalid_argument);
+  WirePlan two = plan_wire(t.packets, 2);
+  RunResult r = run(t, truth, c, &two);
+  EXPECT_EQ(r.packets, t.packets.size());
+  EXPECT_EQ(r.metrics.are, run(t, truth, c).metrics.are) << "the same sketches see the same packets either way";
+}
+
+TEST(Datapath, NoneCarriesEveryPacketToTheWorkersAndEvaluatesNothing) {
+  Trace t = skewed_trace(50000, 2000);
+  GroundTruth truth = ground_truth(t.packets);
+  RunConfig c;
+  c.algo = "none";
+  c.workers = 2;
+  RunResult r = run(t, truth, c);
+  EXPECT_FALSE(r.evaluated);
+  EXPECT_EQ(r.packets, t.packets.size());
+  EXPECT_EQ(r.drops, 0u);
+  EXPECT_TRUE(r.estimates.empty());
+  EXPECT_FALSE(r.hw.has_value());
+  EXPECT_GT(r.cpu.get(Place::kDpu), 0u);
+  EXPECT_EQ(r.bytes, 100u * t.packets.size());
+}
+
+TEST(Datapath, PacketSizeSetsTheBytesOnTheWireAndInTheHardwareTable) {
+  Trace t = skewed_trace(60000, 1000);
+  GroundTruth truth = ground_truth(t.packets);
+  RunConfig c;
+  c.algo = "duet";
+  c.heavy_threshold = 200;
+  c.packet_size = 1024;
+  c.hw_idle_timeout_ns = 0;
+  RunResult r = run(t, truth, c);
+  EXPECT_EQ(r.bytes, 1024u * t.packets.size());
+  ASSERT_TRUE(r.hw.has_value());
+  EXPECT_GT(r.hw->hits, 0u) << "heavy flows were promoted and matched by id";
+}
+
+TEST(Datapath, DuetCountersAre16BitsUnlessTopIsBeyondTheirReach) {
+  Trace t = skewed_trace(40000, 1000);
+  GroundTruth truth = ground_truth(t.packets);
+  RunConfig c;
+  c.algo = "duet";
+  c.heavy_threshold = 100;
+  RunResult r16 = run(t, truth, c);
+  ASSERT_TRUE(r16.duet.has_value());
+  EXPECT_EQ(r16.duet->counter_bits, 16u);
+  c.heavy_threshold = 20000;  // TOP beyond 16-bit counters' reach
+  RunResult r32 = run(t, truth, c);
+  EXPECT_EQ(r32.duet->counter_bits, 32u);
+  c.duet_counter_bits = 16;  // asked for explicitly: refused, not widened
+  EXPECT_THROW(run(t, truth, c), BudgetError);
+  c.heavy_threshold = 100;
+  c.duet_counter_bits = 32;
+  EXPECT_EQ(run(t, truth, c).duet->counter_bits, 32u);
+}
+
+TEST(ZeroLossSearch, BracketsTheRateWithEveryProbeJudgedByItsDropsAndOfferedRate) {
+  Trace t = skewed_trace(1000000, 5000);
+  GroundTruth truth = ground_truth(t.packets);
+  RunConfig c;
+  c.algo = "cms";
+  c.ring_slots = 4096;  // small rings (still above a wake-up's 100 µs): an overloaded worker drops soon
+  WirePlan w = plan_wire(t.packets, 1);
+  ZeroLossSearch z = zero_loss_rate(t, truth, c, w, 0.05);
+  ASSERT_GT(z.unpaced_pps, 0);
+  ASSERT_GE(z.probes.size(), 2u);
+  EXPECT_EQ(z.probes.front().rate_pps, 2 * z.unpaced_pps) << "the first probe is twice the unpaced rate";
+  std::map<double, std::pair<int, bool>> tries;  // target rate -> attempts, and whether one passed
+  bool found = z.rate_pps == 0;
+  for (const auto& p : z.probes) {
+    auto& [attempts, passed] = tries[p.rate_pps];
+    ++attempts;
+    bool ok = p.drops == 0 && p.achieved_pps >= p.rate_pps * 0.9;
+    passed = passed || ok;
+    if (ok) {
+      EXPECT_LE(p.achieved_pps, z.rate_pps) << "the highest rate offered in a passing probe is the answer";
+    }
+    found = found || (ok && p.achieved_pps == z.rate_pps);
+  }
+  EXPECT_TRUE(found) << "the answer is a passing probe's offered rate";
+  for (const auto& [rate, t] : tries) {
+    EXPECT_LE(t.first, 2) << "a rate is tried at most twice";
+    if (!t.second) {
+      EXPECT_EQ(t.first, 2) << "a failed rate was tried twice";
+    }
+  }
+  if (z.refused_pps > 0) {
+    EXPECT_FALSE(tries.at(z.refused_pps).second);
+  }
+  if (z.rate_pps > 0) {
+    EXPECT_EQ(z.at_rate.drops, 0u);
+    EXPECT_EQ(z.at_rate.packets, t.packets.size());
+  }
+  if (z.refused_pps == 0) {  // the unpaced run was slowed by something else: twice its rate passed
+    EXPECT_GT(z.rate_pps, 0.9 * z.probes.front().rate_pps);
+    return;
+  }
+  EXPECT_LT(z.rate_pps, z.refused_pps);
+  if (z.rate_pps > 0) {
+    EXPECT_LE(z.refused_pps - z.rate_pps, 0.15 * z.refused_pps) << "the bracket (5 %) plus the wire's shortfall";
+  }
+}
+
+TEST(ZeroLossSearch, RefusesBadBounds) {
+  Trace t = skewed_trace(1000, 100);
+  GroundTruth truth = ground_truth(t.packets);
+  RunConfig c;
+  c.algo = "cms";
+  WirePlan w = plan_wire(t.packets, 1);
+  EXPECT_THROW(zero_loss_rate(t, truth, c, w, 0), std::invalid_argument);
+  EXPECT_THROW(zero_loss_rate(t, truth, c, w, 0.02, 1000, 500), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace dpukit::measure

@@ -1,0 +1,179 @@
+"""dpukit-measure live on a real interface: a pcap replayed by tcpreplay from
+another network namespace into a veth pair, measured by the XDP hardware tier
+and the AF_XDP dpu workers, against the offline run of the same pcap; the
+heavy flows read back from a real IPFIX collector (nfcapd); /metrics scraped
+during the run. Needs root, ip, tcpreplay and nfdump (CI installs them):
+otherwise skipped with the reason."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import native_tool
+
+PACKETS = 30000
+TOP = 100  # heavy threshold in packets
+RATE = 20000  # packets/s, live and offline
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sh(*args: str) -> None:
+    subprocess.run(list(args), check=True, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def veth(tmp_path):
+    """A veth pair: the sender's end in a namespace of its own, the measured end here."""
+    missing = [t for t in ("ip", "tcpreplay", "nfcapd", "nfdump") if shutil.which(t) is None]
+    if os.geteuid() != 0 or missing:
+        pytest.skip("live measurement needs root" if os.geteuid() != 0 else f"not installed: {', '.join(missing)}")
+    tag = f"{os.getpid() % 100000}"
+    ns, sender, measured = f"dkls{tag}", f"dkla{tag}", f"dklb{tag}"
+    try:
+        sh("ip", "netns", "add", ns)
+    except subprocess.CalledProcessError as e:
+        pytest.skip(f"cannot create a network namespace: {e.stderr.decode().strip()}")
+    try:
+        sh("ip", "link", "add", sender, "type", "veth", "peer", "name", measured)
+        sh("ip", "link", "set", sender, "netns", ns)
+        sh("ip", "netns", "exec", ns, "ip", "link", "set", sender, "up")
+        sh("ip", "link", "set", measured, "up")
+        yield ns, sender, measured
+    finally:
+        subprocess.run(["ip", "link", "del", measured], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def read_csv_truth(path: Path) -> dict[str, tuple[int, float]]:
+    """flow (as the tool prints it) -> (true count, offline estimate)."""
+    out = {}
+    with path.open() as f:
+        for row in csv.DictReader(f):
+            key = f"{row['src_ip']}:{row['src_port']}->{row['dst_ip']}:{row['dst_port']}/{row['proto']}"
+            out[key] = (int(row["true_count"]), float(row["estimate"]))
+    return out
+
+
+def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
+    ns, sender, measured = veth
+    exe = native_tool("dpukit-measure")
+    pcap = tmp_path / "trace.pcap"
+    subprocess.run([str(exe), "gen", "--preset", "backbone", "--flows", "2000", "--packets", str(PACKETS),
+                    "--seed", "5", "--out", str(pcap)], check=True, capture_output=True, timeout=60)
+    # The offline run of the same pcap at the rate tcpreplay sends it (how many
+    # packets a flow sends while its insertion is under way depends on it):
+    # the exact counts and its hardware share.
+    offline_json, offline_csv = tmp_path / "offline.json", tmp_path / "offline.csv"
+    subprocess.run([str(exe), "run", "--trace", str(pcap), "--algo", "duet", "--heavy-threshold", str(TOP),
+                    "--rate", str(RATE), "--json", str(offline_json), "--dump-estimates", str(offline_csv)],
+                   check=True, capture_output=True, timeout=120)
+    offline = json.loads(offline_json.read_text())["figures"]
+    truth = read_csv_truth(offline_csv)
+
+    flows_dir = tmp_path / "flows"
+    flows_dir.mkdir()
+    port = free_udp_port()
+    nfcapd = subprocess.Popen(["nfcapd", "-w", str(flows_dir), "-b", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    live_json = tmp_path / "live.json"
+    live = subprocess.Popen([str(exe), "live", "--iface", measured, "--algo", "duet", "--heavy-threshold", str(TOP),
+                             "--duration", "120", "--ipfix", f"127.0.0.1:{port}", "--metrics", "127.0.0.1:0",
+                             "--json", str(live_json)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # Wait for the program to be attached (the tool says so, with the metrics port).
+        metrics_port = None
+        deadline = time.time() + 30
+        while time.time() < deadline and metrics_port is None:
+            line = live.stderr.readline()
+            if not line:
+                break
+            if "refuse" in line or "EPERM" in line or "error" in line:
+                live.kill()
+                pytest.skip(f"the kernel refused live measurement here: {line.strip()}")
+            m = re.search(r"/metrics on port (\d+)", line)
+            if m:
+                metrics_port = int(m.group(1))
+        assert metrics_port, "live did not start"
+        replay = subprocess.run(["ip", "netns", "exec", ns, "tcpreplay", "-q", "-i", sender, "--pps", str(RATE),
+                                 str(pcap)], capture_output=True, text=True, timeout=120)
+        assert replay.returncode == 0, replay.stderr
+        time.sleep(1)  # the last frames through the rings
+        body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        samples = {}
+        for line in body.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                samples[name] = float(value)
+        hw = samples['dpukit_measure_packets_total{place="hw",algo="duet"}']
+        dpu = samples['dpukit_measure_packets_total{place="dpu",algo="duet"}']
+        drops = samples["dpukit_measure_drops_total"]
+        assert hw + dpu + drops == PACKETS, body
+        assert samples["dpukit_measure_hw_entries"] > 0 and samples["dpukit_measure_promotions_total"] > 0
+        live.send_signal(signal.SIGINT)
+        _, err = live.communicate(timeout=60)
+        assert live.returncode == 0, err
+    finally:
+        if live.poll() is None:
+            live.kill()
+        time.sleep(0.5)
+        nfcapd.send_signal(signal.SIGTERM)
+        nfcapd.wait(timeout=30)
+
+    res = json.loads(live_json.read_text())["figures"]
+    # Beside the pcap, the kernel sends a few frames of its own on a new link (IPv6 neighbour discovery).
+    assert res["frames"] - res["not_a_flow"] == PACKETS
+    assert res["hw_packets"] + res["dpu_packets"] + res["drops"] == PACKETS
+    # The hardware share: the offline run's, within what was dropped and a
+    # little timing (promotions land a few packets apart).
+    assert abs(res["hw_share"] - offline["hw"]["share_of_packets"]) <= 0.03 + res["drops"] / PACKETS, \
+        (res["hw_share"], offline["hw"]["share_of_packets"])
+    # Every flow the pcap holds was seen; every heavy flow is reported with
+    # its exact count, give or take the drops.
+    assert res["flows"] == offline["flows"]
+    live_heavy = {h["flow"]: h["estimate"] for h in res["heavy"]}
+    true_heavy = {k: c for k, (c, _) in truth.items() if c >= TOP}
+    assert true_heavy and set(true_heavy) <= set(live_heavy)
+    for k, c in true_heavy.items():
+        assert c - res["drops"] <= live_heavy[k] <= c + 0.01 * c + 2, (k, c, live_heavy[k])
+
+    # The same heavy flows from the collector, as nfdump reads them.
+    files = sorted(flows_dir.rglob("nfcapd.*"))
+    assert files, "nfcapd wrote no file"
+    dump = subprocess.run(["nfdump", "-R", str(flows_dir), "-N", "-q", "-o", "fmt:%sa,%da,%sp,%dp,%pr,%pkt"],
+                          capture_output=True, text=True, timeout=60)
+    assert dump.returncode == 0, dump.stderr
+    exported = {}
+    for line in dump.stdout.splitlines():
+        sa, da, sp, dp, pr, pkt = [x.strip() for x in line.split(",")]
+        proto = {"TCP": "6", "UDP": "17"}.get(pr, pr)
+        exported[f"{sa}:{sp}->{da}:{dp}/{proto}"] = int(pkt)
+    assert res["ipfix_records"] == len(live_heavy) and res["ipfix_errors"] == 0
+    assert exported == {k: int(v + 0.5) for k, v in live_heavy.items()}
+
+
+def test_live_refuses_a_missing_interface(tmp_path):
+    exe = native_tool("dpukit-measure")
+    proc = subprocess.run([str(exe), "live", "--iface", "dk-no-such-if", "--duration", "1"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode != 0
+    if os.geteuid() == 0:
+        assert "no such interface 'dk-no-such-if'" in proc.stderr, proc.stderr
+    else:
+        assert "root" in proc.stderr or "no such interface" in proc.stderr, proc.stderr
