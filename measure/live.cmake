@@ -13,28 +13,9 @@ if(NOT DPUKIT_BPF_CLANG OR NOT LIBBPF_FOUND OR NOT LIBXDP_FOUND)
 endif()
 
 # The BPF object, beside the libraries (<build>/lib), where
-# default_duet_hw_object() looks. <asm/types.h> lives in the multiarch include
-# directory (Debian), which clang does not search for -target bpf: take it
-# from the host compiler's implicit include directories.
-set(DUET_HW_BPF_SOURCE ${CMAKE_CURRENT_SOURCE_DIR}/bpf/duet_hw.bpf.c)
-set(DUET_HW_BPF_OBJECT ${CMAKE_LIBRARY_OUTPUT_DIRECTORY}/duet_hw.bpf.o)
-set(DUET_HW_BPF_INCLUDES)
-if(CMAKE_LIBRARY_ARCHITECTURE)
-  foreach(dir IN LISTS CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES)
-    if(dir MATCHES "/${CMAKE_LIBRARY_ARCHITECTURE}$")
-      list(APPEND DUET_HW_BPF_INCLUDES -I${dir})
-    endif()
-  endforeach()
-endif()
-add_custom_command(
-  OUTPUT ${DUET_HW_BPF_OBJECT}
-  COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_LIBRARY_OUTPUT_DIRECTORY}
-  COMMAND ${DPUKIT_BPF_CLANG} -target bpf -O2 -g -Wall ${DUET_HW_BPF_INCLUDES}
-          -c ${DUET_HW_BPF_SOURCE} -o ${DUET_HW_BPF_OBJECT}
-  DEPENDS ${DUET_HW_BPF_SOURCE}
-  COMMENT "Compiling the BPF object duet_hw.bpf.o"
-  VERBATIM)
-add_custom_target(duet_hw_bpf ALL DEPENDS ${DUET_HW_BPF_OBJECT})
+# default_duet_hw_object() looks.
+include(${PROJECT_SOURCE_DIR}/cmake/bpf.cmake)
+dpukit_bpf_object(duet_hw_bpf ${CMAKE_CURRENT_SOURCE_DIR}/bpf/duet_hw.bpf.c DUET_HW_BPF_OBJECT)
 
 file(GLOB MEASURE_LIVE_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/live/*.cc)
 target_sources(dpukit_measure PRIVATE ${MEASURE_LIVE_SOURCES})

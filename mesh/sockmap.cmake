@@ -11,28 +11,9 @@ if(NOT DPUKIT_BPF_CLANG OR NOT LIBBPF_FOUND)
   return()
 endif()
 
-# The BPF object, compiled for the BPF target. <asm/types.h> lives in the
-# multiarch include directory (Debian), which clang does not search for
-# -target bpf: take it from the host compiler's implicit include directories.
-set(SOCKMAP_BPF_SOURCE ${CMAKE_CURRENT_SOURCE_DIR}/bpf/sockmap_redirect.bpf.c)
-set(SOCKMAP_BPF_OBJECT ${CMAKE_LIBRARY_OUTPUT_DIRECTORY}/sockmap_redirect.bpf.o)
-set(SOCKMAP_BPF_INCLUDES)
-if(CMAKE_LIBRARY_ARCHITECTURE)
-  foreach(dir IN LISTS CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES)
-    if(dir MATCHES "/${CMAKE_LIBRARY_ARCHITECTURE}$")
-      list(APPEND SOCKMAP_BPF_INCLUDES -I${dir})
-    endif()
-  endforeach()
-endif()
-add_custom_command(
-  OUTPUT ${SOCKMAP_BPF_OBJECT}
-  COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_LIBRARY_OUTPUT_DIRECTORY}
-  COMMAND ${DPUKIT_BPF_CLANG} -target bpf -O2 -g -Wall ${SOCKMAP_BPF_INCLUDES}
-          -c ${SOCKMAP_BPF_SOURCE} -o ${SOCKMAP_BPF_OBJECT}
-  DEPENDS ${SOCKMAP_BPF_SOURCE}
-  COMMENT "Compiling the BPF object sockmap_redirect.bpf.o"
-  VERBATIM)
-add_custom_target(sockmap_redirect_bpf ALL DEPENDS ${SOCKMAP_BPF_OBJECT})
+# The BPF object, beside the libraries.
+include(${PROJECT_SOURCE_DIR}/cmake/bpf.cmake)
+dpukit_bpf_object(sockmap_redirect_bpf ${CMAKE_CURRENT_SOURCE_DIR}/bpf/sockmap_redirect.bpf.c SOCKMAP_BPF_OBJECT)
 
 add_library(mesh_sockmap STATIC ${CMAKE_CURRENT_SOURCE_DIR}/src/sockmap/sockmap.cc)
 target_include_directories(mesh_sockmap PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/src)

@@ -73,13 +73,104 @@ size_t slots_for(size_t capacity) {
 }
 }  // namespace
 
-EmulatedFlowTable::EmulatedFlowTable(const Config& config) : config_(config) {
+// ------------------------------------------------------------ the rule engine
+
+FlowRuleEngine::FlowRuleEngine(double insert_rate, uint64_t insert_latency_ns, size_t max_queue)
+    : insert_rate_(insert_rate), insert_latency_ns_(insert_latency_ns), max_queue_(max_queue) {
+  if (max_queue == 0) throw std::invalid_argument("flow table: insert queue must be > 0");
+}
+
+void FlowRuleEngine::request_insert(const FlowKey& key, FlowCounters initial, uint64_t cookie, uint64_t now) {
+  std::lock_guard lock(mu_);
+  ++control_.insert_requests;
+  if (queue_.size() >= max_queue_) {
+    ++control_.refused_queue_full;
+    events_.push_back({FlowEvent::Kind::kRefused, FlowEvent::Reason::kQueueFull, key, initial, cookie, now, now});
+    evented_.notify_all();
+    return;
+  }
+  enqueue_locked({true, key, initial, cookie, now, 0});
+}
+
+void FlowRuleEngine::request_remove(const FlowKey& key, uint64_t cookie, uint64_t now) {
+  std::lock_guard lock(mu_);
+  ++control_.remove_requests;
+  enqueue_locked({false, key, {}, cookie, now, 0});
+}
+
+// One server applying requests in order, one every 1/insert_rate; each takes
+// effect insert_latency after it starts.
+void FlowRuleEngine::enqueue_locked(Request r) {
+  double gap = insert_rate_ > 0 ? 1e9 / insert_rate_ : 0;
+  uint64_t start = std::max<uint64_t>(r.requested_ns, last_start_ns_ + static_cast<uint64_t>(std::llround(gap)));
+  last_start_ns_ = start;
+  r.due_ns = start + insert_latency_ns_;
+  bool was_empty = queue_.empty();
+  queue_.push_back(r);
+  next_due_ns_.store(queue_.front().due_ns, std::memory_order_release);
+  if (was_empty) requested_.notify_all();  // later requests fall due after the front: no earlier wake-up needed
+}
+
+void FlowRuleEngine::take_due(uint64_t now, std::vector<Request>& out) {
+  std::lock_guard lock(mu_);
+  while (!queue_.empty() && queue_.front().due_ns <= now) {
+    out.push_back(queue_.front());
+    queue_.pop_front();
+  }
+  next_due_ns_.store(queue_.empty() ? UINT64_MAX : queue_.front().due_ns, std::memory_order_release);
+}
+
+bool FlowRuleEngine::wait_for_request(std::chrono::nanoseconds timeout) {
+  std::unique_lock lock(mu_);
+  requested_.wait_for(lock, timeout, [&] { return !queue_.empty() || interrupted_; });
+  interrupted_ = false;
+  return !queue_.empty();
+}
+
+void FlowRuleEngine::interrupt() {
+  {
+    std::lock_guard lock(mu_);
+    interrupted_ = true;
+  }
+  requested_.notify_all();
+}
+
+void FlowRuleEngine::emit(const FlowEvent& e) {
+  {
+    std::lock_guard lock(mu_);
+    events_.push_back(e);
+  }
+  evented_.notify_all();
+}
+
+size_t FlowRuleEngine::poll_events(std::vector<FlowEvent>& out, size_t max) {
+  std::lock_guard lock(mu_);
+  size_t n = std::min(max, events_.size());
+  out.insert(out.end(), events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(n));
+  events_.erase(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(n));
+  return n;
+}
+
+bool FlowRuleEngine::wait_events(std::chrono::microseconds timeout) {
+  std::unique_lock lock(mu_);
+  return evented_.wait_for(lock, timeout, [&] { return !events_.empty(); });
+}
+
+FlowTableStats FlowRuleEngine::control_stats() const {
+  std::lock_guard lock(mu_);
+  FlowTableStats st = control_;
+  st.pending = queue_.size();
+  return st;
+}
+
+// ------------------------------------------------------------ the emulated table
+
+EmulatedFlowTable::EmulatedFlowTable(const Config& config)
+    : config_(config), rules_(config.insert_rate, config.insert_latency_ns, config.insert_queue) {
   if (config.capacity == 0) throw std::invalid_argument("flow table: capacity must be > 0");
-  if (config.insert_queue == 0) throw std::invalid_argument("flow table: insert queue must be > 0");
   size_t n = slots_for(config.capacity);
   mask_ = n - 1;
   slots_ = std::make_unique<Slot[]>(n);
-  control_.capacity = config.capacity;
 }
 
 EmulatedFlowTable::~EmulatedFlowTable() = default;
@@ -174,81 +265,29 @@ std::optional<FlowCounters> EmulatedFlowTable::query(const FlowKey& key) const {
   }
 }
 
-void EmulatedFlowTable::emit(FlowEvent e) {
-  {
-    std::lock_guard lock(mu_);
-    events_.push_back(e);
-  }
-  evented_.notify_all();
-}
-
-bool EmulatedFlowTable::wait_events(std::chrono::microseconds timeout) {
-  std::unique_lock lock(mu_);
-  return evented_.wait_for(lock, timeout, [&] { return !events_.empty(); });
-}
-
 uint64_t EmulatedFlowTable::request_time() const { return config_.clock ? config_.clock() : now_ns(); }
 
 void EmulatedFlowTable::request_insert(const FlowKey& key, FlowCounters initial, uint64_t cookie) {
-  uint64_t now = request_time();
-  std::lock_guard lock(mu_);
-  ++control_.insert_requests;
-  if (queue_.size() >= config_.insert_queue) {
-    ++control_.refused_queue_full;
-    events_.push_back({FlowEvent::Kind::kRefused, FlowEvent::Reason::kQueueFull, key, initial, cookie, now, now});
-    evented_.notify_all();
-    return;
-  }
-  enqueue_locked({true, key, initial, cookie, now, 0});
+  rules_.request_insert(key, initial, cookie, request_time());
 }
 
 void EmulatedFlowTable::request_remove(const FlowKey& key, uint64_t cookie) {
-  uint64_t now = request_time();
-  std::lock_guard lock(mu_);
-  ++control_.remove_requests;
-  enqueue_locked({false, key, {}, cookie, now, 0});
+  rules_.request_remove(key, cookie, request_time());
 }
 
-// The rule engine is one server applying requests in order at insert_rate;
-// each takes effect insert_latency after it starts.
-void EmulatedFlowTable::enqueue_locked(Request r) {
-  double gap = config_.insert_rate > 0 ? 1e9 / config_.insert_rate : 0;
-  uint64_t start = std::max<uint64_t>(r.requested_ns, last_start_ns_ + static_cast<uint64_t>(std::llround(gap)));
-  last_start_ns_ = start;
-  r.due_ns = start + config_.insert_latency_ns;
-  bool was_empty = queue_.empty();
-  queue_.push_back(r);
-  next_due_ns_.store(queue_.front().due_ns, std::memory_order_release);
-  if (was_empty) requested_.notify_one();
-}
+size_t EmulatedFlowTable::poll_events(std::vector<FlowEvent>& out, size_t max) { return rules_.poll_events(out, max); }
 
-size_t EmulatedFlowTable::poll_events(std::vector<FlowEvent>& out, size_t max) {
-  std::lock_guard lock(mu_);
-  size_t n = std::min(max, events_.size());
-  out.insert(out.end(), events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(n));
-  events_.erase(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(n));
-  return n;
-}
+bool EmulatedFlowTable::wait_events(std::chrono::microseconds timeout) { return rules_.wait_events(timeout); }
 
-bool EmulatedFlowTable::wait_for_request(std::chrono::microseconds timeout) {
-  std::unique_lock lock(mu_);
-  return requested_.wait_for(lock, timeout, [&] { return !queue_.empty(); });
-}
+bool EmulatedFlowTable::wait_for_request(std::chrono::microseconds timeout) { return rules_.wait_for_request(timeout); }
 
 uint64_t EmulatedFlowTable::service(uint64_t now) {
-  if (now >= next_due_ns_.load(std::memory_order_acquire)) {
+  if (now >= rules_.next_due()) {
     due_.clear();
-    {
-      std::lock_guard lock(mu_);
-      while (!queue_.empty() && queue_.front().due_ns <= now) {
-        due_.push_back(queue_.front());
-        queue_.pop_front();
-      }
-      next_due_ns_.store(queue_.empty() ? UINT64_MAX : queue_.front().due_ns, std::memory_order_release);
-    }
+    rules_.take_due(now, due_);
     for (const Request& r : due_) apply(r, now);
   }
-  uint64_t next = next_due_ns_.load(std::memory_order_acquire);
+  uint64_t next = rules_.next_due();
   if (config_.idle_timeout_ns) {
     if (now >= next_aging_ns_) {
       age(now);
@@ -274,7 +313,7 @@ void EmulatedFlowTable::apply(const Request& r, uint64_t now) {
       erase_at(existing);
       bump(removed_);
     }
-    emit(e);
+    rules_.emit(e);
     return;
   }
   if (existing != npos) {
@@ -312,7 +351,7 @@ void EmulatedFlowTable::apply(const Request& r, uint64_t now) {
     bump(entries_);
     bump(inserted_);
   }
-  emit(e);
+  rules_.emit(e);
 }
 
 // Linear probing with backward-shift deletion: no tombstones, so lookups of
@@ -355,17 +394,13 @@ void EmulatedFlowTable::age(uint64_t now) {
                 s.cookie.load(std::memory_order_relaxed), now, now};
     erase_at(i);
     bump(aged_);
-    emit(e);
+    rules_.emit(e);
   }
 }
 
 FlowTableStats EmulatedFlowTable::stats() const {
-  FlowTableStats st;
-  {
-    std::lock_guard lock(mu_);
-    st = control_;
-    st.pending = queue_.size();
-  }
+  FlowTableStats st = rules_.control_stats();
+  st.capacity = config_.capacity;
   st.entries = entries_.load(std::memory_order_relaxed);
   st.inserted = inserted_.load(std::memory_order_relaxed);
   st.refused_table_full = refused_full_.load(std::memory_order_relaxed);

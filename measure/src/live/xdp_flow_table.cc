@@ -129,15 +129,15 @@ fs::path default_duet_hw_object() {
 
 // ------------------------------------------------------------ set-up
 
-XdpFlowTable::XdpFlowTable(const Options& options) : options_(options) {
+XdpFlowTable::XdpFlowTable(const Options& options)
+    : options_(options),
+      rules_(options.table.insert_rate, options.table.insert_latency_ns, options.table.insert_queue) {
   const auto& tc = options_.table;
   if (tc.capacity == 0) throw std::invalid_argument("xdp flow table: capacity must be > 0");
   if (tc.capacity > UINT32_MAX) throw std::invalid_argument("xdp flow table: capacity must fit a BPF map (< 2^32)");
-  if (tc.insert_queue == 0) throw std::invalid_argument("xdp flow table: insert queue must be > 0");
   if (tc.clock)
     throw std::invalid_argument(
         "xdp flow table: Config::clock must be empty (the kernel stamps hits with CLOCK_MONOTONIC)");
-  control_.capacity = tc.capacity;
   if (options_.bpf_object.empty()) options_.bpf_object = default_duet_hw_object();
 
   std::error_code ec;
@@ -212,11 +212,8 @@ XdpFlowTable::XdpFlowTable(const Options& options) : options_(options) {
 }
 
 XdpFlowTable::~XdpFlowTable() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  requested_.notify_all();
+  stop_.store(true);
+  rules_.interrupt();
   if (service_.joinable()) service_.join();
   close_all();
 }
@@ -231,58 +228,15 @@ void XdpFlowTable::close_all() {
 
 // ------------------------------------------------------------ control path
 
-void XdpFlowTable::emit(FlowEvent e) {
-  {
-    std::lock_guard lock(mu_);
-    events_.push_back(e);
-  }
-  evented_.notify_all();
-}
-
 void XdpFlowTable::request_insert(const FlowKey& key, FlowCounters initial, uint64_t cookie) {
-  uint64_t now = now_ns();
-  std::lock_guard lock(mu_);
-  ++control_.insert_requests;
-  if (queue_.size() >= options_.table.insert_queue) {
-    ++control_.refused_queue_full;
-    events_.push_back({FlowEvent::Kind::kRefused, FlowEvent::Reason::kQueueFull, key, initial, cookie, now, now});
-    evented_.notify_all();
-    return;
-  }
-  enqueue_locked({true, key, initial, cookie, now, 0});
+  rules_.request_insert(key, initial, cookie, now_ns());
 }
 
-void XdpFlowTable::request_remove(const FlowKey& key, uint64_t cookie) {
-  uint64_t now = now_ns();
-  std::lock_guard lock(mu_);
-  ++control_.remove_requests;
-  enqueue_locked({false, key, {}, cookie, now, 0});
-}
+void XdpFlowTable::request_remove(const FlowKey& key, uint64_t cookie) { rules_.request_remove(key, cookie, now_ns()); }
 
-// The rule engine of the model: one server applying requests in order, one
-// every 1/insert_rate, each taking effect insert_latency after it starts.
-void XdpFlowTable::enqueue_locked(Request r) {
-  double gap = options_.table.insert_rate > 0 ? 1e9 / options_.table.insert_rate : 0;
-  uint64_t start = std::max<uint64_t>(r.requested_ns, last_start_ns_ + static_cast<uint64_t>(std::llround(gap)));
-  last_start_ns_ = start;
-  r.due_ns = start + options_.table.insert_latency_ns;
-  bool was_empty = queue_.empty();
-  queue_.push_back(r);
-  if (was_empty) requested_.notify_one();  // later requests fall due after the front: no earlier wake-up needed
-}
+size_t XdpFlowTable::poll_events(std::vector<FlowEvent>& out, size_t max) { return rules_.poll_events(out, max); }
 
-size_t XdpFlowTable::poll_events(std::vector<FlowEvent>& out, size_t max) {
-  std::lock_guard lock(mu_);
-  size_t n = std::min(max, events_.size());
-  out.insert(out.end(), events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(n));
-  events_.erase(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(n));
-  return n;
-}
-
-bool XdpFlowTable::wait_events(std::chrono::microseconds timeout) {
-  std::unique_lock lock(mu_);
-  return evented_.wait_for(lock, timeout, [&] { return !events_.empty(); });
-}
+bool XdpFlowTable::wait_events(std::chrono::microseconds timeout) { return rules_.wait_events(timeout); }
 
 std::optional<FlowCounters> XdpFlowTable::query(const FlowKey& key) const {
   HwFlowEntry v;
@@ -304,12 +258,8 @@ XdpFlowTable::DatapathCounters XdpFlowTable::datapath_counters() const {
 }
 
 FlowTableStats XdpFlowTable::stats() const {
-  FlowTableStats st;
-  {
-    std::lock_guard lock(mu_);
-    st = control_;
-    st.pending = queue_.size();
-  }
+  FlowTableStats st = rules_.control_stats();
+  st.capacity = options_.table.capacity;
   st.entries = entries_.load(std::memory_order_relaxed);
   st.inserted = inserted_.load(std::memory_order_relaxed);
   st.refused_table_full = refused_full_.load(std::memory_order_relaxed);
@@ -338,28 +288,21 @@ void XdpFlowTable::service_loop() {
   const uint64_t aging_step = std::max<uint64_t>(idle_timeout / 4, 1000000);
   uint64_t next_aging_ns = 0;
   std::vector<Request> due;
-  std::unique_lock lock(mu_);
-  while (!stop_) {
+  while (!stop_.load()) {
     uint64_t now = now_ns();
     due.clear();
-    while (!queue_.empty() && queue_.front().due_ns <= now) {
-      due.push_back(queue_.front());
-      queue_.pop_front();
-    }
-    lock.unlock();
+    rules_.take_due(now, due);
     for (const Request& r : due) apply(r, now);
     if (idle_timeout && now >= next_aging_ns) {
       age(now);
       next_aging_ns = now + aging_step;
     }
-    lock.lock();
-    if (stop_) break;
-    uint64_t wake = queue_.empty() ? UINT64_MAX : queue_.front().due_ns;
+    uint64_t wake = rules_.next_due();
     if (idle_timeout && entries_.load(std::memory_order_relaxed)) wake = std::min(wake, next_aging_ns);
     now = now_ns();
     if (wake <= now) continue;
-    // Woken early by a request into an empty queue, or by stop.
-    requested_.wait_for(lock, std::chrono::nanoseconds(std::min<uint64_t>(wake - now, 1000000000)));
+    // Woken early by a request into an empty queue, or by the destructor.
+    rules_.wait_for_request(std::chrono::nanoseconds(std::min<uint64_t>(wake - now, 1000000000)));
   }
 }
 
@@ -377,7 +320,7 @@ void XdpFlowTable::apply(const Request& r, uint64_t now) {
     } else {
       e.reason = FlowEvent::Reason::kNotFound;
     }
-    emit(e);
+    rules_.emit(e);
     return;
   }
   auto refuse = [&](FlowEvent::Reason reason, std::atomic<uint64_t>& counter) {
@@ -405,7 +348,7 @@ void XdpFlowTable::apply(const Request& r, uint64_t now) {
       refuse(FlowEvent::Reason::kTableFull, refused_full_);
     }
   }
-  emit(e);
+  rules_.emit(e);
 }
 
 void XdpFlowTable::age(uint64_t now) {
@@ -459,7 +402,7 @@ void XdpFlowTable::age(uint64_t now) {
     if (it != installed_.end()) installed_.erase(it);
     entries_.fetch_sub(1, std::memory_order_relaxed);
     aged_.fetch_add(1, std::memory_order_relaxed);
-    emit({FlowEvent::Kind::kAged, FlowEvent::Reason::kNone, k, {v.packets, v.bytes}, cookie, now, now});
+    rules_.emit({FlowEvent::Kind::kAged, FlowEvent::Reason::kNone, k, {v.packets, v.bytes}, cookie, now, now});
   }
 }
 

@@ -127,19 +127,10 @@ class XdpFlowTable final : public FlowTable {
   DatapathCounters datapath_counters() const;
 
  private:
-  struct Request {
-    bool insert;
-    FlowKey key;
-    FlowCounters initial;
-    uint64_t cookie;
-    uint64_t requested_ns;
-    uint64_t due_ns;
-  };
-  void enqueue_locked(Request r);
+  using Request = FlowRuleEngine::Request;
   void service_loop();
   void apply(const Request& r, uint64_t now);
   void age(uint64_t now);
-  void emit(FlowEvent e);
   void close_all();
 
   Options options_;
@@ -150,14 +141,8 @@ class XdpFlowTable final : public FlowTable {
   int link_fd_ = -1;  // the XDP link: closing it detaches, also if the process dies
   int possible_cpus_ = 0;
 
-  mutable std::mutex mu_;  // requests, events, control-path counters
-  std::condition_variable requested_;
-  std::condition_variable evented_;
-  std::deque<Request> queue_;
-  uint64_t last_start_ns_ = 0;  // when the previous request began to be applied
-  std::deque<FlowEvent> events_;
-  FlowTableStats control_;
-  bool stop_ = false;
+  FlowRuleEngine rules_;  // the queue of requests and events, as the emulated table's
+  std::atomic<bool> stop_{false};
 
   // The service thread's own: which keys are installed and their cookies.
   // Only it changes the map's key set, so this mirror is exact.

@@ -82,6 +82,59 @@ class FlowTable {
   virtual FlowTableStats stats() const = 0;
 };
 
+// The control path every backend shares, as the model has it: a rule engine
+// that applies requests one at a time in order at `insert_rate` (Duet Table
+// II), each taking effect `insert_latency_ns` after it starts; a bounded queue
+// (a request beyond it is refused at once); and the outcomes, as events, for
+// the requester. What applying a request means is the backend's (a slot of
+// the emulated table, an entry of a BPF map). Thread-safe.
+class FlowRuleEngine {
+ public:
+  struct Request {
+    bool insert;
+    FlowKey key;
+    FlowCounters initial;
+    uint64_t cookie;
+    uint64_t requested_ns;
+    uint64_t due_ns;  // when it takes effect
+  };
+  FlowRuleEngine(double insert_rate, uint64_t insert_latency_ns, size_t max_queue);
+
+  // `now` stamps the request (CLOCK_MONOTONIC ns, or a model clock).
+  void request_insert(const FlowKey& key, FlowCounters initial, uint64_t cookie, uint64_t now);
+  void request_remove(const FlowKey& key, uint64_t cookie, uint64_t now);
+  // Moves the requests due at `now` into `out` (appending), in order.
+  void take_due(uint64_t now, std::vector<Request>& out);
+  // When the next request falls due (UINT64_MAX: none queued); lock-free.
+  uint64_t next_due() const { return next_due_ns_.load(std::memory_order_acquire); }
+  // Sleeps until a request arrives into an empty queue, interrupt() is
+  // called, or `timeout` passes; true if a request is queued.
+  bool wait_for_request(std::chrono::nanoseconds timeout);
+  void interrupt();
+
+  void emit(const FlowEvent& e);
+  size_t poll_events(std::vector<FlowEvent>& out, size_t max);
+  bool wait_events(std::chrono::microseconds timeout);
+
+  // insert_requests, remove_requests, refused_queue_full and pending; the rest is the backend's.
+  FlowTableStats control_stats() const;
+
+ private:
+  void enqueue_locked(Request r);
+
+  const double insert_rate_;
+  const uint64_t insert_latency_ns_;
+  const size_t max_queue_;
+  mutable std::mutex mu_;
+  std::condition_variable requested_, evented_;
+  std::deque<Request> queue_;
+  std::deque<FlowEvent> events_;
+  FlowTableStats control_;
+  uint64_t last_start_ns_ = 0;  // when the previous request began to be applied
+  bool interrupted_ = false;
+  std::atomic<uint64_t> next_due_ns_{UINT64_MAX};
+};
+
 // The emulated eSwitch. Its packet path (`match`) and its firmware work
 // (`service`: applying due insertions and removals, aging) must run on ONE
 // thread — the thread that stands for the NIC, whose CPU time is hw time.
@@ -141,21 +194,12 @@ class EmulatedFlowTable final : public FlowTable {
 
  private:
   struct Slot;
-  struct Request {
-    bool insert;
-    FlowKey key;
-    FlowCounters initial;
-    uint64_t cookie;
-    uint64_t requested_ns;
-    uint64_t due_ns;
-  };
+  using Request = FlowRuleEngine::Request;
   size_t find(const FlowKey& key) const;  // slot index or npos
-  void enqueue_locked(Request r);  // mu_ held
   void apply(const Request& r, uint64_t now);
   void erase_at(size_t idx);
   void age(uint64_t now);
   uint64_t request_time() const;
-  void emit(FlowEvent e);
 
   Config config_;
   size_t mask_;
@@ -165,15 +209,8 @@ class EmulatedFlowTable final : public FlowTable {
   mutable std::atomic<uint64_t> version_{0};
   std::atomic<uint64_t> entries_{0};
 
-  mutable std::mutex mu_;  // requests, events, control-path counters
-  std::condition_variable requested_;
-  std::condition_variable evented_;
-  std::deque<Request> queue_;
-  std::vector<Request> due_;           // NIC thread's scratch
-  uint64_t last_start_ns_ = 0;         // when the previous request began to be applied
-  std::atomic<uint64_t> next_due_ns_{UINT64_MAX};
-  std::deque<FlowEvent> events_;
-  FlowTableStats control_;
+  FlowRuleEngine rules_;
+  std::vector<Request> due_;  // NIC thread's scratch
 
   // Written by the NIC thread only; read by stats().
   std::atomic<uint64_t> lookups_{0}, hits_{0}, inserted_{0}, refused_full_{0}, refused_exists_{0},
