@@ -445,7 +445,10 @@ int cmd_live(int argc, char** argv) {
   p.option("dpu-cpus", "CPUs of the dpu workers and control");
   p.option("hw-cpus", "CPU of the hardware table's service thread");
   p.option("bpf-object", "the compiled XDP program (default: the build's)");
-  p.option("ipfix", "send the heavy flows to this IPFIX collector (host:port) at the end");
+  p.option("ipfix", "send the heavy flows to this IPFIX collector (host:port): each flow's packets since its "
+                    "last record, every --export-interval (duet) or at the end (the baselines)");
+  p.option("export-interval", "seconds between Duet's reports (IPFIX, /metrics' largest flows); 0: at the end only",
+           "10");
   p.option("metrics", "serve Prometheus /metrics on this address during the run (e.g. 127.0.0.1:9464)");
   p.option("json", "write the result here");
   p.parse(argc, argv, 2);
@@ -474,6 +477,8 @@ int cmd_live(int argc, char** argv) {
   c.sketch.seed = p.u64("seed");
   if (p.has("bpf-object")) c.bpf_object = p.str("bpf-object");
   if (p.has("ipfix")) c.ipfix = p.str("ipfix");
+  c.export_interval_s = p.number("export-interval");
+  if (!(c.export_interval_s >= 0)) p.fail("--export-interval must be >= 0");
   if (p.has("metrics")) c.metrics = p.str("metrics");
   try {
     c.placement = Placement::plan("", p.str("dpu-cpus"), p.str("hw-cpus"));

@@ -94,7 +94,8 @@ def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     live_json = tmp_path / "live.json"
     live = subprocess.Popen([str(exe), "live", "--iface", measured, "--algo", "duet", "--heavy-threshold", str(TOP),
-                             "--duration", "120", "--ipfix", f"127.0.0.1:{port}", "--metrics", "127.0.0.1:0",
+                             "--duration", "120", "--ipfix", f"127.0.0.1:{port}", "--export-interval", "0.3",
+                             "--metrics", "127.0.0.1:0",
                              "--json", str(live_json)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # Wait for the program to be attached (the tool says so, with the metrics port).
@@ -126,6 +127,8 @@ def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
         drops = samples["dpukit_measure_drops_total"]
         assert hw + dpu + drops == PACKETS, body
         assert samples["dpukit_measure_hw_entries"] > 0 and samples["dpukit_measure_promotions_total"] > 0
+        top_flows = {name: v for name, v in samples.items() if name.startswith("dpukit_measure_top_flow_packets{")}
+        assert 0 < len(top_flows) <= 10, body
         live.send_signal(signal.SIGINT)
         _, err = live.communicate(timeout=60)
         assert live.returncode == 0, err
@@ -159,12 +162,18 @@ def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
     dump = subprocess.run(["nfdump", "-R", str(flows_dir), "-N", "-q", "-o", "fmt:%sa,%da,%sp,%dp,%pr,%pkt"],
                           capture_output=True, text=True, timeout=60)
     assert dump.returncode == 0, dump.stderr
-    exported = {}
+    # A record per heavy flow and interval, its packets since the last one:
+    # over the run they add up to the flow's estimate.
+    exported: dict[str, int] = {}
+    records = 0
     for line in dump.stdout.splitlines():
         sa, da, sp, dp, pr, pkt = [x.strip() for x in line.split(",")]
         proto = {"TCP": "6", "UDP": "17"}.get(pr, pr)
-        exported[f"{sa}:{sp}->{da}:{dp}/{proto}"] = int(pkt)
-    assert res["ipfix_records"] == len(live_heavy) and res["ipfix_errors"] == 0
+        key = f"{sa}:{sp}->{da}:{dp}/{proto}"
+        exported[key] = exported.get(key, 0) + int(pkt)
+        records += 1
+    assert res["ipfix_records"] == records and res["ipfix_errors"] == 0
+    assert records > len(live_heavy), "several intervals were reported, not only the end"
     assert exported == {k: int(v + 0.5) for k, v in live_heavy.items()}
 
 

@@ -278,7 +278,11 @@ struct LiveConfig {
   SketchOptions sketch;
   Placement placement;
   std::string bpf_object;  // the compiled XDP program; empty: the one the build put beside the tools
-  std::string ipfix;       // collector host:port for the heavy flows at the end of the run; empty: none
+  std::string ipfix;       // IPFIX collector host:port for the heavy flows; empty: none
+  // Duet reports (IPFIX records, /metrics' largest flows) every interval,
+  // each heavy flow's packets since its last record; the baselines, whose
+  // sketches belong to their workers, once at the end.
+  double export_interval_s = 10;
   std::string metrics;     // bind address of a Prometheus /metrics endpoint during the run; empty: none
 };
 

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_set>
 
@@ -24,6 +26,7 @@ namespace {
 
 constexpr int kLinkEthernet = 1;  // DLT_EN10MB: AF_XDP hands over whole Ethernet frames
 constexpr int kPollMs = 20;       // a worker's longest sleep when its queue is idle
+constexpr size_t kTopFlows = 10;  // heavy flows shown in /metrics
 
 uint64_t wall_ms() {
   return static_cast<uint64_t>(
@@ -37,10 +40,59 @@ struct Worker {
   std::unique_ptr<Sketch> sketch;             // baselines: one instance per worker
   std::unordered_set<FlowKey, FlowKeyHash> seen;  // flows to report estimates for (candidates)
   std::atomic<uint64_t> packets{0}, not_a_flow{0};
+  // Flows met for the first time since the reporter last looked (a lock per
+  // new flow, not per packet).
+  std::mutex fresh_mu;
+  std::vector<FlowKey> fresh;
+};
+
+// Exports by interval: each heavy flow's packets (and hardware bytes) since
+// its last record, so that a collector's sum over the run is the estimate.
+// Also keeps the largest flows for /metrics.
+struct Reporter {
+  uint64_t top = 0;
+  uint64_t interval_start_ms = 0;
+  std::unordered_set<FlowKey, FlowKeyHash> candidates;
+  std::unordered_map<FlowKey, std::pair<uint64_t, uint64_t>, FlowKeyHash> exported;  // packets, bytes
+  std::unique_ptr<IpfixExporter> ipfix;
+  std::mutex top_mu;
+  std::vector<std::pair<FlowKey, double>> largest;
+
+  void gather(std::vector<std::unique_ptr<Worker>>& workers) {
+    for (auto& w : workers) {
+      std::vector<FlowKey> fresh;
+      {
+        std::lock_guard lock(w->fresh_mu);
+        fresh.swap(w->fresh);
+      }
+      candidates.insert(fresh.begin(), fresh.end());
+    }
+  }
+  // `heavy`: the flows at or above TOP with their estimates now.
+  void report(std::vector<std::pair<FlowKey, double>> heavy, const FlowTable& table, uint64_t now_ms) {
+    std::vector<FlowRecord> records;
+    for (const auto& [k, e] : heavy) {
+      auto& [packets, bytes] = exported[k];
+      uint64_t total = static_cast<uint64_t>(e + 0.5);
+      uint64_t hw_bytes = 0;
+      if (auto hw = table.query(k)) hw_bytes = hw->bytes;
+      if (total <= packets) continue;
+      records.push_back({k, total - packets, hw_bytes > bytes ? hw_bytes - bytes : 0, interval_start_ms, now_ms});
+      packets = total;
+      bytes = std::max(bytes, hw_bytes);
+    }
+    if (ipfix) ipfix->send(records);
+    interval_start_ms = now_ms;
+    std::partial_sort(heavy.begin(), heavy.begin() + std::min(kTopFlows, heavy.size()), heavy.end(),
+                      [](const auto& a, const auto& b) { return a.second > b.second; });
+    heavy.resize(std::min(kTopFlows, heavy.size()));
+    std::lock_guard lock(top_mu);
+    largest = std::move(heavy);
+  }
 };
 
 std::string metrics_text(const std::string& algo, const std::vector<std::unique_ptr<Worker>>& workers,
-                         const XdpFlowTable& table, const XskReceiver& rx, const Duet* duet) {
+                         const XdpFlowTable& table, const XskReceiver& rx, const Duet* duet, Reporter& reporter) {
   MetricsWriter m;
   uint64_t dpu = 0, other = 0;
   for (const auto& w : workers) {
@@ -63,6 +115,10 @@ std::string metrics_text(const std::string& algo, const std::vector<std::unique_
   if (duet) m.counter("dpukit_measure_promotions_total", "Flows Duet promoted to the hardware table", duet->stats().promotions);
   m.counter("dpukit_measure_drops_total", "Frames lost before a dpu worker saw them (AF_XDP ring full or dropped)",
             rs.total.rx_dropped + rs.total.rx_ring_full);
+  std::lock_guard lock(reporter.top_mu);
+  for (const auto& [k, e] : reporter.largest)
+    m.gauge("dpukit_measure_top_flow_packets", "The largest heavy flows' estimated packets at the last report",
+            e, {{"flow", k.str()}});
   return m.text();
 }
 
@@ -119,10 +175,17 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
     }
   }
 
+  Reporter reporter;
+  reporter.top = cfg.top;
+  if (!cfg.ipfix.empty()) reporter.ipfix = std::make_unique<IpfixExporter>(cfg.ipfix);
+  // Duet's estimates may be read while its workers run (its counters and
+  // records are atomics); a baseline's sketch belongs to its worker, so
+  // baselines report once, at the end.
+  const bool by_interval = duet && cfg.export_interval_s > 0 && (reporter.ipfix || !cfg.metrics.empty());
   std::unique_ptr<MetricsEndpoint> endpoint;
   if (!cfg.metrics.empty())
     endpoint = std::make_unique<MetricsEndpoint>(
-        cfg.metrics, [&] { return metrics_text(cfg.algo, workers, table, rx, duet.get()); });
+        cfg.metrics, [&] { return metrics_text(cfg.algo, workers, table, rx, duet.get(), reporter); });
   res.metrics_port = endpoint ? endpoint->port() : 0;
   log_info("live: measuring " + cfg.interface + " (" + res.xdp_mode + " XDP, " + std::to_string(res.workers) +
            " dpu worker" + (res.workers == 1 ? "" : "s") + ")" +
@@ -130,6 +193,7 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
 
   std::atomic<bool> done{false};
   const uint64_t start_ms = wall_ms();
+  reporter.interval_start_ms = start_ms;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
   for (unsigned w = 0; w < res.workers; ++w) {
@@ -145,7 +209,10 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
         }
         if (duet) duet->on_sketch_path(key);  // Algorithm 1, lines 6-24
         else me.sketch->update(key, 1);
-        me.seen.insert(key);
+        if (me.seen.insert(key).second && by_interval) {
+          std::lock_guard lock(me.fresh_mu);
+          me.fresh.push_back(key);
+        }
         me.packets.store(me.packets.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       };
       while (!done.load(std::memory_order_acquire)) rx.poll_queue(w, on_frame, kPollMs);
@@ -163,8 +230,24 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
     });
   }
 
-  // The run lasts until asked to stop, for the duration, or until enough packets were measured.
+  // The run lasts until asked to stop, for the duration, or until enough
+  // packets were measured; Duet reports every interval meanwhile.
+  auto duet_report = [&] {
+    reporter.gather(workers);
+    std::vector<std::pair<FlowKey, double>> heavy;
+    for (const FlowKey& k : reporter.candidates)
+      if (double e = duet->estimate(k); e >= cfg.top) heavy.emplace_back(k, e);
+    reporter.report(std::move(heavy), table, wall_ms());
+  };
+  auto next_report = t0 + std::chrono::duration<double>(cfg.export_interval_s);
+  std::optional<PlaceTimer> report_time;  // the reporter is dpu work
+  if (by_interval) report_time.emplace(res.cpu, Place::kDpu);
   for (;;) {
+    if (by_interval && std::chrono::steady_clock::now() >= next_report) {
+      duet_report();
+      next_report += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(cfg.export_interval_s));
+    }
     if (stop.load(std::memory_order_relaxed)) break;
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (cfg.duration_s > 0 && elapsed >= cfg.duration_s) break;
@@ -181,6 +264,7 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
   if (duet)
     while (duet->apply_hw_events() > 0) {
     }
+  report_time.reset();
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const uint64_t end_ms = wall_ms();
 
@@ -211,23 +295,15 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
       for (auto& [k, e] : workers[w]->sketch->heavy_hitters(static_cast<double>(cfg.top), routed[w]))
         res.heavy_reported.push_back(k);
 
-  if (!cfg.ipfix.empty()) {
-    // The heavy flows of the run, one interval: their estimated packets; bytes
-    // where the hardware table counted them (a sketch counts packets only).
-    std::vector<FlowRecord> records;
-    for (const FlowKey& k : res.heavy_reported) {
-      FlowRecord r;
-      r.key = k;
-      r.packets = static_cast<uint64_t>(res.estimates.at(k) + 0.5);
-      if (auto hw = table.query(k)) r.bytes = hw->bytes;
-      r.start_ms = start_ms;
-      r.end_ms = end_ms;
-      records.push_back(r);
-    }
-    IpfixExporter exporter(cfg.ipfix);
-    exporter.send(records);
-    res.ipfix_records = exporter.stats().records;
-    res.ipfix_errors = exporter.stats().send_errors;
+  // The last interval: what each heavy flow gained since its last record
+  // (everything, for a baseline); bytes where the hardware table counted them
+  // (a sketch counts packets only).
+  std::vector<std::pair<FlowKey, double>> heavy;
+  for (const FlowKey& k : res.heavy_reported) heavy.emplace_back(k, res.estimates.at(k));
+  reporter.report(std::move(heavy), table, end_ms);
+  if (reporter.ipfix) {
+    res.ipfix_records = reporter.ipfix->stats().records;
+    res.ipfix_errors = reporter.ipfix->stats().send_errors;
   }
   return res;
 }
