@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from dpukit.experiments import Context, Point, experiment, median_run
+from dpukit.experiments import Context, Point, experiment, median_run, skipped_in_quick_mode
 from dpukit.experiments.notes import parameters_note, placement_note
 from dpukit.paths import build_dir
 from dpukit.plots import BarPanel, bars_plot
@@ -190,8 +190,7 @@ def values(ctx: Context) -> Section:
 )
 def queue(ctx: Context) -> Section:
     sec = Section("kv.queue: pulsedb across request queue sizes")
-    if ctx.quick:
-        sec.paragraph("Skipped in quick mode; `dpukit eval --only kv.queue`.")
+    if skipped_in_quick_mode(ctx, sec, "kv.queue"):
         return sec
     modes = ("pulsedb", "pulsedb-copy")
     steps = len(QUEUE_SIZES) * len(modes)
@@ -230,8 +229,7 @@ FILE_BUFFERS = ("64K", "256K", "1M", "4M")
 )
 def buffer(ctx: Context) -> Section:
     sec = Section("kv.buffer: the payload paths across the file writer's buffer size")
-    if ctx.quick:
-        sec.paragraph("Skipped in quick mode; `dpukit eval --only kv.buffer`.")
+    if skipped_in_quick_mode(ctx, sec, "kv.buffer"):
         return sec
     modes = ("vanilla", "pulsedb", "pulsedb-copy")
     steps = len(FILE_BUFFERS) * len(modes)
