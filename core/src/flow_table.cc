@@ -163,6 +163,15 @@ FlowTableStats FlowRuleEngine::control_stats() const {
   return st;
 }
 
+void FlowTableOutcomes::fill(FlowTableStats& st) const {
+  st.entries = entries.load(std::memory_order_relaxed);
+  st.inserted = inserted.load(std::memory_order_relaxed);
+  st.refused_table_full = refused_full.load(std::memory_order_relaxed);
+  st.refused_exists = refused_exists.load(std::memory_order_relaxed);
+  st.removed = removed.load(std::memory_order_relaxed);
+  st.aged = aged.load(std::memory_order_relaxed);
+}
+
 // ------------------------------------------------------------ the emulated table
 
 EmulatedFlowTable::EmulatedFlowTable(const Config& config)
@@ -227,7 +236,7 @@ void EmulatedFlowTable::match_burst_by_id(const uint32_t* ids, size_t n, const u
 }
 
 void EmulatedFlowTable::index_flow_ids(size_t ids, std::function<uint32_t(const FlowKey&)> id_of) {
-  if (entries_.load(std::memory_order_relaxed) != 0)
+  if (outcomes_.entries.load(std::memory_order_relaxed) != 0)
     throw std::logic_error("flow table: index_flow_ids after entries were installed");
   id_of_ = std::move(id_of);
   slot_of_id_.assign(ids, kNoFlowId);
@@ -294,7 +303,7 @@ uint64_t EmulatedFlowTable::service(uint64_t now) {
       // Age in steps of a quarter of the timeout: an entry goes within 1.25 x timeout of its last hit.
       next_aging_ns_ = now + std::max<uint64_t>(config_.idle_timeout_ns / 4, 1000);
     }
-    if (entries_.load(std::memory_order_relaxed)) next = std::min(next, next_aging_ns_);
+    if (outcomes_.entries.load(std::memory_order_relaxed)) next = std::min(next, next_aging_ns_);
   }
   return next;
 }
@@ -311,7 +320,7 @@ void EmulatedFlowTable::apply(const Request& r, uint64_t now) {
       e.kind = FlowEvent::Kind::kRemoved;
       e.counters = {s.packets.load(std::memory_order_relaxed), s.bytes.load(std::memory_order_relaxed)};
       erase_at(existing);
-      bump(removed_);
+      bump(outcomes_.removed);
     }
     rules_.emit(e);
     return;
@@ -319,11 +328,11 @@ void EmulatedFlowTable::apply(const Request& r, uint64_t now) {
   if (existing != npos) {
     e.kind = FlowEvent::Kind::kRefused;
     e.reason = FlowEvent::Reason::kExists;
-    bump(refused_exists_);
-  } else if (entries_.load(std::memory_order_relaxed) >= config_.capacity) {
+    bump(outcomes_.refused_exists);
+  } else if (outcomes_.entries.load(std::memory_order_relaxed) >= config_.capacity) {
     e.kind = FlowEvent::Kind::kRefused;
     e.reason = FlowEvent::Reason::kTableFull;
-    bump(refused_full_);
+    bump(outcomes_.refused_full);
   } else {
     size_t i = flow_hash(r.key) & mask_;
     while (slots_[i].occupied()) i = (i + 1) & mask_;
@@ -348,8 +357,8 @@ void EmulatedFlowTable::apply(const Request& r, uint64_t now) {
     }
     s.k1.store(b, std::memory_order_relaxed);
     version_.store(v + 2, std::memory_order_release);
-    bump(entries_);
-    bump(inserted_);
+    bump(outcomes_.entries);
+    bump(outcomes_.inserted);
   }
   rules_.emit(e);
 }
@@ -376,7 +385,7 @@ void EmulatedFlowTable::erase_at(size_t idx) {
   slots_[hole].k0.store(0, std::memory_order_relaxed);
   slots_[hole].flow_id = kNoFlowId;
   version_.store(v + 2, std::memory_order_release);
-  entries_.store(entries_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+  outcomes_.entries.store(outcomes_.entries.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
 }
 
 void EmulatedFlowTable::age(uint64_t now) {
@@ -393,7 +402,7 @@ void EmulatedFlowTable::age(uint64_t now) {
                 {s.packets.load(std::memory_order_relaxed), s.bytes.load(std::memory_order_relaxed)},
                 s.cookie.load(std::memory_order_relaxed), now, now};
     erase_at(i);
-    bump(aged_);
+    bump(outcomes_.aged);
     rules_.emit(e);
   }
 }
@@ -401,12 +410,7 @@ void EmulatedFlowTable::age(uint64_t now) {
 FlowTableStats EmulatedFlowTable::stats() const {
   FlowTableStats st = rules_.control_stats();
   st.capacity = config_.capacity;
-  st.entries = entries_.load(std::memory_order_relaxed);
-  st.inserted = inserted_.load(std::memory_order_relaxed);
-  st.refused_table_full = refused_full_.load(std::memory_order_relaxed);
-  st.refused_exists = refused_exists_.load(std::memory_order_relaxed);
-  st.removed = removed_.load(std::memory_order_relaxed);
-  st.aged = aged_.load(std::memory_order_relaxed);
+  outcomes_.fill(st);
   st.lookups = lookups_.load(std::memory_order_relaxed);
   st.hits = hits_.load(std::memory_order_relaxed);
   return st;

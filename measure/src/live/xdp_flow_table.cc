@@ -260,12 +260,7 @@ XdpFlowTable::DatapathCounters XdpFlowTable::datapath_counters() const {
 FlowTableStats XdpFlowTable::stats() const {
   FlowTableStats st = rules_.control_stats();
   st.capacity = options_.table.capacity;
-  st.entries = entries_.load(std::memory_order_relaxed);
-  st.inserted = inserted_.load(std::memory_order_relaxed);
-  st.refused_table_full = refused_full_.load(std::memory_order_relaxed);
-  st.refused_exists = refused_exists_.load(std::memory_order_relaxed);
-  st.removed = removed_.load(std::memory_order_relaxed);
-  st.aged = aged_.load(std::memory_order_relaxed);
+  outcomes_.fill(st);
   DatapathCounters d = datapath_counters();
   st.lookups = d.frames - std::min(d.frames, d.not_a_flow);
   st.hits = d.hits;
@@ -298,7 +293,7 @@ void XdpFlowTable::service_loop() {
       next_aging_ns = now + aging_step;
     }
     uint64_t wake = rules_.next_due();
-    if (idle_timeout && entries_.load(std::memory_order_relaxed)) wake = std::min(wake, next_aging_ns);
+    if (idle_timeout && outcomes_.entries.load(std::memory_order_relaxed)) wake = std::min(wake, next_aging_ns);
     now = now_ns();
     if (wake <= now) continue;
     // Woken early by a request into an empty queue, or by the destructor.
@@ -315,8 +310,8 @@ void XdpFlowTable::apply(const Request& r, uint64_t now) {
     if (installed != installed_.end() && bpf_map_lookup_and_delete_elem(flows_fd_, r.key.bytes.data(), &v) == 0) {
       e.counters = {v.packets, v.bytes};
       installed_.erase(installed);
-      entries_.fetch_sub(1, std::memory_order_relaxed);
-      removed_.fetch_add(1, std::memory_order_relaxed);
+      outcomes_.entries.fetch_sub(1, std::memory_order_relaxed);
+      outcomes_.removed.fetch_add(1, std::memory_order_relaxed);
     } else {
       e.reason = FlowEvent::Reason::kNotFound;
     }
@@ -329,23 +324,23 @@ void XdpFlowTable::apply(const Request& r, uint64_t now) {
     counter.fetch_add(1, std::memory_order_relaxed);
   };
   if (installed != installed_.end()) {
-    refuse(FlowEvent::Reason::kExists, refused_exists_);
-  } else if (entries_.load(std::memory_order_relaxed) >= options_.table.capacity) {
-    refuse(FlowEvent::Reason::kTableFull, refused_full_);
+    refuse(FlowEvent::Reason::kExists, outcomes_.refused_exists);
+  } else if (outcomes_.entries.load(std::memory_order_relaxed) >= options_.table.capacity) {
+    refuse(FlowEvent::Reason::kTableFull, outcomes_.refused_full);
   } else {
     HwFlowEntry v{r.initial.packets, r.initial.bytes, now};  // a new entry is as fresh as a hit
     int err = bpf_map_update_elem(flows_fd_, r.key.bytes.data(), &v, BPF_NOEXIST);
     if (err == 0) {
       installed_.emplace(r.key, r.cookie);
-      entries_.fetch_add(1, std::memory_order_relaxed);
-      inserted_.fetch_add(1, std::memory_order_relaxed);
+      outcomes_.entries.fetch_add(1, std::memory_order_relaxed);
+      outcomes_.inserted.fetch_add(1, std::memory_order_relaxed);
     } else if (-err == EEXIST) {
-      refuse(FlowEvent::Reason::kExists, refused_exists_);
+      refuse(FlowEvent::Reason::kExists, outcomes_.refused_exists);
     } else {
       // E2BIG/ENOSPC: the kernel's map is full; ENOMEM: it could not grow. Either way no room.
       if (-err != E2BIG && -err != ENOSPC && -err != ENOMEM)
         log_warn("xdp flow table: inserting " + r.key.str() + ": " + errno_text(-err));
-      refuse(FlowEvent::Reason::kTableFull, refused_full_);
+      refuse(FlowEvent::Reason::kTableFull, outcomes_.refused_full);
     }
   }
   rules_.emit(e);
@@ -400,8 +395,8 @@ void XdpFlowTable::age(uint64_t now) {
     auto it = installed_.find(k);
     uint64_t cookie = it != installed_.end() ? it->second : 0;
     if (it != installed_.end()) installed_.erase(it);
-    entries_.fetch_sub(1, std::memory_order_relaxed);
-    aged_.fetch_add(1, std::memory_order_relaxed);
+    outcomes_.entries.fetch_sub(1, std::memory_order_relaxed);
+    outcomes_.aged.fetch_add(1, std::memory_order_relaxed);
     rules_.emit({FlowEvent::Kind::kAged, FlowEvent::Reason::kNone, k, {v.packets, v.bytes}, cookie, now, now});
   }
 }

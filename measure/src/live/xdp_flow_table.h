@@ -148,7 +148,7 @@ class XdpFlowTable final : public FlowTable {
   // Only it changes the map's key set, so this mirror is exact.
   std::unordered_map<FlowKey, uint64_t, FlowKeyHash> installed_;
   std::vector<uint8_t> batch_keys_, batch_values_;  // aging scan buffers
-  std::atomic<uint64_t> entries_{0}, inserted_{0}, refused_full_{0}, refused_exists_{0}, removed_{0}, aged_{0};
+  FlowTableOutcomes outcomes_;
   std::thread service_;
 };
 

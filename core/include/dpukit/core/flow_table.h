@@ -135,6 +135,12 @@ class FlowRuleEngine {
   std::atomic<uint64_t> next_due_ns_{UINT64_MAX};
 };
 
+// What a backend's applying thread did to its table, readable from any thread.
+struct FlowTableOutcomes {
+  std::atomic<uint64_t> entries{0}, inserted{0}, refused_full{0}, refused_exists{0}, removed{0}, aged{0};
+  void fill(FlowTableStats& st) const;  // entries, inserted, refused_table_full, refused_exists, removed, aged
+};
+
 // The emulated eSwitch. Its packet path (`match`) and its firmware work
 // (`service`: applying due insertions and removals, aging) must run on ONE
 // thread — the thread that stands for the NIC, whose CPU time is hw time.
@@ -207,14 +213,13 @@ class EmulatedFlowTable final : public FlowTable {
   // Structural changes (insert, erase) bump this seqlock so that readers on
   // other threads retry instead of seeing a half-moved entry.
   mutable std::atomic<uint64_t> version_{0};
-  std::atomic<uint64_t> entries_{0};
 
   FlowRuleEngine rules_;
   std::vector<Request> due_;  // NIC thread's scratch
 
   // Written by the NIC thread only; read by stats().
-  std::atomic<uint64_t> lookups_{0}, hits_{0}, inserted_{0}, refused_full_{0}, refused_exists_{0},
-      removed_{0}, aged_{0};
+  FlowTableOutcomes outcomes_;
+  std::atomic<uint64_t> lookups_{0}, hits_{0};
   uint64_t next_aging_ns_ = 0;
   // index_flow_ids: entry slot of each flow id (kNoFlowId when not installed); NIC thread only.
   std::function<uint32_t(const FlowKey&)> id_of_;
