@@ -221,18 +221,11 @@ void EmulatedFlowTable::match_burst_by_id(const uint32_t* ids, size_t n, const u
     slot[i] = installed ? slot_of_id_[id] : kNoFlowId;
     if (installed) __builtin_prefetch(&slots_[slot[i]], 1);
   }
-  uint64_t hits = 0;
   for (size_t i = 0; i < n; ++i) {
     hit[i] = slot[i] != kNoFlowId;
-    if (!hit[i]) continue;
-    Slot& s = slots_[slot[i]];
-    bump(s.packets);
-    bump(s.bytes, bytes ? bytes[i] : same_bytes);
-    s.last_hit_ns.store(now, std::memory_order_relaxed);
-    ++hits;
+    if (hit[i]) count_hit(slots_[slot[i]], bytes ? bytes[i] : same_bytes, now);
   }
   bump(lookups_, n);
-  bump(hits_, hits);
 }
 
 void EmulatedFlowTable::index_flow_ids(size_t ids, std::function<uint32_t(const FlowKey&)> id_of) {
@@ -247,14 +240,6 @@ void EmulatedFlowTable::set_installed(uint32_t id, uint32_t slot) {
   slot_of_id_[id] = slot;
   if (slot == kNoFlowId) installed_ids_[id / 64] &= ~(1ull << (id % 64));
   else installed_ids_[id / 64] |= 1ull << (id % 64);
-}
-
-bool EmulatedFlowTable::match_by_id(uint32_t id, uint32_t bytes, uint64_t now) {
-  bump(lookups_);
-  uint32_t i = id < slot_of_id_.size() ? slot_of_id_[id] : kNoFlowId;
-  if (i == kNoFlowId) return false;
-  count_hit(slots_[i], bytes, now);
-  return true;
 }
 
 std::optional<FlowCounters> EmulatedFlowTable::query(const FlowKey& key) const {

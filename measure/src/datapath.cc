@@ -289,65 +289,66 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
     const uint16_t* queue_of = wire.queue.data();
     uint32_t sizes[kBurst];
     bool hit[kBurst];
-    for (unsigned pass = 0; pass < passes; ++pass) {
-    const bool measured = pass + 1 == passes;
-    if (measured && passes > 1) {
-      // Warm-up over: let the workers catch up, then start the clock.
-      for (auto& q : queues)
-        while (!q->producer.empty()) {
-          if (q->sleeping.load(std::memory_order_relaxed)) q->wake();
-          if (table) table->service(now_ns());
-          cpu_relax();
-        }
-      if (table) hw_hits_before = table->stats().hits;
-      t0.store(now_ns(), std::memory_order_relaxed);
-    }
-    // Warm-up passes go as fast as possible, the wire waiting for the workers.
-    Pacer pacer(measured ? cfg.rate_pps : 0, kBurst);
-    const bool drop_when_full = measured && cfg.rate_pps > 0;
-    for (size_t i = 0; i < n;) {
-      size_t burst = pacer.acquire(static_cast<uint32_t>(std::min(kBurst, n - i)));
-      uint64_t now = now_ns();
-      if (table) {  // Algorithm 1, lines 2-4: a hit is counted in hardware and goes no further
-        if (!cfg.packet_size)
-          for (size_t j = 0; j < burst; ++j) sizes[j] = pkts[i + j].wire_len;
-        table->match_burst_by_id(flow_id + i, burst, cfg.packet_size ? nullptr : sizes, cfg.packet_size, now, hit);
-        for (size_t j = 0; j < burst; ++j)
-          if (!hit[j]) staged[queue_of[i + j]].push_back(static_cast<uint32_t>(i + j));
-      } else {
-        for (size_t j = i; j < i + burst; ++j) staged[queue_of[j]].push_back(static_cast<uint32_t>(j));
+    // One replay of the trace; only the last (measured) one is paced and timed.
+    auto replay = [&](bool measured) {
+      if (measured && passes > 1) {
+        // Warm-up over: let the workers catch up, then start the clock.
+        for (auto& q : queues)
+          while (!q->producer.empty()) {
+            if (q->sleeping.load(std::memory_order_relaxed)) q->wake();
+            if (table) table->service(now_ns());
+            cpu_relax();
+          }
+        if (table) hw_hits_before = table->stats().hits;
+        t0.store(now_ns(), std::memory_order_relaxed);
       }
-      i += burst;
-      for (unsigned w = 0; w < cfg.workers; ++w) {
-        auto& s = staged[w];
-        if (s.empty()) continue;
-        WorkerQueue& q = *queues[w];
-        size_t pushed = q.producer.try_push(s.data(), s.size());
-        if (pushed < s.size()) {
-          if (drop_when_full) {
-            drops.fetch_add(s.size() - pushed, std::memory_order_relaxed);  // the Arm cores fell behind
-          } else {
-            while (pushed < s.size()) {  // as fast as possible: the wire waits
-              if (q.sleeping.load(std::memory_order_relaxed)) q.wake();
-              cpu_relax();
-              pushed += q.producer.try_push(s.data() + pushed, s.size() - pushed);
+      // Warm-up passes go as fast as possible, the wire waiting for the workers.
+      Pacer pacer(measured ? cfg.rate_pps : 0, kBurst);
+      const bool drop_when_full = measured && cfg.rate_pps > 0;
+      for (size_t i = 0; i < n;) {
+        size_t burst = pacer.acquire(static_cast<uint32_t>(std::min(kBurst, n - i)));
+        uint64_t now = now_ns();
+        if (table) {  // Algorithm 1, lines 2-4: a hit is counted in hardware and goes no further
+          if (!cfg.packet_size)
+            for (size_t j = 0; j < burst; ++j) sizes[j] = pkts[i + j].wire_len;
+          table->match_burst_by_id(flow_id + i, burst, cfg.packet_size ? nullptr : sizes, cfg.packet_size, now, hit);
+          for (size_t j = 0; j < burst; ++j)
+            if (!hit[j]) staged[queue_of[i + j]].push_back(static_cast<uint32_t>(i + j));
+        } else {
+          for (size_t j = i; j < i + burst; ++j) staged[queue_of[j]].push_back(static_cast<uint32_t>(j));
+        }
+        i += burst;
+        for (unsigned w = 0; w < cfg.workers; ++w) {
+          auto& s = staged[w];
+          if (s.empty()) continue;
+          WorkerQueue& q = *queues[w];
+          size_t pushed = q.producer.try_push(s.data(), s.size());
+          if (pushed < s.size()) {
+            if (drop_when_full) {
+              drops.fetch_add(s.size() - pushed, std::memory_order_relaxed);  // the Arm cores fell behind
+            } else {
+              while (pushed < s.size()) {  // as fast as possible: the wire waits
+                if (q.sleeping.load(std::memory_order_relaxed)) q.wake();
+                cpu_relax();
+                pushed += q.producer.try_push(s.data() + pushed, s.size() - pushed);
+              }
             }
           }
+          s.clear();
         }
-        s.clear();
+        for (auto& q : queues)
+          if (!q->producer.empty()) q->maybe_wake(now);
+        if (table) table->service(now);
+        if (measured && i == n) res.wire_seconds = (now_ns() - t0.load(std::memory_order_relaxed)) / 1e9;
+        if (cfg.timeline_every && measured && i >= next_sample) {
+          next_sample += cfg.timeline_every;
+          res.timeline.push_back({(now_ns() - t0.load(std::memory_order_relaxed)) / 1e9, i,
+                                  table ? table->stats().entries : 0, duet ? duet->stats().promotions : 0,
+                                  drops.load(std::memory_order_relaxed)});
+        }
       }
-      for (auto& q : queues)
-        if (!q->producer.empty()) q->maybe_wake(now);
-      if (table) table->service(now);
-      if (measured && i == n) res.wire_seconds = (now_ns() - t0.load(std::memory_order_relaxed)) / 1e9;
-      if (cfg.timeline_every && measured && i >= next_sample) {
-        next_sample += cfg.timeline_every;
-        res.timeline.push_back({(now_ns() - t0.load(std::memory_order_relaxed)) / 1e9, i,
-                                table ? table->stats().entries : 0, duet ? duet->stats().promotions : 0,
-                                drops.load(std::memory_order_relaxed)});
-      }
-    }
-    }
+    };
+    for (unsigned pass = 0; pass < passes; ++pass) replay(pass + 1 == passes);
     wire_done.store(true, std::memory_order_release);
     for (auto& q : queues) {
       q->bell.fetch_add(1);

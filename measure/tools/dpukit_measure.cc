@@ -36,6 +36,33 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+// The options offline runs and live runs share: the hardware table's model
+// (its capacity defaults differ), Duet's counters, NitroSketch's sampling
+// and the hash seed.
+void add_shared_options(ArgParser& p) {
+  p.option("hw-insert-rate", "hardware rule insertions per second (duet)", "77000");
+  p.option("hw-insert-latency-us", "hardware rule insertion latency (duet)", "20");
+  p.option("hw-idle-timeout-ms", "hardware entry aging; 0 = never (duet)", "1000");
+  p.option("duet-counter-bits",
+           "width of Duet's sketch counters: 16 (the default, where TOP <= 16383; 32 beyond) or 32 (the paper's)");
+  p.option("sample-p", "NitroSketch sampling probability", "0.1");
+  p.option("seed", "hash seed", "1");
+}
+
+// RunConfig or LiveConfig: the same fields.
+template <class Config>
+void read_shared_options(const ArgParser& p, Config& c) {
+  c.hw_insert_rate = p.number("hw-insert-rate");
+  c.hw_insert_latency_ns = static_cast<uint64_t>(p.number("hw-insert-latency-us") * 1000);
+  c.hw_idle_timeout_ns = static_cast<uint64_t>(p.number("hw-idle-timeout-ms") * 1e6);
+  c.duet_counter_bits = p.has("duet-counter-bits") ? static_cast<unsigned>(p.u64("duet-counter-bits")) : 0;
+  if (p.has("duet-counter-bits") && c.duet_counter_bits != 16 && c.duet_counter_bits != 32)
+    p.fail("--duet-counter-bits must be 16 or 32");
+  c.sketch.sample_p = p.number("sample-p");
+  if (!(c.sketch.sample_p > 0 && c.sketch.sample_p <= 1)) p.fail("--sample-p must be in (0, 1]");
+  c.sketch.seed = p.u64("seed");
+}
+
 void add_run_options(ArgParser& p) {
   p.option("trace", "pcap, pcapng or .dat capture", "", true);
   p.option("workers", "dpu workers (RSS queues)", "1");
@@ -43,22 +70,16 @@ void add_run_options(ArgParser& p) {
   p.option("heavy-threshold", "TOP and the heavy-hitter threshold: < 1 a fraction of the packets, >= 1 packets",
            "0.0005");
   p.option("hw-capacity", "hardware flow-table entries (duet; default: twice the flows that can reach TOP)");
-  p.option("hw-insert-rate", "hardware rule insertions per second (duet)", "77000");
-  p.option("hw-insert-latency-us", "hardware rule insertion latency (duet)", "20");
-  p.option("hw-idle-timeout-ms", "hardware entry aging; 0 = never (duet)", "1000");
   p.option("duet-records", "promoted-flow records inside Duet's budget (default: from the trace)");
-  p.option("duet-counter-bits",
-           "width of Duet's sketch counters: 16 (the default, where TOP <= 16383; 32 beyond) or 32 (the paper's)");
+  add_shared_options(p);
   p.option("packet-size", "every packet's bytes on the wire, for Gbps and the hardware byte counters "
                           "(default: the trace's own)");
   p.flag("poll", "dpu workers poll their rings (as a DPDK worker does) instead of sleeping when idle");
   p.option("passes", "replay the trace this many times: all but the last as warm-up (Duet converges), "
                      "the last timed and paced", "1");
-  p.option("sample-p", "NitroSketch sampling probability", "0.1");
   p.flag("always-correct", "NitroSketch AlwaysCorrect mode (p = 1 until converged)");
   p.option("top-k", "heavy-hitter heap size (NitroSketch, UnivMon)", "1000");
   p.option("packets", "replay only the first N packets");
-  p.option("seed", "hash seed", "1");
   p.option("timeline-every", "sample hw occupancy every N packets");
   p.option("host-cpus", "CPUs of the host side");
   p.option("dpu-cpus", "CPUs of the dpu workers");
@@ -74,28 +95,20 @@ RunConfig run_config(const ArgParser& p, const std::string& algo, size_t memory)
   c.rate_pps = p.has("rate") ? p.number("rate") : 0;
   c.heavy_threshold = p.number("heavy-threshold");
   c.hw_capacity = p.has("hw-capacity") ? p.u64("hw-capacity") : 0;
-  c.hw_insert_rate = p.number("hw-insert-rate");
-  c.hw_insert_latency_ns = static_cast<uint64_t>(p.number("hw-insert-latency-us") * 1000);
-  c.hw_idle_timeout_ns = static_cast<uint64_t>(p.number("hw-idle-timeout-ms") * 1e6);
   c.duet_records = p.has("duet-records") ? p.u64("duet-records") : 0;
-  c.duet_counter_bits = p.has("duet-counter-bits") ? static_cast<unsigned>(p.u64("duet-counter-bits")) : 0;
-  if (p.has("duet-counter-bits") && c.duet_counter_bits != 16 && c.duet_counter_bits != 32)
-    p.fail("--duet-counter-bits must be 16 or 32");
+  read_shared_options(p, c);
   c.packet_size = p.has("packet-size") ? static_cast<uint32_t>(p.bytes("packet-size")) : 0;
   if (p.has("packet-size") && (c.packet_size < 64 || c.packet_size > 65535))
     p.fail("--packet-size must be between 64 and 65535 bytes");
   c.worker_poll = p.has("poll");
   c.passes = static_cast<unsigned>(p.u64("passes"));
   if (c.passes < 1 || c.passes > 100) p.fail("--passes must be between 1 and 100");
-  c.sketch.sample_p = p.number("sample-p");
   c.sketch.always_correct = p.has("always-correct");
   c.sketch.top_k = p.u64("top-k");
-  c.sketch.seed = p.u64("seed");
   c.packets_limit = p.has("packets") ? p.u64("packets") : 0;
   c.timeline_every = p.has("timeline-every") ? p.u64("timeline-every") : 0;
   if (c.workers == 0) p.fail("--workers must be at least 1");
   if (!(c.heavy_threshold > 0)) p.fail("--heavy-threshold must be > 0");
-  if (!(c.sketch.sample_p > 0 && c.sketch.sample_p <= 1)) p.fail("--sample-p must be in (0, 1]");
   if (p.has("hw-capacity") && c.hw_capacity == 0) p.fail("--hw-capacity must be > 0");
   try {
     c.placement = Placement::plan(p.str("host-cpus"), p.str("dpu-cpus"), p.str("hw-cpus"));
@@ -435,13 +448,8 @@ int cmd_live(int argc, char** argv) {
   p.flag("native", "native (driver) XDP instead of generic (skb) mode");
   p.flag("pass-hits", "let packets counted in the hardware table go on to the kernel stack (default: drop them: "
                       "a monitoring port)");
-  p.option("hw-capacity", "hardware flow-table entries", "65536");
-  p.option("hw-insert-rate", "hardware rule insertions per second", "77000");
-  p.option("hw-insert-latency-us", "hardware rule insertion latency", "20");
-  p.option("hw-idle-timeout-ms", "hardware entry aging; 0 = never", "1000");
-  p.option("duet-counter-bits", "16 (the default, where TOP <= 16383) or 32");
-  p.option("sample-p", "NitroSketch sampling probability", "0.1");
-  p.option("seed", "hash seed", "1");
+  p.option("hw-capacity", "hardware flow-table entries (the BPF map's size)", "65536");
+  add_shared_options(p);
   p.option("dpu-cpus", "CPUs of the dpu workers and control");
   p.option("hw-cpus", "CPU of the hardware table's service thread");
   p.option("bpf-object", "the compiled XDP program (default: the build's)");
@@ -466,15 +474,7 @@ int cmd_live(int argc, char** argv) {
   c.pass_hits = p.has("pass-hits");
   c.hw_capacity = p.u64("hw-capacity");
   if (c.hw_capacity == 0) p.fail("--hw-capacity must be > 0");
-  c.hw_insert_rate = p.number("hw-insert-rate");
-  c.hw_insert_latency_ns = static_cast<uint64_t>(p.number("hw-insert-latency-us") * 1000);
-  c.hw_idle_timeout_ns = static_cast<uint64_t>(p.number("hw-idle-timeout-ms") * 1e6);
-  c.duet_counter_bits = p.has("duet-counter-bits") ? static_cast<unsigned>(p.u64("duet-counter-bits")) : 0;
-  if (p.has("duet-counter-bits") && c.duet_counter_bits != 16 && c.duet_counter_bits != 32)
-    p.fail("--duet-counter-bits must be 16 or 32");
-  c.sketch.sample_p = p.number("sample-p");
-  if (!(c.sketch.sample_p > 0 && c.sketch.sample_p <= 1)) p.fail("--sample-p must be in (0, 1]");
-  c.sketch.seed = p.u64("seed");
+  read_shared_options(p, c);
   if (p.has("bpf-object")) c.bpf_object = p.str("bpf-object");
   if (p.has("ipfix")) c.ipfix = p.str("ipfix");
   c.export_interval_s = p.number("export-interval");

@@ -176,13 +176,12 @@ class EmulatedFlowTable final : public FlowTable {
 
   // Dense flow ids, for a packet source that numbered its flows ahead of
   // time (an emulated wire): the table then keeps an index from id to entry,
-  // maintained as entries come and go, and match_by_id() is one array read,
+  // maintained as entries come and go, and matching by id is one array read,
   // as a hardware lookup costs the same whatever the table holds. `id_of`
   // gives a key's id (or kNoFlowId), and is asked only when an entry is
   // installed. Call before any request is applied.
   static constexpr uint32_t kNoFlowId = UINT32_MAX;
   void index_flow_ids(size_t ids, std::function<uint32_t(const FlowKey&)> id_of);
-  bool match_by_id(uint32_t id, uint32_t bytes, uint64_t now);
   // A burst at once, as a NIC pipelines its lookups: the index and entry
   // reads of every packet are started before any is used. hit[i] says
   // whether packet i was counted (bytes: one size for all, or per packet).
