@@ -9,7 +9,10 @@
 //                 each input in its own buffer, as mbufs are);
 //   Operator      the lpm operator's own inputs and lib kernel (its random
 //                 table, 100,000 routes), bursts of 32 as the runner gives
-//                 them, without the runner's loop around it.
+//                 them, without the runner's loop around it;
+//   OperatorArray the same kernel with lpm.input=address: the addresses in
+//                 one array, looked up in calls of the second argument's
+//                 count (the runner's calls have 4096).
 // The argument is how many distinct addresses are cycled: 4096 (all in
 // cache, the table's lines too) or 1 Mi (the 64 MiB table read at random, as
 // the test's fresh batches read it).
@@ -125,9 +128,34 @@ void BM_LpmBulk_Operator(benchmark::State& state) {
   count_hits(state, hits, lookups);
 }
 
+void BM_LpmBulk_OperatorArray(benchmark::State& state) {
+  if (!dpdk_env().ok) throw std::runtime_error("DPDK EAL did not start: " + dpdk_env().error);
+  Operator& op = find_operator("lpm");
+  op.reset_params();
+  op.set_param("addresses", "uniform");
+  op.set_param("input", "address");
+  const auto n = static_cast<size_t>(state.range(0));
+  const auto per_call = static_cast<size_t>(state.range(1));
+  Bytes array;
+  for (const Bytes& a : op.make_inputs(64, n, 11)) array.insert(array.end(), a.begin(), a.end());
+  auto kernels = op.make_kernels(Backend::kLib, 64, 1);
+  Bytes out;
+  uint64_t hits = 0;
+  size_t j = 0, lookups = 0;
+  for (auto _ : state) {
+    kernels[0]->process_packed({array.data() + j * 4, per_call * 4}, 4, out);
+    hits += out[0];
+    j = (j + per_call) % n;
+    lookups += per_call;
+  }
+  op.reset_params();
+  count_hits(state, hits, lookups);
+}
+
 BENCHMARK(BM_LpmBulk_AddressArray)->Arg(4096)->Arg(1 << 20);
 BENCHMARK(BM_LpmBulk_Packets)->Arg(4096)->Arg(1 << 20);
 BENCHMARK(BM_LpmBulk_Operator)->Arg(4096)->Arg(1 << 20);
+BENCHMARK(BM_LpmBulk_OperatorArray)->Args({1 << 20, 32})->Args({1 << 20, 512})->Args({1 << 20, kMaxPacked});
 
 }  // namespace
 }  // namespace dpukit::bench

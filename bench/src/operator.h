@@ -29,6 +29,9 @@ struct Unavailable : std::runtime_error {
 // One operator on one backend, owned by one thread.
 // The most units of work one process_burst() call gets.
 constexpr size_t kMaxBurst = 32;
+// The most units one process_packed() call gets: an application's array of
+// work, the size of lpm_perf_autotest's batch of addresses.
+constexpr size_t kMaxPacked = 4096;
 
 class Kernel {
  public:
@@ -44,8 +47,8 @@ class Kernel {
   virtual void process_burst(std::span<const std::span<const uint8_t>> in, std::span<Bytes> out) {
     for (size_t i = 0; i < in.size(); ++i) process(in[i], out[i]);
   }
-  // Packed inputs (Operator::packed_inputs): in.size() / unit units of
-  // `unit` bytes each, end to end; their outputs, end to end, replace the
+  // Packed inputs (Operator::packed_inputs): in.size() / unit (at most
+  // kMaxPacked) units of `unit` bytes each, end to end; their outputs, end to end, replace the
   // contents of `out`. The runner times this form for such operators; a
   // kernel overrides it where the library takes arrays (rte_lpm_lookup_bulk)
   // and must give the same bytes as process() unit by unit.

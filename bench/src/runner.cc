@@ -143,8 +143,9 @@ std::vector<Rep> time_point(std::vector<std::unique_ptr<Kernel>>& kernels, unsig
       size_t j = (t * 7919) % count;  // threads start at different inputs
       for (unsigned p = 0; p < phases; ++p) {
         // The warm-up runs one unit at a time; the repetitions run bursts
-        // sized so that one burst takes about 2 us, which keeps the runner's
-        // own loop (stop flag, virtual call, digest) out of short units.
+        // sized so that one burst takes about 2 us (a packed call has
+        // kMaxPacked units), which keeps the runner's own loop (stop flag,
+        // virtual call, digest) out of short units.
         sync.arrive_and_wait();  // start
         const size_t burst = p == 0 ? 1 : burst_size;
         uint64_t c0 = thread_cpu_ns(), n = 0;
@@ -184,7 +185,14 @@ std::vector<Rep> time_point(std::vector<std::unique_ptr<Kernel>>& kernels, unsig
       uint64_t warm = 0;
       for (unsigned t = 0; t < threads; ++t) warm += ops[t][0];
       const double ns_per_unit = warm ? static_cast<double>(t1 - t0) * threads / static_cast<double>(warm) : 1e9;
-      burst_size = std::clamp<size_t>(static_cast<size_t>(2000.0 / std::max(ns_per_unit, 1.0)), 1, kMaxBurst);
+      // A packed call is an array the kernel loops over itself, in bursts
+      // of its own, as lpm_perf_autotest looks up 4096 addresses at a time.
+      // Each call's end costs the lookups the CPU had in flight, which
+      // calls of 32 pay 128 times as often (bench_bench OperatorArray,
+      // docs/bench.md).
+      burst_size = inputs.packed
+                       ? kMaxPacked
+                       : std::clamp<size_t>(static_cast<size_t>(2000.0 / std::max(ns_per_unit, 1.0)), 1, kMaxBurst);
       continue;
     }
     Rep r;
@@ -233,8 +241,10 @@ size_t check_against_ref(const Operator& op, Backend backend, size_t size, const
   const size_t b = std::min({n, kMaxBurst, inputs.size()});
   if (b == 0) return n;
   if (op.packed_inputs()) {
+    // Full bursts and a part of one, as the kernel may split the array.
+    const size_t units = std::min({n, 2 * kMaxBurst + 3, inputs.size()});
     Bytes packed, want_all, got_all;
-    for (size_t i = 0; i < b; ++i) {
+    for (size_t i = 0; i < units; ++i) {
       packed.insert(packed.end(), inputs[i].begin(), inputs[i].end());
       ref[0]->process(inputs[i], want);
       want_all.insert(want_all.end(), want.begin(), want.end());
@@ -242,7 +252,7 @@ size_t check_against_ref(const Operator& op, Backend backend, size_t size, const
     kernels[0]->process_packed(packed, inputs[0].size(), got_all);
     if (got_all != want_all)
       throw CheckFailed(op.info().name + " " + backend_name(backend) + " differs from ref at size " +
-                        std::to_string(size) + " in a packed burst of " + std::to_string(b) + ": " +
+                        std::to_string(size) + " in a packed call of " + std::to_string(units) + ": " +
                         describe_difference(want_all, got_all));
   }
   std::vector<std::span<const uint8_t>> views(inputs.begin(), inputs.begin() + static_cast<ptrdiff_t>(b));

@@ -3,7 +3,8 @@
 // inputs are Ethernet/IPv4/TCP packets from make_ipv4_packet.
 //
 // lpm       one packet: its IPv4 destination is looked up (longest prefix
-//           match) in a route table; out = the next hop, 4 bytes big-endian,
+//           match) in a route table; out = the next hop, 4 bytes big-endian
+//           (host order with lpm.input=address),
 //           kLpmMiss (ff ff ff ff) when no route covers the address (next
 //           hops are 24-bit, as rte_lpm stores them, so the miss value cannot
 //           be a next hop). ref: a path-compressed binary trie written here;
@@ -453,79 +454,113 @@ class DpdkLpm {
   throw std::invalid_argument("lpm: a " + std::to_string(size) + "-byte input holds no IPv4 destination");
 }
 
-// Where an input holds the address to look up: a packet's IPv4 destination,
-// or (input=address) the input is the address itself.
-inline uint32_t destination_of(std::span<const uint8_t> in, size_t offset) {
-  if (in.size() < offset + 4) [[unlikely]]
-    throw_too_short(in.size());
-  return load_be32(&in[offset]);
-}
+// Where an input holds the address to look up, and how the answer is
+// written:
+// - a packet (input=packet): the IPv4 destination, network byte order, at
+//   the header's offset; the next hop out big-endian;
+// - an address (input=address): the input is the address alone, host byte
+//   order, as an application's array of addresses holds it (and
+//   rte_lpm_lookup_bulk and lpm_perf_autotest take it); the next hop out in
+//   host byte order, so that rte_lpm writes it where it belongs.
+struct LpmInput {
+  bool address = false;
+  size_t offset() const { return address ? 0 : kDstOffset; }
+  uint32_t destination(std::span<const uint8_t> in) const {
+    if (in.size() < offset() + 4) [[unlikely]]
+      throw_too_short(in.size());
+    if (!address) return load_be32(&in[offset()]);
+    uint32_t a;
+    std::memcpy(&a, in.data(), 4);
+    return a;
+  }
+  void put_hop(Bytes& out, uint32_t hop) const {
+    out.resize(4);
+    if (!address) return store_be32(out.data(), hop);
+    std::memcpy(out.data(), &hop, 4);
+  }
+};
 
 class RefLpmKernel final : public Kernel {
  public:
-  RefLpmKernel(std::shared_ptr<const PrefixTrie> trie, size_t offset) : trie_(std::move(trie)), offset_(offset) {}
+  RefLpmKernel(std::shared_ptr<const PrefixTrie> trie, LpmInput input) : trie_(std::move(trie)), input_(input) {}
   void process(std::span<const uint8_t> in, Bytes& out) override {
-    const uint32_t hop = trie_->lookup(destination_of(in, offset_));
-    out.resize(4);
-    store_be32(out.data(), hop);
+    input_.put_hop(out, trie_->lookup(input_.destination(in)));
   }
 
  private:
   std::shared_ptr<const PrefixTrie> trie_;
-  size_t offset_;
+  LpmInput input_;
 };
+
+// What rte_lpm_lookup_bulk answered, as the operator's next hop: the hop on
+// a hit, `miss` otherwise; without a branch, which would mispredict on
+// random misses.
+inline uint32_t bulk_next_hop(uint32_t result, uint32_t miss) {
+  static_assert(RTE_LPM_LOOKUP_SUCCESS == 0x01000000);
+  const uint32_t hit = 0u - ((result >> 24) & 1u);  // all ones on a hit
+  return (result & 0x00FFFFFF & hit) | (miss & ~hit);
+}
+
+// rte_lpm_lookup_bulk from ips into hops, each result then made the next hop
+// in place. A lookup of a random address misses every cache, and the CPU
+// overlaps only the lookups its instruction window holds, so every
+// instruction around them costs throughput. Hence the test's loop and no
+// more: the addresses read where they lie, the hops written where they go,
+// and a full burst inlined with its constant count, as lpm_perf_autotest and
+// l3fwd call it (the inline function's loops then have fixed bounds).
+[[gnu::always_inline]] inline void lpm_bulk_n(const rte_lpm* table, uint32_t miss, const uint32_t* ips, uint32_t* hops,
+                                              size_t n) {
+  rte_lpm_lookup_bulk(table, ips, hops, static_cast<unsigned>(n));
+  for (size_t i = 0; i < n; ++i) hops[i] = bulk_next_hop(hops[i], miss);
+}
+inline void lpm_bulk(const rte_lpm* table, uint32_t miss, const uint32_t* ips, uint32_t* hops, size_t n) {
+  if (n == kMaxBurst)
+    lpm_bulk_n(table, miss, ips, hops, kMaxBurst);
+  else
+    lpm_bulk_n(table, miss, ips, hops, n);
+}
 
 class LibLpmKernel final : public Kernel {
  public:
-  LibLpmKernel(std::shared_ptr<const DpdkLpm> lpm, size_t offset)
-      : lpm_(std::move(lpm)), table_(lpm_->table()), default_hop_(lpm_->default_hop()), offset_(offset) {}
+  LibLpmKernel(std::shared_ptr<const DpdkLpm> lpm, LpmInput input)
+      : lpm_(std::move(lpm)), table_(lpm_->table()), default_hop_(lpm_->default_hop()), input_(input) {}
   void process(std::span<const uint8_t> in, Bytes& out) override {
     const uint32_t fallback = default_hop_;
     uint32_t hop = 0;
-    const int rc = rte_lpm_lookup(table_, destination_of(in, offset_), &hop);
+    const int rc = rte_lpm_lookup(table_, input_.destination(in), &hop);
     // Hit or miss is known only when the (likely cache-missing) table read
     // returns: a branch on it that mispredicts flushes every lookup the CPU
     // has started behind this one, so both values are at hand for a select.
     hop = rc == 0 ? hop : fallback;
-    out.resize(4);
-    store_be32(out.data(), hop);
+    input_.put_hop(out, hop);
   }
   // A burst as DPDK applications look routes up (l3fwd): the addresses
   // gathered, then rte_lpm_lookup_bulk, whose lookups overlap in memory.
   void process_burst(std::span<const std::span<const uint8_t>> in, std::span<Bytes> out) override {
     uint32_t ips[kMaxBurst], hops[kMaxBurst];
     const size_t n = in.size();
-    for (size_t i = 0; i < n; ++i) ips[i] = destination_of(in[i], offset_);
-    rte_lpm_lookup_bulk(table_, ips, hops, static_cast<unsigned>(n));
-    for (size_t i = 0; i < n; ++i) {
-      out[i].resize(4);
-      store_be32(out[i].data(), next_hop(hops[i]));
-    }
+    for (size_t i = 0; i < n; ++i) ips[i] = input_.destination(in[i]);
+    lpm_bulk(table_, default_hop_, ips, hops, n);
+    for (size_t i = 0; i < n; ++i) input_.put_hop(out[i], hops[i]);
   }
-  // An array of addresses (input=address), as lpm_perf_autotest looks up:
-  // rte_lpm_lookup_bulk from the array (in network order, so swapped first,
-  // as an application does), hops into one array.
+  // An array of addresses (input=address), as lpm_perf_autotest looks them
+  // up: rte_lpm_lookup_bulk straight from the array into the output.
   void process_packed(std::span<const uint8_t> in, size_t unit, Bytes& out) override {
-    if (unit != 4) return Kernel::process_packed(in, unit, out);
+    if (unit != 4 || !input_.address) return Kernel::process_packed(in, unit, out);
     const size_t n = in.size() / 4;
     out.resize(n * 4);
-    uint32_t ips[kMaxBurst], hops[kMaxBurst];
-    for (size_t at = 0; at < n; at += kMaxBurst) {
-      const size_t m = std::min(kMaxBurst, n - at);
-      for (size_t i = 0; i < m; ++i) ips[i] = load_be32(&in[(at + i) * 4]);
-      rte_lpm_lookup_bulk(table_, ips, hops, static_cast<unsigned>(m));
-      for (size_t i = 0; i < m; ++i) store_be32(&out[(at + i) * 4], next_hop(hops[i]));
-    }
+    // Both are byte vectors from the allocator, so aligned for uint32_t; the
+    // bytes are addresses and next hops in host order (LpmInput).
+    const auto* ips = reinterpret_cast<const uint32_t*>(in.data());
+    auto* hops = reinterpret_cast<uint32_t*>(out.data());
+    for (size_t at = 0; at < n; at += kMaxBurst) lpm_bulk(table_, default_hop_, ips + at, hops + at, std::min(kMaxBurst, n - at));
   }
 
  private:
-  uint32_t next_hop(uint32_t bulk_result) const {
-    return (bulk_result & RTE_LPM_LOOKUP_SUCCESS) ? (bulk_result & 0x00FFFFFF) : default_hop_;
-  }
   std::shared_ptr<const DpdkLpm> lpm_;  // keeps the table alive
   const rte_lpm* table_;
   uint32_t default_hop_;
-  size_t offset_;
+  LpmInput input_;
 };
 
 // Parameters:
@@ -549,10 +584,11 @@ class LibLpmKernel final : public Kernel {
 //              addresses, so that the table is not all in cache).
 //   input      packet (default): the operator's work per packet, the
 //                destination read from the frame;
-//              address: each input is the 4-byte destination alone, the
-//                inputs packed in one array (what lpm_perf_autotest looks
-//                up, from its compact array); Gbps then counts 4 bytes a
-//                lookup.
+//              address: each input is the 4-byte destination alone, in
+//                host byte order, the inputs packed in one array (what
+//                lpm_perf_autotest looks up, from its compact array), the
+//                next hops out in host order too; Gbps then counts 4 bytes
+//                a lookup.
 //
 // Beside DPDK's own figure (`./dpukit eval --only bench.lpm`): the test's
 // table (lpm.table=dpdk-perf), uniformly random addresses
@@ -564,7 +600,7 @@ class Lpm final : public Operator {
   const OperatorInfo& info() const override {
     static const OperatorInfo i{"lpm", "network",
                                 "look up a packet's IPv4 destination in the route table (longest prefix match); "
-                                "out: next hop, 4 bytes big-endian, ffffffff = no route",
+                                "out: next hop, 4 bytes big-endian (host order with input=address), ffffffff = no route",
                                 1,
                                 {Backend::kRef, Backend::kLib}};
     return i;
@@ -594,7 +630,7 @@ class Lpm final : public Operator {
       for (Bytes& p : v) {
         const uint32_t a = uniform ? rng.u32() : load_be32(&p[kDstOffset]);
         p.assign(4, 0);
-        store_be32(p.data(), a);
+        std::memcpy(p.data(), &a, 4);  // host order (LpmInput)
       }
       return v;
     }
@@ -613,8 +649,8 @@ class Lpm final : public Operator {
 
   std::vector<std::unique_ptr<Kernel>> make_kernels(Backend b, size_t, unsigned threads) const override {
     switch (b) {
-      case Backend::kRef: return kernels_of<RefLpmKernel>(threads, tables().trie(), address_offset());
-      case Backend::kLib: return kernels_of<LibLpmKernel>(threads, tables().dpdk(), address_offset());
+      case Backend::kRef: return kernels_of<RefLpmKernel>(threads, tables().trie(), LpmInput{address_input()});
+      case Backend::kLib: return kernels_of<LibLpmKernel>(threads, tables().dpdk(), LpmInput{address_input()});
       case Backend::kDev: break;
     }
     throw Unavailable("no DPDK device class for LPM; on a DPU the eSwitch does route lookup through rte_flow");
@@ -627,7 +663,6 @@ class Lpm final : public Operator {
       throw std::invalid_argument("lpm.input: '" + v + "' is neither packet nor address");
     return v == "address";
   }
-  size_t address_offset() const { return address_input() ? 0 : kDstOffset; }
 
   // The last table built, with its trie and rte_lpm made on first use, so a
   // sweep over sizes and backends builds each once.
