@@ -1,8 +1,8 @@
 #include "stats.h"
 
-#include <functional>
-#include <set>
-#include <sstream>
+#include <utility>
+
+#include "dpukit/core/prometheus.h"
 
 namespace dpukit::mesh {
 
@@ -41,71 +41,71 @@ std::pair<uint64_t, uint64_t> StatsStore::module_total(Module m) const {
 
 namespace {
 
-// Writes one metric family: "# TYPE name kind" once, then a sample per labelled series.
-class Exposition {
+// One kind of statistics block (a cluster's, a connection manager's, a TCP
+// proxy's), summed over the workers' blocks, as Envoy names it: metric
+// <prefix><stat>, help "Envoy <help prefix><stat>".
+template <typename T>
+class Summed {
  public:
-  void sample(const std::string& name, const char* kind, const std::string& labels, double value) {
-    if (typed_.insert(name).second) families_[name] = std::string("# TYPE ") + name + " " + kind + "\n";
-    std::ostringstream line;
-    line << name;
-    if (!labels.empty()) line << "{" << labels << "}";
-    line << " " << static_cast<uint64_t>(value) << "\n";
-    families_[name] += line.str();
+  Summed(MetricsWriter& out, const std::deque<T>& blocks, std::string prefix, std::string help, MetricLabels labels)
+      : out_(out), blocks_(blocks), prefix_(std::move(prefix)), help_(std::move(help)), labels_(std::move(labels)) {}
+
+  void counter(const char* stat, Counter T::*member) const {
+    uint64_t total = 0;
+    for (const T& b : blocks_) total += (b.*member).get();
+    out_.counter(prefix_ + stat, "Envoy " + help_ + stat, total, labels_);
   }
-  std::string text() const {
-    std::string out;
-    for (const auto& [name, body] : families_) out += body;
-    return out;
+  void gauge(const char* stat, Gauge T::*member) const {
+    int64_t total = 0;
+    for (const T& b : blocks_) total += (b.*member).get();
+    out_.gauge(prefix_ + stat, "Envoy " + help_ + stat, total, labels_);
+  }
+  // <stat>_xx{envoy_response_code_class="1".."5"}, Envoy's <stat>_1xx..5xx.
+  void code_classes(const char* stat, std::array<Counter, 5> T::*member) const {
+    static const char* const kClass[] = {"1", "2", "3", "4", "5"};
+    for (size_t k = 0; k < 5; ++k) {
+      uint64_t total = 0;
+      for (const T& b : blocks_) total += (b.*member)[k].get();
+      MetricLabels labels = {{"envoy_response_code_class", kClass[k]}};
+      labels.insert(labels.end(), labels_.begin(), labels_.end());
+      out_.counter(prefix_ + stat + "_xx", "Envoy " + help_ + stat + "_<code class>xx", total, labels);
+    }
   }
 
  private:
-  std::set<std::string> typed_;
-  std::map<std::string, std::string> families_;
+  MetricsWriter& out_;
+  const std::deque<T>& blocks_;
+  std::string prefix_, help_;
+  MetricLabels labels_;
 };
-
-std::string label(const char* key, const std::string& value) { return std::string(key) + "=\"" + value + "\""; }
-
-template <typename T>
-uint64_t sum(const std::deque<T>& d, const std::function<uint64_t(const T&)>& f) {
-  uint64_t s = 0;
-  for (const auto& b : d) s += f(b);
-  return s;
-}
 
 }  // namespace
 
 std::string StatsStore::prometheus(const std::vector<HostStatsView>& hosts) const {
   std::lock_guard lock(mu_);
-  Exposition e;
+  // Envoy's names (its /stats/prometheus), so that dashboards made for Envoy
+  // read ours.
+  MetricsWriter e;
   using C = ClusterStats;
   for (const auto& [name, d] : clusters_) {
-    std::string l = label("envoy_cluster_name", name);
-    auto counter = [&](const char* stat, Counter C::*member) {
-      e.sample(std::string("envoy_cluster_") + stat, "counter", l,
-               static_cast<double>(sum<C>(d, [&](const C& b) { return (b.*member).get(); })));
-    };
-    counter("upstream_rq_total", &C::upstream_rq_total);
-    counter("upstream_rq_completed", &C::upstream_rq_completed);
-    counter("upstream_cx_total", &C::upstream_cx_total);
-    counter("upstream_cx_connect_fail", &C::upstream_cx_connect_fail);
-    counter("upstream_cx_connect_timeout", &C::upstream_cx_connect_timeout);
-    counter("upstream_cx_destroy", &C::upstream_cx_destroy);
-    counter("upstream_cx_overflow", &C::upstream_cx_overflow);
-    counter("upstream_cx_protocol_error", &C::upstream_cx_protocol_error);
-    counter("upstream_rq_retry", &C::upstream_rq_retry);
-    counter("upstream_rq_retry_overflow", &C::upstream_rq_retry_overflow);
-    counter("upstream_rq_timeout", &C::upstream_rq_timeout);
-    counter("upstream_rq_per_try_timeout", &C::upstream_rq_per_try_timeout);
-    counter("upstream_rq_pending_overflow", &C::upstream_rq_pending_overflow);
-    counter("upstream_rq_rx_reset", &C::upstream_rq_rx_reset);
-    for (int k = 0; k < 5; ++k)
-      e.sample("envoy_cluster_upstream_rq_xx", "counter",
-               label("envoy_response_code_class", std::to_string(k + 1)) + "," + l,
-               static_cast<double>(sum<C>(d, [&](const C& b) { return b.upstream_rq_xx[k].get(); })));
-    e.sample("envoy_cluster_upstream_cx_active", "gauge", l,
-             static_cast<double>(sum<C>(d, [](const C& b) { return static_cast<uint64_t>(b.upstream_cx_active.get()); })));
-    e.sample("envoy_cluster_upstream_rq_active", "gauge", l,
-             static_cast<double>(sum<C>(d, [](const C& b) { return static_cast<uint64_t>(b.upstream_rq_active.get()); })));
+    const Summed<C> c(e, d, "envoy_cluster_", "cluster.<name>.", {{"envoy_cluster_name", name}});
+    c.counter("upstream_rq_total", &C::upstream_rq_total);
+    c.counter("upstream_rq_completed", &C::upstream_rq_completed);
+    c.counter("upstream_cx_total", &C::upstream_cx_total);
+    c.counter("upstream_cx_connect_fail", &C::upstream_cx_connect_fail);
+    c.counter("upstream_cx_connect_timeout", &C::upstream_cx_connect_timeout);
+    c.counter("upstream_cx_destroy", &C::upstream_cx_destroy);
+    c.counter("upstream_cx_overflow", &C::upstream_cx_overflow);
+    c.counter("upstream_cx_protocol_error", &C::upstream_cx_protocol_error);
+    c.counter("upstream_rq_retry", &C::upstream_rq_retry);
+    c.counter("upstream_rq_retry_overflow", &C::upstream_rq_retry_overflow);
+    c.counter("upstream_rq_timeout", &C::upstream_rq_timeout);
+    c.counter("upstream_rq_per_try_timeout", &C::upstream_rq_per_try_timeout);
+    c.counter("upstream_rq_pending_overflow", &C::upstream_rq_pending_overflow);
+    c.counter("upstream_rq_rx_reset", &C::upstream_rq_rx_reset);
+    c.code_classes("upstream_rq", &C::upstream_rq_xx);
+    c.gauge("upstream_cx_active", &C::upstream_cx_active);
+    c.gauge("upstream_rq_active", &C::upstream_rq_active);
   }
   std::map<std::string, std::pair<uint64_t, uint64_t>> membership;  // cluster -> {healthy, total}
   std::map<std::string, uint64_t> ejections;
@@ -116,72 +116,51 @@ std::string StatsStore::prometheus(const std::vector<HostStatsView>& hosts) cons
     ejections[h.cluster] += h.ejections;
   }
   for (const auto& [name, m] : membership) {
-    std::string l = label("envoy_cluster_name", name);
-    e.sample("envoy_cluster_membership_healthy", "gauge", l, static_cast<double>(m.first));
-    e.sample("envoy_cluster_membership_total", "gauge", l, static_cast<double>(m.second));
-    e.sample("envoy_cluster_outlier_detection_ejections_enforced_total", "counter", l,
-             static_cast<double>(ejections[name]));
+    const MetricLabels l = {{"envoy_cluster_name", name}};
+    e.gauge("envoy_cluster_membership_healthy", "Envoy cluster.<name>.membership_healthy", m.first, l);
+    e.gauge("envoy_cluster_membership_total", "Envoy cluster.<name>.membership_total", m.second, l);
+    e.counter("envoy_cluster_outlier_detection_ejections_enforced_total",
+              "Envoy cluster.<name>.outlier_detection.ejections_enforced_total", ejections[name], l);
   }
   using H = HttpStats;
   for (const auto& [prefix, d] : http_) {
-    std::string l = label("envoy_http_conn_manager_prefix", prefix);
-    auto counter = [&](const char* stat, Counter H::*member) {
-      e.sample(std::string("envoy_http_") + stat, "counter", l,
-               static_cast<double>(sum<H>(d, [&](const H& b) { return (b.*member).get(); })));
-    };
-    counter("downstream_cx_total", &H::downstream_cx_total);
-    counter("downstream_rq_total", &H::downstream_rq_total);
-    counter("downstream_cx_protocol_error", &H::downstream_cx_protocol_error);
-    counter("downstream_rq_rx_reset", &H::downstream_rq_rx_reset);
-    counter("downstream_rq_timeout", &H::downstream_rq_timeout);
-    counter("downstream_cx_idle_timeout", &H::downstream_cx_idle_timeout);
-    counter("downstream_cx_destroy_remote_active_rq", &H::downstream_cx_destroy_remote_active_rq);
-    counter("rq_direct_response", &H::rq_direct_response);
-    counter("no_route", &H::no_route);
-    counter("no_cluster", &H::no_cluster);
-    for (int k = 0; k < 5; ++k)
-      e.sample("envoy_http_downstream_rq_xx", "counter",
-               label("envoy_response_code_class", std::to_string(k + 1)) + "," + l,
-               static_cast<double>(sum<H>(d, [&](const H& b) { return b.downstream_rq_xx[k].get(); })));
-    e.sample("envoy_http_downstream_cx_active", "gauge", l,
-             static_cast<double>(sum<H>(d, [](const H& b) { return static_cast<uint64_t>(b.downstream_cx_active.get()); })));
-    e.sample("envoy_http_downstream_rq_active", "gauge", l,
-             static_cast<double>(sum<H>(d, [](const H& b) { return static_cast<uint64_t>(b.downstream_rq_active.get()); })));
+    const Summed<H> h(e, d, "envoy_http_", "http.<stat_prefix>.", {{"envoy_http_conn_manager_prefix", prefix}});
+    h.counter("downstream_cx_total", &H::downstream_cx_total);
+    h.counter("downstream_rq_total", &H::downstream_rq_total);
+    h.counter("downstream_cx_protocol_error", &H::downstream_cx_protocol_error);
+    h.counter("downstream_rq_rx_reset", &H::downstream_rq_rx_reset);
+    h.counter("downstream_rq_timeout", &H::downstream_rq_timeout);
+    h.counter("downstream_cx_idle_timeout", &H::downstream_cx_idle_timeout);
+    h.counter("downstream_cx_destroy_remote_active_rq", &H::downstream_cx_destroy_remote_active_rq);
+    h.counter("rq_direct_response", &H::rq_direct_response);
+    h.counter("no_route", &H::no_route);
+    h.counter("no_cluster", &H::no_cluster);
+    h.code_classes("downstream_rq", &H::downstream_rq_xx);
+    h.gauge("downstream_cx_active", &H::downstream_cx_active);
+    h.gauge("downstream_rq_active", &H::downstream_rq_active);
     // Envoy names these <stat_prefix>.http_local_rate_limit.*; the connection manager's prefix stands in.
-    std::string rl = label("envoy_local_http_ratelimit_prefix", prefix);
-    e.sample("envoy_http_local_rate_limit_enabled", "counter", rl,
-             static_cast<double>(sum<H>(d, [](const H& b) { return b.rl_enabled.get(); })));
-    e.sample("envoy_http_local_rate_limit_enforced", "counter", rl,
-             static_cast<double>(sum<H>(d, [](const H& b) { return b.rl_enforced.get(); })));
-    e.sample("envoy_http_local_rate_limit_rate_limited", "counter", rl,
-             static_cast<double>(sum<H>(d, [](const H& b) { return b.rl_rate_limited.get(); })));
-    e.sample("envoy_http_local_rate_limit_ok", "counter", rl,
-             static_cast<double>(sum<H>(d, [](const H& b) { return b.rl_ok.get(); })));
+    const Summed<H> rl(e, d, "envoy_http_local_rate_limit_", "<stat_prefix>.http_local_rate_limit.",
+                       {{"envoy_local_http_ratelimit_prefix", prefix}});
+    rl.counter("enabled", &H::rl_enabled);
+    rl.counter("enforced", &H::rl_enforced);
+    rl.counter("rate_limited", &H::rl_rate_limited);
+    rl.counter("ok", &H::rl_ok);
   }
   using T = TcpStats;
   for (const auto& [prefix, d] : tcp_) {
-    std::string l = label("envoy_tcp_prefix", prefix);
-    auto counter = [&](const char* stat, Counter T::*member) {
-      e.sample(std::string("envoy_tcp_") + stat, "counter", l,
-               static_cast<double>(sum<T>(d, [&](const T& b) { return (b.*member).get(); })));
-    };
-    counter("downstream_cx_total", &T::downstream_cx_total);
-    counter("downstream_cx_rx_bytes_total", &T::downstream_cx_rx_bytes_total);
-    counter("downstream_cx_tx_bytes_total", &T::downstream_cx_tx_bytes_total);
-    counter("downstream_cx_no_route", &T::downstream_cx_no_route);
-    counter("idle_timeout", &T::idle_timeout);
-    e.sample("envoy_tcp_downstream_cx_active", "gauge", l,
-             static_cast<double>(sum<T>(d, [](const T& b) { return static_cast<uint64_t>(b.downstream_cx_active.get()); })));
+    const Summed<T> t(e, d, "envoy_tcp_", "tcp.<stat_prefix>.", {{"envoy_tcp_prefix", prefix}});
+    t.counter("downstream_cx_total", &T::downstream_cx_total);
+    t.counter("downstream_cx_rx_bytes_total", &T::downstream_cx_rx_bytes_total);
+    t.counter("downstream_cx_tx_bytes_total", &T::downstream_cx_tx_bytes_total);
+    t.counter("downstream_cx_no_route", &T::downstream_cx_no_route);
+    t.counter("idle_timeout", &T::idle_timeout);
+    t.gauge("downstream_cx_active", &T::downstream_cx_active);
   }
   for (int m = 0; m < static_cast<int>(Module::kCount); ++m) {
-    std::string l = label("module", module_name(static_cast<Module>(m)));
-    uint64_t ns = 0, calls = 0;
-    for (const auto& w : modules_) {
-      ns += w.ns[m].get();
-      calls += w.calls[m].get();
-    }
-    e.sample("dpukit_mesh_module_ns_total", "counter", l, static_cast<double>(ns));
-    e.sample("dpukit_mesh_module_calls_total", "counter", l, static_cast<double>(calls));
+    const MetricLabels l = {{"module", module_name(static_cast<Module>(m))}};
+    const auto [ns, calls] = module_total(static_cast<Module>(m));
+    e.counter("dpukit_mesh_module_ns_total", "Time in each processing module, ns", ns, l);
+    e.counter("dpukit_mesh_module_calls_total", "Calls of each processing module", calls, l);
   }
   return e.text();
 }

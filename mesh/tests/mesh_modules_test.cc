@@ -935,3 +935,43 @@ TEST(LocalRateLimit, EnabledAndEnforcedFractions) {
 
 }  // namespace
 }  // namespace dpukit::mesh
+
+namespace dpukit::mesh {
+namespace {
+
+// The exposition sums the workers' blocks under Envoy's names, each family
+// typed and described once, the code classes as a label, and a gauge that
+// went below zero on one worker summed as a signed value.
+TEST(StatsExposition, SumsWorkersUnderEnvoyNames) {
+  StatsStore store(2);
+  auto c = store.cluster("backend");
+  c[0]->upstream_rq_total.inc(3);
+  c[1]->upstream_rq_total.inc(4);
+  c[1]->upstream_rq_xx[1].inc(5);  // 2xx
+  c[0]->upstream_cx_active.add(2);
+  c[1]->upstream_cx_active.add(-1);
+  auto h = store.http("ingress");
+  h[1]->rl_rate_limited.inc(7);
+  store.modules(0).add(Module::kRouter, 100);
+  store.modules(1).add(Module::kRouter, 50);
+  const std::string text = store.prometheus({{"backend", "10.0.0.1:80", true, false, 0},
+                                             {"backend", "10.0.0.2:80", false, false, 2}});
+  auto has = [&](const std::string& line) { return text.find("\n" + line + "\n") != std::string::npos; };
+  EXPECT_TRUE(has("envoy_cluster_upstream_rq_total{envoy_cluster_name=\"backend\"} 7")) << text;
+  EXPECT_TRUE(has("envoy_cluster_upstream_rq_xx{envoy_response_code_class=\"2\",envoy_cluster_name=\"backend\"} 5"));
+  EXPECT_TRUE(has("envoy_cluster_upstream_rq_xx{envoy_response_code_class=\"5\",envoy_cluster_name=\"backend\"} 0"));
+  EXPECT_TRUE(has("envoy_cluster_upstream_cx_active{envoy_cluster_name=\"backend\"} 1"));
+  EXPECT_TRUE(has("envoy_cluster_membership_healthy{envoy_cluster_name=\"backend\"} 1"));
+  EXPECT_TRUE(has("envoy_cluster_membership_total{envoy_cluster_name=\"backend\"} 2"));
+  EXPECT_TRUE(has("envoy_cluster_outlier_detection_ejections_enforced_total{envoy_cluster_name=\"backend\"} 2"));
+  EXPECT_TRUE(has("envoy_http_local_rate_limit_rate_limited{envoy_local_http_ratelimit_prefix=\"ingress\"} 7"));
+  EXPECT_TRUE(has("dpukit_mesh_module_ns_total{module=\"router\"} 150"));
+  EXPECT_TRUE(has("dpukit_mesh_module_calls_total{module=\"router\"} 2"));
+  EXPECT_TRUE(has("# TYPE envoy_cluster_upstream_cx_active gauge"));
+  size_t types = 0;
+  for (size_t at = 0; (at = text.find("# TYPE envoy_cluster_upstream_rq_xx ", at)) != std::string::npos; ++at) ++types;
+  EXPECT_EQ(types, 1u);
+}
+
+}  // namespace
+}  // namespace dpukit::mesh
