@@ -37,7 +37,9 @@ static_assert(sizeof(std::atomic<uint64_t>) * 4 == Duet::kRecordBytes);
 Duet::Duet(const DuetConfig& config, FlowTable& hw) : config_(config), hw_(hw) {
   if (config.top < 2) throw std::invalid_argument("duet: TOP must be at least 2 packets");
   if (config.records == 0) throw std::invalid_argument("duet: at least one promoted-flow record");
-  size_t record_bytes = config.records * kRecordBytes;
+  if (config.records > UINT32_MAX / 2) throw std::invalid_argument("duet: too many records");
+  record_slots_ = record_slots(config.records);
+  size_t record_bytes = records_bytes(config.records);
   if (record_bytes >= config.memory_bytes)
     throw std::invalid_argument("duet: " + std::to_string(config.memory_bytes) + " bytes cannot hold " +
                                 std::to_string(config.records) + " promoted-flow records");
@@ -56,12 +58,12 @@ Duet::Duet(const DuetConfig& config, FlowTable& hw) : config_(config), hw_(hw) {
     counters16_ = std::make_unique<std::atomic<uint16_t>[]>(kRows * width_);
   else
     counters32_ = std::make_unique<std::atomic<uint32_t>[]>(kRows * width_);
-  records_ = std::make_unique<Record[]>(config.records);
+  records_ = std::make_unique<Record[]>(record_slots_);
 }
 
 Duet::~Duet() = default;
 
-size_t Duet::memory_bytes() const { return kRows * width_ * counter_bytes() + config_.records * kRecordBytes; }
+size_t Duet::memory_bytes() const { return kRows * width_ * counter_bytes() + record_slots_ * kRecordBytes; }
 
 template <>
 std::atomic<uint32_t>* Duet::counters<uint32_t>() const {
@@ -83,7 +85,7 @@ Duet::Hashes Duet::hashes(const FlowKey& key) const {
     out.idx[r] = sketches::bucket_of(h, static_cast<uint32_t>(width_));
     if (r == 0) h0 = h;
   }
-  out.rec = fastrange(static_cast<uint32_t>(h0), config_.records);  // low bits: bucket_of used the high ones
+  out.rec = fastrange(static_cast<uint32_t>(h0), record_slots_);  // low bits: bucket_of used the high ones
   return out;
 }
 
@@ -93,8 +95,8 @@ Duet::Record* Duet::find_record(const FlowKey& key, uint32_t start) const {
   // Records are never freed, so a key stays where it was claimed: no further
   // from its start than the longest probe any claim made. Bounded by that,
   // a miss costs a few probes even once every record is taken.
-  const size_t probes = std::min(longest_probe_.load(std::memory_order_relaxed) + 1, config_.records);
-  for (size_t n = 0, i = start; n < probes; ++n, i = (i + 1 == config_.records ? 0 : i + 1)) {
+  const size_t probes = std::min(longest_probe_.load(std::memory_order_relaxed) + 1, record_slots_);
+  for (size_t n = 0, i = start; n < probes; ++n, i = (i + 1 == record_slots_ ? 0 : i + 1)) {
     Record& r = records_[i];
     uint64_t k1 = r.k1.load(std::memory_order_acquire);
     if (k1 == 0) return nullptr;  // a free slot ends the probe too
@@ -106,7 +108,7 @@ Duet::Record* Duet::find_record(const FlowKey& key, uint32_t start) const {
 Duet::Record* Duet::claim_record(const FlowKey& key, uint32_t start) {
   uint64_t a, b;
   pack(key, a, b);
-  for (size_t n = 0, i = start; n < config_.records; ++n, i = (i + 1 == config_.records ? 0 : i + 1)) {
+  for (size_t n = 0, i = start; n < record_slots_; ++n, i = (i + 1 == record_slots_ ? 0 : i + 1)) {
     Record& r = records_[i];
     uint64_t expected = 0;
     if (r.k1.load(std::memory_order_relaxed) == 0 &&

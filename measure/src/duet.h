@@ -33,7 +33,7 @@ namespace dpukit::measure {
 struct DuetConfig {
   size_t memory_bytes = 500 * 1024;  // the dpu side's budget: Count-Min counters + promoted-flow records
   uint64_t top = 1000;               // TOP, in packets
-  size_t records = 1024;             // promoted-flow records (32 bytes each, inside the budget)
+  size_t records = 1024;             // promoted-flow records (records_bytes() of the budget)
   // 16 by default, or 32 as in the paper: a flow leaves the sketch at TOP, so its
   // counters only ever hold light flows, and half-width counters give twice
   // as many per row in the same bytes (Elastic's light part does the same
@@ -49,6 +49,16 @@ class Duet {
  public:
   static constexpr int kRows = 3;  // "3 arrays, 3 hash functions, 32-bit counters"
   static constexpr size_t kRecordBytes = 32;
+  // The records are an open-addressed table with 3 slots for every 2
+  // records: at most two-thirds full, a lookup of a flow without a record
+  // ends within a few slots. With a slot per record it probed the whole
+  // table once the records ran out, on every packet of every flow that
+  // reached TOP after that (a 30-pass run: 4.8 M such packets, 12.7 Mpps).
+  static constexpr size_t record_slots(size_t records) { return records + records / 2; }
+  // What `records` promoted-flow records take of the budget.
+  static constexpr size_t records_bytes(size_t records) { return record_slots(records) * kRecordBytes; }
+  // The most records `bytes` hold.
+  static constexpr size_t records_in(size_t bytes) { return bytes / kRecordBytes * 2 / 3; }
   // With 16-bit counters: a quarter of their range, the rest for the light
   // flows that share a counter with a flow on its way to TOP.
   static constexpr uint64_t kMaxTop16 = 16383;
@@ -106,6 +116,7 @@ class Duet {
   // kRows x width_, one of the two by config_.counter_bits
   std::unique_ptr<std::atomic<uint32_t>[]> counters32_;
   std::unique_ptr<std::atomic<uint16_t>[]> counters16_;
+  size_t record_slots_;  // record_slots(config_.records)
   std::unique_ptr<Record[]> records_;
   std::atomic<uint64_t> promotions_{0}, installed_{0}, refused_{0}, aged_{0}, moved_{0}, records_full_{0};
   std::atomic<size_t> records_used_{0};

@@ -68,7 +68,7 @@ class DuetAlgorithm : public ::testing::TestWithParam<unsigned> {
   }
   // The budget for `width` counters per row after `records` records.
   size_t budget(size_t width, size_t records) const {
-    return Duet::kRecordBytes * records + 3 * width * bits() / 8;
+    return Duet::records_bytes(records) + 3 * width * bits() / 8;
   }
 };
 INSTANTIATE_TEST_SUITE_P(CounterBits, DuetAlgorithm, ::testing::Values(32u, 16u),
@@ -173,7 +173,7 @@ TEST_P(DuetAlgorithm, AgingReturnsAnIdleHeavyFlowToTheSketchWithoutLosingItsCoun
 // reach, so nothing is promoted.
 void expect_no_lost_updates(unsigned bits, uint64_t top, int per_worker) {
   EmulatedFlowTable table(table_cfg());
-  DuetConfig c = duet_cfg(Duet::kRecordBytes * 16 + 3 * bits / 8, top, 16, bits);
+  DuetConfig c = duet_cfg(Duet::records_bytes(16) + 3 * bits / 8, top, 16, bits);
   c.single_writer = false;
   Duet duet(c, table);
   ASSERT_EQ(duet.width(), 1u);
@@ -230,7 +230,7 @@ TEST(DuetCounters, SixteenBitCountersSaturateInsteadOfWrapping) {
   // one worker's plain increments and with several workers' atomic ones.
   for (bool single_writer : {true, false}) {
     EmulatedFlowTable table(table_cfg());
-    DuetConfig c = duet_cfg(Duet::kRecordBytes * 1 + 3 * 2 * 1, Duet::kMaxTop16, 1, 16);
+    DuetConfig c = duet_cfg(Duet::records_bytes(1) + 3 * 2 * 1, Duet::kMaxTop16, 1, 16);
     c.single_writer = single_writer;
     Duet duet(c, table);
     ASSERT_EQ(duet.width(), 1u);

@@ -158,7 +158,7 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
     dc.top = cfg.top;
     // A quarter of the budget for promoted-flow records, at most one per hardware entry.
     dc.records = cfg.duet_records ? cfg.duet_records
-                                  : std::clamp<size_t>(cfg.memory_bytes / 4 / Duet::kRecordBytes, 128, cfg.hw_capacity);
+                                  : std::clamp<size_t>(Duet::records_in(cfg.memory_bytes / 4), 128, cfg.hw_capacity);
     dc.counter_bits = cfg.duet_counter_bits ? cfg.duet_counter_bits : (cfg.top <= Duet::kMaxTop16 ? 16 : 32);
     dc.seed = cfg.sketch.seed;
     dc.single_writer = res.workers == 1;
