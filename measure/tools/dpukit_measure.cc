@@ -519,6 +519,11 @@ int cmd_live(int argc, char** argv) {
                       {"ipfix_records", r.ipfix_records},
                       {"ipfix_errors", r.ipfix_errors},
                       {"cpu_ns", {{"dpu", r.cpu.get(Place::kDpu)}, {"hw", r.cpu.get(Place::kHw)}}}};
+  f["xdp_program"] = r.xdp_run_time_measured
+                         ? nlohmann::json{{"cpu_ns", r.xdp_run_ns},
+                                          {"runs", r.xdp_runs},
+                                          {"ns_per_run", r.xdp_runs ? double(r.xdp_run_ns) / r.xdp_runs : 0.0}}
+                         : nlohmann::json(nullptr);
   if (r.hw) f["hw"] = {{"entries", r.hw->entries}, {"inserts", r.hw->inserted},
                        {"refused", r.hw->refused_table_full + r.hw->refused_queue_full}, {"aged", r.hw->aged}};
   if (r.duet) f["duet"] = {{"counter_bits", r.duet->counter_bits}, {"promotions", r.duet->promotions},
@@ -532,6 +537,9 @@ int cmd_live(int argc, char** argv) {
               (unsigned long long)r.frames, (unsigned long long)r.hw_packets, 100 * hw_share,
               (unsigned long long)r.dpu_packets, (unsigned long long)r.not_a_flow, (unsigned long long)r.drops,
               r.estimates.size(), r.heavy_reported.size());
+  if (r.xdp_run_time_measured && r.xdp_runs)
+    std::printf("the XDP program (the hardware tier): %.0f ns a frame, %.3f s of CPU in the kernel's receive path\n",
+                double(r.xdp_run_ns) / r.xdp_runs, r.xdp_run_ns / 1e9);
   if (p.has("json")) out.write(p.str("json"));
   return 0;
 }

@@ -143,6 +143,11 @@ def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
     # Beside the pcap, the kernel sends a few frames of its own on a new link (IPv6 neighbour discovery).
     assert res["frames"] - res["not_a_flow"] == PACKETS
     assert res["hw_packets"] + res["dpu_packets"] + res["drops"] == PACKETS
+    # The XDP program's own CPU time (the kernel's BPF run-time statistics):
+    # it ran once per frame (give or take a frame of the kernel's own that
+    # arrives while the two are read).
+    assert res["xdp_program"] is not None
+    assert abs(res["xdp_program"]["runs"] - res["frames"]) <= 3 and res["xdp_program"]["cpu_ns"] > 0
     # The hardware share: the offline run's, within what was dropped and a
     # little timing (promotions land a few packets apart).
     assert abs(res["hw_share"] - offline["hw"]["share_of_packets"]) <= 0.03 + res["drops"] / PACKETS, \

@@ -298,6 +298,12 @@ struct LiveResult {
   uint64_t drops = 0;        // frames lost on the way to a worker (AF_XDP ring full or dropped)
   size_t memory_bytes = 0;
   CpuAccount cpu;            // dpu: workers and control; hw: the table's service thread (not the XDP program itself)
+  // The XDP program's own CPU time (the kernel's BPF run-time statistics):
+  // the hardware tier's per-frame work, which runs in the kernel's receive
+  // path and so is in no thread of ours. Not measured on a kernel without
+  // BPF_ENABLE_STATS (before 5.8).
+  bool xdp_run_time_measured = false;
+  uint64_t xdp_run_ns = 0, xdp_runs = 0;
   std::unordered_map<FlowKey, double, FlowKeyHash> estimates;  // every flow a worker saw
   std::vector<FlowKey> heavy_reported;
   std::optional<FlowTableStats> hw;

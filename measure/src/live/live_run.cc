@@ -272,6 +272,9 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
   const auto rs = rx.stats();
   res.hw_packets = counters.hits;
   res.frames = counters.frames;
+  res.xdp_run_time_measured = counters.run_time_measured;
+  res.xdp_run_ns = counters.run_ns;
+  res.xdp_runs = counters.runs;
   res.drops = rs.total.rx_dropped + rs.total.rx_ring_full;
   for (const auto& w : workers) {
     res.dpu_packets += w->packets.load();

@@ -181,12 +181,22 @@ XdpFlowTable::XdpFlowTable(const Options& options)
     possible_cpus_ = libbpf_num_possible_cpus();
     if (possible_cpus_ <= 0) throw LiveError(Kind::kSystem, "libbpf_num_possible_cpus: " + errno_text(-possible_cpus_));
 
+    // Before the program sees a frame, so its run time counts from the first.
+    // Without it (a kernel before 5.8) the report says so.
+    prog_fd_ = bpf_program__fd(program);
+    run_time_fd_ = bpf_enable_stats(BPF_STATS_RUN_TIME);
+    if (run_time_fd_ < 0) {
+      log_warn("xdp flow table: the XDP program's CPU time is not measured: bpf_enable_stats: " +
+               errno_text(-run_time_fd_));
+      run_time_fd_ = -1;
+    }
+
     // A link, not a netlink attachment: the kernel detaches the program when
     // the link's last fd closes, also when this process dies.
     bpf_link_create_opts link_opts{};
     link_opts.sz = sizeof link_opts;
     link_opts.flags = options_.mode == XdpMode::kNative ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE;
-    link_fd_ = bpf_link_create(bpf_program__fd(program), ifindex_, BPF_XDP, &link_opts);
+    link_fd_ = bpf_link_create(prog_fd_, ifindex_, BPF_XDP, &link_opts);
     if (link_fd_ < 0) {
       int err = -link_fd_;
       link_fd_ = -1;
@@ -221,6 +231,8 @@ XdpFlowTable::~XdpFlowTable() {
 void XdpFlowTable::close_all() {
   if (link_fd_ >= 0) ::close(link_fd_);  // detaches
   link_fd_ = -1;
+  if (run_time_fd_ >= 0) ::close(run_time_fd_);
+  run_time_fd_ = prog_fd_ = -1;
   if (object_ != nullptr) bpf_object__close(object_);  // the maps go when nothing else holds them
   object_ = nullptr;
   flows_fd_ = xsks_fd_ = counters_fd_ = -1;
@@ -254,7 +266,17 @@ XdpFlowTable::DatapathCounters XdpFlowTable::datapath_counters() const {
       throw LiveError(Kind::kSystem, "bpf_map_lookup_elem(counters): " + errno_text(errno));
     for (uint64_t v : per_cpu) sum[i] += v;
   }
-  return {sum[0], sum[1], sum[2], sum[3], sum[4]};
+  DatapathCounters d{sum[0], sum[1], sum[2], sum[3], sum[4]};
+  if (run_time_fd_ >= 0) {
+    bpf_prog_info info{};
+    uint32_t len = sizeof info;
+    if (bpf_obj_get_info_by_fd(prog_fd_, &info, &len) != 0)
+      throw LiveError(Kind::kSystem, "bpf_obj_get_info_by_fd(the XDP program): " + errno_text(errno));
+    d.run_time_measured = true;
+    d.run_ns = info.run_time_ns;
+    d.runs = info.run_cnt;
+  }
+  return d;
 }
 
 FlowTableStats XdpFlowTable::stats() const {

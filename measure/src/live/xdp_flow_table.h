@@ -98,6 +98,11 @@ class XdpFlowTable final : public FlowTable {
     uint64_t redirected = 0;  // misses handed to an AF_XDP socket
     uint64_t not_a_flow = 0;  // not IPv4 TCP/UDP (also counted as redirected or passed)
     uint64_t passed = 0;      // misses on a queue without a socket: to the kernel stack
+    // The program's own CPU time, the hw place's work: the kernel's
+    // run-time statistics (BPF_ENABLE_STATS), on while the table exists.
+    bool run_time_measured = false;
+    uint64_t run_ns = 0;  // summed over its runs
+    uint64_t runs = 0;
   };
 
   // Opens and loads the object, sizes the maps, attaches to the interface and
@@ -139,6 +144,8 @@ class XdpFlowTable final : public FlowTable {
   bpf_object* object_ = nullptr;
   int flows_fd_ = -1, xsks_fd_ = -1, counters_fd_ = -1;
   int link_fd_ = -1;  // the XDP link: closing it detaches, also if the process dies
+  int prog_fd_ = -1;
+  int run_time_fd_ = -1;  // the kernel counts programs' run time while this is open
   int possible_cpus_ = 0;
 
   FlowRuleEngine rules_;  // the queue of requests and events, as the emulated table's
