@@ -601,7 +601,7 @@ class Lpm final : public Operator {
     static const OperatorInfo i{"lpm", "network",
                                 "look up a packet's IPv4 destination in the route table (longest prefix match); "
                                 "out: next hop, 4 bytes big-endian (host order with input=address), ffffffff = no route",
-                                1,
+                                2,  // 2: input=address reads host-order addresses, 4096 a call
                                 {Backend::kRef, Backend::kLib}};
     return i;
   }
