@@ -510,6 +510,12 @@ TEST(NetworkLpm, PackedCallsOfEveryLengthMatchOneByOne) {
           << units << " units from #" << from;
     }
   }
+  // An array that is not 4-byte aligned is looked up a unit at a time, right.
+  Bytes shifted(1, 0);
+  shifted.insert(shifted.end(), packed.begin(), packed.begin() + 100 * 4);
+  Bytes got;
+  lib[0]->process_packed(std::span<const uint8_t>(shifted).subspan(1), 4, got);
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin(), want.begin() + 100 * 4));
 }
 
 TEST(NetworkLpm, InputCountIsBoundedByMemory) {

@@ -96,12 +96,14 @@ void pin(const CpuSet& cpus, const char* what) {
   if (auto w = pin_current_thread(cpus); !w.empty()) log_warn(std::string(what) + ": " + w);
 }
 
-size_t default_records(uint64_t packets, uint64_t top, size_t hw_capacity) {
+size_t default_records(uint64_t packets, uint64_t top, size_t hw_capacity, size_t memory_bytes) {
   // At most packets/TOP flows can each bring TOP packets; a quarter of that
   // bound covers the heavy flows of skewed traffic. Promotions beyond it stay
-  // in the sketch (counted as records_full).
+  // in the sketch (counted as records_full). At most a quarter of the budget.
   uint64_t bound = std::max<uint64_t>(1, packets / std::max<uint64_t>(top, 1));
-  return static_cast<size_t>(std::clamp<uint64_t>(bound / 4, 128, std::max<uint64_t>(128, hw_capacity)));
+  uint64_t most = std::max<uint64_t>(1, Duet::records_in(memory_bytes / 4));
+  return static_cast<size_t>(
+      std::min(most, std::clamp<uint64_t>(bound / 4, 128, std::max<uint64_t>(128, hw_capacity))));
 }
 
 }  // namespace
@@ -186,7 +188,7 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
     DuetConfig dc;
     dc.memory_bytes = cfg.memory_bytes;
     dc.top = res.top;
-    dc.records = cfg.duet_records ? cfg.duet_records : default_records(n, res.top, tc.capacity);
+    dc.records = cfg.duet_records ? cfg.duet_records : default_records(n, res.top, tc.capacity, cfg.memory_bytes);
     dc.seed = cfg.sketch.seed;
     dc.counter_bits = cfg.duet_counter_bits;
     if (dc.counter_bits == 0) {

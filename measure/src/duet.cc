@@ -212,13 +212,23 @@ void Duet::on_top(const FlowKey& key, const Hashes& h, uint64_t count) {
     }
     // Refused or aged, and heavy again: a new promotion.
   } else {
-    rec = records_used_.load(std::memory_order_relaxed) < config_.records ? claim_record(key, h.rec) : nullptr;
+    // Reserve one of config_.records first: the slots outnumber the records,
+    // so the slots running out no longer stops two workers from both taking
+    // the last record.
+    size_t used = records_used_.load(std::memory_order_relaxed);
+    do {
+      if (used >= config_.records) {
+        // No record left: the flow stays in the sketch (already counted).
+        records_full_.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+    } while (!records_used_.compare_exchange_weak(used, used + 1, std::memory_order_relaxed));
+    rec = claim_record(key, h.rec);  // finds a slot: there are more slots than records
     if (!rec) {
-      // No record left: the flow stays in the sketch (already counted).
+      records_used_.fetch_sub(1, std::memory_order_relaxed);
       records_full_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    records_used_.fetch_add(1, std::memory_order_relaxed);
     rec->state.store(kPending, std::memory_order_relaxed);
     uint64_t a, b;
     pack(key, a, b);

@@ -54,7 +54,7 @@ class Duet {
   // ends within a few slots. With a slot per record it probed the whole
   // table once the records ran out, on every packet of every flow that
   // reached TOP after that (a 30-pass run: 4.8 M such packets, 12.7 Mpps).
-  static constexpr size_t record_slots(size_t records) { return records + records / 2; }
+  static constexpr size_t record_slots(size_t records) { return records + (records + 1) / 2; }
   // What `records` promoted-flow records take of the budget.
   static constexpr size_t records_bytes(size_t records) { return record_slots(records) * kRecordBytes; }
   // The most records `bytes` hold.

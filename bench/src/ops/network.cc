@@ -546,11 +546,13 @@ class LibLpmKernel final : public Kernel {
   // An array of addresses (input=address), as lpm_perf_autotest looks them
   // up: rte_lpm_lookup_bulk straight from the array into the output.
   void process_packed(std::span<const uint8_t> in, size_t unit, Bytes& out) override {
-    if (unit != 4 || !input_.address) return Kernel::process_packed(in, unit, out);
+    // The array is read as uint32_t: one that is not 4-byte aligned (no
+    // caller here passes one) goes a unit at a time instead.
+    if (unit != 4 || !input_.address || reinterpret_cast<uintptr_t>(in.data()) % alignof(uint32_t) != 0)
+      return Kernel::process_packed(in, unit, out);
     const size_t n = in.size() / 4;
-    out.resize(n * 4);
-    // Both are byte vectors from the allocator, so aligned for uint32_t; the
-    // bytes are addresses and next hops in host order (LpmInput).
+    out.resize(n * 4);  // a byte vector from the allocator: aligned for uint32_t
+    // The bytes are addresses and next hops in host order (LpmInput).
     const auto* ips = reinterpret_cast<const uint32_t*>(in.data());
     auto* hops = reinterpret_cast<uint32_t*>(out.data());
     for (size_t at = 0; at < n; at += kMaxBurst) lpm_bulk(table_, default_hop_, ips + at, hops + at, std::min(kMaxBurst, n - at));

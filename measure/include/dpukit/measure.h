@@ -168,7 +168,7 @@ struct RunConfig {
   double hw_insert_rate = 77000;
   uint64_t hw_insert_latency_ns = 20000;
   uint64_t hw_idle_timeout_ns = 1000000000;
-  size_t duet_records = 0;  // 0 = sized from the number of flows that can reach TOP
+  size_t duet_records = 0;  // 0 = sized from the number of flows that can reach TOP, at most a quarter of the budget
   // 16 or 32; 0 = 16, or 32 where TOP is beyond 16-bit counters' reach (with a warning)
   unsigned duet_counter_bits = 0;
   SketchOptions sketch;
@@ -300,8 +300,8 @@ struct LiveResult {
   CpuAccount cpu;            // dpu: workers and control; hw: the table's service thread (not the XDP program itself)
   // The XDP program's own CPU time (the kernel's BPF run-time statistics):
   // the hardware tier's per-frame work, which runs in the kernel's receive
-  // path and so is in no thread of ours. Not measured on a kernel without
-  // BPF_ENABLE_STATS (before 5.8).
+  // path and so is in no thread of ours. Not measured where the kernel
+  // refuses BPF_ENABLE_STATS (before 5.8, or without CAP_SYS_ADMIN).
   bool xdp_run_time_measured = false;
   uint64_t xdp_run_ns = 0, xdp_runs = 0;
   std::unordered_map<FlowKey, double, FlowKeyHash> estimates;  // every flow a worker saw

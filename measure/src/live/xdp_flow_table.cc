@@ -182,7 +182,7 @@ XdpFlowTable::XdpFlowTable(const Options& options)
     if (possible_cpus_ <= 0) throw LiveError(Kind::kSystem, "libbpf_num_possible_cpus: " + errno_text(-possible_cpus_));
 
     // Before the program sees a frame, so its run time counts from the first.
-    // Without it (a kernel before 5.8) the report says so.
+    // Refused (a kernel before 5.8, or no CAP_SYS_ADMIN), the report says so.
     prog_fd_ = bpf_program__fd(program);
     run_time_fd_ = bpf_enable_stats(BPF_STATS_RUN_TIME);
     if (run_time_fd_ < 0) {
