@@ -9,7 +9,7 @@
 function(dpukit_bpf_object target source out_var)
   get_filename_component(name ${source} NAME_WE)
   set(object ${CMAKE_LIBRARY_OUTPUT_DIRECTORY}/${name}.bpf.o)
-  set(includes)
+  set(includes -I${PROJECT_SOURCE_DIR}/core/bpf)  # percpu_counters.bpf.h
   if(CMAKE_LIBRARY_ARCHITECTURE)
     foreach(dir IN LISTS CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES)
       if(dir MATCHES "/${CMAKE_LIBRARY_ARCHITECTURE}$")
@@ -21,7 +21,7 @@ function(dpukit_bpf_object target source out_var)
     OUTPUT ${object}
     COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_LIBRARY_OUTPUT_DIRECTORY}
     COMMAND ${DPUKIT_BPF_CLANG} -target bpf -O2 -g -Wall ${includes} -c ${source} -o ${object}
-    DEPENDS ${source}
+    DEPENDS ${source} ${PROJECT_SOURCE_DIR}/core/bpf/percpu_counters.bpf.h
     COMMENT "Compiling the BPF object ${name}.bpf.o"
     VERBATIM)
   add_custom_target(${target} ALL DEPENDS ${object})

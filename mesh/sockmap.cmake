@@ -17,7 +17,7 @@ dpukit_bpf_object(sockmap_redirect_bpf ${CMAKE_CURRENT_SOURCE_DIR}/bpf/sockmap_r
 
 add_library(mesh_sockmap STATIC ${CMAKE_CURRENT_SOURCE_DIR}/src/sockmap/sockmap.cc)
 target_include_directories(mesh_sockmap PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/src)
-target_link_libraries(mesh_sockmap PUBLIC PkgConfig::LIBBPF)
+target_link_libraries(mesh_sockmap PUBLIC PkgConfig::LIBBPF dpukit_core)
 
 add_executable(dpukit-mesh-sockmap ${CMAKE_CURRENT_SOURCE_DIR}/tools/dpukit_mesh_sockmap.cc)
 target_link_libraries(dpukit-mesh-sockmap PRIVATE mesh_sockmap dpukit_core)

@@ -59,22 +59,14 @@ enum counter {
   COUNTERS = 5,
 };
 
-struct {
-  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-  __uint(max_entries, COUNTERS);
-  __type(key, __u32);
-  __type(value, __u64);
-} counters SEC(".maps");
+#include "percpu_counters.bpf.h"
 
 // What a hit returns. XDP_DROP: the interface is a monitoring port, a heavy
 // flow's packet is measured and done. The loader may set XDP_PASS before load
 // (read-only data, so the verifier sees a constant).
 const volatile __u32 hit_verdict = XDP_DROP;
 
-static __always_inline void count(__u32 which) {
-  __u64 *value = bpf_map_lookup_elem(&counters, &which);
-  if (value) *value += 1;  // per-CPU slot, and XDP does not migrate mid-run: no atomic needed
-}
+static __always_inline void count(__u32 which) { count_add(which, 1); }
 
 // 802.1Q, 802.1ad, and the pre-standard QinQ types that measure/src/trace/parse.cc also skips.
 static __always_inline int is_vlan(__u16 ethertype_be) {

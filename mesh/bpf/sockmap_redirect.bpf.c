@@ -46,17 +46,7 @@ enum counter {
   COUNTERS = 5,
 };
 
-struct {
-  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-  __uint(max_entries, COUNTERS);
-  __type(key, __u32);
-  __type(value, __u64);
-} counters SEC(".maps");
-
-static __always_inline void count(__u32 which, __u64 amount) {
-  __u64 *value = bpf_map_lookup_elem(&counters, &which);
-  if (value) *value += amount;  // per-CPU slot: no atomic needed
-}
+#include "percpu_counters.bpf.h"
 
 static __always_inline int on_loopback(__u32 ip4_network_order) {
   return (bpf_ntohl(ip4_network_order) >> 24) == 127;
@@ -74,9 +64,9 @@ int sockmap_track(struct bpf_sock_ops *skops) {
       .remote_port = bpf_ntohl(skops->remote_port),    // network order in the upper half
   };
   if (bpf_sock_hash_update(skops, &sockets, &key, BPF_ANY) == 0)
-    count(SOCKETS_ADDED, 1);
+    count_add(SOCKETS_ADDED, 1);
   else
-    count(SOCKET_ADD_FAILED, 1);
+    count_add(SOCKET_ADD_FAILED, 1);
   return 1;
 }
 
@@ -93,10 +83,10 @@ int sockmap_redirect(struct sk_msg_md *msg) {
   // SK_PASS from the helper: the redirect is set up. Otherwise (no peer in the
   // map) nothing is set and returning SK_PASS sends the bytes through TCP.
   if (bpf_msg_redirect_hash(msg, &sockets, &peer, BPF_F_INGRESS) == SK_PASS) {
-    count(MSGS_REDIRECTED, 1);
-    count(BYTES_REDIRECTED, size);
+    count_add(MSGS_REDIRECTED, 1);
+    count_add(BYTES_REDIRECTED, size);
   } else {
-    count(MSGS_PASSED, 1);
+    count_add(MSGS_PASSED, 1);
   }
   return SK_PASS;
 }

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "dpukit/core/bpf_counters.h"
 #include "dpukit/core/log.h"
 #include "dpukit/core/process.h"
 
@@ -178,8 +179,6 @@ XdpFlowTable::XdpFlowTable(const Options& options)
     flows_fd_ = bpf_map__fd(flows);
     xsks_fd_ = bpf_map__fd(xsks);
     counters_fd_ = bpf_map__fd(counters);
-    possible_cpus_ = libbpf_num_possible_cpus();
-    if (possible_cpus_ <= 0) throw LiveError(Kind::kSystem, "libbpf_num_possible_cpus: " + errno_text(-possible_cpus_));
 
     // Before the program sees a frame, so its run time counts from the first.
     // Refused (a kernel before 5.8, or no CAP_SYS_ADMIN), the report says so.
@@ -257,15 +256,11 @@ std::optional<FlowCounters> XdpFlowTable::query(const FlowKey& key) const {
 }
 
 XdpFlowTable::DatapathCounters XdpFlowTable::datapath_counters() const {
-  std::array<uint64_t, kCounterCount> sum{};
-  std::vector<uint64_t> per_cpu(static_cast<size_t>(possible_cpus_));
   // Highest index first: `frames` is read last, so it is never behind
   // `not_a_flow` and `hits` (lookups = frames - not_a_flow).
-  for (uint32_t i = kCounterCount; i-- > 0;) {
-    if (bpf_map_lookup_elem(counters_fd_, &i, per_cpu.data()) != 0)
-      throw LiveError(Kind::kSystem, "bpf_map_lookup_elem(counters): " + errno_text(errno));
-    for (uint64_t v : per_cpu) sum[i] += v;
-  }
+  std::array<uint64_t, kCounterCount> sum{};
+  const char* call = "";
+  if (int err = sum_percpu_counters(counters_fd_, sum, &call)) throw LiveError(Kind::kSystem, call + (": " + errno_text(err)));
   DatapathCounters d{sum[0], sum[1], sum[2], sum[3], sum[4]};
   if (run_time_fd_ >= 0) {
     bpf_prog_info info{};

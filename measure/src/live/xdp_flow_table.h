@@ -146,7 +146,6 @@ class XdpFlowTable final : public FlowTable {
   int link_fd_ = -1;  // the XDP link: closing it detaches, also if the process dies
   int prog_fd_ = -1;
   int run_time_fd_ = -1;  // the kernel counts programs' run time while this is open
-  int possible_cpus_ = 0;
 
   FlowRuleEngine rules_;  // the queue of requests and events, as the emulated table's
   std::atomic<bool> stop_{false};

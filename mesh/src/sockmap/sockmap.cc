@@ -2,6 +2,8 @@
 // run time, so no skeleton (and no bpftool) is needed to build.
 #include "sockmap/sockmap.h"
 
+#include "dpukit/core/bpf_counters.h"
+
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <fcntl.h>
@@ -171,13 +173,8 @@ SockmapRedirect::~SockmapRedirect() { detach(); }
 Counters SockmapRedirect::counters() const {
   Counters out;
   if (counters_fd_ < 0) return out;
-  int cpus = libbpf_num_possible_cpus();
-  if (cpus <= 0) fail("libbpf_num_possible_cpus", -cpus);
-  std::vector<uint64_t> per_cpu(static_cast<size_t>(cpus));
-  for (uint32_t i = 0; i < kCounterCount; ++i) {
-    if (bpf_map_lookup_elem(counters_fd_, &i, per_cpu.data()) != 0) fail("bpf_map_lookup_elem(counters)", errno);
-    for (uint64_t v : per_cpu) out.value[i] += v;
-  }
+  const char* call = "";
+  if (int err = sum_percpu_counters(counters_fd_, out.value, &call)) fail(call, err);
   return out;
 }
 
