@@ -34,8 +34,8 @@ const char* to_string(FlowEvent::Reason r) {
 
 // Every field is an atomic so that query() on another thread never reads a
 // torn value; the NIC thread is the only writer, so plain load+store suffices
-// where a shared counter would need fetch_add.
-struct EmulatedFlowTable::Slot {
+// where a shared counter would need fetch_add. A line each: a hit touches one.
+struct alignas(64) EmulatedFlowTable::Slot {
   static constexpr uint64_t kOccupied = 1ull << 63;
   std::atomic<uint64_t> k0{0}, k1{0};  // the 13 key bytes; k1 carries kOccupied
   std::atomic<uint64_t> packets{0}, bytes{0}, last_hit_ns{0}, cookie{0};
@@ -179,7 +179,7 @@ EmulatedFlowTable::EmulatedFlowTable(const Config& config)
   if (config.capacity == 0) throw std::invalid_argument("flow table: capacity must be > 0");
   size_t n = slots_for(config.capacity);
   mask_ = n - 1;
-  slots_ = std::make_unique<Slot[]>(n);
+  slots_ = std::make_unique<Slot[]>(n + kMaxBurst);  // and the sinks
 }
 
 EmulatedFlowTable::~EmulatedFlowTable() = default;
@@ -195,11 +195,10 @@ size_t EmulatedFlowTable::find(const FlowKey& key) const {
   }
 }
 
-void EmulatedFlowTable::count_hit(Slot& s, uint32_t bytes, uint64_t now) {
+inline void EmulatedFlowTable::count_hit(Slot& s, uint32_t bytes, uint64_t now) {
   bump(s.packets);
   bump(s.bytes, bytes);
   s.last_hit_ns.store(now, std::memory_order_relaxed);
-  bump(hits_);
 }
 
 bool EmulatedFlowTable::match(const FlowKey& key, uint32_t bytes, uint64_t now) {
@@ -207,39 +206,46 @@ bool EmulatedFlowTable::match(const FlowKey& key, uint32_t bytes, uint64_t now) 
   size_t i = find(key);
   if (i == npos) return false;
   count_hit(slots_[i], bytes, now);
+  bump(hits_);
   return true;
 }
 
-void EmulatedFlowTable::match_burst_by_id(const uint32_t* ids, size_t n, const uint32_t* bytes, uint32_t same_bytes,
-                                          uint64_t now, bool* hit) {
+size_t EmulatedFlowTable::match_burst_by_id(const uint32_t* ids, size_t n, const uint32_t* bytes,
+                                            uint32_t same_bytes, uint64_t now, uint32_t* missed) {
   if (n > kMaxBurst) throw std::invalid_argument("flow table: a burst is at most kMaxBurst packets");
-  const size_t known = slot_of_id_.size();
+  const uint32_t known = static_cast<uint32_t>(slot_of_id_.size());
+  const uint32_t sinks = static_cast<uint32_t>(mask_ + 1);  // the burst's i-th miss counts into sinks + i
   uint32_t slot[kMaxBurst];
+  const uint32_t* slot_of = slot_of_id_.data();
   for (size_t i = 0; i < n; ++i) {
+    // One read, then selects (no branch): the index itself says "not
+    // installed". On this project's VMs this took 1.7 ns a packet against 5.2
+    // with a one-bit-per-id bitmap in front of it (in the L1 cache, but a
+    // dependent load and shift more) and 7.8 branching on hit or miss.
+    // A mask, not a condition: GCC turns the condition back into a branch.
     const uint32_t id = ids[i];
-    const bool installed = id < known && (installed_ids_[id / 64] >> (id % 64) & 1);
-    slot[i] = installed ? slot_of_id_[id] : kNoFlowId;
-    if (installed) __builtin_prefetch(&slots_[slot[i]], 1);
+    const uint32_t s = id < known ? slot_of[id] : kNoFlowId;  // ids beyond `known` are rare: predicted
+    const uint32_t none = -static_cast<uint32_t>(s == kNoFlowId);
+    slot[i] = (s & ~none) | ((sinks + static_cast<uint32_t>(i)) & none);
   }
+  Slot* const slots = slots_.get();
+  size_t misses = 0;
   for (size_t i = 0; i < n; ++i) {
-    hit[i] = slot[i] != kNoFlowId;
-    if (hit[i]) count_hit(slots_[slot[i]], bytes ? bytes[i] : same_bytes, now);
+    count_hit(slots[slot[i]], bytes ? bytes[i] : same_bytes, now);
+    missed[misses] = static_cast<uint32_t>(i);
+    misses += slot[i] >= sinks;
   }
   bump(lookups_, n);
+  bump(hits_, n - misses);
+  return misses;
 }
 
 void EmulatedFlowTable::index_flow_ids(size_t ids, std::function<uint32_t(const FlowKey&)> id_of) {
   if (outcomes_.entries.load(std::memory_order_relaxed) != 0)
     throw std::logic_error("flow table: index_flow_ids after entries were installed");
+  if (ids >= kNoFlowId) throw std::invalid_argument("flow table: too many flow ids");
   id_of_ = std::move(id_of);
   slot_of_id_.assign(ids, kNoFlowId);
-  installed_ids_.assign((ids + 63) / 64, 0);
-}
-
-void EmulatedFlowTable::set_installed(uint32_t id, uint32_t slot) {
-  slot_of_id_[id] = slot;
-  if (slot == kNoFlowId) installed_ids_[id / 64] &= ~(1ull << (id % 64));
-  else installed_ids_[id / 64] |= 1ull << (id % 64);
 }
 
 std::optional<FlowCounters> EmulatedFlowTable::query(const FlowKey& key) const {
@@ -337,7 +343,7 @@ void EmulatedFlowTable::apply(const Request& r, uint64_t now) {
       uint32_t id = id_of_(r.key);
       if (id < slot_of_id_.size()) {
         s.flow_id = id;
-        set_installed(id, static_cast<uint32_t>(i));
+        slot_of_id_[id] = static_cast<uint32_t>(i);
       }
     }
     s.k1.store(b, std::memory_order_relaxed);
@@ -355,14 +361,14 @@ void EmulatedFlowTable::erase_at(size_t idx) {
   version_.store(v + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   size_t hole = idx;
-  if (slots_[idx].flow_id != kNoFlowId) set_installed(slots_[idx].flow_id, kNoFlowId);
+  if (slots_[idx].flow_id != kNoFlowId) slot_of_id_[slots_[idx].flow_id] = kNoFlowId;
   for (size_t j = (hole + 1) & mask_; slots_[j].occupied(); j = (j + 1) & mask_) {
     size_t home = flow_hash(slots_[j].key()) & mask_;
     // The entry at j may move into the hole unless its home lies cyclically in (hole, j].
     bool stays = hole < j ? (home > hole && home <= j) : (home > hole || home <= j);
     if (!stays) {
       slots_[hole].copy_from(slots_[j]);
-      if (slots_[hole].flow_id != kNoFlowId) set_installed(slots_[hole].flow_id, static_cast<uint32_t>(hole));
+      if (slots_[hole].flow_id != kNoFlowId) slot_of_id_[slots_[hole].flow_id] = static_cast<uint32_t>(hole);
       hole = j;
     }
   }

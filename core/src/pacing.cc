@@ -28,9 +28,14 @@ uint32_t Pacer::try_acquire(uint32_t want, uint64_t now) {
 }
 
 uint32_t Pacer::acquire(uint32_t want) {
-  if (want == 0) return 0;
-  for (;;) {
-    uint64_t now = now_ns();
+  uint64_t now;
+  return acquire(want, now);
+}
+
+uint32_t Pacer::acquire(uint32_t want, uint64_t& now) {
+  now = now_ns();
+  if (want == 0 || rate_ <= 0) return try_acquire(want, now);
+  for (;; now = now_ns()) {
     if (uint32_t n = try_acquire(want, now)) return n;
     // Sleep through most of the wait, then spin: nanosleep overshoots by tens of µs.
     double wait_ns = (1.0 - tokens_) / rate_ * 1e9;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 #include <thread>
@@ -225,9 +226,8 @@ TEST(FlowTable, RemovalKeepsTheOtherEntriesReachable) {
 
 // One packet through the burst path, `bytes` given per packet.
 bool match_one(EmulatedFlowTable& t, uint32_t id, uint32_t bytes, uint64_t now) {
-  bool hit = false;
-  t.match_burst_by_id(&id, 1, &bytes, 0, now, &hit);
-  return hit;
+  uint32_t missed[1];
+  return t.match_burst_by_id(&id, 1, &bytes, 0, now, missed) == 0;
 }
 
 TEST(FlowTable, MatchByIdAgreesWithMatchByKeyThroughChurn) {
@@ -264,12 +264,17 @@ TEST(FlowTable, MatchByIdAgreesWithMatchByKeyThroughChurn) {
       by_id += hit_id;
     }
     // A whole burst, one size for all, answers the same.
-    uint32_t ids[EmulatedFlowTable::kMaxBurst];
-    bool hit[EmulatedFlowTable::kMaxBurst];
+    uint32_t ids[EmulatedFlowTable::kMaxBurst], missed[EmulatedFlowTable::kMaxBurst];
     for (auto& id : ids) id = rng() % kFlows;
-    t.match_burst_by_id(ids, EmulatedFlowTable::kMaxBurst, nullptr, 64, now, hit);
-    for (size_t j = 0; j < EmulatedFlowTable::kMaxBurst; ++j)
-      ASSERT_EQ(hit[j], ids[j] < kFlows - 1 && t.query(key(ids[j])).has_value()) << "burst, flow " << ids[j];
+    const uint64_t hits_before = t.stats().hits;
+    size_t misses = t.match_burst_by_id(ids, EmulatedFlowTable::kMaxBurst, nullptr, 64, now, missed);
+    ASSERT_EQ(t.stats().hits - hits_before, EmulatedFlowTable::kMaxBurst - misses) << "misses are not hits";
+    ASSERT_TRUE(std::is_sorted(missed, missed + misses));
+    for (size_t j = 0, m = 0; j < EmulatedFlowTable::kMaxBurst; ++j) {
+      bool hit = !(m < misses && missed[m] == j);
+      m += !hit;
+      ASSERT_EQ(hit, ids[j] < kFlows - 1 && t.query(key(ids[j])).has_value()) << "burst, flow " << ids[j];
+    }
   }
   EXPECT_GT(by_id, 1000u) << "the churn left too few entries to test";
   EXPECT_GT(t.stats().aged, 0u);

@@ -36,6 +36,20 @@ TEST(Pacer, AcquireWaitsInRealTime) {
   EXPECT_LT(secs, 0.5);
 }
 
+// A sender reads the clock once a burst: acquire() says when it released.
+TEST(Pacer, AcquireSaysWhenItReleased) {
+  for (double rate : {0.0, 1e6}) {
+    Pacer p(rate, 8);
+    uint64_t last = now_ns(), now = 0;
+    for (int i = 0; i < 100; ++i) {
+      ASSERT_GT(p.acquire(8, now), 0u);
+      EXPECT_GE(now, last) << "rate " << rate;
+      last = now;
+      EXPECT_LE(now, now_ns());
+    }
+  }
+}
+
 TEST(Pacer, UnpacedReleasesEverything) {
   Pacer p(0);
   EXPECT_EQ(p.acquire(1000), 1000u);

@@ -1,5 +1,6 @@
 // The measure datapath on the emulated DPU (the public header draws it).
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -284,13 +285,26 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
   std::thread nic([&] {
     pin(cfg.placement.hw, "hw");
     PlaceTimer t(res.cpu, Place::kHw);
-    std::vector<std::vector<uint32_t>> staged(cfg.workers);
-    for (auto& s : staged) s.reserve(kBurst);
+    // Each worker's packets of the burst: fixed arrays, filled without a branch per packet.
+    std::vector<std::array<uint32_t, kBurst>> staged(cfg.workers);
+    std::vector<size_t> staged_n(cfg.workers, 0);
     uint64_t next_sample = cfg.timeline_every;
     const uint32_t* flow_id = wire.flow_id.data();
     const uint16_t* queue_of = wire.queue.data();
-    uint32_t sizes[kBurst];
-    bool hit[kBurst];
+    uint32_t sizes[kBurst], missed[kBurst];
+    // Stages the burst's packets first + at(k), k < m, for their RSS queues.
+    auto stage = [&](uint32_t first, size_t m, auto at) {
+      if (cfg.workers == 1) {
+        for (size_t k = 0; k < m; ++k) staged[0][k] = first + at(k);
+        staged_n[0] = m;
+        return;
+      }
+      for (size_t k = 0; k < m; ++k) {
+        const uint32_t j = first + at(k);
+        const uint16_t q = queue_of[j];
+        staged[q][staged_n[q]++] = j;
+      }
+    };
     // One replay of the trace; only the last (measured) one is paced and timed.
     auto replay = [&](bool measured) {
       if (measured && passes > 1) {
@@ -308,38 +322,43 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
       Pacer pacer(measured ? cfg.rate_pps : 0, kBurst);
       const bool drop_when_full = measured && cfg.rate_pps > 0;
       for (size_t i = 0; i < n;) {
-        size_t burst = pacer.acquire(static_cast<uint32_t>(std::min(kBurst, n - i)));
-        uint64_t now = now_ns();
+        uint64_t now;
+        size_t burst = pacer.acquire(static_cast<uint32_t>(std::min(kBurst, n - i)), now);
+        const uint32_t first = static_cast<uint32_t>(i);
         if (table) {  // Algorithm 1, lines 2-4: a hit is counted in hardware and goes no further
           if (!cfg.packet_size)
             for (size_t j = 0; j < burst; ++j) sizes[j] = pkts[i + j].wire_len;
-          table->match_burst_by_id(flow_id + i, burst, cfg.packet_size ? nullptr : sizes, cfg.packet_size, now, hit);
-          for (size_t j = 0; j < burst; ++j)
-            if (!hit[j]) staged[queue_of[i + j]].push_back(static_cast<uint32_t>(i + j));
+          size_t m = table->match_burst_by_id(flow_id + i, burst, cfg.packet_size ? nullptr : sizes,
+                                              cfg.packet_size, now, missed);
+          stage(first, m, [&](size_t k) { return missed[k]; });
         } else {
-          for (size_t j = i; j < i + burst; ++j) staged[queue_of[j]].push_back(static_cast<uint32_t>(j));
+          stage(first, burst, [](size_t k) { return static_cast<uint32_t>(k); });
         }
         i += burst;
         for (unsigned w = 0; w < cfg.workers; ++w) {
-          auto& s = staged[w];
-          if (s.empty()) continue;
+          const size_t size = staged_n[w];
+          if (size == 0) continue;
+          const uint32_t* s = staged[w].data();
           WorkerQueue& q = *queues[w];
-          size_t pushed = q.producer.try_push(s.data(), s.size());
-          if (pushed < s.size()) {
+          size_t pushed = q.producer.try_push(s, size);
+          if (pushed < size) {
             if (drop_when_full) {
-              drops.fetch_add(s.size() - pushed, std::memory_order_relaxed);  // the Arm cores fell behind
+              drops.fetch_add(size - pushed, std::memory_order_relaxed);  // the Arm cores fell behind
             } else {
-              while (pushed < s.size()) {  // as fast as possible: the wire waits
+              while (pushed < size) {  // as fast as possible: the wire waits
                 if (q.sleeping.load(std::memory_order_relaxed)) q.wake();
                 cpu_relax();
-                pushed += q.producer.try_push(s.data() + pushed, s.size() - pushed);
+                pushed += q.producer.try_push(s + pushed, size - pushed);
               }
             }
           }
-          s.clear();
+          staged_n[w] = 0;
         }
-        for (auto& q : queues)
-          if (!q->producer.empty()) q->maybe_wake(now);
+        // A polling worker never sleeps; asking whether its ring is empty would
+        // read the consumer's index every burst and pull that line away from it.
+        if (!cfg.worker_poll)
+          for (auto& q : queues)
+            if (!q->producer.empty()) q->maybe_wake(now);
         if (table) table->service(now);
         if (measured && i == n) res.wire_seconds = (now_ns() - t0.load(std::memory_order_relaxed)) / 1e9;
         if (cfg.timeline_every && measured && i >= next_sample) {

@@ -182,12 +182,17 @@ class EmulatedFlowTable final : public FlowTable {
   // installed. Call before any request is applied.
   static constexpr uint32_t kNoFlowId = UINT32_MAX;
   void index_flow_ids(size_t ids, std::function<uint32_t(const FlowKey&)> id_of);
-  // A burst at once, as a NIC pipelines its lookups: the index and entry
-  // reads of every packet are started before any is used. hit[i] says
-  // whether packet i was counted (bytes: one size for all, or per packet).
+  // A burst at once, as a NIC pipelines its lookups: every packet's entry
+  // is found before any is counted, and nothing branches on hit or miss (a
+  // trace's mix of heavy and light packets would mispredict a third of the
+  // time): a miss is counted into a sink entry that no key owns, one for
+  // each place in the burst (one for all would chain every miss's count on
+  // the previous one's). Writes the positions (0..n-1) of the packets NOT
+  // counted to `missed`, in order, and returns how many there are (bytes:
+  // one size for all, or per packet).
   static constexpr size_t kMaxBurst = 64;
-  void match_burst_by_id(const uint32_t* ids, size_t n, const uint32_t* bytes, uint32_t same_bytes, uint64_t now,
-                         bool* hit);
+  size_t match_burst_by_id(const uint32_t* ids, size_t n, const uint32_t* bytes, uint32_t same_bytes, uint64_t now,
+                           uint32_t* missed);
   // Applies what is due at `now`; returns the time the next request falls
   // due (UINT64_MAX when nothing is queued), so a NIC thread can sleep.
   uint64_t service(uint64_t now);
@@ -223,11 +228,7 @@ class EmulatedFlowTable final : public FlowTable {
   // index_flow_ids: entry slot of each flow id (kNoFlowId when not installed); NIC thread only.
   std::function<uint32_t(const FlowKey&)> id_of_;
   std::vector<uint32_t> slot_of_id_;
-  // One bit per id, set while installed: most packets of a big trace belong to
-  // flows that are not, and this bitmap (an eighth of a byte per flow) stays in
-  // the L1 cache where slot_of_id_ would not.
-  std::vector<uint64_t> installed_ids_;
-  void set_installed(uint32_t id, uint32_t slot);
+  // match_burst_by_id's sinks follow the table's slots, where no probe, query or aging pass reaches.
   void count_hit(Slot& s, uint32_t bytes, uint64_t now);
 };
 

@@ -15,6 +15,9 @@ class Pacer {
   // at most min(want, max_burst). Credit beyond max_burst is forfeited, so a
   // stalled sender never catches up in one flood.
   uint32_t acquire(uint32_t want);
+  // The same, and `now` is the time (now_ns()) it went at, so that a sender
+  // reads the clock once a burst.
+  uint32_t acquire(uint32_t want, uint64_t& now);
   // Without waiting: how many may go now (possibly 0).
   uint32_t try_acquire(uint32_t want, uint64_t now);
 
