@@ -181,6 +181,7 @@ nlohmann::json figures_json(const Trace& trace, const GroundTruth& truth, const 
       {"packets", r.packets},
       {"flows", truth.size()},
       {"skipped", trace.skipped},
+      {"trace_huge_page_bytes", trace.huge_page_bytes},
       {"drops", r.drops},
       {"top", r.top},
       {"seconds", r.seconds},
@@ -191,6 +192,9 @@ nlohmann::json figures_json(const Trace& trace, const GroundTruth& truth, const 
       {"passes", r.passes},
       {"dpu_cpu_ns_per_packet", double(r.cpu.get(Place::kDpu)) / replayed_packets},
       {"dpu_work_ns_per_packet", double(r.dpu_work_ns) / replayed_packets},
+      // Per packet a worker handled: Duet's workers get only what the hardware table did not count.
+      {"dpu_work_ns_per_worker_packet",
+       double(r.dpu_work_ns) / std::max(1.0, replayed_packets - double(r.hw ? r.hw->hits : 0))},
       {"worker_sleeps", r.worker_sleeps},
       {"hw_cpu_ns_per_packet", double(r.cpu.get(Place::kHw)) / replayed_packets},
       {"cpu_ns", {{"host", r.cpu.get(Place::kHost)}, {"dpu", r.cpu.get(Place::kDpu)}, {"hw", r.cpu.get(Place::kHw)}}},

@@ -208,7 +208,8 @@ def test_dump_estimates(measure_tool, small_trace, tmp_path):
 
 
 FIGURES = ["packets", "flows", "skipped", "drops", "throughput_mpps", "metrics", "dpu_cpu_ns_per_packet",
-           "hw_cpu_ns_per_packet", "top", "memory_bytes", "memory_used_bytes", "seconds"]
+           "hw_cpu_ns_per_packet", "top", "memory_bytes", "memory_used_bytes", "seconds", "dpu_work_ns_per_packet",
+           "dpu_work_ns_per_worker_packet", "trace_huge_page_bytes"]
 METRIC_KEYS = ["are", "aae", "rmse", "wmre", "hh_precision", "hh_recall", "hh_f1"]
 
 
@@ -237,8 +238,13 @@ def test_run_result_is_schema_valid(measure_tool, small_trace, tmp_path, algo):
             assert isinstance(hw[key], int) and hw[key] >= 0, key
         assert hw["packets"] <= f["packets"]
         assert hw["inserts"] >= hw["entries"] > 0  # the heavy flows made it into the table
+        # The worker's time spread over only the packets the hardware left it.
+        handled = f["packets"] * f["passes"] - hw["packets"]
+        assert f["dpu_work_ns_per_worker_packet"] == pytest.approx(
+            f["dpu_work_ns_per_packet"] * f["packets"] * f["passes"] / handled, rel=1e-9)
     else:
         assert "hw" not in f
+        assert f["dpu_work_ns_per_worker_packet"] == pytest.approx(f["dpu_work_ns_per_packet"], rel=1e-9)
 
 
 def test_compare_grid(measure_tool, small_trace, tmp_path):
@@ -364,6 +370,9 @@ def test_eval_quick_measure_end_to_end(measure_tool, tmp_path, run_dpukit):
     assert "Duet spends" in md and "Count-Min's" in md
     assert "64-byte packets, one polling dpu worker" in md
     assert re.search(r"at 64-byte packets Duet takes [\d.]+ Mpps with no drops", md)
+    # Why the limit is out of reach: the worker's cost per packet it handled, Duet's beside Count-Min's.
+    assert "worker ns per packet it handled" in md
+    assert re.search(r"Duet's worker spends [\d.]+ ns on each packet it handles, Count-Min's [\d.]+", md)
 
     pngs = {p.name for p in (run_dir / "plots").glob("*.png")}
     for stem in ("measure.accuracy-backbone", "measure.accuracy-datacenter", "measure.speed-cpu",

@@ -76,6 +76,7 @@ struct Trace {
   std::string format;      // "pcap", "pcapng", "dat"
   std::vector<Packet> packets;
   uint64_t skipped = 0;    // frames that are not IPv4 TCP/UDP
+  size_t huge_page_bytes = 0;  // of `packets`, backed by 2 MiB pages (load_trace asks; the kernel may refuse)
 };
 
 // A capture that cannot be read: names the file and the byte offset.

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "dpukit/core/huge_pages.h"
 #include "dpukit/measure.h"
 #include "trace/parse.h"
 
@@ -199,15 +200,12 @@ Trace load_trace(const std::string& path) {
 
   const bool dat_name = ends_with_dat(path);
   Kind kind = sniff(head, n, /*strict=*/dat_name);
-  if (kind != Kind::kNone) {
-    load_pcap(path, f, kind, size, t);
-    return t;
-  }
-  if (dat_name) {
-    load_dat(path, f.get(), size, t);
-    return t;
-  }
-  throw TraceError(path, 0, describe_magic(head, n));
+  if (kind != Kind::kNone) load_pcap(path, f, kind, size, t);
+  else if (dat_name) load_dat(path, f.get(), size, t);
+  else throw TraceError(path, 0, describe_magic(head, n));
+  // The workers read packets from here, as a DPDK worker reads its mbufs, which are in huge pages.
+  t.huge_page_bytes = back_with_huge_pages(t.packets.data(), t.packets.size() * sizeof(Packet));
+  return t;
 }
 
 }  // namespace dpukit::measure
