@@ -259,6 +259,23 @@ TEST(Config, YamlSyntaxErrorHasTheLine) {
   }
 }
 
+// Envoy's configuration is protobuf, whose strings are UTF-8: a name that is
+// not would be refused by Envoy, and could not be shown by the admin pages.
+TEST(Config, TextThatIsNotUtf8IsRefusedWithItsLine) {
+  for (const char* bad : {"back\xff", "back\xc3", "back\xc0\xaf", "back\xed\xa0\x80", "back\xf4\x90\x80\x80"}) {
+    try {
+      parse_bootstrap(edit("- name: backend", std::string("- name: ") + bad));
+      FAIL() << "accepted " << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(e.line(), 25) << e.what();  // the cluster's name
+      EXPECT_NE(std::string(e.what()).find("not UTF-8 text: byte 0x"), std::string::npos) << e.what();
+    }
+  }
+  // Characters beyond ASCII are fine, up to U+10FFFF.
+  const Bootstrap b = parse_bootstrap(edit("- name: backend\n", "- name: backend\n    # caf\xc3\xa9 \xe6\x97\xa5 \xf4\x8f\xbf\xbf\n"));
+  EXPECT_EQ(b.clusters.size(), 1u);
+}
+
 TEST(Config, UnreadableFileHasAnEmptyPathAndTheReason) {
   try {
     load_bootstrap("/nonexistent/mesh.yaml");

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <cstdio>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -754,9 +755,41 @@ Bootstrap parse_root(const At& root) {
   return b;
 }
 
+// Where the first byte that is not well-formed UTF-8 is (RFC 3629: no
+// overlong forms, surrogates or code points above U+10FFFF), or npos.
+size_t first_invalid_utf8(const std::string& text) {
+  const auto* b = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  auto cont = [&](size_t i) { return i < n && (b[i] & 0xC0) == 0x80; };
+  for (size_t i = 0; i < n;) {
+    const unsigned c = b[i];
+    size_t len;
+    unsigned lo = 0x80, hi = 0xBF;  // the second byte's range
+    if (c < 0x80) len = 1;
+    else if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) len = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) len = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return i;
+    if (len > 1 && (i + 1 >= n || b[i + 1] < lo || b[i + 1] > hi)) return i;
+    for (size_t k = 2; k < len; ++k)
+      if (!cont(i + k)) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
 }  // namespace
 
 Bootstrap parse_bootstrap(const std::string& yaml_text) {
+  // YAML is Unicode text, and Envoy's configuration is protobuf, whose
+  // strings must be UTF-8: a name that is not would be refused there, and
+  // could not be shown here (admin /config_dump, /stats/prometheus).
+  if (size_t bad = first_invalid_utf8(yaml_text); bad != std::string::npos) {
+    const int line = 1 + static_cast<int>(std::count(yaml_text.begin(), yaml_text.begin() + bad, '\n'));
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(yaml_text[bad]));
+    throw ConfigError("", line, std::string("not UTF-8 text: byte ") + hex + " cannot start or continue a character");
+  }
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);

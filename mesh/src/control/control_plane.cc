@@ -102,6 +102,30 @@ class ControlPlane::Admin {
       });
     }
     void answer() {
+      bool quit = false;
+      try {
+        quit = fill_response();
+      } catch (const std::exception& e) {
+        // A page that cannot be made is the admin's failure, not the connection's: say why.
+        res = {};
+        res.version(11);
+        res.keep_alive(false);
+        res.result(bhttp::status::internal_server_error);
+        res.set(bhttp::field::content_type, "text/plain; charset=UTF-8");
+        res.body() = std::string("admin: cannot answer ") + std::string(req.target()) + ": " + e.what() + "\n";
+      }
+      res.prepare_payload();
+      bhttp::async_write(sock, res, [self = shared_from_this(), quit](beast::error_code ec, size_t) {
+        if (quit) {
+          self->cp.stop();
+          return;
+        }
+        if (ec || !self->res.keep_alive()) return;
+        self->read();
+      });
+    }
+    // The response to req; true when it asks the proxy to quit.
+    bool fill_response() {
       res = {};
       res.version(11);
       res.keep_alive(req.keep_alive());
@@ -143,15 +167,7 @@ class ControlPlane::Admin {
         res.result(bhttp::status::not_found);
         res.body() = "invalid path; try /ready, /stats/prometheus, /config_dump, /clusters, /server_info, POST /quitquitquit\n";
       }
-      res.prepare_payload();
-      bhttp::async_write(sock, res, [self = shared_from_this(), quit](beast::error_code ec, size_t) {
-        if (quit) {
-          self->cp.stop();
-          return;
-        }
-        if (ec || !self->res.keep_alive()) return;
-        self->read();
-      });
+      return quit;
     }
   };
 
