@@ -297,6 +297,8 @@ Duet::Stats Duet::stats() const {
   s.aged = aged_.load();
   s.moved_to_record = moved_.load();
   s.records_full = records_full_.load();
+  s.records = config_.records;
+  s.records_used = records_used_.load();
   return s;
 }
 

@@ -253,6 +253,8 @@ TEST_P(DuetAlgorithm, EveryRecordIsFoundWhenAllAreTakenAndLaterFlowsStayInTheSke
     for (uint32_t i = 0; i < 12; ++i) h.packet(flow(i));
   EXPECT_EQ(h.duet.stats().promotions, 8u);
   EXPECT_GT(h.duet.stats().records_full, 0u);
+  EXPECT_EQ(h.duet.stats().records, 8u);
+  EXPECT_EQ(h.duet.stats().records_used, 8u);
   for (uint32_t i = 0; i < 12; ++i) EXPECT_EQ(h.duet.estimate(flow(i)), 30.0) << i;
   EXPECT_EQ(h.duet.estimate(flow(100)), 0.0) << "a flow never seen";
 }

@@ -159,6 +159,14 @@ double true_entropy(const GroundTruth& truth, uint64_t packets) {
   return h;
 }
 
+nlohmann::json duet_json(const DuetStats& d) {
+  return {{"counter_bits", d.counter_bits},   {"promotions", d.promotions},
+          {"installed", d.installed},         {"refused", d.refused},
+          {"aged", d.aged},                   {"moved_to_record", d.moved_to_record},
+          {"records_full", d.records_full},   {"records", d.records},
+          {"records_used", d.records_used}};
+}
+
 nlohmann::json metrics_json(const Metrics& m) {
   return {{"are", m.are},
           {"aae", m.aae},
@@ -206,10 +214,7 @@ nlohmann::json figures_json(const Trace& trace, const GroundTruth& truth, const 
     f["hw"] = {{"capacity", r.hw->capacity}, {"entries", r.hw->entries},     {"inserts", r.hw->inserted},    {"refused", r.hw->refused_table_full + r.hw->refused_queue_full},
                {"packets", r.hw->hits},        {"aged", r.hw->aged},           {"pending", r.hw->pending},
                {"share_of_packets", double(r.hw_hits) / r.packets}};
-  if (r.duet)
-    f["duet"] = {{"counter_bits", r.duet->counter_bits}, {"promotions", r.duet->promotions}, {"installed", r.duet->installed}, {"refused", r.duet->refused},
-                 {"aged", r.duet->aged}, {"moved_to_record", r.duet->moved_to_record},
-                 {"records_full", r.duet->records_full}};
+  if (r.duet) f["duet"] = duet_json(*r.duet);
   if (!r.timeline.empty()) {
     nlohmann::json t = nlohmann::json::array();
     for (const auto& p : r.timeline)
@@ -453,6 +458,8 @@ int cmd_live(int argc, char** argv) {
   p.flag("pass-hits", "let packets counted in the hardware table go on to the kernel stack (default: drop them: "
                       "a monitoring port)");
   p.option("hw-capacity", "hardware flow-table entries (the BPF map's size)", "65536");
+  p.option("duet-records", "promoted-flow records inside Duet's budget; a record is never freed, so this many "
+                           "flows can be promoted in a run (default: a quarter of the budget, at most --hw-capacity)");
   add_shared_options(p);
   p.option("dpu-cpus", "CPUs of the dpu workers and control");
   p.option("hw-cpus", "CPU of the hardware table's service thread");
@@ -478,6 +485,8 @@ int cmd_live(int argc, char** argv) {
   c.pass_hits = p.has("pass-hits");
   c.hw_capacity = p.u64("hw-capacity");
   if (c.hw_capacity == 0) p.fail("--hw-capacity must be > 0");
+  c.duet_records = p.has("duet-records") ? p.u64("duet-records") : 0;
+  if (p.has("duet-records") && c.duet_records == 0) p.fail("--duet-records must be > 0");
   read_shared_options(p, c);
   if (p.has("bpf-object")) c.bpf_object = p.str("bpf-object");
   if (p.has("ipfix")) c.ipfix = p.str("ipfix");
@@ -530,8 +539,7 @@ int cmd_live(int argc, char** argv) {
                          : nlohmann::json(nullptr);
   if (r.hw) f["hw"] = {{"entries", r.hw->entries}, {"inserts", r.hw->inserted},
                        {"refused", r.hw->refused_table_full + r.hw->refused_queue_full}, {"aged", r.hw->aged}};
-  if (r.duet) f["duet"] = {{"counter_bits", r.duet->counter_bits}, {"promotions", r.duet->promotions},
-                           {"installed", r.duet->installed}, {"refused", r.duet->refused}};
+  if (r.duet) f["duet"] = duet_json(*r.duet);
   out.figures() = f;
   out.set_cpu(r.cpu);
   out.set_wall_ns(static_cast<uint64_t>(r.seconds * 1e9));

@@ -127,6 +127,9 @@ def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
         drops = samples["dpukit_measure_drops_total"]
         assert hw + dpu + drops == PACKETS, body
         assert samples["dpukit_measure_hw_entries"] > 0 and samples["dpukit_measure_promotions_total"] > 0
+        # Records are never freed: what is used of them, and what found none, for an alert.
+        assert 0 < samples["dpukit_measure_duet_records_used"] <= samples["dpukit_measure_duet_records"], body
+        assert samples["dpukit_measure_duet_records_full_total"] == 0, body
         top_flows = {name: v for name, v in samples.items() if name.startswith("dpukit_measure_top_flow_packets{")}
         assert 0 < len(top_flows) <= 10, body
         live.send_signal(signal.SIGINT)
@@ -180,6 +183,39 @@ def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
     assert res["ipfix_records"] == records and res["ipfix_errors"] == 0
     assert records > len(live_heavy), "several intervals were reported, not only the end"
     assert exported == {k: int(v + 0.5) for k, v in live_heavy.items()}
+
+
+def test_live_duet_says_when_its_records_run_out(veth, tmp_path):
+    """A record is never freed: with 2 of them, the third flow to reach TOP
+    stays in the sketch, the tool says so once, and the result counts it."""
+    ns, sender, measured = veth
+    exe = native_tool("dpukit-measure")
+    pcap = tmp_path / "trace.pcap"
+    subprocess.run([str(exe), "gen", "--preset", "backbone", "--flows", "2000", "--packets", "10000",
+                    "--seed", "5", "--out", str(pcap)], check=True, capture_output=True, timeout=60)
+    live_json = tmp_path / "live.json"
+    live = subprocess.Popen([str(exe), "live", "--iface", measured, "--algo", "duet", "--heavy-threshold", str(TOP),
+                             "--duet-records", "2", "--duration", "120", "--export-interval", "0.1",
+                             "--json", str(live_json)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)  # attached (no metrics port to wait for)
+        if live.poll() is not None:
+            pytest.skip(f"the kernel refused live measurement here: {live.stderr.read().strip()}")
+        replay = subprocess.run(["ip", "netns", "exec", ns, "tcpreplay", "-q", "-i", sender, "--pps", str(RATE),
+                                 str(pcap)], capture_output=True, text=True, timeout=120)
+        assert replay.returncode == 0, replay.stderr
+        time.sleep(1)
+        live.send_signal(signal.SIGINT)
+        _, err = live.communicate(timeout=60)
+        assert live.returncode == 0, err
+    finally:
+        if live.poll() is None:
+            live.kill()
+    duet = json.loads(live_json.read_text())["figures"]["duet"]
+    assert duet["records"] == 2 and duet["records_used"] == 2 and duet["promotions"] == 2, duet
+    assert duet["records_full"] > 0, duet
+    assert err.count("promoted-flow records are used") == 1, err
 
 
 def test_live_refuses_a_missing_interface(tmp_path):

@@ -194,6 +194,8 @@ struct DuetStats {
   uint64_t aged = 0;
   uint64_t moved_to_record = 0;  // a promoted flow reached TOP in the sketch again (pending, in flight, or refused)
   uint64_t records_full = 0;     // packets that brought a flow to TOP when no record was left (it stays in the sketch)
+  uint64_t records = 0;          // promoted-flow records (DuetConfig::records); a record is never freed,
+  uint64_t records_used = 0;     // so once all are used no new flow is promoted
 };
 
 struct RunResult {

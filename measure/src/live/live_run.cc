@@ -112,7 +112,16 @@ std::string metrics_text(const std::string& algo, const std::vector<std::unique_
   m.counter("dpukit_measure_hw_refusals_total", "Insertions the hardware flow table refused",
             st.refused_table_full + st.refused_queue_full + st.refused_exists);
   m.counter("dpukit_measure_hw_aged_total", "Entries aged out of the hardware flow table", st.aged);
-  if (duet) m.counter("dpukit_measure_promotions_total", "Flows Duet promoted to the hardware table", duet->stats().promotions);
+  if (duet) {
+    const DuetStats ds = duet->stats();
+    m.counter("dpukit_measure_promotions_total", "Flows Duet promoted to the hardware table", ds.promotions);
+    // A record is never freed: once all are used, flows that reach TOP stay in the sketch.
+    m.gauge("dpukit_measure_duet_records_used", "Promoted-flow records in use", ds.records_used);
+    m.gauge("dpukit_measure_duet_records", "Promoted-flow records (--duet-records)", ds.records);
+    m.counter("dpukit_measure_duet_records_full_total",
+              "Packets that brought a flow to TOP when no record was left (the flow stays in the sketch)",
+              ds.records_full);
+  }
   m.counter("dpukit_measure_drops_total", "Frames lost before a dpu worker saw them (AF_XDP ring full or dropped)",
             rs.total.rx_dropped + rs.total.rx_ring_full);
   std::lock_guard lock(reporter.top_mu);
@@ -240,9 +249,16 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
     reporter.report(std::move(heavy), table, wall_ms());
   };
   auto next_report = t0 + std::chrono::duration<double>(cfg.export_interval_s);
+  bool warned_records_full = false;
   std::optional<PlaceTimer> report_time;  // the reporter is dpu work
   if (by_interval) report_time.emplace(res.cpu, Place::kDpu);
   for (;;) {
+    if (duet && !warned_records_full && duet->stats().records_full > 0) {
+      warned_records_full = true;
+      log_warn("duet: all " + std::to_string(duet->stats().records) +
+               " promoted-flow records are used, and records are never freed: flows that reach TOP from now on "
+               "stay in the sketch (raise --duet-records, or restart the measurement)");
+    }
     if (by_interval && std::chrono::steady_clock::now() >= next_report) {
       duet_report();
       next_report += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
