@@ -61,6 +61,23 @@ def veth(tmp_path):
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
+def replay(veth, pcap: Path) -> None:
+    """tcpreplay ``pcap`` from the sender's namespace at RATE, then a moment for the last frames through the rings."""
+    ns, sender, _ = veth
+    done = subprocess.run(["ip", "netns", "exec", ns, "tcpreplay", "-q", "-i", sender, "--pps", str(RATE),
+                           str(pcap)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    time.sleep(1)
+
+
+def stop(live: subprocess.Popen) -> str:
+    """SIGINT, as an operator stops a run; it must exit 0. Its stderr."""
+    live.send_signal(signal.SIGINT)
+    _, err = live.communicate(timeout=60)
+    assert live.returncode == 0, err
+    return err
+
+
 def read_csv_truth(path: Path) -> dict[str, tuple[int, float]]:
     """flow (as the tool prints it) -> (true count, offline estimate)."""
     out = {}
@@ -72,7 +89,7 @@ def read_csv_truth(path: Path) -> dict[str, tuple[int, float]]:
 
 
 def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
-    ns, sender, measured = veth
+    _, _, measured = veth
     exe = native_tool("dpukit-measure")
     pcap = tmp_path / "trace.pcap"
     subprocess.run([str(exe), "gen", "--preset", "backbone", "--flows", "2000", "--packets", str(PACKETS),
@@ -112,10 +129,7 @@ def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
             if m:
                 metrics_port = int(m.group(1))
         assert metrics_port, "live did not start"
-        replay = subprocess.run(["ip", "netns", "exec", ns, "tcpreplay", "-q", "-i", sender, "--pps", str(RATE),
-                                 str(pcap)], capture_output=True, text=True, timeout=120)
-        assert replay.returncode == 0, replay.stderr
-        time.sleep(1)  # the last frames through the rings
+        replay(veth, pcap)
         body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
         samples = {}
         for line in body.splitlines():
@@ -132,9 +146,7 @@ def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
         assert samples["dpukit_measure_duet_records_full_total"] == 0, body
         top_flows = {name: v for name, v in samples.items() if name.startswith("dpukit_measure_top_flow_packets{")}
         assert 0 < len(top_flows) <= 10, body
-        live.send_signal(signal.SIGINT)
-        _, err = live.communicate(timeout=60)
-        assert live.returncode == 0, err
+        stop(live)
     finally:
         if live.poll() is None:
             live.kill()
@@ -188,7 +200,7 @@ def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
 def test_live_duet_says_when_its_records_run_out(veth, tmp_path):
     """A record is never freed: with 2 of them, the third flow to reach TOP
     stays in the sketch, the tool says so once, and the result counts it."""
-    ns, sender, measured = veth
+    _, _, measured = veth
     exe = native_tool("dpukit-measure")
     pcap = tmp_path / "trace.pcap"
     subprocess.run([str(exe), "gen", "--preset", "backbone", "--flows", "2000", "--packets", "10000",
@@ -202,13 +214,8 @@ def test_live_duet_says_when_its_records_run_out(veth, tmp_path):
         time.sleep(1.5)  # attached (no metrics port to wait for)
         if live.poll() is not None:
             pytest.skip(f"the kernel refused live measurement here: {live.stderr.read().strip()}")
-        replay = subprocess.run(["ip", "netns", "exec", ns, "tcpreplay", "-q", "-i", sender, "--pps", str(RATE),
-                                 str(pcap)], capture_output=True, text=True, timeout=120)
-        assert replay.returncode == 0, replay.stderr
-        time.sleep(1)
-        live.send_signal(signal.SIGINT)
-        _, err = live.communicate(timeout=60)
-        assert live.returncode == 0, err
+        replay(veth, pcap)
+        err = stop(live)
     finally:
         if live.poll() is None:
             live.kill()
