@@ -45,6 +45,9 @@ void add_shared_options(ArgParser& p) {
   p.option("hw-idle-timeout-ms", "hardware entry aging; 0 = never (duet)", "1000");
   p.option("duet-counter-bits",
            "width of Duet's sketch counters: 16 (the default, where TOP <= 16383; 32 beyond) or 32 (the paper's)");
+  p.option("duet-records", "promoted-flow records inside Duet's budget; a record is never freed, so a run promotes "
+                           "at most this many flows (default: run sizes it from the trace, live takes a quarter of "
+                           "the budget, at most --hw-capacity)");
   p.option("sample-p", "NitroSketch sampling probability", "0.1");
   p.option("seed", "hash seed", "1");
 }
@@ -58,6 +61,8 @@ void read_shared_options(const ArgParser& p, Config& c) {
   c.duet_counter_bits = p.has("duet-counter-bits") ? static_cast<unsigned>(p.u64("duet-counter-bits")) : 0;
   if (p.has("duet-counter-bits") && c.duet_counter_bits != 16 && c.duet_counter_bits != 32)
     p.fail("--duet-counter-bits must be 16 or 32");
+  c.duet_records = p.has("duet-records") ? p.u64("duet-records") : 0;
+  if (p.has("duet-records") && c.duet_records == 0) p.fail("--duet-records must be > 0");
   c.sketch.sample_p = p.number("sample-p");
   if (!(c.sketch.sample_p > 0 && c.sketch.sample_p <= 1)) p.fail("--sample-p must be in (0, 1]");
   c.sketch.seed = p.u64("seed");
@@ -70,7 +75,6 @@ void add_run_options(ArgParser& p) {
   p.option("heavy-threshold", "TOP and the heavy-hitter threshold: < 1 a fraction of the packets, >= 1 packets",
            "0.0005");
   p.option("hw-capacity", "hardware flow-table entries (duet; default: twice the flows that can reach TOP)");
-  p.option("duet-records", "promoted-flow records inside Duet's budget (default: from the trace)");
   add_shared_options(p);
   p.option("packet-size", "every packet's bytes on the wire, for Gbps and the hardware byte counters "
                           "(default: the trace's own)");
@@ -95,7 +99,6 @@ RunConfig run_config(const ArgParser& p, const std::string& algo, size_t memory)
   c.rate_pps = p.has("rate") ? p.number("rate") : 0;
   c.heavy_threshold = p.number("heavy-threshold");
   c.hw_capacity = p.has("hw-capacity") ? p.u64("hw-capacity") : 0;
-  c.duet_records = p.has("duet-records") ? p.u64("duet-records") : 0;
   read_shared_options(p, c);
   c.packet_size = p.has("packet-size") ? static_cast<uint32_t>(p.bytes("packet-size")) : 0;
   if (p.has("packet-size") && (c.packet_size < 64 || c.packet_size > 65535))
@@ -200,9 +203,10 @@ nlohmann::json figures_json(const Trace& trace, const GroundTruth& truth, const 
       {"passes", r.passes},
       {"dpu_cpu_ns_per_packet", double(r.cpu.get(Place::kDpu)) / replayed_packets},
       {"dpu_work_ns_per_packet", double(r.dpu_work_ns) / replayed_packets},
-      // Per packet a worker handled: Duet's workers get only what the hardware table did not count.
+      // Per packet a worker handled: Duet's workers get only what the hardware table did not count,
+      // and a packet dropped at a full ring reached none.
       {"dpu_work_ns_per_worker_packet",
-       double(r.dpu_work_ns) / std::max(1.0, replayed_packets - double(r.hw ? r.hw->hits : 0))},
+       double(r.dpu_work_ns) / std::max(1.0, replayed_packets - double(r.hw ? r.hw->hits : 0) - double(r.drops))},
       {"worker_sleeps", r.worker_sleeps},
       {"hw_cpu_ns_per_packet", double(r.cpu.get(Place::kHw)) / replayed_packets},
       {"cpu_ns", {{"host", r.cpu.get(Place::kHost)}, {"dpu", r.cpu.get(Place::kDpu)}, {"hw", r.cpu.get(Place::kHw)}}},
@@ -458,8 +462,6 @@ int cmd_live(int argc, char** argv) {
   p.flag("pass-hits", "let packets counted in the hardware table go on to the kernel stack (default: drop them: "
                       "a monitoring port)");
   p.option("hw-capacity", "hardware flow-table entries (the BPF map's size)", "65536");
-  p.option("duet-records", "promoted-flow records inside Duet's budget; a record is never freed, so this many "
-                           "flows can be promoted in a run (default: a quarter of the budget, at most --hw-capacity)");
   add_shared_options(p);
   p.option("dpu-cpus", "CPUs of the dpu workers and control");
   p.option("hw-cpus", "CPU of the hardware table's service thread");
@@ -485,8 +487,6 @@ int cmd_live(int argc, char** argv) {
   c.pass_hits = p.has("pass-hits");
   c.hw_capacity = p.u64("hw-capacity");
   if (c.hw_capacity == 0) p.fail("--hw-capacity must be > 0");
-  c.duet_records = p.has("duet-records") ? p.u64("duet-records") : 0;
-  if (p.has("duet-records") && c.duet_records == 0) p.fail("--duet-records must be > 0");
   read_shared_options(p, c);
   if (p.has("bpf-object")) c.bpf_object = p.str("bpf-object");
   if (p.has("ipfix")) c.ipfix = p.str("ipfix");

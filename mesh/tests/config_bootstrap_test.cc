@@ -261,18 +261,50 @@ TEST(Config, YamlSyntaxErrorHasTheLine) {
 
 // Envoy's configuration is protobuf, whose strings are UTF-8: a name that is
 // not would be refused by Envoy, and could not be shown by the admin pages.
-TEST(Config, TextThatIsNotUtf8IsRefusedWithItsLine) {
-  for (const char* bad : {"back\xff", "back\xc3", "back\xc0\xaf", "back\xed\xa0\x80", "back\xf4\x90\x80\x80"}) {
+TEST(Config, TextThatIsNotUtf8IsRefusedWithItsLineAndColumn) {
+  // The cluster's name is on line 25, from column 11; each case names the byte that breaks it.
+  const struct {
+    const char* name;
+    const char* byte;
+    int column;
+  } cases[] = {
+      {"back\xff", "0xFF", 15},            // never in UTF-8
+      {"back\x80", "0x80", 15},            // a continuation with nothing to continue
+      {"back\xc3x", "0x78", 16},           // a character cut short
+      {"back\xc0\xaf", "0xC0", 15},        // overlong '/'
+      {"back\xe0\x80\x80", "0x80", 16},    // overlong, three bytes
+      {"back\xed\xa0\x80", "0xA0", 16},    // a surrogate
+      {"back\xf0\x80\x80\x80", "0x80", 16},  // overlong, four bytes
+      {"back\xf4\x90\x80\x80", "0x90", 16},  // above U+10FFFF
+      {"back\xf5\x80\x80\x80", "0xF5", 15},  // above U+10FFFF
+  };
+  for (const auto& c : cases) {
     try {
-      parse_bootstrap(edit("- name: backend", std::string("- name: ") + bad));
-      FAIL() << "accepted " << bad;
+      parse_bootstrap(edit("- name: backend", std::string("- name: ") + c.name));
+      FAIL() << "accepted " << c.byte;
     } catch (const ConfigError& e) {
-      EXPECT_EQ(e.line(), 25) << e.what();  // the cluster's name
-      EXPECT_NE(std::string(e.what()).find("not UTF-8 text: byte 0x"), std::string::npos) << e.what();
+      EXPECT_EQ(e.line(), 25) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("not UTF-8 text: byte ") + c.byte + " at column " +
+                                           std::to_string(c.column)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // Cut short by the end of the text, and UTF-16 with its byte-order mark.
+  const std::pair<std::string, std::string> whole[] = {
+      {kMinimal + "# caf\xc3", "not UTF-8 text: the text ends inside a character"},
+      {std::string("\xff\xfe") + "s\0t\0", "the configuration is UTF-16 or UTF-32"}};
+  for (const auto& [text, reason] : whole) {
+    try {
+      parse_bootstrap(text);
+      FAIL() << "accepted: " << reason;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
     }
   }
   // Characters beyond ASCII are fine, up to U+10FFFF.
-  const Bootstrap b = parse_bootstrap(edit("- name: backend\n", "- name: backend\n    # caf\xc3\xa9 \xe6\x97\xa5 \xf4\x8f\xbf\xbf\n"));
+  const Bootstrap b =
+      parse_bootstrap(edit("- name: backend\n", "- name: backend\n    # caf\xc3\xa9 \xe6\x97\xa5 \xf4\x8f\xbf\xbf\n"));
   EXPECT_EQ(b.clusters.size(), 1u);
 }
 

@@ -70,6 +70,23 @@ def replay(veth, pcap: Path) -> None:
     time.sleep(1)
 
 
+def wait_attached(live: subprocess.Popen) -> int:
+    """Waits until `live --metrics HOST:0` says it serves /metrics, which it does once its
+    program is attached; its port. Skips the test if the kernel refused."""
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        line = live.stderr.readline()
+        if not line:
+            break
+        if "refuse" in line or "EPERM" in line or "error" in line:
+            live.kill()
+            pytest.skip(f"the kernel refused live measurement here: {line.strip()}")
+        m = re.search(r"/metrics on port (\d+)", line)
+        if m:
+            return int(m.group(1))
+    raise AssertionError("live did not start")
+
+
 def stop(live: subprocess.Popen) -> str:
     """SIGINT, as an operator stops a run; it must exit 0. Its stderr."""
     live.send_signal(signal.SIGINT)
@@ -115,20 +132,7 @@ def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
                              "--metrics", "127.0.0.1:0",
                              "--json", str(live_json)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # Wait for the program to be attached (the tool says so, with the metrics port).
-        metrics_port = None
-        deadline = time.time() + 30
-        while time.time() < deadline and metrics_port is None:
-            line = live.stderr.readline()
-            if not line:
-                break
-            if "refuse" in line or "EPERM" in line or "error" in line:
-                live.kill()
-                pytest.skip(f"the kernel refused live measurement here: {line.strip()}")
-            m = re.search(r"/metrics on port (\d+)", line)
-            if m:
-                metrics_port = int(m.group(1))
-        assert metrics_port, "live did not start"
+        metrics_port = wait_attached(live)
         replay(veth, pcap)
         body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
         samples = {}
@@ -208,12 +212,10 @@ def test_live_duet_says_when_its_records_run_out(veth, tmp_path):
     live_json = tmp_path / "live.json"
     live = subprocess.Popen([str(exe), "live", "--iface", measured, "--algo", "duet", "--heavy-threshold", str(TOP),
                              "--duet-records", "2", "--duration", "120", "--export-interval", "0.1",
-                             "--json", str(live_json)],
+                             "--metrics", "127.0.0.1:0", "--json", str(live_json)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(1.5)  # attached (no metrics port to wait for)
-        if live.poll() is not None:
-            pytest.skip(f"the kernel refused live measurement here: {live.stderr.read().strip()}")
+        wait_attached(live)
         replay(veth, pcap)
         err = stop(live)
     finally:

@@ -167,7 +167,8 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
     dc.top = cfg.top;
     // A quarter of the budget for promoted-flow records, at most one per hardware entry.
     dc.records = cfg.duet_records ? cfg.duet_records
-                                  : std::clamp<size_t>(Duet::records_in(cfg.memory_bytes / 4), 128, cfg.hw_capacity);
+                                  : std::min<size_t>(std::max<size_t>(Duet::records_in(cfg.memory_bytes / 4), 128),
+                                                     cfg.hw_capacity);
     dc.counter_bits = cfg.duet_counter_bits ? cfg.duet_counter_bits : (cfg.top <= Duet::kMaxTop16 ? 16 : 32);
     dc.seed = cfg.sketch.seed;
     dc.single_writer = res.workers == 1;
@@ -253,7 +254,7 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
   std::optional<PlaceTimer> report_time;  // the reporter is dpu work
   if (by_interval) report_time.emplace(res.cpu, Place::kDpu);
   for (;;) {
-    if (duet && !warned_records_full && duet->stats().records_full > 0) {
+    if (duet && !warned_records_full && duet->stats().records_used >= duet->stats().records) {
       warned_records_full = true;
       log_warn("duet: all " + std::to_string(duet->stats().records) +
                " promoted-flow records are used, and records are never freed: flows that reach TOP from now on "

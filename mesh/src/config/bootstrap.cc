@@ -755,12 +755,14 @@ Bootstrap parse_root(const At& root) {
   return b;
 }
 
-// Where the first byte that is not well-formed UTF-8 is (RFC 3629: no
-// overlong forms, surrogates or code points above U+10FFFF), or npos.
+// The first byte that breaks well-formed UTF-8 (RFC 3629: no overlong
+// forms, surrogates or code points above U+10FFFF): a byte that cannot start
+// a character, or the first of a character's bytes that cannot continue it;
+// text.size() when the text ends inside a character; npos when it is well
+// formed.
 size_t first_invalid_utf8(const std::string& text) {
   const auto* b = reinterpret_cast<const unsigned char*>(text.data());
   const size_t n = text.size();
-  auto cont = [&](size_t i) { return i < n && (b[i] & 0xC0) == 0x80; };
   for (size_t i = 0; i < n;) {
     const unsigned c = b[i];
     size_t len;
@@ -770,9 +772,11 @@ size_t first_invalid_utf8(const std::string& text) {
     else if (c >= 0xE0 && c <= 0xEF) len = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
     else if (c >= 0xF0 && c <= 0xF4) len = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
     else return i;
-    if (len > 1 && (i + 1 >= n || b[i + 1] < lo || b[i + 1] > hi)) return i;
-    for (size_t k = 2; k < len; ++k)
-      if (!cont(i + k)) return i;
+    for (size_t k = 1; k < len; ++k) {
+      if (i + k >= n) return n;
+      const unsigned d = b[i + k];
+      if (k == 1 ? (d < lo || d > hi) : (d & 0xC0) != 0x80) return i + k;
+    }
     i += len;
   }
   return std::string::npos;
@@ -784,11 +788,18 @@ Bootstrap parse_bootstrap(const std::string& yaml_text) {
   // YAML is Unicode text, and Envoy's configuration is protobuf, whose
   // strings must be UTF-8: a name that is not would be refused there, and
   // could not be shown here (admin /config_dump, /stats/prometheus).
+  if (yaml_text.starts_with("\xFF\xFE") || yaml_text.starts_with("\xFE\xFF") ||
+      yaml_text.starts_with(std::string("\0\0\xFE\xFF", 4)))
+    throw ConfigError("", 1, "the configuration is UTF-16 or UTF-32 (it starts with a byte-order mark): save it as UTF-8");
   if (size_t bad = first_invalid_utf8(yaml_text); bad != std::string::npos) {
     const int line = 1 + static_cast<int>(std::count(yaml_text.begin(), yaml_text.begin() + bad, '\n'));
+    if (bad == yaml_text.size()) throw ConfigError("", line, "not UTF-8 text: the text ends inside a character");
+    const size_t line_start = yaml_text.rfind('\n', bad == 0 ? 0 : bad - 1);
+    const size_t column = bad - (line_start == std::string::npos || bad == 0 ? 0 : line_start + 1) + 1;
     char hex[8];
     std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(yaml_text[bad]));
-    throw ConfigError("", line, std::string("not UTF-8 text: byte ") + hex + " cannot start or continue a character");
+    throw ConfigError("", line, std::string("not UTF-8 text: byte ") + hex + " at column " + std::to_string(column) +
+                                    " cannot start or continue a character here");
   }
   YAML::Node root;
   try {

@@ -107,11 +107,8 @@ class ControlPlane::Admin {
         quit = fill_response();
       } catch (const std::exception& e) {
         // A page that cannot be made is the admin's failure, not the connection's: say why.
-        res = {};
-        res.version(11);
-        res.keep_alive(false);
+        start_response(false);
         res.result(bhttp::status::internal_server_error);
-        res.set(bhttp::field::content_type, "text/plain; charset=UTF-8");
         res.body() = std::string("admin: cannot answer ") + std::string(req.target()) + ": " + e.what() + "\n";
       }
       res.prepare_payload();
@@ -124,16 +121,20 @@ class ControlPlane::Admin {
         self->read();
       });
     }
-    // The response to req; true when it asks the proxy to quit.
-    bool fill_response() {
+    // A fresh plain-text 200 response.
+    void start_response(bool keep_alive) {
       res = {};
       res.version(11);
-      res.keep_alive(req.keep_alive());
+      res.keep_alive(keep_alive);
+      res.set(bhttp::field::content_type, "text/plain; charset=UTF-8");
+      res.result(bhttp::status::ok);
+    }
+    // The response to req; true when it asks the proxy to quit.
+    bool fill_response() {
+      start_response(req.keep_alive());
       std::string target(req.target());
       std::string path = target.substr(0, target.find('?'));
       bool quit = false;
-      res.set(bhttp::field::content_type, "text/plain; charset=UTF-8");
-      res.result(bhttp::status::ok);
       if (path == "/ready") {
         bool ready = cp.ready_.load();
         res.result(ready ? bhttp::status::ok : bhttp::status::service_unavailable);

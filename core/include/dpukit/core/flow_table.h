@@ -188,8 +188,9 @@ class EmulatedFlowTable final : public FlowTable {
   // time): a miss is counted into a sink entry that no key owns, one for
   // each place in the burst (one for all would chain every miss's count on
   // the previous one's). Writes the positions (0..n-1) of the packets NOT
-  // counted to `missed`, in order, and returns how many there are (bytes:
-  // one size for all, or per packet).
+  // counted to `missed`, in order, and returns how many there are; `missed`
+  // needs room for n (every place is written). bytes: one size for all, or
+  // per packet.
   static constexpr size_t kMaxBurst = 64;
   size_t match_burst_by_id(const uint32_t* ids, size_t n, const uint32_t* bytes, uint32_t same_bytes, uint64_t now,
                            uint32_t* missed);
