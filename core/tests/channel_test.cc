@@ -201,6 +201,11 @@ TEST(ChannelProcesses, TenMillionMessagesArriveIntactAndInOrder) {
 
 TEST(ChannelProcesses, KillingTheDpuProcessFailsTheHostWithinASecond) {
   std::string path = socket_path("killdpu");
+  // A killed peer leaves its listening socket's file behind.
+  struct RemoveAtEnd {
+    std::string path;
+    ~RemoveAtEnd() { ::unlink(path.c_str()); }
+  } remove_at_end{path};
   ChildProcess peer = spawn_tool({"channel-peer", "--listen", path});
   ChannelHost host = connect_retry(path);
   std::thread killer([&] {

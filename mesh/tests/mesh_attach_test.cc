@@ -121,6 +121,11 @@ TEST(Attach, AServiceOnTheClientLibraryAnswersHttpThroughSmallRings) {
 
 TEST(Attach, ADeadServiceIsAResetAndAnOrderlyCloseIsEof) {
   const std::string path = attach_path("death");
+  // The child _exits without its listener's destructor, which would remove the attach point.
+  struct RemoveAtEnd {
+    std::string path;
+    ~RemoveAtEnd() { ::unlink(path.c_str()); }
+  } remove_at_end{path};
   for (bool orderly : {true, false}) {
     pid_t child = ::fork();
     ASSERT_GE(child, 0);
