@@ -39,7 +39,7 @@ uint64_t wall_ms() {
 struct Worker {
   std::unique_ptr<Sketch> sketch;             // baselines: one instance per worker
   std::unordered_set<FlowKey, FlowKeyHash> seen;  // flows to report estimates for (candidates)
-  std::atomic<uint64_t> packets{0}, not_a_flow{0};
+  std::atomic<uint64_t> packets{0};
   // Flows met for the first time since the reporter last looked (a lock per
   // new flow, not per packet).
   std::mutex fresh_mu;
@@ -94,18 +94,15 @@ struct Reporter {
 std::string metrics_text(const std::string& algo, const std::vector<std::unique_ptr<Worker>>& workers,
                          const XdpFlowTable& table, const XskReceiver& rx, const Duet* duet, Reporter& reporter) {
   MetricsWriter m;
-  uint64_t dpu = 0, other = 0;
-  for (const auto& w : workers) {
-    dpu += w->packets.load(std::memory_order_relaxed);
-    other += w->not_a_flow.load(std::memory_order_relaxed);
-  }
+  uint64_t dpu = 0;
+  for (const auto& w : workers) dpu += w->packets.load(std::memory_order_relaxed);
   const auto counters = table.datapath_counters();
   const auto st = table.stats();
   const auto rs = rx.stats();
   m.counter("dpukit_measure_packets_total", "Packets measured, by place: hw = counted in the XDP flow table, "
             "dpu = by a dpu worker's sketch", counters.hits, {{"place", "hw"}, {"algo", algo}});
   m.counter("dpukit_measure_packets_total", "", dpu, {{"place", "dpu"}, {"algo", algo}});
-  m.counter("dpukit_measure_not_a_flow_total", "Frames that are not IPv4 TCP/UDP", other);
+  m.counter("dpukit_measure_not_a_flow_total", "Frames that are not IPv4 TCP/UDP", counters.not_a_flow);
   m.gauge("dpukit_measure_hw_entries", "Entries in the hardware flow table", st.entries);
   m.gauge("dpukit_measure_hw_capacity", "Capacity of the hardware flow table", st.capacity);
   m.counter("dpukit_measure_hw_inserts_total", "Rules the hardware flow table installed", st.inserted);
@@ -213,10 +210,8 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
       Worker& me = *workers[w];
       auto on_frame = [&](const uint8_t* frame, uint32_t len, unsigned) {
         FlowKey key;
-        if (parse_frame(kLinkEthernet, frame, len, &key) != ParseResult::kOk) {
-          me.not_a_flow.fetch_add(1, std::memory_order_relaxed);
-          return;
-        }
+        // Not IPv4 TCP/UDP: the XDP program counted it (not_a_flow), whichever way it went.
+        if (parse_frame(kLinkEthernet, frame, len, &key) != ParseResult::kOk) return;
         if (duet) duet->on_sketch_path(key);  // Algorithm 1, lines 6-24
         else me.sketch->update(key, 1);
         if (me.seen.insert(key).second && by_interval) {
@@ -289,14 +284,14 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
   const auto rs = rx.stats();
   res.hw_packets = counters.hits;
   res.frames = counters.frames;
+  // The program sees every frame; a worker sees only those that reached it
+  // while it ran (a kernel's neighbour discovery can arrive after it stopped).
+  res.not_a_flow = counters.not_a_flow;
   res.xdp_run_time_measured = counters.run_time_measured;
   res.xdp_run_ns = counters.run_ns;
   res.xdp_runs = counters.runs;
   res.drops = rs.total.rx_dropped + rs.total.rx_ring_full;
-  for (const auto& w : workers) {
-    res.dpu_packets += w->packets.load();
-    res.not_a_flow += w->not_a_flow.load();
-  }
+  for (const auto& w : workers) res.dpu_packets += w->packets.load();
   res.hw = table.stats();
   if (duet) res.duet = duet->stats();
 
