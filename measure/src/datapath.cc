@@ -253,17 +253,17 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
           // read, as a DPDK worker prefetches the mbufs ahead in its burst. A
           // worker that reads every packet streams through the trace, which the
           // hardware prefetcher follows; Duet's reads a third of them, scattered.
-          for (size_t i = 0; i < std::min(k, kHeaderAhead); ++i) __builtin_prefetch(&pkts[idx[i]]);
+          auto each_key = [&](auto&& handle) {
+            for (size_t i = 0; i < std::min(k, kHeaderAhead); ++i) __builtin_prefetch(&pkts[idx[i]]);
+            for (size_t i = 0; i < k; ++i) {
+              if (i + kHeaderAhead < k) __builtin_prefetch(&pkts[idx[i + kHeaderAhead]]);
+              handle(pkts[idx[i]].key);
+            }
+          };
           if (duet) {
-            for (size_t i = 0; i < k; ++i) {
-              if (i + kHeaderAhead < k) __builtin_prefetch(&pkts[idx[i + kHeaderAhead]]);
-              duet->on_sketch_path(pkts[idx[i]].key);
-            }
+            each_key([&](const FlowKey& key) { duet->on_sketch_path(key); });
           } else if (sketch) {
-            for (size_t i = 0; i < k; ++i) {
-              if (i + kHeaderAhead < k) __builtin_prefetch(&pkts[idx[i + kHeaderAhead]]);
-              sketch->update(pkts[idx[i]].key, 1);
-            }
+            each_key([&](const FlowKey& key) { sketch->update(key, 1); });
           } else {
             for (size_t i = 0; i < k; ++i) {
               uint64_t lo, hi;

@@ -249,9 +249,10 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
   std::optional<PlaceTimer> report_time;  // the reporter is dpu work
   if (by_interval) report_time.emplace(res.cpu, Place::kDpu);
   for (;;) {
-    if (duet && !warned_records_full && duet->stats().records_used >= duet->stats().records) {
+    if (const DuetStats ds = duet && !warned_records_full ? duet->stats() : DuetStats{};
+        ds.records > 0 && ds.records_used >= ds.records) {
       warned_records_full = true;
-      log_warn("duet: all " + std::to_string(duet->stats().records) +
+      log_warn("duet: all " + std::to_string(ds.records) +
                " promoted-flow records are used, and records are never freed: flows that reach TOP from now on "
                "stay in the sketch (raise --duet-records, or restart the measurement)");
     }

@@ -183,9 +183,9 @@ class EmulatedFlowTable final : public FlowTable {
   static constexpr uint32_t kNoFlowId = UINT32_MAX;
   void index_flow_ids(size_t ids, std::function<uint32_t(const FlowKey&)> id_of);
   // A burst at once, as a NIC pipelines its lookups: every packet's entry
-  // is found before any is counted, and nothing branches on hit or miss (a
-  // trace's mix of heavy and light packets would mispredict a third of the
-  // time): a miss is counted into a sink entry that no key owns, one for
+  // is found before any is counted, and nothing branches on hit or miss (in
+  // a skewed trace a third of the packets miss, in no order a branch
+  // predictor follows): a miss is counted into a sink entry that no key owns, one for
   // each place in the burst (one for all would chain every miss's count on
   // the previous one's). Writes the positions (0..n-1) of the packets NOT
   // counted to `missed`, in order, and returns how many there are; `missed`
