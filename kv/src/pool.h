@@ -5,11 +5,17 @@
 //
 // On disk, DIR holds slot-NNNNNN (the data; preallocated with
 // FALLOC_FL_KEEP_SIZE, so the size stat reports is the bytes written), and
-// `pool.index`: one fixed-size owner record per slot naming the symlink that
-// uses it. A claim writes the owner record durably (fdatasync) before the
-// caller creates the symlink, so after any crash a slot is in use exactly when
-// its owner record names a path that is still a symlink to it; opening the
-// pool frees every other slot. One process owns a pool at a time (flock).
+// `pool.index`: a header with the geometry, then one owner record per slot,
+// each with a CRC-32C. A claim writes the owner record durably (fdatasync)
+// before the caller creates the symlink. The pool never destroys data it
+// cannot account for: when it is opened, a slot is reused only if it can be
+// shown to be free (its record says free and it is empty; its owner path
+// exists and is not a link to it; or its owner is gone from the very
+// directory it was created in). A claimed slot whose owner cannot be found
+// (the DB's filesystem not mounted, its directory renamed away) or whose
+// record is damaged is **quarantined**: kept, reported, never claimed, until
+// its owner is back or an operator releases it. One process owns a pool at a
+// time (flock); `check_pool` reads one without taking it.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +32,9 @@ class SstPool {
     std::string dir;
     size_t slots = 64;
     uint64_t slot_bytes = 72ull << 20;  // RocksDB's 64 MB target file size plus slack
+    // Open an existing pool with the geometry it was created with (slots and
+    // slot_bytes are ignored); never create one.
+    bool existing_only = false;
   };
   struct Slot {
     uint32_t index;
@@ -34,16 +43,28 @@ class SstPool {
   struct Stats {
     size_t slots = 0;
     size_t free = 0;
+    size_t quarantined = 0;   // now
     uint64_t claims = 0;
     uint64_t exhausted = 0;   // claims refused: no free slot
     uint64_t released = 0;
-    uint64_t reclaimed = 0;   // freed when the pool was opened (owner gone)
+    uint64_t reclaimed = 0;   // freed without a release: shown free when the pool was opened or re-examined
+    uint64_t returned = 0;    // quarantined slots whose owner came back
+  };
+  // A slot the pool cannot account for.
+  struct Quarantined {
+    uint32_t slot;
+    std::string owner;   // as recorded; empty if the record is damaged
+    std::string reason;  // why it cannot be shown free
+    uint64_t bytes;      // the data it holds
   };
 
-  // Creates the pool (the slot files, preallocated once) or opens an existing
-  // one with the same geometry, takes its lock, and frees orphaned slots.
-  // Throws std::runtime_error naming the directory and the problem (in use by
-  // another process, geometry mismatch, no space, ...).
+  // Creates the pool or opens an existing one with the same geometry, takes
+  // its lock, frees the slots shown free and quarantines the ones it cannot
+  // account for (each logged). Creation is atomic: slot files are made while
+  // the index is `pool.index.tmp`, and the rename to `pool.index` completes
+  // the pool; on failure everything made is removed again. Throws
+  // std::runtime_error naming the directory and the problem (in use by
+  // another process, geometry mismatch, no space, a damaged header, ...).
   explicit SstPool(const Options& options);
   ~SstPool();
   SstPool(const SstPool&) = delete;
@@ -53,26 +74,34 @@ class SstPool {
   // a symlink to Slot::path) and records the owner durably. nullopt when every
   // slot is taken (counted in Stats::exhausted). Thread-safe.
   std::optional<Slot> claim(const std::string& owner);
-  // Frees a slot: truncates its data, preallocates it again, clears its owner
-  // record. The caller has removed the symlink. Thread-safe.
+  // Frees a slot in use or quarantined: truncates its data, preallocates it
+  // again, records it free. The caller has removed the symlink (or an
+  // operator decided the quarantined data may go). Thread-safe.
   void release(uint32_t slot);
   // The slot `path` refers to, if it is a symlink to one of this pool's slots.
   std::optional<uint32_t> slot_of(const std::string& path) const;
+  // Looks again at the quarantined slots: one whose owner is back is in use
+  // again, one now shown free is freed. Returns how many left quarantine.
+  size_t recheck();
+  std::vector<Quarantined> quarantined() const;
 
   const std::string& dir() const { return dir_; }
   uint64_t slot_bytes() const { return options_.slot_bytes; }
+  size_t slots() const { return options_.slots; }
   Stats stats() const;
 
  private:
+  enum class State : uint8_t { kFree, kInUse, kQuarantined, kBusy };
   void lock();
   void open_index();
-  void create_index(const std::string& path);
-  void prepare_slot(uint32_t slot);
+  void create(const std::string& index_path);
+  void remove_unfinished_creation(const std::string& tmp);
+  void migrate_v1(const std::string& index_path);
+  void open_slot(uint32_t slot);
+  void examine(uint32_t slot, bool at_open);
   // Preallocates the slot file; false on ENOSPC if `tolerate_no_space`, else throws.
   bool reserve(int fd, const std::string& path, bool tolerate_no_space) const;
-  std::optional<std::string> read_owner(uint32_t slot) const;
-  static bool links_to(const std::string& owner, const std::string& slot_file);
-  void write_owner(uint32_t slot, const std::string& owner);
+  void write_record(uint32_t slot, const std::string& owner);
   void reset_slot(uint32_t slot);
   void close_fds();
   std::string slot_path(uint32_t slot) const;
@@ -83,8 +112,35 @@ class SstPool {
   int lock_fd_ = -1;
   int index_fd_ = -1;
   mutable std::mutex mu_;
-  std::vector<bool> used_;
+  std::vector<State> state_;
+  std::vector<Quarantined> quarantine_;  // by slot; meaningful where state_ is kQuarantined
   Stats stats_;
 };
+
+// What `dpukit-agent pool check` finds: the pool read as it is on disk,
+// without its lock (the agent may be running and writing records).
+struct PoolCheck {
+  enum class Verdict { kFree, kInUse, kReclaimable, kQuarantined };
+  struct SlotReport {
+    uint32_t slot;
+    Verdict verdict;
+    std::string owner;
+    std::string reason;
+    uint64_t bytes;      // data in the slot (its size)
+    uint64_t allocated;  // bytes allocated to it
+  };
+  std::string dir;
+  bool usable = false;  // false: no pool here, or its index cannot be read
+  std::string problem;  // why not usable
+  bool in_use = false;  // an agent (or plugin) holds the pool now
+  uint32_t version = 0;
+  uint64_t slots = 0, slot_bytes = 0;
+  std::vector<SlotReport> reports;
+  std::vector<std::string> findings;  // each a sentence; empty when clean
+};
+// `db_dir`, if not empty: also every symlink in it into the pool, checked
+// against the slot's record.
+PoolCheck check_pool(const std::string& dir, const std::string& db_dir = "");
+const char* verdict_name(PoolCheck::Verdict v);
 
 }  // namespace dpukit::kv

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -251,6 +253,304 @@ TEST(SstPool, ReopeningFreesEverySlotWhoseOwnerIsNoLongerItsSymlink) {
   }
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(pool.claim((t.path / ("new" + std::to_string(i))).string()));
   EXPECT_FALSE(pool.claim((t.path / "one-too-many").string()));
+}
+
+std::string slot_file_name(uint32_t slot) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "slot-%06u", slot);
+  return name;
+}
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Zeroes every 4 KB page of pool.index that holds `owner`'s path: the slot's
+// owner record, whatever the layout. Returns how many pages.
+int zero_records_naming(const fs::path& index, const std::string& owner) {
+  std::string bytes = read_all(index);
+  std::fstream io(index, std::ios::binary | std::ios::in | std::ios::out);
+  int pages = 0;
+  for (size_t at = bytes.find(owner); at != std::string::npos; at = bytes.find(owner, at + 1)) {
+    io.seekp(static_cast<std::streamoff>(at / 4096 * 4096));
+    io.write(std::string(4096, '\0').data(), 4096);
+    ++pages;
+  }
+  return pages;
+}
+
+// A pool with one live file `owner` (3000 bytes) in `db`, closed again (the
+// agent stopped). Returns its slot.
+uint32_t pool_with_one_file(const fs::path& dir, const fs::path& owner) {
+  SstPool pool(options(dir));
+  uint32_t slot = claim_linked(pool, owner).index;
+  write_file(owner, 3000, 'k');
+  return slot;
+}
+
+// The DB's directory is out of sight (not mounted yet, renamed away) when the
+// pool is opened: the slot is kept, counted and never claimed; once the
+// owner is back it is in use again.
+TEST(SstPool, ASlotWhoseOwnersDirectoryIsGoneIsQuarantinedUntilItComesBack) {
+  TempDir t;
+  fs::path dir = t.path / "pool", db = t.path / "db", away = t.path / "db.away";
+  fs::create_directories(db);
+  const uint32_t slot = pool_with_one_file(dir, db / "000050.sst");
+  fs::rename(db, away);
+  SstPool pool(options(dir));
+  SstPool::Stats s = pool.stats();
+  EXPECT_EQ(s.reclaimed, 0u);
+  EXPECT_EQ(s.quarantined, 1u);
+  EXPECT_EQ(s.free, 3u);
+  EXPECT_EQ(stat_of(dir / slot_file_name(slot)).st_size, 3000) << "the data is kept";
+  auto q = pool.quarantined();
+  ASSERT_EQ(q.size(), 1u);
+  EXPECT_EQ(q[0].slot, slot);
+  EXPECT_EQ(q[0].owner, (db / "000050.sst").string());
+  EXPECT_EQ(q[0].bytes, 3000u);
+  EXPECT_NE(q[0].reason.find("is missing with its directory"), std::string::npos) << q[0].reason;
+  for (int i = 0; i < 3; ++i) {
+    auto c = pool.claim((t.path / ("new" + std::to_string(i))).string());
+    ASSERT_TRUE(c);
+    EXPECT_NE(c->index, slot) << "a quarantined slot is never claimed";
+  }
+  EXPECT_FALSE(pool.claim((t.path / "one-too-many").string()));
+  EXPECT_EQ(pool.recheck(), 0u) << "still away";
+  fs::rename(away, db);
+  EXPECT_EQ(pool.recheck(), 1u);
+  s = pool.stats();
+  EXPECT_EQ(s.quarantined, 0u);
+  EXPECT_EQ(s.returned, 1u);
+  EXPECT_EQ(pool.slot_of((db / "000050.sst").string()), slot);
+  EXPECT_EQ(read_all(db / "000050.sst"), std::string(3000, 'k'));
+}
+
+// A directory replaced by another at the same path (a filesystem mounted
+// over it, or made anew) does not prove its files were deleted; the very
+// directory without the name does.
+TEST(SstPool, AnOwnerIsShownDeletedOnlyFromTheDirectoryItWasMadeIn) {
+  TempDir t;
+  fs::path dir = t.path / "pool", db = t.path / "db";
+  fs::create_directories(db);
+  uint32_t slot = pool_with_one_file(dir, db / "000050.sst");
+  fs::rename(db, t.path / "db.old");
+  fs::create_directories(db);  // another directory by the same name, empty
+  {
+    SstPool pool(options(dir));
+    EXPECT_EQ(pool.stats().quarantined, 1u);
+    EXPECT_EQ(pool.stats().reclaimed, 0u);
+    ASSERT_EQ(pool.quarantined().size(), 1u);
+    EXPECT_NE(pool.quarantined()[0].reason.find("is not the directory it was made in"), std::string::npos)
+        << pool.quarantined()[0].reason;
+  }
+  EXPECT_EQ(stat_of(dir / slot_file_name(slot)).st_size, 3000);
+  fs::remove_all(db);
+  fs::rename(t.path / "db.old", db);
+  ASSERT_EQ(::unlink((db / "000050.sst").c_str()), 0);  // RocksDB deleted it while the agent was away
+  SstPool pool(options(dir));
+  EXPECT_EQ(pool.stats().reclaimed, 1u);
+  EXPECT_EQ(pool.stats().quarantined, 0u);
+  EXPECT_EQ(pool.stats().free, 4u);
+}
+
+// Repro of issue 22 §1.2: zeroing one owner record, or flipping a byte of
+// it, used to free the slot and truncate a live SST.
+TEST(SstPool, ADamagedOwnerRecordQuarantinesItsSlot) {
+  TempDir t;
+  fs::path dir = t.path / "pool", db = t.path / "db";
+  fs::create_directories(db);
+  const std::string owner = (db / "000050.sst").string();
+  pool_with_one_file(dir, owner);
+  ASSERT_EQ(zero_records_naming(dir / "pool.index", owner), 1);
+  {
+    SstPool pool(options(dir));
+    EXPECT_EQ(pool.stats().quarantined, 1u);
+    EXPECT_EQ(pool.stats().reclaimed, 0u);
+    ASSERT_EQ(pool.quarantined().size(), 1u);
+    EXPECT_NE(pool.quarantined()[0].reason.find("damaged"), std::string::npos);
+  }
+  EXPECT_EQ(read_all(owner), std::string(3000, 'k')) << "the live file keeps its data";
+
+  // One flipped byte of the owner path: the checksum catches it.
+  TempDir t2;
+  fs::path dir2 = t2.path / "pool", db2 = t2.path / "db";
+  fs::create_directories(db2);
+  const std::string owner2 = (db2 / "000051.sst").string();
+  pool_with_one_file(dir2, owner2);
+  std::string bytes = read_all(dir2 / "pool.index");
+  size_t at = bytes.find(owner2);
+  ASSERT_NE(at, std::string::npos);
+  {
+    std::fstream io(dir2 / "pool.index", std::ios::binary | std::ios::in | std::ios::out);
+    io.seekp(static_cast<std::streamoff>(at + owner2.size() - 5));
+    io.put('2');  // 000051.sst -> 000052.sst
+  }
+  SstPool pool2(options(dir2));
+  EXPECT_EQ(pool2.stats().quarantined, 1u);
+  EXPECT_EQ(read_all(owner2), std::string(3000, 'k'));
+}
+
+// An operator's release (or the owner's deletion through the plugin) frees a
+// quarantined slot.
+TEST(SstPool, AQuarantinedSlotIsFreedOnlyByARelease) {
+  TempDir t;
+  fs::path dir = t.path / "pool", db = t.path / "db";
+  fs::create_directories(db);
+  const uint32_t slot = pool_with_one_file(dir, db / "000050.sst");
+  fs::rename(db, t.path / "gone");
+  SstPool pool(options(dir));
+  ASSERT_EQ(pool.stats().quarantined, 1u);
+  pool.release(slot);
+  EXPECT_EQ(pool.stats().quarantined, 0u);
+  EXPECT_EQ(pool.stats().free, 4u);
+  EXPECT_EQ(stat_of(dir / slot_file_name(slot)).st_size, 0);
+  EXPECT_THROW(pool.release(slot), std::invalid_argument);
+}
+
+// A slot that holds data while its record says free was never written by
+// this pool (claims record the owner first; releases truncate first): kept.
+TEST(SstPool, DataInASlotRecordedFreeIsQuarantined) {
+  TempDir t;
+  fs::path dir = t.path / "pool";
+  { SstPool pool(options(dir)); }
+  write_file(dir / slot_file_name(2), 500, 'x');
+  SstPool pool(options(dir));
+  EXPECT_EQ(pool.stats().quarantined, 1u);
+  EXPECT_EQ(stat_of(dir / slot_file_name(2)).st_size, 500);
+}
+
+// Repro of issue 22 §1.3 on a small filesystem: a pool that does not fit
+// used to leave its first slot's partial preallocation and an index that
+// refused the corrected geometry.
+TEST(SstPool, ACreationThatFailsLeavesNothingBehind) {
+  TempDir t;
+  SmallFs small(t.path / "small", "8m");
+  if (!small.mounted) GTEST_SKIP() << "cannot mount a tmpfs for a real ENOSPC: " << small.why;
+  struct statvfs before {};
+  ASSERT_EQ(::statvfs(small.dir.c_str(), &before), 0);
+  fs::path dir = small.dir / "pool";
+  std::string refused = message_of([&] { SstPool p(options(dir, 4, 3 << 20)); });
+  EXPECT_NE(refused.find("no space to preallocate"), std::string::npos) << refused;
+  EXPECT_FALSE(fs::exists(dir)) << "the directory it made is gone with everything in it";
+  struct statvfs after {};
+  ASSERT_EQ(::statvfs(small.dir.c_str(), &after), 0);
+  EXPECT_EQ(after.f_bfree, before.f_bfree) << "every block it allocated is free again";
+  // In a directory that was there before: it stays, empty.
+  fs::create_directories(dir);
+  EXPECT_THROW(SstPool(options(dir, 4, 3 << 20)), std::system_error);
+  EXPECT_TRUE(fs::is_empty(dir));
+  SstPool fits(options(dir, 4, 1 << 20));
+  EXPECT_EQ(fits.stats().free, 4u);
+}
+
+// A creation killed half-way (pool.index.tmp and some slots) is removed and
+// made again; slot files without any index are refused, never reused.
+TEST(SstPool, AnInterruptedCreationIsRedoneButSlotsWithoutAnIndexAreRefused) {
+  TempDir t;
+  fs::path dir = t.path / "pool";
+  fs::create_directories(dir);
+  std::ofstream(dir / "pool.index.tmp") << "half";
+  std::ofstream(dir / "slot-000000") << "never claimed";
+  {
+    SstPool pool(options(dir));
+    EXPECT_EQ(pool.stats().free, 4u);
+    EXPECT_EQ(pool.stats().quarantined, 0u);
+  }
+  TempDir t2;
+  fs::create_directories(t2.path / "pool");
+  std::ofstream(t2.path / "pool" / "slot-000003") << "live data of a pool whose index is lost";
+  std::string refused = message_of([&] { SstPool p(options(t2.path / "pool")); });
+  EXPECT_NE(refused.find("holds 1 slot files but no pool.index"), std::string::npos) << refused;
+  EXPECT_EQ(read_all(t2.path / "pool" / "slot-000003"), "live data of a pool whose index is lost");
+}
+
+// An index written by the previous build (version 1: owner records without
+// checksums, all-zero meaning free) is upgraded in place; nothing is freed
+// that the new rules cannot show free.
+TEST(SstPool, AVersion1IndexIsUpgradedAndNothingUnaccountedIsFreed) {
+  TempDir t;
+  fs::path dir = t.path / "pool", db = t.path / "db";
+  fs::create_directories(db);
+  { SstPool pool(options(dir)); }  // the slot files
+  // Version 1: a header page, then one page per slot {magic, slot, len, 0, path}.
+  std::string index(4096 * 5, '\0');
+  auto put32 = [&](size_t at, uint32_t v) { std::memcpy(index.data() + at, &v, 4); };
+  auto put64 = [&](size_t at, uint64_t v) { std::memcpy(index.data() + at, &v, 8); };
+  put64(0, 0x6c6f6f706b757064ull);
+  put32(8, 1);
+  put32(12, 4096);
+  put64(16, 4);
+  put64(24, kSlotBytes);
+  auto owner_record = [&](uint32_t slot, const std::string& owner) {
+    size_t at = 4096 * (1 + slot);
+    put32(at, 0x534c4f54);
+    put32(at + 4, slot);
+    put32(at + 8, static_cast<uint32_t>(owner.size()));
+    std::memcpy(index.data() + at + 16, owner.data(), owner.size());
+  };
+  const fs::path live = db / "000010.sst", missing = db / "000011.sst";
+  owner_record(0, live.string());
+  fs::create_symlink(dir / slot_file_name(0), live);
+  write_file(live, 100, 'a');
+  owner_record(1, missing.string());
+  write_file(dir / slot_file_name(1), 200, 'b');  // its owner is gone: deleted, or out of sight?
+  write_file(dir / slot_file_name(2), 300, 'c');  // all-zero record over data
+  {
+    std::ofstream out(dir / "pool.index", std::ios::binary | std::ios::trunc);
+    out.write(index.data(), static_cast<std::streamsize>(index.size()));
+  }
+  {
+    SstPool pool(options(dir));
+    SstPool::Stats s = pool.stats();
+    EXPECT_EQ(s.reclaimed, 0u);
+    EXPECT_EQ(s.quarantined, 2u);
+    EXPECT_EQ(s.free, 1u);
+    EXPECT_EQ(pool.slot_of(live.string()), 0u);
+  }
+  EXPECT_EQ(stat_of(dir / slot_file_name(1)).st_size, 200);
+  EXPECT_EQ(stat_of(dir / slot_file_name(2)).st_size, 300);
+  EXPECT_EQ(read_all(live), std::string(100, 'a'));
+  PoolCheck c = check_pool(dir.string());
+  EXPECT_TRUE(c.usable) << c.problem;
+  EXPECT_EQ(c.version, 2u) << "rewritten as version 2";
+  // The upgraded live owner carries its directory now: deleted, it is shown free.
+  ASSERT_EQ(::unlink(live.c_str()), 0);
+  SstPool pool(options(dir));
+  EXPECT_EQ(pool.stats().reclaimed, 1u);
+  EXPECT_EQ(pool.stats().quarantined, 2u);
+}
+
+TEST(SstPool, CheckReportsEverySlotAndTheDbLinksWithoutTakingThePool) {
+  TempDir t;
+  fs::path dir = t.path / "pool", db = t.path / "db";
+  fs::create_directories(db);
+  auto pool = std::make_unique<SstPool>(options(dir));
+  SstPool::Slot live = claim_linked(*pool, db / "000007.sst");
+  write_file(db / "000007.sst", 1234, 'l');
+  PoolCheck c = check_pool(dir.string(), db.string());
+  ASSERT_TRUE(c.usable) << c.problem;
+  EXPECT_TRUE(c.in_use) << "the pool is open";
+  EXPECT_EQ(c.slots, 4u);
+  ASSERT_EQ(c.reports.size(), 4u);
+  EXPECT_EQ(c.reports[live.index].verdict, PoolCheck::Verdict::kInUse);
+  EXPECT_EQ(c.reports[live.index].bytes, 1234u);
+  EXPECT_TRUE(c.findings.empty()) << c.findings[0];
+  pool.reset();
+  EXPECT_FALSE(check_pool(dir.string()).in_use);
+  // The DB renamed away: quarantined, and the link found under its new name.
+  fs::rename(db, t.path / "moved");
+  c = check_pool(dir.string(), (t.path / "moved").string());
+  EXPECT_EQ(c.reports[live.index].verdict, PoolCheck::Verdict::kQuarantined);
+  ASSERT_EQ(c.findings.size(), 2u);
+  EXPECT_NE(c.findings[0].find("quarantined"), std::string::npos) << c.findings[0];
+  EXPECT_NE(c.findings[1].find("whose record names " + (db / "000007.sst").string()), std::string::npos)
+      << c.findings[1];
+  EXPECT_FALSE(check_pool((t.path / "nothing").string()).usable);
+  std::ofstream(t.path / "moved" / "pool.index") << "not an index";
+  c = check_pool((t.path / "moved").string());
+  EXPECT_FALSE(c.usable);
+  EXPECT_NE(c.problem.find("is not an SST pool index"), std::string::npos) << c.problem;
 }
 
 TEST(SstPool, RefusesAnEmptyGeometry) {

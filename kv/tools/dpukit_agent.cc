@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <memory>
@@ -47,7 +48,8 @@ struct Config {
 Config parse_args(int argc, char** argv) {
   ArgParser p(kTool,
               "The dpu-side agent of PulseDB: serves write-persist queue pairs from RocksDB hosts over the channel,\n"
-              "writing SST files into a pre-allocated file pool.");
+              "writing SST files into a pre-allocated file pool.\n"
+              "Also: `dpukit-agent pool check --pool DIR [--db DIR]` and `dpukit-agent pool release SLOT --pool DIR`.");
   p.option("listen", "Unix socket path to listen at", "", true);
   p.option("pool", "directory of the SST file pool (created if missing)");
   p.option("slots", "slot files in the pool", "64");
@@ -95,9 +97,11 @@ class Agent {
   }
 
   void accept(ChannelListener& listener);
+  void recheck_pool();
   void reap(bool all);
   void stop_all();
   void write_stats() const;
+  const SstPool* pool() const { return pool_.get(); }
 
  private:
   Result stats() const;
@@ -105,9 +109,16 @@ class Agent {
   uint64_t start_ns_;
   Result started_;  // what ran and when; each statistics file adds the figures so far
   std::unique_ptr<SstPool> pool_;
+  uint64_t next_recheck_ns_ = 0;
   EngineStats stats_;
   std::list<Session> sessions_;
 };
+
+nlohmann::json quarantine_json(const std::vector<SstPool::Quarantined>& q) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& s : q) a.push_back({{"slot", s.slot}, {"owner", s.owner}, {"reason", s.reason}, {"bytes", s.bytes}});
+  return a;
+}
 
 void serve_queue_pair(WritePersistEngine& engine, ChannelDpu qp) {
   std::string who = "queue pair of host pid " + std::to_string(qp.peer_pid());
@@ -141,6 +152,14 @@ void Agent::accept(ChannelListener& listener) {
     // A failed handshake or engine start costs only this host its queue pair.
     log_warn(std::string("cannot take a queue pair: ") + e.what());
   }
+}
+
+// Quarantined slots leave quarantine when their owner is back (the DB's
+// filesystem mounted, its directory renamed back): looked at every few seconds.
+void Agent::recheck_pool() {
+  if (!pool_ || now_ns() < next_recheck_ns_) return;
+  next_recheck_ns_ = now_ns() + 2'000'000'000ull;
+  if (pool_->stats().quarantined > 0) pool_->recheck();
 }
 
 // Joins the threads of queue pairs that ended (all: every thread).
@@ -203,7 +222,9 @@ Result Agent::stats() const {
     r.figures()["pool"] = {{"dir", pool_->dir()},          {"slots", p.slots},
                            {"slot_bytes", pool_->slot_bytes()}, {"free", p.free},
                            {"claims", p.claims},           {"exhausted", p.exhausted},
-                           {"released", p.released},       {"reclaimed", p.reclaimed}};
+                           {"released", p.released},       {"reclaimed", p.reclaimed},
+                           {"quarantined", p.quarantined}, {"returned", p.returned},
+                           {"quarantine", quarantine_json(pool_->quarantined())}};
   }
   // The agent is the dpu side, but for its DMA threads, which stand for the
   // DPU's DMA engine pulling payloads from host memory: their time is hw.
@@ -246,11 +267,23 @@ int run(const Config& c) {
   Agent agent(c);
   std::optional<ChannelListener> listener(std::in_place, c.listen);
   log_info(std::string("listening at ") + c.listen + (c.pool ? " with the pool at " + c.pool->dir : " without a pool"));
+  if (const SstPool* pool = agent.pool()) {
+    SstPool::Stats s = pool->stats();
+    std::string line = "pool " + pool->dir() + ": " + std::to_string(s.slots) + " slots, " + std::to_string(s.free) +
+                       " free, " + std::to_string(s.reclaimed) + " freed at start, " + std::to_string(s.quarantined) +
+                       " quarantined";
+    if (s.quarantined > 0) {
+      log_warn(line + " (kept and not reused; `dpukit-agent pool check --pool " + pool->dir() + "` lists them)");
+    } else {
+      log_info(line);
+    }
+  }
   for (;;) {
     pollfd fds[2] = {{listener->fd(), POLLIN, 0}, {sigfd, POLLIN, 0}};
     int n = ::poll(fds, 2, 1000);
     if (n < 0 && errno != EINTR) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
     agent.reap(false);
+    agent.recheck_pool();
     if (n > 0 && (fds[1].revents & POLLIN)) {
       signalfd_siginfo si{};
       if (::read(sigfd, &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {
@@ -271,10 +304,121 @@ int run(const Config& c) {
   return 0;
 }
 
+// `dpukit-agent pool check`: the pool as it is on disk, read without its lock
+// (the agent may be running). Exit 0 clean, 1 findings, 2 unusable.
+int pool_check(int argc, char** argv) {
+  ArgParser p("dpukit-agent pool check",
+              "Reports every slot of an SST pool: its owner, whether the owner still links to it, its size, and\n"
+              "the slots the agent keeps quarantined. Exit 0: clean; 1: findings; 2: no usable pool there.");
+  p.option("pool", "directory of the SST file pool", "", true);
+  p.option("db", "a DB directory: also check its symlinks into the pool against the slots' records");
+  p.flag("json", "print the report as JSON");
+  p.parse(argc, argv, 3);
+  PoolCheck c = check_pool(p.str("pool"), p.has("db") ? p.str("db") : "");
+  if (p.has("json")) {
+    nlohmann::json slots = nlohmann::json::array();
+    for (const auto& s : c.reports)
+      slots.push_back({{"slot", s.slot},
+                       {"verdict", verdict_name(s.verdict)},
+                       {"owner", s.owner},
+                       {"reason", s.reason},
+                       {"bytes", s.bytes},
+                       {"allocated", s.allocated}});
+    nlohmann::json j = {{"pool", c.dir},       {"usable", c.usable}, {"problem", c.problem},
+                        {"in_use", c.in_use},  {"version", c.version}, {"slots", c.slots},
+                        {"slot_bytes", c.slot_bytes}, {"slot_reports", slots}, {"findings", c.findings}};
+    std::printf("%s\n", j.dump(2).c_str());
+  } else if (c.usable) {
+    std::printf("pool %s: version %u, %llu slots of %llu bytes, %s\n", c.dir.c_str(), c.version,
+                static_cast<unsigned long long>(c.slots), static_cast<unsigned long long>(c.slot_bytes),
+                c.in_use ? "open in a running agent" : "not open");
+    size_t counts[4] = {};
+    for (const auto& s : c.reports) {
+      ++counts[static_cast<int>(s.verdict)];
+      if (s.verdict == PoolCheck::Verdict::kFree) continue;
+      std::printf("  slot-%06u  %-11s %12llu bytes  %s%s%s\n", s.slot, verdict_name(s.verdict),
+                  static_cast<unsigned long long>(s.bytes), s.owner.c_str(), s.reason.empty() ? "" : ": ",
+                  s.reason.c_str());
+    }
+    std::printf("%zu in use, %zu free, %zu reclaimable (freed when the agent next opens the pool), %zu quarantined\n",
+                counts[1], counts[0], counts[2], counts[3]);
+    for (const auto& f : c.findings) std::printf("finding: %s\n", f.c_str());
+  }
+  if (!c.usable) {
+    std::fprintf(stderr, "dpukit-agent pool check: no usable pool: %s\n", c.problem.c_str());
+    return 2;
+  }
+  return c.findings.empty() ? 0 : 1;
+}
+
+// `dpukit-agent pool release SLOT --pool DIR`: an operator frees a quarantined
+// slot (its data goes). Needs the pool: the agent must be stopped.
+int pool_release(int argc, char** argv) {
+  ArgParser p("dpukit-agent pool release",
+              "usage: dpukit-agent pool release SLOT --pool DIR\n"
+              "Frees a quarantined slot of a pool no agent has open: its data is dropped and the slot reused.");
+  p.option("pool", "directory of the SST file pool", "", true);
+  p.option("slot", "the slot: its number, or its file name slot-NNNNNN");
+  int first = 3;
+  std::string slot_arg;
+  if (argc > 3 && argv[3][0] != '-') {
+    slot_arg = argv[3];
+    first = 4;
+  }
+  p.parse(argc, argv, first);
+  if (p.has("slot")) slot_arg = p.str("slot");
+  if (slot_arg.empty()) p.fail("which slot? give SLOT (a number, or slot-NNNNNN)");
+  if (slot_arg.rfind("slot-", 0) == 0) slot_arg = slot_arg.substr(5);
+  char* end = nullptr;
+  errno = 0;
+  unsigned long n = std::strtoul(slot_arg.c_str(), &end, 10);
+  if (slot_arg.empty() || *end != '\0' || errno != 0 || n > UINT32_MAX) p.fail("SLOT must be a slot number");
+  std::unique_ptr<SstPool> pool;
+  try {
+    pool = std::make_unique<SstPool>(SstPool::Options{p.str("pool"), 0, 0, true});
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    if (why.find("in use by another process") != std::string::npos)
+      why += ": stop the agent (SIGTERM) first; it keeps quarantined slots out of use meanwhile";
+    std::fprintf(stderr, "dpukit-agent pool release: error: %s\n", why.c_str());
+    return 1;
+  }
+  const auto slot = static_cast<uint32_t>(n);
+  for (const auto& q : pool->quarantined()) {
+    if (q.slot != slot) continue;
+    pool->release(slot);
+    std::printf("released slot-%06u: %llu bytes dropped (owner %s: %s)\n", slot,
+                static_cast<unsigned long long>(q.bytes), q.owner.empty() ? "unknown" : q.owner.c_str(),
+                q.reason.c_str());
+    return 0;
+  }
+  std::fprintf(stderr,
+               "dpukit-agent pool release: error: slot %lu is not quarantined (%s); only a quarantined slot is "
+               "released by hand, a slot in use is freed when RocksDB deletes its file\n",
+               n, n >= pool->slots() ? "no such slot" : "free or in use: see `dpukit-agent pool check`");
+  return 1;
+}
+
+int pool_command(int argc, char** argv) {
+  const std::string sub = argc > 2 ? argv[2] : "";
+  try {
+    if (sub == "check") return pool_check(argc, argv);
+    if (sub == "release") return pool_release(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dpukit-agent pool %s: error: %s\n", sub.c_str(), e.what());
+    return 1;
+  }
+  std::fprintf(stderr,
+               "usage: dpukit-agent pool check --pool DIR [--db DIR] [--json]\n"
+               "       dpukit-agent pool release SLOT --pool DIR\n");
+  return sub == "--help" || sub == "-h" ? 0 : 2;
+}
+
 }  // namespace
 }  // namespace dpukit::kv
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "pool") return dpukit::kv::pool_command(argc, argv);
   dpukit::kv::Config config = dpukit::kv::parse_args(argc, argv);  // exits 2 on bad arguments
   try {
     return dpukit::kv::run(config);

@@ -938,7 +938,8 @@ void OffloadFileSystem::write_stats() const {
   if (pool_) {
     auto p = pool_->stats();
     j["pool"] = {{"slots", p.slots}, {"free", p.free}, {"claims", p.claims}, {"exhausted", p.exhausted},
-                 {"released", p.released}, {"reclaimed", p.reclaimed}};
+                 {"released", p.released}, {"reclaimed", p.reclaimed}, {"quarantined", p.quarantined},
+                 {"returned", p.returned}};
   }
   // A dpukit.result/1 of the host process it is loaded into; its CPU is the
   // tool's to measure (dpukit-kv samples the plugin's threads by name).
