@@ -64,8 +64,14 @@ class Operator {
   // every run with the same seed. Default: pseudo-random bytes.
   virtual std::vector<Bytes> make_inputs(size_t size, size_t count, uint64_t seed) const;
   // How many distinct inputs a thread cycles through (LPM wants many
-  // addresses so that lookups are not all cache hits).
+  // addresses so that lookups are not all cache hits). The runner takes
+  // fewer where these would pass kInputBudget (inputs_within_budget); an
+  // operator throws std::invalid_argument when its parameters ask for inputs
+  // that cannot fit.
   virtual size_t input_count(size_t /*size*/) const { return 256; }
+  // What the runner makes: input_count, at most kInputBudget bytes of them.
+  // Throws std::invalid_argument for a size outside 1 byte to kMaxInputSize.
+  size_t inputs_within_budget(size_t size) const;
   // The timed loop reads the inputs packed end to end in one array (as an
   // application holds a list of addresses), through Kernel::process_packed,
   // instead of each from its own buffer (as packets are). The inputs are
@@ -124,6 +130,12 @@ size_t check_against_ref(const Operator& op, Backend backend, size_t size, const
 
 Registry& registry();
 Operator& find_operator(const std::string& name);  // throws std::invalid_argument
+
+// Throws std::invalid_argument naming `size` unless it is 1 byte to
+// kMaxInputSize.
+void check_input_size(size_t size);
+// "N bytes (x MiB)" for the messages that refuse sizes and input counts.
+std::string bytes_text(uint64_t bytes);
 
 // Helpers shared by the operator families.
 std::string hex(std::span<const uint8_t> bytes, size_t max = 64);  // for mismatch reports

@@ -66,6 +66,22 @@ void Kernel::process_packed(std::span<const uint8_t> in, size_t unit, Bytes& out
   }
 }
 
+std::string bytes_text(uint64_t bytes) {
+  char mib[32];
+  std::snprintf(mib, sizeof mib, "%.4g", static_cast<double>(bytes) / (1 << 20));
+  return std::to_string(bytes) + " bytes (" + mib + " MiB)";
+}
+
+void check_input_size(size_t size) {
+  if (size == 0 || size > kMaxInputSize)
+    throw std::invalid_argument("size " + std::to_string(size) + " is not 1 byte to " + bytes_text(kMaxInputSize));
+}
+
+size_t Operator::inputs_within_budget(size_t size) const {
+  check_input_size(size);
+  return std::min(std::max<size_t>(input_count(size), 1), kInputBudget / size);
+}
+
 std::vector<Bytes> Operator::make_inputs(size_t size, size_t count, uint64_t seed) const {
   std::vector<Bytes> v(count, Bytes(size));
   for (size_t i = 0; i < count; ++i) fill_random(v[i], seed * 1000003 + i);

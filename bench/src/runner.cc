@@ -13,6 +13,7 @@
 #include "dpdk_env.h"
 #include "dpukit/core/accounting.h"
 #include "dpukit/core/perf_counters.h"
+#include "dpukit/core/results.h"
 #include "operator.h"
 
 namespace dpukit::bench {
@@ -79,6 +80,20 @@ nlohmann::json counters_json(const PerfCounters& counters) {
     ratios["l1d_accesses_per_instruction"] = (v["l1d_read_accesses"] + v["l1d_write_accesses"]) / v["instructions"];
   return {{"source", "perf_event_open"}, {"scope", "user space of the calling thread, the loop only"},
           {"events", events}, {"ratios", ratios}};
+}
+
+void check_sizes(const std::vector<size_t>& sizes) {
+  if (sizes.empty()) throw std::invalid_argument("no sizes chosen");
+  for (size_t s : sizes) check_input_size(s);
+}
+
+// The run's parameters for `op` ("op.key" entries of `params`), the others
+// at their defaults.
+void apply_params(Operator& op, const std::map<std::string, std::string>& params) {
+  const std::string& name = op.info().name;
+  op.reset_params();
+  for (const auto& [k, v] : params)
+    if (k.compare(0, name.size() + 1, name + ".") == 0) op.set_param(k.substr(name.size() + 1), v);
 }
 
 double median(std::vector<double> v) {
@@ -270,11 +285,11 @@ size_t check_against_ref(const Operator& op, Backend backend, size_t size, const
 }
 
 nlohmann::json run(const RunOptions& o) {
-  if (o.sizes.empty() || o.threads.empty() || o.backends.empty()) throw std::invalid_argument("empty sweep");
-  for (size_t s : o.sizes)
-    if (s == 0 || s > (64u << 20)) throw std::invalid_argument("sizes must be 1 byte to 64 MiB");
+  if (o.threads.empty() || o.backends.empty()) throw std::invalid_argument("empty sweep");
+  check_sizes(o.sizes);
   for (unsigned t : o.threads)
-    if (t == 0 || t > 1024) throw std::invalid_argument("threads must be 1 to 1024");
+    if (t == 0 || t > kMaxThreads)
+      throw std::invalid_argument("threads " + std::to_string(t) + " is not 1 to " + std::to_string(kMaxThreads));
   if (o.place != "host" && o.place != "dpu") throw std::invalid_argument("place must be host or dpu");
   if (o.iterations == 0 && (o.repetitions == 0 || o.min_time_s <= 0))
     throw std::invalid_argument("repetitions and min time must be positive");
@@ -283,6 +298,13 @@ nlohmann::json run(const RunOptions& o) {
     auto dot = k.find('.');
     if (dot == std::string::npos || std::find(names.begin(), names.end(), k.substr(0, dot)) == names.end())
       throw std::invalid_argument("parameter '" + k + "' is not op.key for an operator of this run");
+  }
+  // Every point's inputs must fit before the first one runs: a refusal
+  // halfway would lose the points already measured.
+  for (const auto& name : names) {
+    Operator& op = find_operator(name);
+    apply_params(op, o.params);
+    for (size_t size : o.sizes) op.inputs_within_budget(size);
   }
   Placement pl = Placement::plan(o.host_cpus, o.dpu_cpus);
   const CpuSet& cpus = o.place == "dpu" ? pl.dpu : pl.host;
@@ -294,14 +316,12 @@ nlohmann::json run(const RunOptions& o) {
   size_t done = 0;
   for (const auto& name : names) {
     Operator& op = find_operator(name);
-    op.reset_params();
-    for (const auto& [k, v] : o.params)
-      if (k.compare(0, name.size() + 1, name + ".") == 0) op.set_param(k.substr(name.size() + 1), v);
+    apply_params(op, o.params);
     versions[name] = op.info().version;
     params[name] = op.parameters();
     for (Backend backend : o.backends) {
       for (size_t size : o.sizes) {
-        const std::vector<Bytes> inputs = op.make_inputs(size, op.input_count(size), o.seed);
+        const std::vector<Bytes> inputs = op.make_inputs(size, op.inputs_within_budget(size), o.seed);
         std::vector<std::unique_ptr<Kernel>> kernels;
         try {
           kernels = op.make_kernels(backend, size, o.iterations ? 1 : max_threads);
@@ -330,7 +350,8 @@ nlohmann::json run(const RunOptions& o) {
           const uint64_t wall_ns = now_ns() - t0;
           g_sink.fetch_add(sink);
           nlohmann::json pt = {{"op", name}, {"backend", backend_name(backend)}, {"size", size}, {"threads", 1},
-                               {"iterations", o.iterations}, {"wall_ns", wall_ns}, {"checked_inputs", checked}};
+                               {"iterations", o.iterations}, {"wall_ns", wall_ns}, {"inputs", inputs.size()},
+                               {"checked_inputs", checked}};
           if (counters) pt["counters"] = counters_json(*counters);
           points.push_back(pt);
           ++done;
@@ -360,6 +381,7 @@ nlohmann::json run(const RunOptions& o) {
                                {"gbps_max", *hi * work_bits / 1e3},
                                {"reps_mops", mops},
                                {"cpu_per_wall", median(util)},
+                               {"inputs", inputs.size()},
                                {"checked_inputs", checked}};
           if (!device.empty()) pt["device"] = device;
           points.push_back(pt);
@@ -381,6 +403,7 @@ nlohmann::json run(const RunOptions& o) {
                             {"place", o.place},
                             {"place_cpus", cpus.str()},
                             {"placement_note", pl.note},
+                            {"input_budget_bytes", kInputBudget},
                             {"sink", g_sink.load() & 1}};
   if (const DpdkEnv* env = dpdk_env_if_started(); env && env->ok)
     figures["dpdk"] = {{"tsc_hz", env->tsc_hz}, {"vdevs", env->vdevs}};
@@ -392,6 +415,7 @@ std::vector<std::string> devices() { return device_inventory(); }
 CheckReport check_all(const std::vector<std::string>& ops, const std::vector<Backend>& backends,
                       const std::vector<size_t>& sizes, uint64_t seed) {
   CheckReport rep;
+  check_sizes(sizes);
   for (const auto& name : expand_ops(ops)) {
     Operator& op = find_operator(name);
     op.reset_params();
@@ -399,7 +423,7 @@ CheckReport check_all(const std::vector<std::string>& ops, const std::vector<Bac
       for (size_t size : sizes) {
         std::string what = name + " " + backend_name(b) + " " + std::to_string(size) + "B";
         try {
-          auto inputs = op.make_inputs(size, op.input_count(size), seed);
+          auto inputs = op.make_inputs(size, op.inputs_within_budget(size), seed);
           auto kernels = op.make_kernels(b, size, 2);
           check_against_ref(op, b, size, inputs, kernels);
           rep.passed.push_back(what);
@@ -414,37 +438,76 @@ CheckReport check_all(const std::vector<std::string>& ops, const std::vector<Bac
   return rep;
 }
 
-nlohmann::json compare(const nlohmann::json& a, const nlohmann::json& b) {
-  auto figs = [](const nlohmann::json& j) -> const nlohmann::json& {
-    return j.contains("figures") ? j.at("figures") : j;
-  };
-  const nlohmann::json& fa = figs(a);
-  const nlohmann::json& fb = figs(b);
-  if (!fa.contains("points") || !fb.contains("points"))
-    throw std::invalid_argument("not a dpukit-bench run result (no figures.points)");
-  const nlohmann::json va = fa.value("operators", nlohmann::json::object());
-  const nlohmann::json vb = fb.value("operators", nlohmann::json::object());
+std::string run_result_violation(const nlohmann::json& r) {
+  if (std::string why = result_schema_violation(r); !why.empty()) return why;
+  if (r.at("tool") != "dpukit-bench run") return "tool: is " + r.at("tool").dump() + ", not \"dpukit-bench run\"";
+  const nlohmann::json& f = r.at("figures");
+  if (!f.contains("operators"))
+    return "figures.operators: missing (the operator versions say what each figure measured)";
+  const nlohmann::json& ops = f.at("operators");
+  if (!ops.is_object() || ops.empty()) return "figures.operators: is " + ops.dump() + ", not the operators' versions";
+  for (const auto& [name, ver] : ops.items())
+    if (!ver.is_number_integer() || ver.get<int64_t>() < 1)
+      return "figures.operators." + name + ": is " + ver.dump() + ", not a version (an integer from 1)";
+  if (!f.contains("points")) return "figures.points: missing";
+  if (!f.at("points").is_array()) return "figures.points: is not an array";
+  size_t i = 0;
+  for (const auto& p : f.at("points")) {
+    const std::string at = "figures.points[" + std::to_string(i++) + "]";
+    if (!p.is_object()) return at + ": is not an object";
+    for (const char* k : {"op", "backend"})
+      if (!p.contains(k) || !p.at(k).is_string()) return at + "." + k + ": missing or not a string";
+    if (!ops.contains(p.at("op").get<std::string>()))
+      return at + ".op: " + p.at("op").dump() + " has no version in figures.operators";
+    auto whole = [&](const char* k, uint64_t most) -> std::string {
+      if (!p.contains(k) || !p.at(k).is_number_integer() || p.at(k).get<int64_t>() < 1 ||
+          p.at(k).get<uint64_t>() > most)
+        return at + "." + k + ": is " + (p.contains(k) ? p.at(k).dump() : "missing") + ", not 1 to " +
+               std::to_string(most);
+      return "";
+    };
+    if (std::string why = whole("size", kMaxInputSize); !why.empty()) return why;
+    if (std::string why = whole("threads", kMaxThreads); !why.empty()) return why;
+    if (p.contains("iterations")) continue;  // a fixed-count point: no throughput to compare
+    // A timed point completes at least one unit in each repetition.
+    for (const char* k : {"mops", "gbps"})
+      if (!p.contains(k) || !p.at(k).is_number() || !(p.at(k).get<double>() > 0))
+        return at + "." + k + ": is " + (p.contains(k) ? p.at(k).dump() : "missing") +
+               ", not a throughput above 0";
+  }
+  return "";
+}
+
+nlohmann::json compare(const nlohmann::json& a, const nlohmann::json& b, const std::string& a_name,
+                       const std::string& b_name) {
+  for (const auto& [r, name] : {std::pair{&a, &a_name}, std::pair{&b, &b_name}})
+    if (std::string why = run_result_violation(*r); !why.empty())
+      throw std::invalid_argument(*name + ": " + why);
+  const nlohmann::json& fa = a.at("figures");
+  const nlohmann::json& fb = b.at("figures");
+  const nlohmann::json& va = fa.at("operators");
+  const nlohmann::json& vb = fb.at("operators");
   for (const auto& [name, ver] : va.items()) {
     if (vb.contains(name) && vb.at(name) != ver)
-      throw std::invalid_argument("operator '" + name + "' is version " + ver.dump() + " in the first run and " +
-                                  vb.at(name).dump() + " in the second: they measure different things");
+      throw std::invalid_argument("operator '" + name + "' is version " + ver.dump() + " in " + a_name + " and " +
+                                  vb.at(name).dump() + " in " + b_name + ": they measure different things");
   }
   auto key = [](const nlohmann::json& p) {
     return p.at("op").get<std::string>() + "|" + p.at("backend").get<std::string>() + "|" +
            std::to_string(p.at("size").get<size_t>()) + "|" + std::to_string(p.at("threads").get<unsigned>());
   };
   std::map<std::string, const nlohmann::json*> in_a;
+  // Fixed-count points (--iterations) have no throughput.
   for (const auto& p : fa.at("points"))
-    if (p.contains("mops")) in_a[key(p)] = &p;
+    if (!p.contains("iterations")) in_a[key(p)] = &p;
   nlohmann::json rows = nlohmann::json::array();
   std::map<std::string, std::vector<double>> per_op;
   for (const auto& p : fb.at("points")) {
-    if (!p.contains("mops")) continue;
+    if (p.contains("iterations")) continue;
     auto it = in_a.find(key(p));
     if (it == in_a.end()) continue;
     const auto& pa = *it->second;
-    double ma = pa.at("mops").get<double>(), mb = p.at("mops").get<double>();
-    double ratio = ma > 0 ? mb / ma : 0;
+    const double ratio = p.at("mops").get<double>() / pa.at("mops").get<double>();
     rows.push_back({{"op", p.at("op")}, {"backend", p.at("backend")}, {"size", p.at("size")},
                     {"threads", p.at("threads")}, {"a_gbps", pa.at("gbps")}, {"b_gbps", p.at("gbps")},
                     {"ratio", ratio}});

@@ -1,14 +1,17 @@
 // The runner: the reference check stops a wrong backend, the sweep's
-// figures are consistent, options are validated, compare refuses to mix
-// operator versions. Also the registry's parameter handling and the
-// composed programs' output framing.
+// figures are consistent, options are validated, inputs fit the budget,
+// compare refuses to mix operator versions and what is not a run result.
+// Also the registry's parameter handling and the composed programs' output
+// framing.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 
 #include "dpukit/bench.h"
+#include "dpukit/core/results.h"
 #include "operator.h"
 #include "packet.h"
 
@@ -151,13 +154,20 @@ TEST(RunnerOptions, BadOptionsAreRefused) {
   EXPECT_THROW(run(o), std::invalid_argument);
 }
 
+// A dpukit-bench run result as the tool writes it, with these figures.
+nlohmann::json run_result(nlohmann::json points, nlohmann::json operators) {
+  Result r("dpukit-bench run", {"dpukit-bench", "run"});
+  r.figures() = {{"points", std::move(points)}, {"operators", std::move(operators)}};
+  return r.to_json();
+}
+
+nlohmann::json point(const char* op, double mops) {
+  return {{"op", op}, {"backend", "lib"}, {"size", 64}, {"threads", 1}, {"mops", mops}, {"gbps", mops * 0.512}};
+}
+
 TEST(RunnerCompare, RatiosOfMatchingPoints) {
-  auto pt = [](const char* op, double mops) {
-    return nlohmann::json{{"op", op}, {"backend", "lib"}, {"size", 64}, {"threads", 1}, {"mops", mops},
-                          {"gbps", mops * 0.512}};
-  };
-  nlohmann::json a = {{"figures", {{"points", {pt("aes", 2.0), pt("crc", 10.0)}}, {"operators", {{"aes", 1}}}}}};
-  nlohmann::json b = {{"figures", {{"points", {pt("aes", 1.0), pt("md5", 3.0)}}, {"operators", {{"aes", 1}}}}}};
+  nlohmann::json a = run_result({point("aes", 2.0), point("crc", 10.0)}, {{"aes", 1}, {"crc", 1}});
+  nlohmann::json b = run_result({point("aes", 1.0), point("md5", 3.0)}, {{"aes", 1}, {"md5", 1}});
   nlohmann::json t = compare(a, b);
   ASSERT_EQ(t.at("rows").size(), 1u);  // only aes is in both
   EXPECT_DOUBLE_EQ(t.at("rows")[0].at("ratio").get<double>(), 0.5);
@@ -165,10 +175,47 @@ TEST(RunnerCompare, RatiosOfMatchingPoints) {
 }
 
 TEST(RunnerCompare, RefusesDifferentOperatorVersions) {
-  nlohmann::json a = {{"figures", {{"points", nlohmann::json::array()}, {"operators", {{"aes", 1}}}}}};
-  nlohmann::json b = {{"figures", {{"points", nlohmann::json::array()}, {"operators", {{"aes", 2}}}}}};
+  nlohmann::json a = run_result(nlohmann::json::array(), {{"aes", 1}});
+  nlohmann::json b = run_result(nlohmann::json::array(), {{"aes", 2}});
   EXPECT_THROW(compare(a, b), std::invalid_argument);
-  EXPECT_THROW(compare(nlohmann::json::object(), b), std::invalid_argument);
+}
+
+// Each way a file can fail to be a run result is refused naming the file
+// and the field, before anything is read from it.
+TEST(RunnerCompare, RefusesWhatIsNotARunResultNamingTheFileAndTheField) {
+  const nlohmann::json good = run_result({point("aes", 2.0)}, {{"aes", 1}});
+  auto refusal = [&](const std::function<void(nlohmann::json&)>& edit) -> std::string {
+    nlohmann::json b = good;
+    edit(b);
+    try {
+      compare(good, b, "a.json", "b.json");
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  EXPECT_EQ(refusal([](auto&) {}), "accepted");
+  EXPECT_EQ(refusal([](auto& j) { j["figures"].erase("operators"); }).rfind("b.json: figures.operators: missing", 0),
+            0u);
+  EXPECT_EQ(refusal([](auto& j) { j["schema"] = "other/2"; }), R"(b.json: schema: is "other/2", not "dpukit.result/1")");
+  EXPECT_EQ(refusal([](auto& j) { j = j["figures"]; }), "b.json: schema: missing");
+  EXPECT_EQ(refusal([](auto& j) { j["tool"] = "dpukit-measure run"; }),
+            R"(b.json: tool: is "dpukit-measure run", not "dpukit-bench run")");
+  EXPECT_EQ(refusal([](auto& j) { j["figures"]["points"][0]["mops"] = "fast"; }),
+            R"(b.json: figures.points[0].mops: is "fast", not a throughput above 0)");
+  EXPECT_EQ(refusal([](auto& j) { j["figures"]["points"][0]["mops"] = 0; }),
+            "b.json: figures.points[0].mops: is 0, not a throughput above 0");
+  EXPECT_EQ(refusal([](auto& j) { j["figures"]["points"][0]["size"] = -64; }),
+            "b.json: figures.points[0].size: is -64, not 1 to 67108864");
+  EXPECT_EQ(refusal([](auto& j) { j["figures"]["points"][0]["op"] = "md5"; }),
+            R"(b.json: figures.points[0].op: "md5" has no version in figures.operators)");
+  EXPECT_EQ(refusal([](auto& j) { j["figures"]["operators"]["aes"] = "1"; }),
+            R"(b.json: figures.operators.aes: is "1", not a version (an integer from 1))");
+  // A fixed-count point (--iterations) has no throughput and is not compared.
+  nlohmann::json counted = run_result({{{"op", "aes"}, {"backend", "lib"}, {"size", 64}, {"threads", 1},
+                                        {"iterations", 100}}},
+                                      {{"aes", 1}});
+  EXPECT_EQ(compare(good, counted).at("rows").size(), 0u);
 }
 
 TEST(RunnerRegistry, ParametersHaveDefaultsAndRefuseUnknownKeys) {
@@ -179,6 +226,30 @@ TEST(RunnerRegistry, ParametersHaveDefaultsAndRefuseUnknownKeys) {
     Operator& o = find_operator(info.name);
     for (const auto& [k, v] : o.default_params()) EXPECT_EQ(o.param(k), v) << info.name << "." << k;
   }
+}
+
+// Every operator's inputs fit in the budget at every size, large sizes
+// getting fewer of them; sizes beyond the largest and asked-for inputs that
+// cannot fit are refused.
+TEST(RunnerInputs, EveryOperatorsInputsFitTheBudget) {
+  for (const auto& info : list_operators()) {
+    Operator& op = find_operator(info.name);
+    op.reset_params();
+    for (size_t size : {size_t{1}, size_t{64}, size_t{1024}, size_t{1} << 20, kMaxInputSize}) {
+      const size_t n = op.inputs_within_budget(size);
+      EXPECT_GE(n, 1u) << info.name << " " << size;
+      EXPECT_LE(n * size, kInputBudget) << info.name << " " << size;
+    }
+    EXPECT_EQ(op.inputs_within_budget(kMaxInputSize), 2u) << info.name;
+    EXPECT_THROW(op.inputs_within_budget(0), std::invalid_argument);
+    EXPECT_THROW(op.inputs_within_budget(kMaxInputSize + 1), std::invalid_argument);
+  }
+  Operator& lpm = find_operator("lpm");
+  lpm.set_param("inputs", "4096");
+  EXPECT_EQ(lpm.inputs_within_budget(1024), 4096u);
+  EXPECT_THROW(lpm.inputs_within_budget(size_t{1} << 20), std::invalid_argument);  // 4 GiB
+  lpm.reset_params();
+  EXPECT_THROW(check_all({"memcpy"}, {Backend::kLib}, {kMaxInputSize + 1}, 1), std::invalid_argument);
 }
 
 TEST(RunnerInputs, TextAndRandomAreReproducible) {

@@ -3,9 +3,9 @@
 //   dpukit-bench check [--ops all] [--backend ref,lib,dev] [--sizes 64,1024]
 //   dpukit-bench run --ops aes,lpm|all --sizes 64,...,1024 --threads 1,2 --backend lib --place host --json OUT
 //   dpukit-bench compare A.json B.json [--json OUT]
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 
 #include "dpukit/bench.h"
 #include "dpukit/core/accounting.h"
@@ -21,32 +21,80 @@ namespace {
 
 const char* kTool = "dpukit-bench";
 
-std::vector<std::string> split(const std::string& s) {
+// The comma-separated items of --name; an empty item ("1,,2", a trailing
+// comma) is a typo to refuse, not a thing to skip.
+std::vector<std::string> items(const ArgParser& p, const std::string& name) {
+  const std::string text = p.str(name);
   std::vector<std::string> v;
-  std::stringstream in(s);
-  for (std::string w; std::getline(in, w, ',');)
-    if (!w.empty()) v.push_back(w);
+  if (text.empty()) return v;
+  size_t at = 0;
+  for (;;) {
+    const size_t comma = text.find(',', at);
+    v.push_back(text.substr(at, comma - at));
+    if (v.back().empty()) p.fail("--" + name + ": empty item in '" + text + "'");
+    if (comma == std::string::npos) return v;
+    at = comma + 1;
+  }
+}
+
+std::vector<size_t> sizes(const ArgParser& p) {
+  std::vector<size_t> v;
+  for (const auto& w : items(p, "sizes")) {
+    try {
+      v.push_back(parse_bytes(w));
+    } catch (const std::exception& e) {
+      p.fail("--sizes: " + std::string(e.what()));
+    }
+  }
+  if (v.empty()) p.fail("--sizes is empty");
   return v;
 }
 
-template <class T>
-std::vector<T> numbers(const ArgParser& p, const std::string& name) {
-  std::vector<T> v;
-  for (const auto& w : split(p.str(name))) {
-    try {
-      v.push_back(static_cast<T>(parse_bytes(w)));
-    } catch (const std::exception&) {
-      p.fail("--" + name + ": '" + w + "' is not a number");
-    }
-  }
-  if (v.empty()) p.fail("--" + name + " is empty");
+// A whole number from `least` to `most`, in decimal digits only: no sign, no
+// suffix, and nothing that wraps when it is narrowed (4294967297 is not 1).
+uint64_t whole(const ArgParser& p, const std::string& name, const std::string& text, uint64_t least,
+               uint64_t most) {
+  uint64_t v = 0;
+  bool ok = !text.empty() && text.size() <= 19;
+  for (char c : text) ok = ok && c >= '0' && c <= '9';
+  if (ok) v = std::stoull(text);
+  if (!ok || v < least || v > most)
+    p.fail("--" + name + ": '" + text + "' is not a whole number from " + std::to_string(least) + " to " +
+           std::to_string(most));
   return v;
+}
+
+std::vector<unsigned> thread_counts(const ArgParser& p) {
+  std::vector<unsigned> v;
+  for (const auto& w : items(p, "threads")) v.push_back(static_cast<unsigned>(whole(p, "threads", w, 1, kMaxThreads)));
+  if (v.empty()) p.fail("--threads is empty");
+  return v;
+}
+
+// An explicit CPU list must name only CPUs this process may use: pinned
+// elsewhere, the run would be recorded as if it ran where it was asked to.
+void check_cpus(const ArgParser& p, const std::string& name) {
+  if (!p.has(name)) return;
+  CpuSet asked;
+  try {
+    asked = CpuSet::parse(p.str(name));
+  } catch (const std::invalid_argument& e) {
+    p.fail("--" + name + ": " + e.what());
+  }
+  if (asked.empty()) p.fail("--" + name + ": names no CPU");
+  const CpuSet usable = available_cpus();
+  CpuSet missing;
+  for (int c : asked.cpus)
+    if (std::find(usable.cpus.begin(), usable.cpus.end(), c) == usable.cpus.end()) missing.cpus.push_back(c);
+  if (!missing.empty())
+    p.fail("--" + name + ": CPU " + missing.str() + " is not available to this process (it may use " +
+           usable.str() + ")");
 }
 
 std::vector<Backend> backends(const ArgParser& p) {
   std::vector<Backend> v;
   try {
-    for (const auto& w : split(p.str("backend"))) v.push_back(parse_backend(w));
+    for (const auto& w : items(p, "backend")) v.push_back(parse_backend(w));
   } catch (const std::invalid_argument& e) {
     p.fail(e.what());
   }
@@ -86,7 +134,7 @@ int cmd_check(int argc, char** argv) {
   p.parse(argc, argv, 2);
   CheckReport r;
   try {
-    r = check_all(split(p.str("ops")), backends(p), numbers<size_t>(p, "sizes"), p.u64("seed"));
+    r = check_all(items(p, "ops"), backends(p), sizes(p), p.u64("seed"));
   } catch (const std::invalid_argument& e) {
     p.fail(e.what());
   }
@@ -119,22 +167,24 @@ int cmd_run(int argc, char** argv) {
   p.option("json", "write the result (dpukit.result/1) here");
   p.parse(argc, argv, 2);
   RunOptions o;
-  o.ops = split(p.str("ops"));
-  o.sizes = numbers<size_t>(p, "sizes");
-  o.threads = numbers<unsigned>(p, "threads");
+  o.ops = items(p, "ops");
+  o.sizes = sizes(p);
+  o.threads = thread_counts(p);
   o.backends = backends(p);
   o.place = p.str("place");
+  check_cpus(p, "host-cpus");
+  check_cpus(p, "dpu-cpus");
   o.host_cpus = p.str("host-cpus");
   o.dpu_cpus = p.str("dpu-cpus");
   o.warmup_s = p.number("warmup");
   o.min_time_s = p.number("min-time");
-  o.repetitions = static_cast<unsigned>(p.u64("repetitions"));
+  o.repetitions = static_cast<unsigned>(whole(p, "repetitions", p.str("repetitions"), 0, 1000000));
   o.iterations = p.u64("iterations");
   o.counters = p.has("counters");
   if (o.counters && o.iterations == 0) p.fail("--counters needs --iterations");
   o.seed = p.u64("seed");
   o.progress = !p.has("quiet");
-  for (const auto& kv : split(p.str("param"))) {
+  for (const auto& kv : items(p, "param")) {
     auto eq = kv.find('=');
     if (eq == std::string::npos) p.fail("--param: '" + kv + "' is not op.key=value");
     o.params[kv.substr(0, eq)] = kv.substr(eq + 1);
@@ -198,7 +248,7 @@ int cmd_compare(int argc, char** argv) {
   p.parse(static_cast<int>(args.size()), args.data(), 2);
   nlohmann::json table;
   try {
-    table = compare(read_json(p, p.str("a")), read_json(p, p.str("b")));
+    table = compare(read_json(p, p.str("a")), read_json(p, p.str("b")), p.str("a"), p.str("b"));
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "%s compare: refused: %s\n", kTool, e.what());
     return 2;

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 namespace dpukit {
 namespace {
@@ -73,6 +74,32 @@ TEST(Result, ReadsBackWhatWasWrittenAndRefusesAnythingElse) {
     }
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST(ResultSchema, AResultMatchesAndEachBreakIsNamedByItsField) {
+  Result r("t", {"t", "--x"});
+  r.set_placement(Placement::plan("", ""));
+  const nlohmann::json good = r.to_json();
+  EXPECT_EQ(result_schema_violation(good), "");
+  auto broken = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = good;
+    edit(j);
+    return result_schema_violation(j);
+  };
+  EXPECT_EQ(broken([](auto& j) { j["schema"] = "other/2"; }), R"(schema: is "other/2", not "dpukit.result/1")");
+  EXPECT_EQ(broken([](auto& j) { j.erase("figures"); }), "figures: missing");
+  EXPECT_EQ(broken([](auto& j) { j["machine"]["cores"] = 0; }), "machine.cores: is 0, below the minimum 1");
+  EXPECT_EQ(broken([](auto& j) { j["machine"]["cores"] = "2"; }),
+            R"(machine.cores: is the string "2", not integer)");
+  EXPECT_EQ(broken([](auto& j) { j["cpu_ns"]["gpu"] = 1; }), "cpu_ns.gpu: not a field of this object");
+  EXPECT_EQ(broken([](auto& j) { j["command_line"] = nlohmann::json::array(); }),
+            "command_line: has 0 items, fewer than 1");
+  EXPECT_EQ(broken([](auto& j) { j["command_line"][1] = 5; }), "command_line[1]: is the integer 5, not string");
+  EXPECT_EQ(broken([](auto& j) { j["started_utc"] = "yesterday"; }).rfind("started_utc: is \"yesterday\", not of the form", 0),
+            0u);
+  EXPECT_EQ(broken([](auto& j) { j["tool"] = ""; }), R"(tool: is "", shorter than 1 characters)");
+  EXPECT_EQ(result_schema_violation(nlohmann::json::array()), "(top level): is array, not object");
+  EXPECT_EQ(broken([](auto& j) { j["wall_ns"] = 2.0; }), "") << "2.0 is an integer to JSON Schema";
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
-// bench: DPUBench (papers/dpubench.md) — the operator set of Table 4 (plus
-// SHA-1 and MemCpy) on up to three backends, a runner that sweeps input size
-// x threads with warm-up and repetitions, and the comparison of two runs
-// (Fig. 12). What a tool or another system may call.
+// bench: DPUBench (docs/architecture.md, "bench") — the operator set of
+// Table 4 (plus SHA-1 and MemCpy) on up to three backends, a runner that
+// sweeps input size x threads with warm-up and repetitions, and the
+// comparison of two runs (Fig. 12). What a tool or another system may call.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +35,14 @@ std::vector<OperatorInfo> list_operators();  // Table 4 order, then the composed
 // An operator's parameters with their defaults ("" when it has none).
 std::map<std::string, std::string> operator_params(const std::string& op);
 
+// The limits of a run. One input (a unit of work) is 1 byte to
+// kMaxInputSize; the distinct inputs a point cycles through hold at most
+// kInputBudget bytes, so large sizes get fewer of them (2 at 64 MiB) rather
+// than the operator's usual count (256 would be 16 GiB).
+constexpr size_t kMaxInputSize = size_t{64} << 20;
+constexpr size_t kInputBudget = size_t{128} << 20;
+constexpr unsigned kMaxThreads = 1024;
+
 struct RunOptions {
   std::vector<std::string> ops;  // names; {"all"} = every operator
   std::vector<size_t> sizes = {64, 128, 256, 512, 1024};
@@ -61,7 +69,8 @@ struct RunOptions {
 // Runs the sweep; every (operator, backend, size) is checked against the ref
 // backend before it is timed. Returns the figures in the dpukit.result/1
 // shape (figures.points, figures.unavailable, figures.operators). Throws
-// CheckFailed on a mismatch and std::invalid_argument on bad options.
+// CheckFailed on a mismatch and std::invalid_argument on bad options,
+// including inputs that cannot fit in kInputBudget, before anything runs.
 nlohmann::json run(const RunOptions& options);
 
 struct CheckFailed : std::runtime_error {
@@ -70,6 +79,7 @@ struct CheckFailed : std::runtime_error {
 
 // Checks every operator x backend x size against ref (no timing); the
 // report lists what passed, what failed and what is unavailable and why.
+// Throws std::invalid_argument on sizes the runner would refuse.
 struct CheckReport {
   std::vector<std::string> passed, failed, unavailable;
 };
@@ -79,9 +89,18 @@ CheckReport check_all(const std::vector<std::string>& ops, const std::vector<Bac
 // The DPDK devices a dev backend can use here (starts EAL), one per line.
 std::vector<std::string> devices();
 
+// The first way `result` is not a dpukit-bench run result that compare can
+// read, as "<field>: <what>" (e.g. "figures.points[2].mops: is 0, ..."):
+// the result schema (core's result_schema_violation), then the tool, the
+// operator versions and every point's keys and throughput. "" when it is one.
+std::string run_result_violation(const nlohmann::json& result);
+
 // The per-operator ratio table of two runs (Fig. 12): for each point present
-// in both, b / a of the median throughput. Throws std::invalid_argument when
-// an operator's version differs between the runs.
-nlohmann::json compare(const nlohmann::json& a, const nlohmann::json& b);
+// in both, b / a of the median throughput. Throws std::invalid_argument
+// naming the run (a_name, b_name) and the field when either is not a run
+// result (run_result_violation), and when an operator's version differs
+// between the runs.
+nlohmann::json compare(const nlohmann::json& a, const nlohmann::json& b, const std::string& a_name = "the first run",
+                       const std::string& b_name = "the second run");
 
 }  // namespace dpukit::bench

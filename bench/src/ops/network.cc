@@ -616,7 +616,13 @@ class Lpm final : public Operator {
   bool packed_inputs() const override { return address_input(); }
 
   size_t input_count(size_t size) const override {
-    if (uint64_t n = param_u64("inputs")) return n;
+    if (uint64_t n = param_u64("inputs")) {
+      // Asked for: refused rather than cut when it cannot fit.
+      if (n > kInputBudget / std::max<size_t>(size, 1))
+        throw std::invalid_argument("lpm.inputs=" + std::to_string(n) + " at size " + std::to_string(size) +
+                                    " is more than the " + bytes_text(kInputBudget) + " of inputs a point may hold");
+      return n;
+    }
     constexpr size_t kBudget = size_t(64) << 20;
     return std::clamp<size_t>(kBudget / std::max<size_t>(size, 1), 4096, size_t(1) << 20);
   }

@@ -44,8 +44,15 @@ class Result {
   uint64_t wall_ns_ = 0;
 };
 
+// The first way `result` breaks the result schema, as "<field>: <what>"
+// (e.g. "machine.cores: is 0, below the minimum 1"); "" when it matches. The
+// schema is python/dpukit/result.schema.json itself, compiled in, so the
+// native tools and the Python front door check the same thing.
+std::string result_schema_violation(const nlohmann::json& result);
+
 // A result another tool wrote (Result::write). Throws std::runtime_error
-// naming the path when it is missing, not JSON, or not of this schema.
+// naming the path when it is missing, not JSON, or not of this schema (and
+// then the field).
 nlohmann::json read_result(const std::string& path);
 
 }  // namespace dpukit
