@@ -258,6 +258,97 @@ TEST(Agent, AHostThatDiesEndsOnlyItsOwnQueuePair) {
   EXPECT_NE(read_text(agent.err).find("is gone"), std::string::npos) << "the host's death is logged";
 }
 
+// `dpukit-agent pool ...` run to its end: its exit code and its output.
+struct ToolRun {
+  int code;
+  std::string out;
+};
+ToolRun run_pool_command(const fs::path& dir, const std::string& name, std::vector<std::string> args) {
+  args.insert(args.begin(), {DPUKIT_AGENT_TOOL, "pool"});
+  SpawnOptions o;
+  o.log = (dir / (name + ".out")).string();
+  ChildProcess p = ChildProcess::spawn(args, o);
+  if (!p.wait_for(std::chrono::duration_cast<std::chrono::milliseconds>(kPatience))) {
+    p.kill(SIGKILL);
+    p.wait();
+    ADD_FAILURE() << "dpukit-agent pool " << args[2] << " did not exit";
+  }
+  int status = p.status();
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(o.log)};
+}
+
+// The operator's side of quarantine: the agent reports the slot it kept (log,
+// statistics), `pool check` finds it (exit 1), and `pool release` frees it
+// once the agent is stopped.
+TEST(Agent, AQuarantinedSlotIsReportedCheckedAndReleasedByAnOperator) {
+  TempDir t;
+  fs::path pool = t.path / "pool", stats = t.path / "stats.json", db = t.path / "db";
+  fs::create_directories(db);
+  const fs::path sst = db / "000009.sst";
+  std::vector<std::string> args = {"--pool", pool.string(), "--slots", "4", "--slot-size", "1MiB", "--stats",
+                                   stats.string()};
+  {
+    AgentProcess agent(t.path, "first", args);
+    ChannelHost ch = agent.connect();
+    ASSERT_EQ(write_file(ch, 1, sst, random_bytes(50'000, 7), true).status, 0);
+    ToolRun clean = run_pool_command(t.path, "clean", {"check", "--pool", pool.string(), "--db", db.string()});
+    EXPECT_EQ(clean.code, 0) << clean.out;
+    EXPECT_NE(clean.out.find("open in a running agent"), std::string::npos) << clean.out;
+    EXPECT_NE(clean.out.find("1 in use, 3 free"), std::string::npos) << clean.out;
+    ToolRun busy = run_pool_command(t.path, "busy", {"release", "0", "--pool", pool.string()});
+    EXPECT_EQ(busy.code, 1) << busy.out;
+    EXPECT_NE(busy.out.find("stop the agent"), std::string::npos) << busy.out;
+    ch.close();
+    agent.signal(SIGTERM);
+    agent.wait_exit();
+  }
+  fs::rename(db, t.path / "db.away");
+  {
+    AgentProcess agent(t.path, "second", args);
+    agent.connect();
+    nlohmann::json j = stats_after_sigusr1(agent, stats);
+    EXPECT_EQ(j["pool"]["quarantined"], 1) << j.dump(2);
+    EXPECT_EQ(j["pool"]["reclaimed"], 0);
+    EXPECT_EQ(j["pool"]["free"], 3);
+    ASSERT_EQ(j["pool"]["quarantine"].size(), 1u) << j.dump(2);
+    EXPECT_EQ(j["pool"]["quarantine"][0]["owner"], sst.string());
+    EXPECT_EQ(j["pool"]["quarantine"][0]["bytes"], 50'000);
+    std::string log = read_text(agent.err);
+    EXPECT_NE(log.find("slot-000000 quarantined: " + sst.string() + " is missing"), std::string::npos) << log;
+    EXPECT_NE(log.find("1 quarantined"), std::string::npos) << log;
+    ToolRun found = run_pool_command(t.path, "found", {"check", "--pool", pool.string()});
+    EXPECT_EQ(found.code, 1) << found.out;
+    EXPECT_NE(found.out.find("finding: slot-000000 quarantined"), std::string::npos) << found.out;
+    ToolRun json = run_pool_command(t.path, "json", {"check", "--pool", pool.string(), "--json"});
+    EXPECT_EQ(json.code, 1);
+    nlohmann::json report = nlohmann::json::parse(json.out);
+    EXPECT_EQ(report["slot_reports"][0]["verdict"], "quarantined") << json.out;
+    EXPECT_EQ(report["in_use"], true);
+    agent.signal(SIGTERM);
+    agent.wait_exit();
+  }
+  ToolRun released = run_pool_command(t.path, "release", {"release", "0", "--pool", pool.string()});
+  EXPECT_EQ(released.code, 0) << released.out;
+  EXPECT_NE(released.out.find("released slot-000000: 50000 bytes dropped"), std::string::npos) << released.out;
+  EXPECT_EQ(fs::file_size(pool / "slot-000000"), 0u);
+  ToolRun again = run_pool_command(t.path, "again", {"release", "slot-000000", "--pool", pool.string()});
+  EXPECT_EQ(again.code, 1) << again.out;
+  EXPECT_NE(again.out.find("is not quarantined"), std::string::npos) << again.out;
+  ToolRun after = run_pool_command(t.path, "after", {"check", "--pool", pool.string()});
+  EXPECT_EQ(after.code, 0) << after.out;
+  EXPECT_NE(after.out.find("0 in use, 4 free"), std::string::npos) << after.out;
+
+  EXPECT_EQ(run_pool_command(t.path, "nopool", {"check", "--pool", (t.path / "none").string()}).code, 2);
+  fs::create_directories(t.path / "junk");
+  std::ofstream(t.path / "junk" / "pool.index") << "not an index";
+  ToolRun junk = run_pool_command(t.path, "junk", {"check", "--pool", (t.path / "junk").string()});
+  EXPECT_EQ(junk.code, 2);
+  EXPECT_NE(junk.out.find("is not an SST pool index"), std::string::npos) << junk.out;
+  EXPECT_EQ(run_pool_command(t.path, "noslot", {"release", "--pool", pool.string()}).code, 2);
+  EXPECT_EQ(run_pool_command(t.path, "badslot", {"release", "x7", "--pool", pool.string()}).code, 2);
+  EXPECT_EQ(run_pool_command(t.path, "unknown", {"frobnicate"}).code, 2);
+}
+
 TEST(Agent, PoolProblemsExit1AndBadArgumentsExit2) {
   TempDir t;
   fs::path pool = t.path / "pool";
