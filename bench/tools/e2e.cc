@@ -1,5 +1,6 @@
 // dpukit-bench e2e-server / e2e-client: DPUBench's end-to-end programs
-// (papers/dpubench.md §5; docs in bench/src/e2e/server.h and client.h).
+// (DPUBench §5, docs/architecture.md §3.4; docs in bench/src/e2e/server.h and
+// client.h).
 //   dpukit-bench e2e-server --program flowtable --table sw|hw --place host|dpu --port 9000 --json S.json
 //   dpukit-bench e2e-client --program flowtable --server 10.199.0.2 --size 64 --interval 5 --duration 2 --json C.json
 // The server runs until SIGTERM / SIGINT (or --duration), then writes its

@@ -1,4 +1,4 @@
-// Duet (papers/duet.md): heavy flows counted by the hardware flow table,
+// Duet (docs/architecture.md, Papers): heavy flows counted by the hardware flow table,
 // light flows by one Count-Min shared by every dpu worker with lock-free
 // atomic updates; a flow that reaches TOP in the sketch is promoted into the
 // hardware table with count TOP and its sketch counters are reset.

@@ -1,4 +1,4 @@
-// bench: DPUBench (docs/architecture.md, "bench") — the operator set of
+// bench: DPUBench (docs/architecture.md §3.4) — the operator set of
 // Table 4 (plus SHA-1 and MemCpy) on up to three backends, a runner that
 // sweeps input size x threads with warm-up and repetitions, and the
 // comparison of two runs (Fig. 12). What a tool or another system may call.

@@ -1,5 +1,5 @@
-// measure: Duet and NitroSketch with their baselines (papers/duet.md,
-// papers/nitrosketch-eval-excerpt.md). The public face of the system: the
+// measure: Duet and NitroSketch with their baselines (docs/architecture.md
+// §3.1; the papers are cited there). The public face of the system: the
 // sketch interface and factory, traces, ground truth and metrics, and the
 // datapath that runs an algorithm over a trace on the emulated DPU.
 #pragma once

@@ -1,6 +1,6 @@
 // IPFIX export (RFC 7011) over UDP: flow records go to a collector that an
 // operator already runs (nfdump's nfcapd, pmacct, GoFlow2), which does the
-// network-wide part (ARCHITECTURE.md §5).
+// network-wide part (docs/architecture.md §6).
 //
 // Each message: the 16-byte header (version 10, length, export time, sequence
 // number, observation domain), then at times the template set (set id 2) and

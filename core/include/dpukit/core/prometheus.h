@@ -1,6 +1,6 @@
 // Metrics in Prometheus's text exposition format (version 0.0.4) and an HTTP
 // endpoint that serves them at /metrics, so the Prometheus server an operator
-// already runs can scrape any dpukit system (ARCHITECTURE.md §5). Nothing
+// already runs can scrape any dpukit system (docs/architecture.md §6). Nothing
 // here knows what the metrics mean: each system renders its own.
 #pragma once
 
