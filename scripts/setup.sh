@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what dpukit needs and nothing twice: the Debian packages that are
 # missing (apt-get update only when something is), then the project-local venv
-# (rebuilt only when python/pyproject.toml changed). Quiet when all is present.
+# (rebuilt only when python/pyproject.toml changed), then fortio and h2spec into
+# .tools/bin. Quiet when all is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,22 +44,44 @@ if [ ! -x .venv/bin/python ] || [ ! -f "$stamp" ] || [ python/pyproject.toml -nt
   touch "$stamp"
 fi
 
-# mesh: fortio, the load generator of the paper's §V, built from its Go module
-# into .tools/bin (gitignored) unless that exact version is there.
+# Go for the tools built from their modules below: the machine's Go in
+# /usr/local/go first (Debian bookworm's golang-go is 1.19, too old for fortio,
+# which needs >= 1.22), else whatever go is on PATH.
+go_bin() {
+  local go=/usr/local/go/bin/go
+  [ -x "$go" ] || go=$(command -v go || true)
+  [ -n "$go" ] || { echo "setup: go (>= 1.22) not found, needed to build $1" >&2; exit 1; }
+  echo "$go"
+}
+
+# `go install MODULE@VERSION` into .tools/bin (gitignored), the log kept in .tools/NAME-install.log.
+go_install() {
+  local name=$1 module=$2 go
+  go=$(go_bin "$name")
+  echo "setup: building $name ${module#*@} into .tools/bin"
+  mkdir -p .tools/bin
+  local log=.tools/$name-install.log
+  if ! GOBIN="$PWD/.tools/bin" GOFLAGS=-mod=mod "$go" install "$module" >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "setup: go install $name failed (log above, kept in $log)" >&2
+    exit 1
+  fi
+}
+
+# mesh: fortio, the load generator of the paper's §V, unless that exact version is there.
 fortio_version=1.68.2
 fortio=.tools/bin/fortio
 if [ ! -x "$fortio" ] || [ "$("$fortio" version 2>/dev/null)" != "$fortio_version" ]; then
-  # fortio needs Go >= 1.22: the machine's Go in /usr/local/go first (Debian
-  # bookworm's golang-go is 1.19, too old), else whatever go is on PATH.
-  go=/usr/local/go/bin/go
-  [ -x "$go" ] || go=$(command -v go || true)
-  [ -n "$go" ] || { echo "setup: go (>= 1.22) not found, needed to build fortio" >&2; exit 1; }
-  echo "setup: building fortio $fortio_version into .tools/bin"
-  mkdir -p .tools/bin
-  log=.tools/fortio-install.log
-  if ! GOBIN="$PWD/.tools/bin" GOFLAGS=-mod=mod "$go" install "fortio.org/fortio@v$fortio_version" >"$log" 2>&1; then
-    cat "$log" >&2
-    echo "setup: go install fortio failed (log above, kept in $log)" >&2
-    exit 1
-  fi
+  go_install fortio "fortio.org/fortio@v$fortio_version"
+fi
+
+# mesh: h2spec, the HTTP/2 conformance suite (python/tests/test_mesh_h2spec.py).
+# v2.2.1+incompatible is what `@latest` resolves to on the module proxy (its
+# later tags carry no go.mod the proxy serves); the binary names no version of
+# its own, so a stamp beside it records which one was built.
+h2spec_version=v2.2.1+incompatible
+h2spec=.tools/bin/h2spec
+if [ ! -x "$h2spec" ] || [ "$(cat .tools/h2spec.version 2>/dev/null)" != "$h2spec_version" ]; then
+  go_install h2spec "github.com/summerwind/h2spec/cmd/h2spec@$h2spec_version"
+  echo "$h2spec_version" >.tools/h2spec.version
 fi

