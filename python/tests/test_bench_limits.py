@@ -81,6 +81,12 @@ def test_thread_counts_that_wrap_or_hide_a_typo_are_refused(bench_tool, threads)
             "--threads", f"'{threads}'" if "," not in threads else "empty item")
 
 
+def test_repetitions_that_would_wrap_are_refused(bench_tool):
+    proc = bench(bench_tool, "run", "--ops", "memcpy", "--sizes", "64", "--warmup", "0", "--min-time", "0.01",
+                 "--repetitions", "4294967297", "--quiet")
+    refused(proc, "--repetitions", "'4294967297'")
+
+
 @pytest.mark.parametrize("option", ["--host-cpus", "--dpu-cpus"])
 def test_cpus_this_process_may_not_use_are_refused(bench_tool, option):
     refused(bench(bench_tool, "run", "--ops", "memcpy", "--sizes", "64", option, "99", *QUICK),
