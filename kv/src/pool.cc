@@ -414,17 +414,7 @@ void SstPool::create(const std::string& index_path) {
   remove_unfinished_creation(tmp);
   std::vector<uint32_t> made;
   try {
-    UniqueFd fd(::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!fd) throw_sys(errno, dir_, "cannot create", tmp);
-    // Allocated now: recording or clearing an owner must never need new
-    // space, or a full pool filesystem would refuse claims of slots that are
-    // preallocated.
-    const off_t bytes = static_cast<off_t>(kHeaderBytes + options_.slots * kRecordBytes);
-    if (::ftruncate(fd.get(), bytes) != 0) throw_sys(errno, dir_, "cannot size", tmp);
-    if (::fallocate(fd.get(), 0, 0, bytes) != 0) throw_sys(errno, dir_, "cannot allocate", tmp);
-    IndexHeader h{kIndexMagic, kIndexVersion, kRecordBytes, options_.slots, options_.slot_bytes, 0, 0};
-    h.crc = header_crc(h);
-    pwrite_all(fd.get(), &h, sizeof(h), 0, what("cannot write " + tmp));
+    UniqueFd fd = new_index(tmp);
     for (uint32_t i = 0; i < options_.slots; ++i) {
       auto rec = encode_record(i, "", {});
       pwrite_all(fd.get(), rec.data(), rec.size(), record_offset(i), what("cannot write " + tmp));
@@ -445,6 +435,22 @@ void SstPool::create(const std::string& index_path) {
     throw;
   }
   fsync_dir(dir_);
+}
+
+// A version-2 index file at `tmp`, its header written, all its records
+// allocated (and zero: damaged until written). Allocated now: recording or
+// clearing an owner must never need new space, or a full pool filesystem
+// would refuse claims of slots that are preallocated.
+UniqueFd SstPool::new_index(const std::string& tmp) const {
+  UniqueFd fd(::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd) throw_sys(errno, dir_, "cannot create", tmp);
+  const off_t bytes = static_cast<off_t>(kHeaderBytes + options_.slots * kRecordBytes);
+  if (::ftruncate(fd.get(), bytes) != 0) throw_sys(errno, dir_, "cannot size", tmp);
+  if (::fallocate(fd.get(), 0, 0, bytes) != 0) throw_sys(errno, dir_, "cannot allocate", tmp);
+  IndexHeader h{kIndexMagic, kIndexVersion, kRecordBytes, options_.slots, options_.slot_bytes, 0, 0};
+  h.crc = header_crc(h);
+  pwrite_all(fd.get(), &h, sizeof(h), 0, what("cannot write " + tmp));
+  return fd;
 }
 
 // What an interrupted creation left (pool.index.tmp and slot files, which no
@@ -475,15 +481,8 @@ void SstPool::migrate_v1(const std::string& index_path) {
   UniqueFd in(::open(index_path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!in) throw_sys(errno, dir_, "cannot open", index_path);
   const std::string tmp = index_path + ".tmp";
-  UniqueFd out(::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!out) throw_sys(errno, dir_, "cannot create", tmp);
   try {
-    const off_t bytes = static_cast<off_t>(kHeaderBytes + options_.slots * kRecordBytes);
-    if (::ftruncate(out.get(), bytes) != 0) throw_sys(errno, dir_, "cannot size", tmp);
-    if (::fallocate(out.get(), 0, 0, bytes) != 0) throw_sys(errno, dir_, "cannot allocate", tmp);
-    IndexHeader h{kIndexMagic, kIndexVersion, kRecordBytes, options_.slots, options_.slot_bytes, 0, 0};
-    h.crc = header_crc(h);
-    pwrite_all(out.get(), &h, sizeof(h), 0, what("cannot write " + tmp));
+    UniqueFd out = new_index(tmp);
     size_t owners = 0, damaged = 0;
     for (uint32_t i = 0; i < options_.slots; ++i) {
       std::optional<Record> r = read_record(in.get(), i, 1);

@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "dpukit/core/shm.h"  // UniqueFd
+
 namespace dpukit::kv {
 
 class SstPool {
@@ -96,6 +98,7 @@ class SstPool {
   void open_index();
   void create(const std::string& index_path);
   void remove_unfinished_creation(const std::string& tmp);
+  UniqueFd new_index(const std::string& tmp) const;
   void migrate_v1(const std::string& index_path);
   void open_slot(uint32_t slot);
   void examine(uint32_t slot, bool at_open);

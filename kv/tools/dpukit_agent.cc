@@ -336,9 +336,8 @@ int pool_check(int argc, char** argv) {
     for (const auto& s : c.reports) {
       ++counts[static_cast<int>(s.verdict)];
       if (s.verdict == PoolCheck::Verdict::kFree) continue;
-      std::printf("  slot-%06u  %-11s %12llu bytes  %s%s%s\n", s.slot, verdict_name(s.verdict),
-                  static_cast<unsigned long long>(s.bytes), s.owner.c_str(), s.reason.empty() ? "" : ": ",
-                  s.reason.c_str());
+      std::printf("  slot-%06u  %-11s %12llu bytes  %s\n", s.slot, verdict_name(s.verdict),
+                  static_cast<unsigned long long>(s.bytes), (s.reason.empty() ? s.owner : s.reason).c_str());
     }
     std::printf("%zu in use, %zu free, %zu reclaimable (freed when the agent next opens the pool), %zu quarantined\n",
                 counts[1], counts[0], counts[2], counts[3]);
