@@ -293,7 +293,7 @@ TEST(Agent, AQuarantinedSlotIsReportedCheckedAndReleasedByAnOperator) {
     ASSERT_EQ(write_file(ch, 1, sst, random_bytes(50'000, 7), true).status, 0);
     ToolRun clean = run_pool_command(t.path, "clean", {"check", "--pool", pool.string(), "--db", db.string()});
     EXPECT_EQ(clean.code, 0) << clean.out;
-    EXPECT_NE(clean.out.find("open in a running agent"), std::string::npos) << clean.out;
+    EXPECT_NE(clean.out.find("held by a running agent"), std::string::npos) << clean.out;
     EXPECT_NE(clean.out.find("1 in use, 3 free"), std::string::npos) << clean.out;
     ToolRun busy = run_pool_command(t.path, "busy", {"release", "0", "--pool", pool.string()});
     EXPECT_EQ(busy.code, 1) << busy.out;

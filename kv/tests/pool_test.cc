@@ -408,6 +408,43 @@ TEST(SstPool, AQuarantinedSlotIsFreedOnlyByARelease) {
   EXPECT_THROW(pool.release(slot), std::invalid_argument);
 }
 
+// Back under its name as something else (RocksDB renamed a file over it):
+// shown free.
+TEST(SstPool, AQuarantinedSlotWhoseOwnerComesBackAsAnotherFileIsFreed) {
+  TempDir t;
+  fs::path dir = t.path / "pool", db = t.path / "db";
+  fs::create_directories(db);
+  const uint32_t slot = pool_with_one_file(dir, db / "000050.sst");
+  fs::rename(db, t.path / "away");
+  SstPool pool(options(dir));
+  ASSERT_EQ(pool.stats().quarantined, 1u);
+  fs::rename(t.path / "away", db);
+  ASSERT_EQ(::unlink((db / "000050.sst").c_str()), 0);
+  std::ofstream(db / "000050.sst") << "a normal file";
+  EXPECT_EQ(pool.recheck(), 1u);
+  EXPECT_EQ(pool.stats().quarantined, 0u);
+  EXPECT_EQ(pool.stats().free, 4u);
+  EXPECT_EQ(pool.stats().reclaimed, 1u);
+  EXPECT_EQ(stat_of(dir / slot_file_name(slot)).st_size, 0);
+}
+
+// The pool directory moved: its owners' links name slots that are not this
+// pool's, and the data is theirs.
+TEST(SstPool, AMovedPoolKeepsTheSlotsItsOwnersStillName) {
+  TempDir t;
+  fs::path db = t.path / "db";
+  fs::create_directories(db);
+  const uint32_t slot = pool_with_one_file(t.path / "pool", db / "000050.sst");
+  fs::rename(t.path / "pool", t.path / "pool2");
+  SstPool pool(options(t.path / "pool2"));
+  EXPECT_EQ(pool.stats().quarantined, 1u);
+  EXPECT_EQ(pool.stats().reclaimed, 0u);
+  ASSERT_EQ(pool.quarantined().size(), 1u);
+  EXPECT_NE(pool.quarantined()[0].reason.find("was the pool moved?"), std::string::npos)
+      << pool.quarantined()[0].reason;
+  EXPECT_EQ(stat_of(t.path / "pool2" / slot_file_name(slot)).st_size, 3000);
+}
+
 // A slot that holds data while its record says free was never written by
 // this pool (claims record the owner first; releases truncate first): kept.
 TEST(SstPool, DataInASlotRecordedFreeIsQuarantined) {

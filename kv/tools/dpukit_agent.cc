@@ -331,7 +331,7 @@ int pool_check(int argc, char** argv) {
   } else if (c.usable) {
     std::printf("pool %s: version %u, %llu slots of %llu bytes, %s\n", c.dir.c_str(), c.version,
                 static_cast<unsigned long long>(c.slots), static_cast<unsigned long long>(c.slot_bytes),
-                c.in_use ? "open in a running agent" : "not open");
+                c.in_use ? "held by a running agent (or plugin)" : "not held");
     size_t counts[4] = {};
     for (const auto& s : c.reports) {
       ++counts[static_cast<int>(s.verdict)];
