@@ -160,6 +160,9 @@ void Worker::forget_idle(const UpstreamConn* conn) {
 // ---- UpstreamConn ----
 
 namespace {
+// The read buffer starts at kSmallReadChunk (a response head and a small body)
+// and doubles up to kReadChunk while reads fill it (a large body).
+constexpr size_t kSmallReadChunk = 4 * 1024;
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kMaxReadBuffer = 256 * 1024;
 
@@ -172,7 +175,7 @@ Protocol::endpoint endpoint_of(const config::Address& a) {
 
 UpstreamConn::UpstreamConn(Worker& w, std::shared_ptr<ClusterRuntime> cluster, std::shared_ptr<Host> host)
     : w_(w), cluster_(std::move(cluster)), host_(std::move(host)), sock_(w.io().get_executor()), timer_(w.io()),
-      in_(kReadChunk) {
+      in_(kSmallReadChunk) {
   cluster_->stats(w_.id()).upstream_cx_total.inc();
   cluster_->stats(w_.id()).upstream_cx_active.add(1);
 }
@@ -221,6 +224,13 @@ void UpstreamConn::flush() {
 
 void UpstreamConn::do_read() {
   if (reading_ || paused_ || closed_) return;
+  // Back to kSmallReadChunk once a large body has passed and the connection is
+  // pooled (it then only watches for the upstream's close): a burst of
+  // requests that opened many connections leaves little held by them.
+  if (!user_ && in_.empty() && in_.bytes.size() > kSmallReadChunk) {
+    std::vector<char>(kSmallReadChunk).swap(in_.bytes);
+    in_.rpos = in_.wpos = 0;
+  }
   // A response head beyond this fails in the parser (its header limit) before the buffer is full.
   if (!in_.make_room(kMaxReadBuffer)) return;
   reading_ = true;
@@ -247,6 +257,9 @@ void UpstreamConn::do_read() {
                             self->fail(User::Failure::kReset);
                             return;
                           }
+                          ReadBuffer& in = self->in_;
+                          if (in.wpos + n == in.bytes.size() && in.bytes.size() < kReadChunk)
+                            in.bytes.resize(std::min(kReadChunk, 2 * in.bytes.size()));  // a large body: more room
                           self->on_read(n);
                         });
 }

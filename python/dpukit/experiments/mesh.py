@@ -415,6 +415,24 @@ def fortio_load(url: str, qps: int, connections: int, seconds: int, json_file: P
     return Load("fortio load", argv, seconds, parse_fortio, json_file)
 
 
+def parse_h2load(stdout: str, _json: str = "") -> dict[str, Any]:
+    """Figures from h2load's summary: requests, errors (not succeeded) and non-2xx answers."""
+    m = re.search(r"^requests: (\d+) total, \d+ started, \d+ done, (\d+) succeeded", stdout, re.M)
+    codes = re.search(r"^status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", stdout, re.M)
+    if not m or not codes:
+        raise DpukitError(f"h2load output without its summary:\n{stdout[-2000:]}")
+    total, ok = int(m.group(1)), int(m.group(2))
+    return {"requests": total, "errors": total - ok, "non_2xx": sum(int(x) for x in codes.groups()[1:])}
+
+
+def h2load_burst(url: str, streams: int) -> Load:
+    """``streams`` requests opened at once on one HTTP/2 (h2c) connection."""
+    h2load = shutil.which("h2load")
+    if h2load is None:
+        raise DpukitError("h2load not found: run `make eval` (Debian package nghttp2-client)")
+    return Load("h2load", [h2load, "-n", str(streams), "-c", "1", "-m", str(streams), url], 60, parse_h2load)
+
+
 # -- one measured run --------------------------------------------------------------
 
 
@@ -437,9 +455,10 @@ def per_1k(cpu_ns: int, requests: int) -> float:
 
 
 def measure(ctx: Context, topology: Topology, chain: Chain, load: Load, *, label: str,
-            parameters: dict[str, Any]) -> dict[str, Any]:
+            parameters: dict[str, Any], after_load: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Run one load phase against ``chain``; CPU of every process before and
-    after; save and return a ``dpukit.result/1`` record."""
+    after; save and return a ``dpukit.result/1`` record (with the figures
+    ``after_load()`` gives once the load ended)."""
     chain.group.check_alive()
     started = datetime.now(timezone.utc)
     before = chain.group.cpu_ns()
@@ -464,6 +483,8 @@ def measure(ctx: Context, topology: Topology, chain: Chain, load: Load, *, label
     if n:  # an HTTP load: CPU per 1,000 requests (an L4 load reports CPU per byte instead)
         figures.update({"host_cpu_ms_per_1k": per_1k(cpu["host"], n), "dpu_cpu_ms_per_1k": per_1k(cpu["dpu"], n),
                         "load_cpu_ms_per_1k": per_1k(load_cpu, n)})
+    if after_load is not None:
+        figures.update(after_load())
     figures.update({
         "load_cpu_ns": load_cpu,
         "process_cpu_ns": used,
@@ -801,14 +822,46 @@ def throughput(ctx: Context) -> Section:
 
 SOAK_QPS, SOAK_CONNS = 2000, 8
 SOAK_SAMPLE_S = 5.0
+# Before the soak, one HTTP/2 connection opens more streams at once than
+# max_concurrent_streams (1,024) lets run together.
+BURST_STREAMS = 1025
+BURST_SETTLE_S = 1.0  # after the burst, before "after" is read
 
 
-def rss_kib(pid: int) -> int:
-    """Resident set size of a process, from /proc/PID/status."""
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    """Resident set size of a process (VmHWM: its peak), from /proc/PID/status."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1])
-    raise DpukitError(f"/proc/{pid}/status has no VmRSS")
+    raise DpukitError(f"/proc/{pid}/status has no {field}")
+
+
+def reset_peak_rss(pid: int) -> bool:
+    """Resets the process's VmHWM to its current RSS (Linux: 5 to clear_refs); False where refused."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def burst_rss(ctx: Context, top: Topology, chain: Chain, pid: int) -> dict[str, Any]:
+    """BURST_STREAMS streams at once on one HTTP/2 connection through the node
+    proxy: the run's record, its figures with the proxy's RSS before, at the
+    peak and BURST_SETTLE_S after (KiB)."""
+    before = rss_kib(pid)
+    peak_of_burst = reset_peak_rss(pid)
+
+    def rss_after() -> dict[str, Any]:
+        peak = rss_kib(pid, "VmHWM")
+        time.sleep(BURST_SETTLE_S)
+        return {"rss_before_kib": before, "rss_peak_kib": peak, "rss_after_kib": rss_kib(pid),
+                "rss_peak_since": "burst" if peak_of_burst else "start",
+                "upstream_cx_active_after": upstream_cx_active(f"http://{LOOPBACK}:{chain.admin_port}")}
+
+    return measure(ctx, top, chain, h2load_burst(chain.url, BURST_STREAMS), label="node-proxy-h2-burst",
+                   parameters={"load": "h2load", "streams": BURST_STREAMS, "connections": 1},
+                   after_load=rss_after)
 
 
 def sample_rss(pid: int, stop: threading.Event, out: list[tuple[float, int]]) -> None:
@@ -819,6 +872,14 @@ def sample_rss(pid: int, stop: threading.Event, out: list[tuple[float, int]]) ->
         except (OSError, DpukitError):
             return
         stop.wait(SOAK_SAMPLE_S)
+
+
+def upstream_cx_active(admin_url: str) -> int:
+    """The node proxy's open upstream connections (all clusters), from /stats/prometheus."""
+    status, body = http_get(admin_url + "/stats/prometheus")
+    if status != 200:
+        raise DpukitError(f"{admin_url}/stats/prometheus answered {status}")
+    return sum(int(n) for n in re.findall(r"^envoy_cluster_upstream_cx_active\{[^}]*\} (\d+)$", body, re.M))
 
 
 def module_times(admin_url: str) -> dict[str, tuple[float, int]]:
@@ -838,13 +899,14 @@ def module_times(admin_url: str) -> dict[str, tuple[float, int]]:
 
 @experiment(
     "mesh.soak",
-    title="mesh.soak: the node proxy under a fixed rate for 10 minutes",
-    description="fortio at 2000 qps for 600 s through the node proxy: errors, non-2xx, the proxy's RSS over "
-                "time, and each processing module's time per call (full mode only).",
+    title="mesh.soak: the node proxy after a burst of HTTP/2 streams and under a fixed rate for 10 minutes",
+    description="1025 streams at once on one HTTP/2 connection (h2load), the proxy's RSS before, at the peak and "
+                "after; then fortio at 2000 qps for 600 s through the node proxy: errors, non-2xx, the proxy's RSS "
+                "over time, and each processing module's time per call (full mode only).",
     tools=[TOOL],
 )
 def soak(ctx: Context) -> Section:
-    sec = Section("mesh.soak: the node proxy under a fixed rate for 10 minutes")
+    sec = Section("mesh.soak: the node proxy after a burst of HTTP/2 streams and under a fixed rate for 10 minutes")
     if skipped_in_quick_mode(ctx, sec, "mesh.soak", " (it runs for 10 minutes)"):
         return sec
     seconds = int(os.environ.get("DPUKIT_MESH_SOAK_SECONDS", "600"))
@@ -854,11 +916,13 @@ def soak(ctx: Context) -> Section:
 
     def body(chain: Chain) -> None:
         proxy = next(p for p in chain.group.procs if p.name == "node-proxy")
+        ctx.progress(f"node-proxy: {BURST_STREAMS} streams on one HTTP/2 connection", 1, 2)
+        result["burst"] = burst_rss(ctx, top, chain, proxy.pid)
         stop = threading.Event()
         sampler = threading.Thread(target=sample_rss, args=(proxy.pid, stop, samples), daemon=True)
         sampler.start()
         try:
-            ctx.progress(f"node-proxy at {SOAK_QPS} qps for {seconds} s", 1, 1)
+            ctx.progress(f"node-proxy at {SOAK_QPS} qps for {seconds} s", 2, 2)
             result["run"] = measure(
                 ctx, top, chain, fortio_load(chain.url, SOAK_QPS, SOAK_CONNS, seconds, chain.work_dir / "fortio.json"),
                 label="node-proxy-soak",
@@ -872,7 +936,20 @@ def soak(ctx: Context) -> Section:
     f = result["run"]["figures"]
     rss = [kib for _, kib in samples]
     half = len(rss) // 2
-    sec.paragraph(f"`fortio load -qps {SOAK_QPS} -c {SOAK_CONNS} -t {seconds}s` through `node-proxy` "
+    b = result["burst"]["figures"]
+    sec.paragraph(f"First `h2load -n {BURST_STREAMS} -c 1 -m {BURST_STREAMS}`: {BURST_STREAMS} streams opened at "
+                  "once on one HTTP/2 connection (the listener's max_concurrent_streams lets 1,024 run together; "
+                  "each goes to the HTTP/1.1 service on an upstream connection of its own, pooled when it ends). "
+                  f"The proxy's VmRSS before, its VmHWM during the burst (reset before it: "
+                  f"{'yes' if b['rss_peak_since'] == 'burst' else 'refused here, so the peak since the start'}) "
+                  f"and its VmRSS {BURST_SETTLE_S:g} s after.")
+    sec.table(["streams", "succeeded", "non-2xx", "RSS before MiB", "RSS peak MiB", "RSS after MiB",
+               "upstream connections after"],
+              [[fmt_int(b["requests"]), fmt_int(b["requests"] - b["errors"]), fmt_int(b["non_2xx"]),
+                f"{b['rss_before_kib'] / 1024:.1f}", f"{b['rss_peak_kib'] / 1024:.1f}",
+                f"{b['rss_after_kib'] / 1024:.1f}", fmt_int(b["upstream_cx_active_after"])]],
+              caption="The burst of HTTP/2 streams (what stays after it: the pooled upstream connections)")
+    sec.paragraph(f"Then `fortio load -qps {SOAK_QPS} -c {SOAK_CONNS} -t {seconds}s` through `node-proxy` "
                   f"({top.description}); the proxy's VmRSS every {SOAK_SAMPLE_S:g} s. " + METHOD)
     sec.table(["requests", "achieved qps", "errors", "non-2xx", "p50 ms", "p99 ms", "p99.9 ms",
                "RSS first / last / max MiB", "RSS max, first half / second half MiB"],
@@ -888,7 +965,7 @@ def soak(ctx: Context) -> Section:
     line_plot(path, [Series("node proxy RSS", [t for t, _ in samples], [k / 1024 for k in rss], "-")],
               title=f"node proxy RSS at {SOAK_QPS} qps", xlabel="seconds", ylabel="MiB", ymin_zero=True)
     sec.image(rel, "node proxy RSS over the soak", "The node proxy's resident memory during the soak.")
-    sec.paragraph(error_note([result["run"]]))
+    sec.paragraph(error_note([result["burst"], result["run"]]))
     add_chain_commands(sec, ctx.runs)
     return sec
 

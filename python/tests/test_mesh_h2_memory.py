@@ -1,0 +1,70 @@
+"""What a burst of HTTP/2 streams on one connection leaves in dpukit-mesh.
+
+1,025 streams at once on one connection (h2load -m 1025) to an HTTP/1.1
+upstream: the proxy opens an upstream connection per stream (1,024, the
+cluster's max_connections circuit breaker, as Envoy) and pools them when the
+responses end. Each used to keep a 64 KiB read buffer there: RSS went from
+5.8 MB to 78 MB and stayed. An upstream connection's read buffer is now 4 KiB
+unless a large body fills it, and back to 4 KiB once pooled. The bounds below
+are generous (about 11 MB is measured for both the peak and the rest), and
+far below the 72 MB the defect added."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mesh_support import *  # noqa: F401,F403
+from mesh_support import Echoes, bootstrap, cluster, ports, start_proxy
+
+MiB = 1024  # /proc figures are in KiB
+
+ALL_TO_ECHO = """\
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/"}
+                route: {cluster: echo}"""
+
+
+def vm_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def burst(port: int, streams: int) -> None:
+    """`streams` requests at once on one HTTP/2 connection; all must succeed."""
+    out = subprocess.run(["h2load", "-n", str(streams), "-c", "1", "-m", str(streams),
+                          f"http://127.0.0.1:{port}/burst"], capture_output=True, text=True, timeout=120).stdout
+    assert f"{streams} succeeded, 0 failed, 0 errored" in out, out
+    assert f"status codes: {streams} 2xx" in out, out
+
+
+@pytest.mark.parametrize("kind", ["mesh", "mesh-pipelined"])
+def test_a_burst_of_streams_leaves_little_memory_held(kind: str, echoes: Echoes, tmp_path: Path) -> None:
+    pe = echoes.start("e1")
+    port, admin = ports(2)
+    config = bootstrap(port=port, admin=admin, virtual_hosts=ALL_TO_ECHO, clusters=cluster("echo", [pe]),
+                       hcm_extra="          codec_type: HTTP2\n")
+    proxy = start_proxy(echoes.group, kind, config, tmp_path, port=port, admin=admin)
+    pid = proxy.proc.pid
+    start = vm_kib(pid, "VmRSS")
+
+    burst(port, 1025)
+    peak, after = vm_kib(pid, "VmHWM"), vm_kib(pid, "VmRSS")
+    figures = f"RSS {start / MiB:.1f} MiB at start, peak {peak / MiB:.1f}, after {after / MiB:.1f}"
+    # At most 1,024 streams at once (max_concurrent_streams), each with its small buffers.
+    assert peak - start < 32 * MiB, figures
+    # Ended streams hold nothing; what stays is 1,024 pooled upstream connections.
+    assert after - start < 16 * MiB, figures
+
+    # Four times as many streams: still at most 1,024 at once, and nothing kept per ended stream.
+    burst(port, 4100)
+    again = vm_kib(pid, "VmRSS")
+    assert again - after < 4 * MiB, f"{figures}; after 4,100 more streams {again / MiB:.1f} MiB"
+    assert vm_kib(pid, "VmHWM") - start < 32 * MiB, figures
+    proxy.proc.check_alive()
