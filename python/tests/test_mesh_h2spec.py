@@ -20,7 +20,7 @@ import pytest
 
 from dpukit.experiments.mesh import h2spec_path
 from mesh_support import *  # noqa: F401,F403
-from mesh_support import HCM, ROUTER, Echoes, cluster, ports, start_proxy
+from mesh_support import Echoes, bootstrap, cluster, ports, start_proxy
 
 # The cases of h2spec v2.2.1 (`h2spec --dryrun` lists 145).
 ALL_CASES = 145
@@ -28,36 +28,23 @@ ALL_CASES = 145
 AUTO_MAY_FAIL = {"http2/3.5/2"}
 
 
-def listener(name: str, port: int, codec: str) -> str:
-    return f"""\
-  - name: {name}
-    address:
-      socket_address: {{address: 127.0.0.1, port_value: {port}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": {HCM}
-          stat_prefix: {name}
-          codec_type: {codec}
-          route_config:
-            virtual_hosts:
+ALL_TO_ECHO = """\
             - name: all
               domains: ["*"]
               routes:
-              - match: {{prefix: "/"}}
-                route: {{cluster: echo}}
-          http_filters:
-{ROUTER}
-"""
+              - match: {prefix: "/"}
+                route: {cluster: echo}"""
 
 
 def two_listeners(admin: int, http2_port: int, auto_port: int, echo_port: int) -> str:
     """One bootstrap, an HTTP2 and an AUTO listener to the same echo service."""
-    return (f"admin:\n  address:\n    socket_address: {{address: 127.0.0.1, port_value: {admin}}}\n"
-            "static_resources:\n  listeners:\n"
-            + listener("h2", http2_port, "HTTP2") + listener("auto", auto_port, "AUTO")
-            + "  clusters:\n" + cluster("echo", [echo_port]))
+    def one(port: int, codec: str) -> str:
+        return bootstrap(port=port, admin=admin, virtual_hosts=ALL_TO_ECHO, clusters=cluster("echo", [echo_port]),
+                         hcm_extra=f"          codec_type: {codec}\n")
+
+    auto = one(auto_port, "AUTO")
+    auto_listener = auto[auto.index("  - name: main\n"):auto.index("  clusters:\n")].replace("name: main", "name: auto")
+    return one(http2_port, "HTTP2").replace("  clusters:\n", auto_listener + "  clusters:\n", 1)
 
 
 @dataclass
