@@ -1,4 +1,4 @@
-// dpukit-agent: the dpu side of PulseDB (ARCHITECTURE.md §2 "kv"). Owns the
+// dpukit-agent: the dpu side of PulseDB (docs/architecture.md §3.2). Owns the
 // SST file pool, listens for hosts, and runs one write-persist engine per
 // queue pair, each on a thread of its own. A host that dies ends only its own
 // thread. SIGUSR1 writes the statistics (a dpukit.result/1 whose cpu_ns.dpu

@@ -1,4 +1,4 @@
-// dpukit kv — PulseDB (papers/pulsedb.md) on an unmodified RocksDB.
+// dpukit kv — PulseDB (docs/architecture.md §3.2) on an unmodified RocksDB.
 //
 // A RocksDB FileSystem that sends the write-persist half of compaction — the
 // writes, range syncs and the final fsync+close of every SST file compaction
