@@ -385,8 +385,7 @@ void SstPool::open_index() {
   if (index_fd_ < 0) throw_sys(errno, dir_, "cannot open", path);
   IndexHeader h;
   if (std::string problem = read_header(index_fd_, h); !problem.empty())
-    throw std::runtime_error(what(path + " " + problem + "; nothing was changed (`dpukit-agent pool check --pool " +
-                                  dir_ + "` reports what it can)"));
+    throw std::runtime_error(what(path + " " + problem + "; nothing was changed"));
   if (options_.existing_only) {
     options_.slots = h.slots;
     options_.slot_bytes = h.slot_bytes;

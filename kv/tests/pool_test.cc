@@ -391,6 +391,32 @@ TEST(SstPool, ADamagedOwnerRecordQuarantinesItsSlot) {
   EXPECT_EQ(read_all(owner2), std::string(3000, 'k'));
 }
 
+// The header holds the geometry every record's place depends on: a damaged
+// one stops the pool (nothing is changed), it is not guessed around.
+TEST(SstPool, ADamagedOrTruncatedIndexIsRefusedAndNothingChanges) {
+  TempDir t;
+  fs::path dir = t.path / "pool", db = t.path / "db";
+  fs::create_directories(db);
+  pool_with_one_file(dir, db / "000050.sst");
+  const std::string good = read_all(dir / "pool.index");
+  {
+    std::fstream io(dir / "pool.index", std::ios::binary | std::ios::in | std::ios::out);
+    io.seekp(24);  // slot_bytes
+    io.put('\x01');
+  }
+  std::string refused = message_of([&] { SstPool p(options(dir)); });
+  EXPECT_NE(refused.find("has a damaged header (checksum); nothing was changed"), std::string::npos) << refused;
+  EXPECT_FALSE(check_pool(dir.string()).usable);
+  std::ofstream(dir / "pool.index", std::ios::binary | std::ios::trunc) << good;
+  fs::resize_file(dir / "pool.index", 4096 * 3);
+  refused = message_of([&] { SstPool p(options(dir)); });
+  EXPECT_NE(refused.find("is truncated"), std::string::npos) << refused;
+  EXPECT_EQ(read_all(db / "000050.sst"), std::string(3000, 'k'));
+  std::ofstream(dir / "pool.index", std::ios::binary | std::ios::trunc) << good;
+  SstPool pool(options(dir));
+  EXPECT_EQ(pool.stats().free, 3u);
+}
+
 // An operator's release (or the owner's deletion through the plugin) frees a
 // quarantined slot.
 TEST(SstPool, AQuarantinedSlotIsFreedOnlyByARelease) {
