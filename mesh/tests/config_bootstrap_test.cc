@@ -60,6 +60,19 @@ std::string edit(const std::string& from, const std::string& to, std::string tex
   return text;
 }
 
+// A second listener named like the first, on the same address.
+const std::string kListenerOnSamePort = R"(  - name: http
+    address:
+      socket_address: {address: 127.0.0.1, port_value: 10000}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.tcp_proxy
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
+          stat_prefix: tcp
+          cluster: backend
+)";
+
 constexpr const char* kHcm = "static_resources.listeners[0].filter_chains[0].filters[0].typed_config";
 constexpr const char* kRoute0 =
     "static_resources.listeners[0].filter_chains[0].filters[0].typed_config.route_config.virtual_hosts[0].routes[0]";
@@ -195,6 +208,17 @@ INSTANTIATE_TEST_SUITE_P(
         Fault{"ZeroWeight",
               edit("route: {cluster: backend}", "route: {weighted_clusters: {clusters: [{name: backend, weight: 0}]}}"),
               route0(".route.weighted_clusters.clusters[0].weight"), "must be between 1 and 4294967295, got 0"},
+        // Two listeners on one address: Envoy refuses it ("has duplicate address").
+        Fault{"DuplicateListenerAddress", edit("  clusters:\n", kListenerOnSamePort + "  clusters:\n"),
+              "static_resources.listeners[1].address",
+              "duplicate address '127.0.0.1:10000': listeners[0] is there already"},
+        Fault{"DuplicateListenerName",
+              edit("  clusters:\n", edit("port_value: 10000", "port_value: 10001", kListenerOnSamePort) + "  clusters:\n"),
+              "static_resources.listeners[1].name", "duplicate listener name 'http'"},
+        // Http1ProtocolOptions: what is not carried out is refused by name.
+        Fault{"Http1OptionNotCarriedOut",
+              edit("stat_prefix: http", "stat_prefix: http\n          http_protocol_options: {allow_absolute_url: true}"),
+              hcm(".http_protocol_options.allow_absolute_url"), "allow_absolute_url is not supported by dpukit-mesh"},
         Fault{"DuplicateCluster", edit(kCluster, kCluster + kCluster.substr(1)),
               "static_resources.clusters[1].name", "duplicate cluster name 'backend'"},
         Fault{"DuplicateDomain", edit("domains: [\"*\"]", "domains: [\"a.com\", \"A.com\"]"),
@@ -350,6 +374,48 @@ TEST(Config, EnvoyDefaultsApply) {
   EXPECT_EQ(c.endpoints[0].address.ip, "127.0.0.1");
   EXPECT_EQ(c.endpoints[0].address.port, 18080);
   EXPECT_EQ(c.endpoints[0].load_balancing_weight, 1u);
+}
+
+TEST(Config, Http10IsRefusedUnlessAccepted) {
+  // Envoy's default: accept_http_10 false (HTTP/1.0 requests get 426).
+  const HttpConnectionManager& off = *parse_bootstrap(kMinimal).listeners[0].filters[0].hcm;
+  EXPECT_FALSE(off.accept_http_10);
+  EXPECT_EQ(off.default_host_for_http_10, "");
+  const Bootstrap b = parse_bootstrap(edit(
+      "stat_prefix: http",
+      "stat_prefix: http\n          http_protocol_options: {accept_http_10: true, default_host_for_http_10: old.test}"));
+  const HttpConnectionManager& on = *b.listeners[0].filters[0].hcm;
+  EXPECT_TRUE(on.accept_http_10);
+  EXPECT_EQ(on.default_host_for_http_10, "old.test");
+  const nlohmann::json j = to_json(b)["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
+  EXPECT_EQ(j["http_protocol_options"]["accept_http_10"], true);
+  EXPECT_EQ(j["http_protocol_options"]["default_host_for_http_10"], "old.test");
+}
+
+TEST(Config, AListenerWithoutANameIsNamedByItsAddress) {
+  // Envoy accepts a listener with no name (proto3: absent and "" are the
+  // same) and names it itself; here its address is its name, so a reload
+  // finds it again.
+  const Bootstrap b = parse_bootstrap(edit("  - name: http\n    address:", "  - address:"));
+  EXPECT_EQ(b.listeners[0].name, "127.0.0.1:10000");
+  EXPECT_EQ(parse_bootstrap(edit("  - name: http\n", "  - name: \"\"\n")).listeners[0].name, "127.0.0.1:10000");
+  // Another listener already called that: the generated name steps aside.
+  const std::string named_like_an_address =
+      edit("port_value: 10000", "port_value: 10001", edit("- name: http", "- name: \"127.0.0.1:10000\"", kListenerOnSamePort));
+  const Bootstrap both =
+      parse_bootstrap(edit("  clusters:\n", named_like_an_address + "  clusters:\n", edit("  - name: http\n    address:", "  - address:")));
+  ASSERT_EQ(both.listeners.size(), 2u);
+  EXPECT_EQ(both.listeners[0].name, "127.0.0.1:10000#2");
+  EXPECT_EQ(both.listeners[1].name, "127.0.0.1:10000");
+}
+
+TEST(Config, EnvoysOwnFrontProxyExample) {
+  const Bootstrap b = example("envoy-front-proxy.yaml");
+  ASSERT_EQ(b.listeners.size(), 1u);
+  EXPECT_EQ(b.listeners[0].name, "0.0.0.0:8080");
+  ASSERT_EQ(b.clusters.size(), 2u);
+  EXPECT_EQ(b.clusters[0].type, Cluster::Type::kStrictDns);
+  EXPECT_EQ(b.clusters[0].connect_timeout, 5s);
 }
 
 TEST(Config, RetryPolicyAndRateLimitDefaults) {

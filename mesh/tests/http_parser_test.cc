@@ -218,11 +218,23 @@ const std::vector<Bad>& bad_requests() {
       {"chunk_size_negative", post("Transfer-Encoding: chunked\r\n", "-1\r\nx\r\n0\r\n\r\n"), 400, "bad chunk", 1},
       {"chunk_size_space", post("Transfer-Encoding: chunked\r\n", "5 \r\nhello\r\n0\r\n\r\n"), 400,
        "bad chunk extension", 1},
-      {"chunk_size_bare_lf", post("Transfer-Encoding: chunked\r\n", "5\nhello\r\n0\r\n\r\n"), 400,
-       "bad chunk extension", 1},
       {"chunk_data_too_long", post("Transfer-Encoding: chunked\r\n", "2\r\nabc\r\n0\r\n\r\n"), 400, "bad chunk", 1},
+      // A bare LF in a chunk line: refused as soon as it is seen, with no
+      // CRLF after it (Beast would wait for one), and the same when Beast
+      // refuses the line for another reason once a CRLF came.
+      {"chunk_size_bare_lf", post("Transfer-Encoding: chunked\r\n", "5\nhello\r\n0\r\n\r\n"), 400,
+       "bare LF in a chunk line", 1},
       {"chunk_ext_lf", post("Transfer-Encoding: chunked\r\n", "5;a=\"x\ny\"\r\nhello\r\n0\r\n\r\n"), 400,
-       "control character in a chunk extension", 1},
+       "bare LF in a chunk line", 1},
+      {"last_chunk_bare_lf", post("Transfer-Encoding: chunked\r\n", "3\r\nabc\r\n0\n\n"), 400,
+       "bare LF in a chunk line", 1},
+      {"only_chunk_bare_lf", post("Transfer-Encoding: chunked\r\n", "0\n\n"), 400, "bare LF in a chunk line", 1},
+      {"chunk_data_end_bare_lf", post("Transfer-Encoding: chunked\r\n", "3\r\nabc\n0\n\n"), 400,
+       "bare LF in a chunk line", 1},
+      {"last_chunk_crlf_bare_lf", post("Transfer-Encoding: chunked\r\n", "0\r\n\n"), 400,
+       "bare LF in a chunk line", 1},
+      {"trailer_bare_lf", post("Transfer-Encoding: chunked\r\n", "0\r\nx-t: 1\n\n"), 400,
+       "bare LF in a chunk line", 1},
   };
   return cases;
 }

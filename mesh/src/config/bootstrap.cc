@@ -11,6 +11,7 @@
 #include <cstring>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -409,7 +410,7 @@ HttpConnectionManager parse_hcm(const At& at) {
       at, "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager", kHcmType,
       {"@type", "stat_prefix", "codec_type", "route_config", "http_filters", "max_request_headers_kb",
        "common_http_protocol_options", "stream_idle_timeout", "request_timeout", "request_headers_timeout",
-       "use_remote_address", "generate_request_id", "http2_protocol_options"});
+       "use_remote_address", "generate_request_id", "http_protocol_options", "http2_protocol_options"});
   HttpConnectionManager h;
   h.stat_prefix = f.required("stat_prefix").nonempty_str();
   using C = HttpConnectionManager::Codec;
@@ -436,6 +437,12 @@ HttpConnectionManager parse_hcm(const At& at) {
   h.request_headers_timeout = f["request_headers_timeout"].duration_or(h.request_headers_timeout);
   h.use_remote_address = f["use_remote_address"].boolean_or(h.use_remote_address);
   h.generate_request_id = f["generate_request_id"].boolean_or(h.generate_request_id);
+  if (f.has("http_protocol_options")) {
+    const Fields o = f["http_protocol_options"].fields("envoy.config.core.v3.Http1ProtocolOptions",
+                                                       {"accept_http_10", "default_host_for_http_10"});
+    h.accept_http_10 = o["accept_http_10"].boolean_or(h.accept_http_10);
+    h.default_host_for_http_10 = o["default_host_for_http_10"].str_or("");
+  }
   if (f.has("http2_protocol_options")) {
     if (h.codec_type == HttpConnectionManager::Codec::kHttp1)
       f["http2_protocol_options"].fail("needs codec_type AUTO or HTTP2 (HTTP1 never serves HTTP/2)");
@@ -482,7 +489,7 @@ Listener parse_listener(const At& at) {
   const Fields f = at.fields("envoy.config.listener.v3.Listener",
                              {"name", "address", "filter_chains", "per_connection_buffer_limit_bytes"});
   Listener l;
-  l.name = f.required("name").nonempty_str();
+  l.name = f["name"].str_or("");  // proto3: absent and "" are the same; cross_check names it
   l.address = parse_bind_address(f.required("address"));
   const At chains_at = f.required("filter_chains");
   const std::vector<At> chains = chains_at.items();
@@ -707,12 +714,34 @@ void collect_references(const Listener& l, std::size_t li, std::vector<ClusterRe
   }
 }
 
-void cross_check(const Bootstrap& b) {
+// Envoy refuses two listeners on one address, and names a listener that has
+// no name itself (a UUID); here such a listener is named by its address, so
+// a reload finds it again, with a suffix in the unlikely case that another
+// listener is called that.
+void check_and_name_listeners(Bootstrap& b) {
+  std::map<std::string, std::size_t> addresses;
   std::set<std::string> names;
-  for (std::size_t i = 0; i < b.listeners.size(); ++i)
-    if (!names.insert(b.listeners[i].name).second)
-      throw ConfigError("static_resources.listeners[" + std::to_string(i) + "].name",
-                        "duplicate listener name '" + b.listeners[i].name + "'");
+  for (std::size_t i = 0; i < b.listeners.size(); ++i) {
+    const std::string at = "static_resources.listeners[" + std::to_string(i) + "]";
+    const std::string key = b.listeners[i].address.key();
+    if (auto [it, fresh] = addresses.emplace(key, i); !fresh)
+      throw ConfigError(at + ".address", "duplicate address '" + key + "': listeners[" + std::to_string(it->second) +
+                                             "] is there already");
+    const std::string& name = b.listeners[i].name;
+    if (!name.empty() && !names.insert(name).second)
+      throw ConfigError(at + ".name", "duplicate listener name '" + name + "'");
+  }
+  for (Listener& l : b.listeners) {
+    if (!l.name.empty()) continue;
+    std::string name = l.address.key();
+    for (int n = 2; names.contains(name); ++n) name = l.address.key() + "#" + std::to_string(n);
+    names.insert(name);
+    l.name = std::move(name);
+  }
+}
+
+void cross_check(Bootstrap& b) {
+  check_and_name_listeners(b);
   std::set<std::string> clusters;
   for (std::size_t i = 0; i < b.clusters.size(); ++i)
     if (!clusters.insert(b.clusters[i].name).second)

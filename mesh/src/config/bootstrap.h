@@ -50,6 +50,8 @@ struct Address {
   // filter_metadata: {dpukit.mesh: {attach: shm}}.
   bool shm_attach = false;
   bool is_pipe() const { return !pipe_path.empty(); }
+  // "ip:port" or "unix:path": one string per bindable address.
+  std::string key() const { return is_pipe() ? "unix:" + pipe_path : ip + ":" + std::to_string(port); }
 };
 
 struct HeaderValueOption {  // request_headers_to_add[i]
@@ -195,6 +197,11 @@ struct HttpConnectionManager {
   Duration request_headers_timeout{0};        // request_headers_timeout (0: disabled)
   bool use_remote_address = false;
   bool generate_request_id = true;
+  // http_protocol_options (Http1ProtocolOptions): HTTP/1.0 requests are
+  // answered 426 unless accept_http_10; one without a Host gets
+  // default_host_for_http_10, or 400 when that is empty (Envoy's rules).
+  bool accept_http_10 = false;
+  std::string default_host_for_http_10;
   Http2ProtocolOptions http2_protocol_options;  // for HTTP/2 clients (codec_type HTTP2, or AUTO with the preface)
 };
 
@@ -216,7 +223,7 @@ struct NetworkFilter {
 };
 
 struct Listener {
-  std::string name;
+  std::string name;  // Envoy names a listener without one itself; here it is named by its address (Address::key)
   Address address;
   // One filter chain (filter_chain_match is refused) whose last filter is
   // the HCM or tcp_proxy.

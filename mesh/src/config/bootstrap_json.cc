@@ -184,7 +184,9 @@ json hcm(const HttpConnectionManager& h) {
             {"request_timeout", duration(h.request_timeout)},
             {"request_headers_timeout", duration(h.request_headers_timeout)},
             {"use_remote_address", h.use_remote_address},
-            {"generate_request_id", h.generate_request_id}};
+            {"generate_request_id", h.generate_request_id},
+            {"http_protocol_options",
+             {{"accept_http_10", h.accept_http_10}, {"default_host_for_http_10", h.default_host_for_http_10}}}};
   if (h.codec_type != HttpConnectionManager::Codec::kHttp1) j["http2_protocol_options"] = http2_options(h.http2_protocol_options);
   for (const auto& f : h.http_filters) j["http_filters"].push_back(http_filter(f));
   return j;

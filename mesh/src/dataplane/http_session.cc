@@ -124,7 +124,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
       if (stream_ && stream_->request_complete) break;  // a pipelined request waits for this response
       // The parser is reset here, never inside its own callbacks (a stream may end within feed()).
       if (!stream_ && parser_.done()) parser_.reset();
-      if (!stream_ && !parser_.in_message()) arm_request_timer(hcm_->cfg->request_headers_timeout);
+      if (!stream_ && !head_started_) {  // a request's first byte: its timeouts start
+        head_started_ = true;
+        request_start_ = std::chrono::steady_clock::now();
+        arm_request_timer();
+      }
       if (!stream_) feed_start_ns_ = mono_ns();
       size_t used = parser_.feed(in_.unread(), *this);
       in_.consume(used);
@@ -159,14 +163,19 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
         stats_->downstream_cx_active.add(1);
       }
     }
+    if (head.version == 10 && !http10_allowed(head)) return;
     stream_.emplace();
     Stream& s = *stream_;
-    arm_idle_timer();         // now stream_idle_timeout, not the connection's idle_timeout
-    request_timer_.cancel();  // the headers are in: request_headers_timeout ends, request_timeout starts
-    arm_request_timer(hcm_->cfg->request_timeout);
+    arm_idle_timer();  // now stream_idle_timeout, not the connection's idle_timeout
+    head_started_ = false;
+    arm_request_timer();  // the head is in: request_headers_timeout ends, request_timeout goes on
     s.head = std::move(head);
     s.start_ns = t_parsed;
-    s.keep_alive = s.head.keep_alive;
+    // No upgrade is configured (the filter refuses it, 403): the bytes after
+    // the request may be the other protocol's, so the connection closes after
+    // the answer, as Envoy's does.
+    s.keep_alive = s.head.keep_alive && !s.head.upgrade;
+    answer_expect_continue(s.head);
     stats_->downstream_rq_total.inc();
     stats_->downstream_rq_active.add(1);
     s.draws = Draws{w_.random(), w_.random(), w_.random(), w_.random(), w_.random()};
@@ -183,6 +192,42 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     stage_match_action();
     stage_deparse();
     act_on_decision();
+  }
+
+  // http_protocol_options: an HTTP/1.0 request is 426 unless accept_http_10,
+  // and one without a Host takes default_host_for_http_10 or is 400 (Envoy's
+  // codec rules). False when the connection was answered and closes.
+  bool http10_allowed(http::RequestHead& head) {
+    const auto& cfg = *hcm_->cfg;
+    if (!cfg.accept_http_10) {
+      protocol_error({426, "HTTP/1.0 without http_protocol_options.accept_http_10"});
+      return false;
+    }
+    if (head.host.empty()) {
+      if (cfg.default_host_for_http_10.empty()) {
+        protocol_error({400, "HTTP/1.0 without Host or default_host_for_http_10"});
+        return false;
+      }
+      head.host = cfg.default_host_for_http_10;
+    }
+    return true;
+  }
+
+  // Expect: 100-continue is answered here and not forwarded: Envoy's default
+  // (proxy_100_continue false), so a client that waits for the 100 sends its
+  // body at once. An HTTP/1.0 client gets no 1xx (RFC 9110 §15.2), and its
+  // expectation is not passed on either (§10.1.1: ignored).
+  void answer_expect_continue(http::RequestHead& head) {
+    bool removed = false;
+    std::erase_if(head.headers.fields, [&](const http::Header& h) {
+      bool hit = http::iequals(h.name, "expect") && http::iequals(h.value, "100-continue");
+      removed = removed || hit;
+      return hit;
+    });
+    if (!removed || !head.expect_continue) return;
+    out_.pending.append("HTTP/1.1 100 Continue\r\n\r\n");
+    count_downstream_status(100);
+    flush();
   }
 
   void on_body(std::string_view data) override {
@@ -273,6 +318,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     if (closed_) {  // the connection went away while the request was in the stages
       release_stream();
       stream_.reset();
+      return;
+    }
+    if (refused_in_stage_) {
+      http::ParseFailure f = std::move(*refused_in_stage_);
+      refused_in_stage_.reset();
+      refuse(f);
       return;
     }
     act_on_decision();
@@ -558,7 +609,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     // An HTTP/1.0 client reads a body of unknown length until we close.
     if (!head_req && s.head.version != 11 && !h.content_length) s.keep_alive = false;
     s.resp_body = head_req ? http::BodyEncoder{} : http::response_body_encoder(h, s.head.version);
-    if (!s.keep_alive) close_after_write_ = true;
+    // A response that ends the connection closes it only once all of it was
+    // written (finish_stream): its body may still be on its way from the upstream.
     http::write_response_head(h, s.keep_alive, s.head.version, out_.pending);
     w_.modules().add(Module::kDeparser, static_cast<uint64_t>(mono_ns() - t0));
     count_downstream_status(status);
@@ -618,7 +670,19 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
 
   void protocol_error(const http::ParseFailure& f) {
     stats_->downstream_cx_protocol_error.inc();
-    if (stream_ && (stream_->response_started || stream_->in_stage)) {
+    refuse(f);
+  }
+
+  // A request that cannot go on: its status and the connection closed. While
+  // its head is away in the pipeline's stages the answer waits for it to come
+  // back (stage_done), so the client gets it in either execution model.
+  void refuse(const http::ParseFailure& f) {
+    if (stream_ && stream_->in_stage) {
+      refused_in_stage_ = f;
+      read_paused_ = true;
+      return;
+    }
+    if (stream_ && stream_->response_started) {
       close();
       return;
     }
@@ -697,19 +761,33 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     if (s.up || s.h2) arm_try_timer();
   }
 
-  // request_headers_timeout (from a request's first byte to the end of its
-  // head) and request_timeout (from the head to the end of the request or the
-  // start of the response): a slow client gets 408 and the connection closes.
-  void arm_request_timer(std::chrono::milliseconds timeout) {
-    if (timeout.count() == 0) return;
-    request_timer_.expires_after(timeout);
-    request_timer_.async_wait([self = shared_from_this(), gen = generation_, headers = !stream_](
+  // request_headers_timeout and request_timeout both run from a request's
+  // first byte, as Envoy's (more bytes do not re-arm them): the first bounds
+  // the head, the second the whole request, until it was all received or the
+  // response started. A slow client gets 408 and the connection closes.
+  void arm_request_timer() {
+    const auto& cfg = *hcm_->cfg;
+    std::optional<std::chrono::steady_clock::time_point> due;
+    bool head_due = false;  // request_headers_timeout comes first
+    if (!stream_ && cfg.request_headers_timeout.count() > 0) {
+      due = request_start_ + cfg.request_headers_timeout;
+      head_due = true;
+    }
+    if (cfg.request_timeout.count() > 0 && (!due || request_start_ + cfg.request_timeout < *due)) {
+      due = request_start_ + cfg.request_timeout;
+      head_due = false;
+    }
+    if (!due) {
+      request_timer_.cancel();
+      return;
+    }
+    request_timer_.expires_at(*due);
+    request_timer_.async_wait([self = shared_from_this(), gen = generation_, head_due](
                                   const boost::system::error_code& ec) {
       if (ec || self->closed_ || gen != self->generation_) return;
-      if (headers) {
-        if (self->stream_ || (!self->parser_.in_message() && self->in_.empty())) return;  // nothing arrived
+      if (!self->stream_) {  // still in the head (Envoy's texts)
         self->stats_->downstream_rq_timeout.inc();
-        self->final_reply(408, "request headers timeout");
+        self->final_reply(408, head_due ? "request header timeout" : "request timeout");
         return;
       }
       if (!self->stream_ || self->stream_->request_complete || self->stream_->response_started ||
@@ -830,10 +908,13 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   RespEvents resp_events_;
   std::optional<Stream> stream_;
   std::shared_ptr<HttpSession> in_stage_self_;
+  std::optional<http::ParseFailure> refused_in_stage_;  // refuse() while the head was in the stages
   uint64_t generation_ = 0;  // which stream a timer belongs to
   int64_t feed_start_ns_ = 0, last_activity_ns_ = 0;
   bool reading_ = false, read_paused_ = false, closed_ = false, close_after_write_ = false;
   bool resp_keep_alive_ = true;
+  bool head_started_ = false;  // a request's first byte came and its head did not end yet
+  std::chrono::steady_clock::time_point request_start_{};  // when it came
   bool h2_sniff_ = false;  // the first bytes may be the HTTP/2 preface
 };
 

@@ -2,9 +2,7 @@
 
 namespace dpukit::mesh {
 
-std::string address_key(const config::Address& a) {
-  return a.is_pipe() ? "unix:" + a.pipe_path : a.ip + ":" + std::to_string(a.port);
-}
+std::string address_key(const config::Address& a) { return a.key(); }
 
 ClusterRuntime* TcpProxyRuntime::pick_cluster(uint64_t random) const {
   if (clusters.size() == 1) return clusters[0].first;

@@ -7,6 +7,9 @@
 //   x-echo-delay-ms: N    answer after N ms (a timer: the thread keeps serving)
 //   x-echo-size: N        the body is exactly N bytes, streamed in pieces
 //   x-echo-close: 1       answer, then close the connection
+//   x-echo-pause-ms: N    write the head alone, then the body N ms later (as
+//                         Python's http.server writes them apart)
+//   x-echo-chunked: 1     the body in chunked framing, without Content-Length
 //   x-echo-headers: a,b   echo request headers a and b as x-echo-req-a, x-echo-req-b
 //
 // Every answer carries x-served-by, x-echo-path (the request target as
@@ -97,6 +100,8 @@ struct Answer {
   std::string prefix;     // the first body bytes (the name line), sent with the head
   uint64_t filler_bytes = 0;  // 'x' bytes after the prefix, streamed
   uint64_t delay_ms = 0;
+  uint64_t pause_ms = 0;  // between the head and the body
+  bool chunked = false;
   bool keep_alive = true;
 };
 
@@ -119,6 +124,11 @@ Answer answer_for(const EchoOptions& opt, const Request& req, const Digest& body
     if (parse_u64(s, n) && n <= kMaxDelayMs) a.delay_ms = n;
     else error = "bad x-echo-delay-ms";
   }
+  if (auto s = field(req, "x-echo-pause-ms"); !s.empty()) {
+    if (parse_u64(s, n) && n <= kMaxDelayMs) a.pause_ms = n;
+    else error = "bad x-echo-pause-ms";
+  }
+  a.chunked = trim(field(req, "x-echo-chunked")) == "1";
   a.prefix = opt.name + "\n";
   uint64_t total = a.prefix.size() + opt.body_bytes;
   if (auto s = field(req, "x-echo-size"); !s.empty()) {
@@ -128,7 +138,8 @@ Answer answer_for(const EchoOptions& opt, const Request& req, const Digest& body
   a.keep_alive = req.keep_alive() && trim(field(req, "x-echo-close")) != "1";
   if (!error.empty()) {
     a.status = 400;
-    a.delay_ms = 0;
+    a.delay_ms = a.pause_ms = 0;
+    a.chunked = false;
     a.prefix = error + "\n";
     total = a.prefix.size();
   }
@@ -140,6 +151,7 @@ Answer answer_for(const EchoOptions& opt, const Request& req, const Digest& body
   if (no_body) {
     a.prefix.clear();
     a.filler_bytes = 0;
+    a.chunked = false;
   }
 
   std::string& h = a.head;
@@ -152,7 +164,9 @@ Answer answer_for(const EchoOptions& opt, const Request& req, const Digest& body
   h += "\r\nx-served-by: ";
   h += opt.name;
   h += "\r\ncontent-type: text/plain\r\n";
-  if (a.status != 204 && a.status != 304) {
+  if (a.chunked) {
+    h += "transfer-encoding: chunked\r\n";
+  } else if (a.status != 204 && a.status != 304) {
     h += "content-length: ";
     h += std::to_string(total);
     h += "\r\n";
@@ -208,6 +222,40 @@ void close_socket(Socket& s) {
 }
 void close_socket(attach::ShmSocket& s) { s.close(); }
 
+// x-echo-pause-ms / x-echo-chunked: the head in a write of its own, the
+// pause, then the body (the prefix, then the filler piece by piece), each
+// piece a chunk when chunked.
+template <class Socket>
+awaitable<void> write_apart(Socket& sock, const Answer& a, boost::system::error_code& ec) {
+  auto redirect = asio::redirect_error(use_awaitable, ec);
+  co_await asio::async_write(sock, asio::buffer(a.head), redirect);
+  if (ec) co_return;
+  if (a.pause_ms > 0) {
+    asio::steady_timer timer(sock.get_executor(), std::chrono::milliseconds(a.pause_ms));
+    co_await timer.async_wait(redirect);
+    if (ec) co_return;
+  }
+  auto piece = [&](std::string_view bytes) -> awaitable<void> {
+    if (bytes.empty()) co_return;
+    if (!a.chunked) {
+      co_await asio::async_write(sock, asio::buffer(bytes.data(), bytes.size()), redirect);
+      co_return;
+    }
+    char size[20];
+    int len = std::snprintf(size, sizeof size, "%zx\r\n", bytes.size());
+    std::array<asio::const_buffer, 3> bufs{asio::buffer(size, static_cast<size_t>(len)),
+                                           asio::buffer(bytes.data(), bytes.size()), asio::buffer("\r\n", 2)};
+    co_await asio::async_write(sock, bufs, redirect);
+  };
+  co_await piece(a.prefix);
+  for (uint64_t left = a.filler_bytes; !ec && left > 0;) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(left, kPiece));
+    co_await piece(std::string_view(filler().data(), n));
+    left -= n;
+  }
+  if (!ec && a.chunked) co_await asio::async_write(sock, asio::buffer("0\r\n\r\n", 5), redirect);
+}
+
 // One connection: requests are read and answered in order (pipelined
 // requests wait in `buf` until the answer before them is written).
 template <class Socket>
@@ -261,6 +309,11 @@ awaitable<void> serve(Socket sock, const EchoOptions& opt) {
     if (a.delay_ms > 0) {
       asio::steady_timer timer(sock.get_executor(), std::chrono::milliseconds(a.delay_ms));
       co_await timer.async_wait(redirect);
+    }
+    if (a.pause_ms > 0 || a.chunked) {
+      co_await write_apart(sock, a, ec);
+      if (ec || !a.keep_alive) break;
+      continue;
     }
     // Head and the start of the body in one write (one segment for small
     // answers), then the rest of the body piece by piece.

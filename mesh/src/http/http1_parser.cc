@@ -2,8 +2,8 @@
 // with the RFC 9112 request-smuggling rules and Envoy's limits on top.
 //
 // What Beast 1.74 already rejects (tested in http_parser_test.cc): bare CR
-// and bare LF in the start line and fields, whitespace between a field name
-// and the colon and any non-token byte in a name, CTLs other than HTAB (and
+// and bare LF in the start line and fields (once the head's end has come),
+// whitespace between a field name and the colon and any non-token byte in a name, CTLs other than HTAB (and
 // DEL) in values, differing Content-Length values and malformed or
 // overflowing ones, a Content-Length after "Transfer-Encoding: ...chunked"
 // and a Transfer-Encoding after a Content-Length, chunk sizes that overflow or
@@ -15,8 +15,9 @@
 // Transfer-Encoding then Content-Length when the coding is not chunked, Host
 // rules, request-target forms, control bytes in chunk extensions, the head
 // and request-line limits (Beast's header_limit bounds the part of the head
-// it has not consumed yet, not the whole head), and a bound on chunk lines
-// and trailers (Beast has none).
+// it has not consumed yet, not the whole head), a bound on chunk lines
+// and trailers (Beast has none), and a bare LF that ends the line Beast waits
+// on in a chunked body (Beast would wait for the CRLF).
 #include <algorithm>
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/http/basic_parser.hpp>
@@ -149,21 +150,27 @@ class Machine {
       used += n;
       if (n > 0) consumed_any_ = true;
       if (!header_done_) head_bytes_ += n;
-      if (failure_) break;
+      if (n > 0) lf_clean_ = 0;  // what Beast waits on starts somewhere else now
+      if (failure_ || (ec && ec != bhttp::error::need_more)) {
+        if (!failure_) fail_from(ec, rest);
+        if (head_delivered_ && head_.chunked) {  // a chunk line failed: at its start, after what Beast took
+          lf_clean_ = 0;
+          bare_lf_in_chunk_lines(rest.substr(n));
+        }
+        break;
+      }
       if (ec == bhttp::error::need_more) {
         if (!header_done_) {
           stuck_in_head(rest, window, allowance);
         } else if (window < rest.size()) {
           continue;  // the head ended in a window cut at the head limit: offer the rest
+        } else if (head_delivered_ && head_.chunked && bare_lf_in_chunk_lines(rest.substr(n))) {
+          break;
         } else if (window - n > limits_.max_header_bytes) {
           // What Beast keeps waiting on is a chunk line or the trailers,
           // which the caller must hold: bound them like a head.
           fail(431, "chunk line or trailer section larger than max_header_bytes");
         }
-        break;
-      }
-      if (ec) {
-        fail_from(ec, rest);
         break;
       }
       if (parser_->is_done()) {
@@ -349,6 +356,7 @@ class Machine {
     } else {
       head_.body_until_close = parser_->need_eof();
     }
+    head_delivered_ = true;
     events_->on_head(head_);
   }
 
@@ -418,11 +426,40 @@ class Machine {
     field_count_ = 0;
     host_count_ = 0;
     authority_at_ = authority_len_ = 0;
+    lf_clean_ = 0;
+    head_delivered_ = false;
     request_line_done_ = header_done_ = done_ = consumed_any_ = chunk_wait_ = false;
     cl_seen_ = te_seen_ = expect_continue_ = upgrade_field_ = interim_ = no_body_ = false;
   }
 
   bool over_body_limit(uint64_t bytes) const { return limits_.max_body_bytes != 0 && bytes > limits_.max_body_bytes; }
+
+  // Beast finds a chunk line's end by its CR and skips a bare LF as an
+  // ordinary byte, so a chunk line ended by one ("0\n\n" as the last chunk)
+  // would keep it waiting for a CRLF that never comes, with the head already
+  // forwarded. `lines` is what Beast has not consumed of a chunked body: the
+  // CRLF after the last chunk's data, if any, then the chunk line it works on
+  // and, for the last chunk, the trailer section. An LF there that does not
+  // follow a CR is bare (RFC 9112 §2.2 lets a recipient refuse it): 400,
+  // whether Beast waits or has already refused the line for another fault,
+  // so that every split of the same bytes gets the same answer. The clean
+  // prefix is remembered: lines sent a byte at a time are scanned once.
+  bool bare_lf_in_chunk_lines(std::string_view lines) {
+    const size_t start = lines.starts_with("\r\n") ? 2 : 0;
+    const size_t line_end = std::min(lines.find('\r', start), lines.size());
+    const size_t digits = std::min(lines.find_first_not_of("0123456789abcdefABCDEF", start), lines.size());
+    const bool last_chunk = digits > start && lines.find_first_not_of('0', start) >= digits;
+    const size_t trailers_end = std::min(lines.find("\r\n\r\n", line_end), lines.size());
+    const size_t end = last_chunk ? trailers_end : line_end;
+    for (size_t i = std::max(start, lf_clean_); i < end; ++i) {
+      if (lines[i] == '\n' && (i == 0 || lines[i - 1] != '\r')) {
+        failure_ = ParseFailure{isRequest ? 400u : 502u, "bare LF in a chunk line"};
+        return true;
+      }
+    }
+    lf_clean_ = end;
+    return false;
+  }
 
   // Beast wants more bytes of the head than it was given.
   void stuck_in_head(std::string_view rest, size_t window, size_t allowance) {
@@ -485,12 +522,14 @@ class Machine {
   Codings codings_;
   uint64_t head_bytes_ = 0;     // bytes of the head consumed so far
   uint64_t body_bytes_ = 0;     // chunk sizes, or bytes until close, so far
+  size_t lf_clean_ = 0;         // bytes of the chunk lines Beast waits on found free of a bare LF
   uint32_t field_count_ = 0;
   unsigned host_count_ = 0;
   size_t authority_at_ = 0, authority_len_ = 0;  // absolute-form authority in head_.target
   bool request_line_done_ = false, header_done_ = false, done_ = false, consumed_any_ = false;
   bool cl_seen_ = false, te_seen_ = false, expect_continue_ = false, upgrade_field_ = false;
   bool chunk_wait_ = false;  // Beast waits on a chunk line or the trailers
+  bool head_delivered_ = false;  // on_head was raised: what follows is the body
   bool interim_ = false;  // a 1xx response (not 101): skipped
   bool no_body_ = false;  // the response answers HEAD (or CONNECT)
 };
