@@ -293,6 +293,14 @@ nlohmann::json run(const RunOptions& o) {
   if (o.place != "host" && o.place != "dpu") throw std::invalid_argument("place must be host or dpu");
   if (o.iterations == 0 && (o.repetitions == 0 || o.min_time_s <= 0))
     throw std::invalid_argument("repetitions and min time must be positive");
+  const unsigned max_threads = *std::max_element(o.threads.begin(), o.threads.end());
+  if (o.iterations == 0)
+    for (size_t size : o.sizes)
+      if (static_cast<uint64_t>(max_threads) * size > kThreadWorkBudget)
+        throw std::invalid_argument("threads " + std::to_string(max_threads) + " at size " + std::to_string(size) +
+                                    " would hold " + bytes_text(uint64_t{max_threads} * size) +
+                                    " of outputs, more than " + bytes_text(kThreadWorkBudget) +
+                                    ": fewer threads or a smaller size");
   const std::vector<std::string> names = expand_ops(o.ops);
   for (const auto& [k, v] : o.params) {
     auto dot = k.find('.');
@@ -308,7 +316,6 @@ nlohmann::json run(const RunOptions& o) {
   }
   Placement pl = Placement::plan(o.host_cpus, o.dpu_cpus);
   const CpuSet& cpus = o.place == "dpu" ? pl.dpu : pl.host;
-  const unsigned max_threads = *std::max_element(o.threads.begin(), o.threads.end());
 
   nlohmann::json points = nlohmann::json::array(), unavailable = nlohmann::json::array();
   nlohmann::json versions = nlohmann::json::object(), params = nlohmann::json::object();

@@ -81,6 +81,16 @@ def test_thread_counts_that_wrap_or_hide_a_typo_are_refused(bench_tool, threads)
             "--threads", f"'{threads}'" if "," not in threads else "empty item")
 
 
+def test_threads_whose_outputs_cannot_fit_are_refused_before_anything_runs(bench_tool, tmp_path):
+    # Each thread holds an output and kernel state of about one input: 1024
+    # threads at 64 MiB would be 64 GiB (bench.h: kThreadWorkBudget).
+    out = tmp_path / "never.json"
+    proc = bench(bench_tool, "run", "--ops", "memcpy", "--backend", "lib", "--sizes", f"64,{MAX_SIZE}",
+                 "--threads", "1,1024", *QUICK, "--json", str(out))
+    refused(proc, "threads 1024", f"size {MAX_SIZE}", "fewer threads")
+    assert not out.exists()
+
+
 def test_repetitions_that_would_wrap_are_refused(bench_tool):
     proc = bench(bench_tool, "run", "--ops", "memcpy", "--sizes", "64", "--warmup", "0", "--min-time", "0.01",
                  "--repetitions", "4294967297", "--quiet")

@@ -42,6 +42,10 @@ std::map<std::string, std::string> operator_params(const std::string& op);
 constexpr size_t kMaxInputSize = size_t{64} << 20;
 constexpr size_t kInputBudget = size_t{128} << 20;
 constexpr unsigned kMaxThreads = 1024;
+// Each timing thread holds its own output and kernel state, about one unit
+// of work each: threads x size is bounded too (1024 threads at 64 MiB would
+// be 64 GiB), so 32 threads at 64 MiB, 1024 at 2 MiB.
+constexpr size_t kThreadWorkBudget = size_t{2} << 30;
 
 struct RunOptions {
   std::vector<std::string> ops;  // names; {"all"} = every operator
