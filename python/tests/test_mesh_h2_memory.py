@@ -12,7 +12,10 @@ h2load command and parser)."""
 
 from __future__ import annotations
 
+import socket
+import struct
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -85,4 +88,62 @@ def test_uploads_on_one_connection_are_not_kept_after_they_are_sent(kind: str, e
     peak = vm_kib(proxy.proc.pid, "VmHWM")
     # 200 MB passed through; what is held at once is bounded by the flow-control windows.
     assert peak - start < 64 * MiB, f"RSS {start / MiB:.1f} MiB at start, peak {peak / MiB:.1f}"
+
+
+def h2_frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
+
+
+def open_without_reading(port: int, streams: int, body_bytes: int) -> socket.socket:
+    """A client that opens `streams` GETs for `body_bytes` each (the echo
+    service's x-echo-size) with a stream window of 0, and never reads."""
+    def literal(name: bytes, value: bytes) -> bytes:  # HPACK: literal field without indexing, new name
+        return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+    # :method GET, :scheme http, :path / (static table), :authority test.local (indexed name 1)
+    block = b"\x82\x86\x84\x01\x0atest.local" + literal(b"x-echo-size", str(body_bytes).encode())
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(0x4, 0, 0, struct.pack(">HI", 0x4, 0))
+              + b"".join(h2_frame(0x1, 0x5, 2 * i + 1, block) for i in range(streams)))
+    return s
+
+
+def settled_rss(pid: int, timeout: float = 20) -> int:
+    """VmRSS once it stopped changing for a second (bounded by `timeout`)."""
+    last, since = vm_kib(pid, "VmRSS"), time.monotonic()
+    deadline = since + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = vm_kib(pid, "VmRSS")
+        if abs(now - last) > 256:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= 1.0:
+            break
+    return last
+
+
+@pytest.mark.parametrize("kind", ["mesh", "mesh-pipelined"])
+def test_a_client_that_does_not_read_gets_a_share_of_the_buffer_limit(kind: str, echoes: Echoes,
+                                                                     tmp_path: Path) -> None:
+    """200 streams of 2 MiB answers to a client that never reads: each stream
+    may hold the buffer limit (1 MiB) split between the connection's streams,
+    at least 64 KiB, not the whole limit. Measured: about 41 MiB held (each
+    stream's share, an upstream read and the queue's growth), 273 with the
+    whole limit per stream."""
+    pe = echoes.start("e1")
+    port, admin = ports(2)
+    config = bootstrap(port=port, admin=admin, virtual_hosts=ALL_TO_ECHO, clusters=cluster("echo", [pe]),
+                       hcm_extra="          codec_type: HTTP2\n")
+    proxy = start_proxy(echoes.group, kind, config, tmp_path, port=port, admin=admin)
+    pid = proxy.proc.pid
+    start = vm_kib(pid, "VmRSS")
+    client = open_without_reading(port, 200, 2 * 1024 * 1024)
+    try:
+        held = settled_rss(pid)
+    finally:
+        client.close()
+    figures = f"RSS {start / MiB:.1f} MiB at start, {held / MiB:.1f} held for the client"
+    assert held - start < 100 * MiB, figures
+    assert vm_kib(pid, "VmHWM") - start < 100 * MiB, figures
+    burst(port, 100)  # still serving
 

@@ -29,6 +29,7 @@ namespace {
 
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kMaxWriteBatch = 256 * 1024;  // bytes taken from nghttp2 before a write starts
+constexpr size_t kMinStreamShare = 64 * 1024;  // see H2Stream::share()
 
 class H2Session;
 
@@ -58,6 +59,7 @@ class H2Stream : public std::enable_shared_from_this<H2Stream>,
   using Failure = UpstreamConn::User::Failure;
   Worker& worker();
   size_t buffer_limit() const { return lr_->cfg->per_connection_buffer_limit_bytes; }
+  size_t share() const;
   void start_attempt();
   void start_h1_attempt();
   void start_h2_attempt();
@@ -421,6 +423,17 @@ H2Stream::H2Stream(H2Session& session, int32_t id)
 
 Worker& H2Stream::worker() { return c_->w_; }
 
+// What one stream may hold of the bytes its client or an HTTP/1.1 upstream
+// did not take yet: per_connection_buffer_limit_bytes split between the
+// connection's open streams, so that all of them together hold about that
+// limit, not a limit each (1,024 streams of a client that does not read:
+// 1 GiB), and at least kMinStreamShare each, so that many streams still move.
+// Each stream is paused and resumed on its own queue: none waits for another.
+size_t H2Stream::share() const {
+  size_t streams = std::max<size_t>(1, c_ ? c_->streams_.size() : 1);
+  return std::min(buffer_limit(), std::max(kMinStreamShare, buffer_limit() / streams));
+}
+
 void H2Stream::on_request_head(bool end_stream) {
   Worker& w = worker();
   int64_t t0 = mono_ns();
@@ -493,7 +506,7 @@ void H2Stream::on_request_data(std::string_view d) {
     std::string enc;
     req_enc_.data(d, enc);
     h1up_->send(enc);
-    if (h1up_->queued() <= buffer_limit()) consume_request(unconsumed_);
+    if (h1up_->queued() <= share()) consume_request(unconsumed_);
   } else if (h2up_) {
     keep_for_replay(d);
     h2up_->send_body(h2up_id_, d);
@@ -557,7 +570,7 @@ void H2Stream::start_attempt() {
   else start_h1_attempt();
   if (local_reply_ || detached_) return;
   if (!replay_ok_) std::string().swap(replay_);  // sent once, cannot be kept for another try
-  consume_request(unconsumed_ > 0 && h1up_ && h1up_->queued() <= buffer_limit() ? unconsumed_ : 0);
+  consume_request(unconsumed_ > 0 && h1up_ && h1up_->queued() <= share() ? unconsumed_ : 0);
   if (req_end_) arm_try_timer();
 }
 
@@ -759,7 +772,7 @@ void H2Stream::upstream_data(std::string_view d) {
     nghttp2_session_resume_data(c_->ng_, id_);
   }
   c_->want_flush();
-  if (h1up_ && !h1_paused_ && resp_.size() > buffer_limit()) {  // back-pressure: the client reads slower
+  if (h1up_ && !h1_paused_ && resp_.size() > share()) {  // back-pressure: the client reads slower
     h1_paused_ = true;
     h1up_->pause_reading();
   }
@@ -779,7 +792,7 @@ ssize_t H2Stream::read_response(uint8_t* buf, size_t length, uint32_t* flags) {
       upstream_unconsumed_ -= k;
       h2up_->consume(h2up_id_, k);
     }
-    if (h1_paused_ && h1up_ && resp_.size() <= buffer_limit() / 2) {
+    if (h1_paused_ && h1up_ && resp_.size() <= share() / 2) {
       h1_paused_ = false;
       auto up = h1up_;
       asio::post(worker().io(), [up] { up->resume_reading(); });  // not from inside nghttp2's send
