@@ -4,14 +4,16 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
-#include <regex>
-#include <set>
 #include <stdexcept>
 #include <thread>
+
+#include <valijson/adapters/nlohmann_json_adapter.hpp>
+#include <valijson/schema.hpp>
+#include <valijson/schema_parser.hpp>
+#include <valijson/validator.hpp>
 
 namespace dpukit {
 
@@ -112,95 +114,62 @@ void Result::write(const std::string& path) const {
 
 namespace {
 
-bool is_type(const nlohmann::json& v, const std::string& type) {
-  if (type == "object") return v.is_object();
-  if (type == "array") return v.is_array();
-  if (type == "string") return v.is_string();
-  if (type == "boolean") return v.is_boolean();
-  if (type == "null") return v.is_null();
-  if (type == "number") return v.is_number();
-  if (type == "integer")  // JSON Schema counts 2.0 as an integer
-    return v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()) &&
-                                     v.get<double>() == std::floor(v.get<double>()));
-  throw std::logic_error("result schema: unknown type '" + type + "'");
-}
-
+// What a value is, for a message that names it.
 std::string kind(const nlohmann::json& v) {
   if (v.is_number_integer()) return "the integer " + v.dump();
   if (v.is_number()) return "the number " + v.dump();
   if (v.is_string()) return "the string " + v.dump();
+  if (v.is_boolean()) return v.dump();
   return std::string(v.type_name());
 }
 
-// The JSON Schema (2020-12) keywords result.schema.json uses, checked as the
-// standard says; a schema with another keyword is refused, not half-checked.
-std::string violation(const nlohmann::json& s, const nlohmann::json& v, const std::string& at) {
-  static const std::set<std::string> kAnnotations = {"$schema", "$id", "title", "description"};
-  static const std::set<std::string> kChecked = {"type",     "const",     "enum",    "required",
-                                                 "properties", "additionalProperties", "items", "minItems",
-                                                 "minLength", "pattern", "minimum", "exclusiveMinimum"};
-  for (const auto& [k, unused] : s.items())
-    if (!kAnnotations.count(k) && !kChecked.count(k))
-      throw std::logic_error("result schema: keyword '" + k + "' is not checked here");
-  const std::string where = at.empty() ? "(top level)" : at;
-  auto field = [&](const std::string& name) { return at.empty() ? name : at + "." + name; };
-  if (s.contains("type")) {
-    const nlohmann::json& t = s.at("type");
-    bool ok = false;
-    for (const auto& one : t.is_array() ? t : nlohmann::json::array({t})) ok = ok || is_type(v, one.get<std::string>());
-    if (!ok) return where + ": is " + kind(v) + ", not " + (t.is_array() ? t.dump() : t.get<std::string>());
-  }
-  if (s.contains("const") && v != s.at("const")) return where + ": is " + v.dump() + ", not " + s.at("const").dump();
-  if (s.contains("enum") && std::find(s.at("enum").begin(), s.at("enum").end(), v) == s.at("enum").end())
-    return where + ": is " + v.dump() + ", not one of " + s.at("enum").dump();
-  if (v.is_number()) {
-    const double x = v.get<double>();
-    if (s.contains("minimum") && x < s.at("minimum").get<double>())
-      return where + ": is " + v.dump() + ", below the minimum " + s.at("minimum").dump();
-    if (s.contains("exclusiveMinimum") && x <= s.at("exclusiveMinimum").get<double>())
-      return where + ": is " + v.dump() + ", not above " + s.at("exclusiveMinimum").dump();
-  }
-  if (v.is_string()) {
-    const std::string& text = v.get_ref<const std::string&>();
-    // minLength counts characters: UTF-8 bytes that do not continue one.
-    const auto chars = std::count_if(text.begin(), text.end(), [](char c) { return (c & 0xC0) != 0x80; });
-    if (s.contains("minLength") && chars < s.at("minLength").get<int64_t>())
-      return where + ": is " + v.dump() + ", shorter than " + s.at("minLength").dump() + " characters";
-    if (s.contains("pattern") && !std::regex_search(text, std::regex(s.at("pattern").get<std::string>())))
-      return where + ": is " + v.dump() + ", not of the form " + s.at("pattern").get<std::string>();
-  }
-  if (v.is_array()) {
-    if (s.contains("minItems") && v.size() < s.at("minItems").get<size_t>())
-      return where + ": has " + std::to_string(v.size()) + " items, fewer than " + s.at("minItems").dump();
-    if (s.contains("items"))
-      for (size_t i = 0; i < v.size(); ++i)
-        if (auto why = violation(s.at("items"), v[i], where + "[" + std::to_string(i) + "]"); !why.empty())
-          return why;
-  }
-  if (v.is_object()) {
-    if (s.contains("required"))
-      for (const auto& name : s.at("required"))
-        if (!v.contains(name.get<std::string>())) return field(name.get<std::string>()) + ": missing";
-    const nlohmann::json props = s.value("properties", nlohmann::json::object());
-    for (const auto& [name, value] : v.items()) {
-      if (props.contains(name)) {
-        if (auto why = violation(props.at(name), value, field(name)); !why.empty()) return why;
-      } else if (s.contains("additionalProperties")) {
-        const nlohmann::json& extra = s.at("additionalProperties");
-        if (extra.is_boolean() && !extra.get<bool>()) return field(name) + ": not a field of this object";
-        if (extra.is_object())
-          if (auto why = violation(extra, value, field(name)); !why.empty()) return why;
-      }
-    }
-  }
-  return "";
+const valijson::Schema& result_schema() {
+  static const valijson::Schema* schema = [] {
+    static const nlohmann::json text = nlohmann::json::parse(detail::kResultSchemaText);
+    auto* s = new valijson::Schema;
+    valijson::SchemaParser parser(valijson::SchemaParser::kDraft7);  // the keywords the file uses are draft 7's too
+    valijson::adapters::NlohmannJsonAdapter adapter(text);
+    parser.populateSchema(adapter, *s);
+    return s;
+  }();
+  return *schema;
 }
 
 }  // namespace
 
 std::string result_schema_violation(const nlohmann::json& result) {
-  static const nlohmann::json schema = nlohmann::json::parse(detail::kResultSchemaText);
-  return violation(schema, result, "");
+  valijson::Validator validator;
+  valijson::ValidationResults results;
+  valijson::adapters::NlohmannJsonAdapter doc(result);
+  if (validator.validate(result_schema(), doc, &results)) return "";
+  // valijson reports the failing node and then each parent that failed
+  // because of it; the deepest one names the field.
+  valijson::ValidationResults::Error e, deepest;
+  while (results.popError(e))
+    if (deepest.context.empty() || e.context.size() > deepest.context.size()) deepest = e;
+  // The context is "<root>" then "[name]" or "[index]": walk the document to
+  // tell an array's index from a field's name and to show the value.
+  std::string field;
+  const nlohmann::json* at = &result;
+  for (size_t i = 1; i < deepest.context.size(); ++i) {
+    const std::string step = deepest.context[i].substr(1, deepest.context[i].size() - 2);
+    if (at->is_array()) {
+      field += "[" + step + "]";
+      const size_t index = std::stoul(step);
+      at = index < at->size() ? &(*at)[index] : nullptr;
+    } else {
+      field += (field.empty() ? "" : ".") + step;
+      at = at->is_object() && at->contains(step) ? &at->at(step) : nullptr;
+    }
+    if (!at) break;
+  }
+  static const std::string kMissing = "Missing required property '";
+  if (deepest.description.rfind(kMissing, 0) == 0) {
+    const std::string name = deepest.description.substr(kMissing.size(), deepest.description.find('\'', kMissing.size()) - kMissing.size());
+    return (field.empty() ? "" : field + ".") + name + ": missing";
+  }
+  return (field.empty() ? "(top level)" : field) + ": " + (at ? "is " + kind(*at) + " (" : "(") +
+         deepest.description + ")";
 }
 
 nlohmann::json read_result(const std::string& path) {
