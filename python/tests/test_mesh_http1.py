@@ -20,6 +20,7 @@ Envoy 1.40 run on the same bootstrap as the reference (issue 22 §2).
 from __future__ import annotations
 
 import http.server
+import os
 import shutil
 import socket
 import socketserver
@@ -282,19 +283,23 @@ def trickle(port: int, data: bytes, every: float, until: float) -> tuple[bytes, 
 def test_a_trickled_head_is_cut_at_the_timeout(kind, timeout, text, echoes: Echoes, servers, tmp_path: Path):
     """Five clients each send their head a byte every 0.25 s with a 1 s
     timeout: every one is answered 408 and closed, long before its head would
-    end (a timeout re-armed by each byte would never fire)."""
+    end (a timeout re-armed by each byte would never fire). The issue's
+    figure, 200 clients and a 5 s timeout: DPUKIT_MESH_SLOW_CLIENTS=200
+    DPUKIT_MESH_SLOW_TIMEOUT_S=5."""
+    n = int(os.environ.get("DPUKIT_MESH_SLOW_CLIENTS", "5"))
+    seconds = float(os.environ.get("DPUKIT_MESH_SLOW_TIMEOUT_S", "1"))
     up = python_upstream(servers, "tcp", tmp_path)
-    proxy = proxy_to(echoes, kind, tmp_path, up, hcm_extra=f"          {timeout}: 1s\n")
-    head = b"GET / HTTP/1.1\r\nHost: x\r\nx-slow: " + b"a" * 200 + b"\r\n\r\n"  # 60 s at this pace
-    until = time.monotonic() + 8
+    proxy = proxy_to(echoes, kind, tmp_path, up, hcm_extra=f"          {timeout}: {seconds:g}s\n")
+    head = b"GET / HTTP/1.1\r\nHost: x\r\nx-slow: " + b"a" * 200 + b"\r\n\r\n"  # 240 bytes: 60 timeouts long
+    until = time.monotonic() + seconds + 7
     results: list[tuple[bytes, bool]] = []
-    clients = [threading.Thread(target=lambda: results.append(trickle(proxy.port, head, 0.25, until)))
-               for _ in range(5)]
+    clients = [threading.Thread(target=lambda: results.append(trickle(proxy.port, head, seconds / 4, until)))
+               for _ in range(n)]
     for c in clients:
         c.start()
     for c in clients:
         c.join()
-    assert len(results) == 5
+    assert len(results) == n
     for answer, closed in results:
         assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
         assert answer.endswith(text), answer
