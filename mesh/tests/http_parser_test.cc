@@ -554,14 +554,19 @@ TEST(HttpRequestParser, ExpectContinueAndUpgrade) {
   std::string req = post("Expect: 100-Continue\r\nContent-Length: 3\r\n", "abc") +
                     "POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n"
                     "GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
-                    "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n";
+                    "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n"
+                    "GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+                    "HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n"
+                    "GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: h2c\r\nUpgrade: websocket\r\n\r\n";
   auto out = parse_request(req);
   ASSERT_FALSE(out.failure);
-  ASSERT_EQ(out.heads.size(), 4u);
+  ASSERT_EQ(out.heads.size(), 6u);
   EXPECT_TRUE(out.heads[0].expect_continue);
   EXPECT_FALSE(out.heads[1].expect_continue);  // ignored in HTTP/1.0
   EXPECT_TRUE(out.heads[2].upgrade);
   EXPECT_FALSE(out.heads[3].upgrade);  // Upgrade without Connection: upgrade
+  EXPECT_FALSE(out.heads[4].upgrade);  // h2c only: served as HTTP/1.1, as Envoy does
+  EXPECT_TRUE(out.heads[5].upgrade);
 }
 
 TEST(HttpRequestParser, ObsTextAndTabsInValuesAreAllowed) {
@@ -755,6 +760,8 @@ TEST(HttpResponseParser, FramingErrorsAre502) {
       {"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", "invalid Content-Length"},
       {"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "Transfer-Encoding in HTTP/1.0"},
       {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "bad chunk"},
+      // An upstream's last chunk line ended by a bare LF: 502 at once, not a wait for a CRLF.
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\n\n", "bare LF in a chunk line"},
       {"HTTP/2.0 200 OK\r\n\r\n", "bad version"},
   };
   for (const auto& [resp, reason] : cases) {

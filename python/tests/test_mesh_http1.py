@@ -345,6 +345,19 @@ def test_a_refused_upgrade_closes_the_connection(kind, echoes: Echoes, servers, 
     assert up.seen.paths == []
 
 
+@pytest.mark.parametrize("kind", ["envoy", "mesh", "mesh-pipelined"])
+def test_an_h2c_upgrade_is_served_as_http11(kind, echoes: Echoes, servers, tmp_path: Path):
+    """`curl --http2` on a cleartext URL asks for an upgrade to h2c, which
+    HTTP/2 no longer defines (RFC 9113 §3.1): Envoy serves it as HTTP/1.1,
+    and so does dpukit-mesh (not a refused upgrade)."""
+    up = python_upstream(servers, "tcp", tmp_path)
+    proxy = proxy_to(echoes, kind, tmp_path, up)
+    run = subprocess.run([curl_bin(), "-sS", "-v", "--http2", proxy.url("/cl")], capture_output=True, timeout=30)
+    assert run.returncode == 0, run.stderr.decode()
+    assert b"Upgrade: h2c" in run.stderr  # curl did ask
+    assert run.stdout == BODY
+
+
 # -- 5. Expect: 100-continue --------------------------------------------------------------------
 
 

@@ -310,6 +310,7 @@ class Machine {
         break;
       case bhttp::field::upgrade:
         upgrade_field_ = true;
+        upgrade_other_than_h2c_ = upgrade_other_than_h2c_ || !iequals(trim_ows(value), "h2c");
         break;
       default:
         break;
@@ -352,7 +353,10 @@ class Machine {
       if (authority_len_ > 0) head_.host.assign(head_.target, authority_at_, authority_len_);
       // RFC 9110 §10.1.1 and §7.8: HTTP/1.0 requests cannot expect or upgrade.
       head_.expect_continue = expect_continue_ && head_.version == 11;
-      head_.upgrade = upgrade_field_ && parser_->upgrade() && head_.version == 11;
+      // An upgrade to h2c only is not one: HTTP/2 dropped it (RFC 9113 §3.1),
+      // and Envoy serves such a request as HTTP/1.1 (the deparser drops
+      // Upgrade and the fields Connection names).
+      head_.upgrade = upgrade_field_ && upgrade_other_than_h2c_ && parser_->upgrade() && head_.version == 11;
     } else {
       head_.body_until_close = parser_->need_eof();
     }
@@ -429,7 +433,7 @@ class Machine {
     lf_clean_ = 0;
     head_delivered_ = false;
     request_line_done_ = header_done_ = done_ = consumed_any_ = chunk_wait_ = false;
-    cl_seen_ = te_seen_ = expect_continue_ = upgrade_field_ = interim_ = no_body_ = false;
+    cl_seen_ = te_seen_ = expect_continue_ = upgrade_field_ = upgrade_other_than_h2c_ = interim_ = no_body_ = false;
   }
 
   bool over_body_limit(uint64_t bytes) const { return limits_.max_body_bytes != 0 && bytes > limits_.max_body_bytes; }
@@ -528,6 +532,7 @@ class Machine {
   size_t authority_at_ = 0, authority_len_ = 0;  // absolute-form authority in head_.target
   bool request_line_done_ = false, header_done_ = false, done_ = false, consumed_any_ = false;
   bool cl_seen_ = false, te_seen_ = false, expect_continue_ = false, upgrade_field_ = false;
+  bool upgrade_other_than_h2c_ = false;  // an Upgrade field names a protocol other than h2c
   bool chunk_wait_ = false;  // Beast waits on a chunk line or the trailers
   bool head_delivered_ = false;  // on_head was raised: what follows is the body
   bool interim_ = false;  // a 1xx response (not 101): skipped
