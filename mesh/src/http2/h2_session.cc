@@ -12,6 +12,7 @@
 // worker, for HTTP/2 streams (the stage threads carry HTTP/1.1 requests).
 #include "http2/h2_session.h"
 
+#include <malloc.h>
 #include <nghttp2/nghttp2.h>
 
 #include <algorithm>
@@ -32,6 +33,34 @@ constexpr size_t kMaxWriteBatch = 256 * 1024;  // bytes taken from nghttp2 befor
 constexpr size_t kMinStreamShare = 64 * 1024;  // see H2Stream::share()
 
 class H2Session;
+
+// A connection that held this many streams at once gives the freed memory
+// back when it has none left (give_back_freed_memory).
+constexpr size_t kGiveBackAfterStreams = 256;
+
+// glibc's free() returns memory to the system only from the top of a heap:
+// the queues and read buffers of many streams, freed between small objects
+// that live on (pooled upstream connections, Asio's recycled per-socket
+// state), stay resident. Measured: after a client of 1,000 streams that did
+// not read closed, the worker's arena kept 17-134 MB with 0.3 MB of it in use.
+// malloc_trim returns the free pages inside the heaps too. It walks every
+// arena, so a worker runs it at most once a second: a later request waits
+// for the rest of that second (one at a time), it is not dropped.
+void give_back_freed_memory(Worker& w) {
+  static thread_local bool pending = false;
+  static thread_local int64_t last_ns = 0;
+  if (pending) return;
+  pending = true;
+  int64_t wait_ns = last_ns == 0 ? 0 : std::max<int64_t>(0, last_ns + 1000000000 - mono_ns());
+  // A timer even for no wait: it runs after the handlers already queued, which let go of the streams.
+  auto timer = std::make_shared<asio::steady_timer>(w.io(), std::chrono::nanoseconds(wait_ns));
+  timer->async_wait([timer](const boost::system::error_code& ec) {
+    if (ec) return;  // the worker is stopping
+    pending = false;
+    last_ns = mono_ns();
+    malloc_trim(0);
+  });
+}
 
 class H2Stream : public std::enable_shared_from_this<H2Stream>,
                  public UpstreamConn::User,
@@ -232,7 +261,10 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
   static int on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user_data) {
     H2Session& s = of(user_data);
     if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST)
+    {
       s.streams_[frame->hd.stream_id] = std::make_shared<H2Stream>(s, frame->hd.stream_id);
+      s.peak_streams_ = std::max(s.peak_streams_, s.streams_.size());
+    }
     return 0;
   }
 
@@ -288,7 +320,10 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
     auto st = std::move(it->second);
     s.streams_.erase(it);
     st->on_closed(error_code);
-    if (s.streams_.empty()) s.last_activity_ns_ = mono_ns();
+    if (s.streams_.empty()) {
+      s.last_activity_ns_ = mono_ns();
+      s.maybe_give_back_memory();
+    }
     return 0;
   }
 
@@ -384,12 +419,19 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
     });
   }
 
+  void maybe_give_back_memory() {
+    if (peak_streams_ < kGiveBackAfterStreams) return;
+    peak_streams_ = 0;
+    give_back_freed_memory(w_);
+  }
+
   void close() {
     if (closed_) return;
     closed_ = true;
     auto streams = std::move(streams_);
     streams_.clear();
     for (auto& [id, st] : streams) st->detach();
+    maybe_give_back_memory();
     idle_timer_.cancel();
     boost::system::error_code ignored;
     sock_.shutdown(Socket::shutdown_both, ignored);
@@ -409,6 +451,7 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
   std::unordered_map<int32_t, std::shared_ptr<H2Stream>> streams_;
   h2::RequestStreamIds ids_;
   int64_t last_activity_ns_ = 0;
+  size_t peak_streams_ = 0;  // since the memory was last given back
   bool reading_ = false, closed_ = false, in_ng_ = false, flush_posted_ = false;
 };
 
