@@ -30,7 +30,7 @@ from dpukit.procs import Group, Proc, free_port, http_get
 
 __all__ = ["echoes", "proxy_kind", "start_proxy", "envoy_bin", "Echoes", "Proxy", "Response", "request",
            "raw_exchange", "read_response", "http_get", "HCM", "ROUTER", "bootstrap", "cluster", "cluster_of",
-           "ports", "kill_under_load"]
+           "ports", "kill_under_load", "all_to"]
 
 _base_ids = itertools.count(os.getpid() % 1000 * 1000 + 500_000)
 
@@ -140,6 +140,16 @@ def cluster_of(name: str, addresses: list[str], extra: str = "", endpoint_extra:
       endpoints:
       - lb_endpoints:{endpoints}
 """
+
+
+def all_to(cluster_name: str) -> str:
+    """One virtual host for every domain, every path to ``cluster_name`` (for bootstrap's virtual_hosts)."""
+    return f"""\
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{prefix: "/"}}
+                route: {{cluster: {cluster_name}}}"""
 
 
 def kill_under_load(port: int, pid: int) -> collections.Counter:

@@ -35,8 +35,8 @@ import pytest
 
 from conftest import native_tool
 from mesh_support import *  # noqa: F401,F403
-from mesh_support import (Echoes, bootstrap, cluster, cluster_of, envoy_bin, ports, raw_exchange, read_response,
-                          request, start_proxy)
+from mesh_support import (Echoes, all_to, bootstrap, cluster, cluster_of, envoy_bin, ports, raw_exchange, request,
+                          start_proxy)
 from test_mesh_attach import shm_cluster, start_attached
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "mesh" / "examples"
@@ -171,12 +171,7 @@ def python_upstream(servers: list, transport: str, tmp_path: Path) -> Upstream:
     return Upstream(seen, address)
 
 
-ALL_TO_UP = """\
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {prefix: "/"}
-                route: {cluster: up}"""
+ALL_TO_UP = all_to("up")
 
 
 def proxy_to(echoes: Echoes, kind: str, tmp_path: Path, up: Upstream, hcm_extra: str = "",

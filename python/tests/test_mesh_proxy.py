@@ -23,8 +23,8 @@ import pytest
 
 from conftest import native_tool
 from mesh_support import *  # noqa: F401,F403
-from mesh_support import (Echoes, Proxy, bootstrap, cluster, envoy_bin, http_get, kill_under_load, ports, raw_exchange,
-                          request, start_proxy)
+from mesh_support import (Echoes, Proxy, all_to, bootstrap, cluster, envoy_bin, http_get, kill_under_load, ports,
+                          raw_exchange, request, start_proxy)
 
 MiB = 1 << 20
 
@@ -331,12 +331,7 @@ def test_killed_upstream_is_routed_around(proxy_kind: str, echoes: Echoes, tmp_p
       base_ejection_time: 30s
       max_ejection_percent: 50
 """
-    config = bootstrap(port=port, admin=admin, clusters=cluster("pool", [pa, pb], outlier), virtual_hosts="""\
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {prefix: "/"}
-                route: {cluster: pool}""")
+    config = bootstrap(port=port, admin=admin, clusters=cluster("pool", [pa, pb], outlier), virtual_hosts=all_to("pool"))
     proxy = start_proxy(echoes.group, proxy_kind, config, tmp_path, port=port, admin=admin)
     served = collections.Counter(request(port).header("x-served-by") for _ in range(10))
     assert served == {"a": 5, "b": 5}
@@ -364,12 +359,7 @@ RATELIMIT = """\
                 runtime_key: local_rate_limit_enforced
                 default_value: {numerator: 100, denominator: HUNDRED}
 """
-ONE_ROUTE = """\
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {prefix: "/"}
-                route: {cluster: counted}"""
+ONE_ROUTE = all_to("counted")
 
 
 def test_local_ratelimit_429(proxy_kind: str, echoes: Echoes, tmp_path: Path):
@@ -442,12 +432,7 @@ def test_sighup_reload_keeps_connections(proxy_kind: str, echoes: Echoes, tmp_pa
 
     def config(target: str) -> str:
         return bootstrap(port=port, admin=admin, clusters=cluster("a", [pa]) + cluster("b", [pb]),
-                         virtual_hosts=f"""\
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {{prefix: "/"}}
-                route: {{cluster: {target}}}""")
+                         virtual_hosts=all_to(target))
 
     proxy = start_proxy(echoes.group, proxy_kind, config("a"), tmp_path, port=port, admin=admin)
     kept = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
@@ -483,12 +468,7 @@ def test_slow_clients_get_408(proxy_kind: str, echoes: Echoes, tmp_path: Path):
     config = bootstrap(port=port, admin=admin, clusters=cluster("a", [pa]), hcm_extra="""\
           request_headers_timeout: 0.5s
           request_timeout: 1s
-""", virtual_hosts="""\
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {prefix: "/"}
-                route: {cluster: a}""")
+""", virtual_hosts=all_to("a"))
     start_proxy(echoes.group, proxy_kind, config, tmp_path, port=port, admin=admin)
     for stalled in (b"GET / HTTP/1.1\r\nHost: x\r\nx-partial: ",                           # in the head
                     b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc"):       # in the body
