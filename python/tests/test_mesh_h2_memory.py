@@ -30,7 +30,7 @@ import pytest
 
 from dpukit.experiments.mesh import h2load_burst, parse_h2load
 from mesh_support import *  # noqa: F401,F403
-from mesh_support import Echoes, bootstrap, cluster, http_get, ports, start_proxy
+from mesh_support import Echoes, Proxy, bootstrap, cluster, http_get, ports, start_proxy
 from test_mesh_h2spec import ALL_TO_ECHO
 
 MiB = 1024  # /proc figures are in KiB
@@ -42,6 +42,15 @@ def vm_kib(pid: int, field: str) -> int:
     raise AssertionError(f"no {field} for {pid}")
 
 
+def h2_proxy(kind: str, echoes: Echoes, tmp_path: Path) -> Proxy:
+    """dpukit-mesh (`kind`) with an HTTP2 listener routing everything to an echo service."""
+    pe = echoes.start("e1")
+    port, admin = ports(2)
+    config = bootstrap(port=port, admin=admin, virtual_hosts=ALL_TO_ECHO, clusters=cluster("echo", [pe]),
+                       hcm_extra="          codec_type: HTTP2\n")
+    return start_proxy(echoes.group, kind, config, tmp_path, port=port, admin=admin)
+
+
 def burst(port: int, streams: int) -> None:
     """`streams` requests at once on one HTTP/2 connection, as mesh.soak's burst; all must succeed."""
     load = h2load_burst(f"http://127.0.0.1:{port}/burst", streams)
@@ -51,11 +60,8 @@ def burst(port: int, streams: int) -> None:
 
 @pytest.mark.parametrize("kind", ["mesh", "mesh-pipelined"])
 def test_a_burst_of_streams_leaves_little_memory_held(kind: str, echoes: Echoes, tmp_path: Path) -> None:
-    pe = echoes.start("e1")
-    port, admin = ports(2)
-    config = bootstrap(port=port, admin=admin, virtual_hosts=ALL_TO_ECHO, clusters=cluster("echo", [pe]),
-                       hcm_extra="          codec_type: HTTP2\n")
-    proxy = start_proxy(echoes.group, kind, config, tmp_path, port=port, admin=admin)
+    proxy = h2_proxy(kind, echoes, tmp_path)
+    port = proxy.port
     pid = proxy.proc.pid
     start = vm_kib(pid, "VmRSS")
 
@@ -82,11 +88,8 @@ def test_uploads_on_one_connection_are_not_kept_after_they_are_sent(kind: str, e
     route without a retry policy: a body is not kept for a retry that cannot
     come. Keeping each (up to the 1 MiB buffer limit) took the peak from 6 to
     214 MiB; now about 16."""
-    pe = echoes.start("e1")
-    port, admin = ports(2)
-    config = bootstrap(port=port, admin=admin, virtual_hosts=ALL_TO_ECHO, clusters=cluster("echo", [pe]),
-                       hcm_extra="          codec_type: HTTP2\n")
-    proxy = start_proxy(echoes.group, kind, config, tmp_path, port=port, admin=admin)
+    proxy = h2_proxy(kind, echoes, tmp_path)
+    port = proxy.port
     body = tmp_path / "body.bin"
     body.write_bytes(bytes(range(250)) * 4000)  # 1,000,000 bytes
     start = vm_kib(proxy.proc.pid, "VmRSS")
@@ -138,11 +141,8 @@ def test_a_client_that_does_not_read_gets_a_share_of_the_buffer_limit(kind: str,
     at least 64 KiB, not the whole limit. Measured: about 41 MiB held (each
     stream's share, an upstream read and the queue's growth), 273 with the
     whole limit per stream."""
-    pe = echoes.start("e1")
-    port, admin = ports(2)
-    config = bootstrap(port=port, admin=admin, virtual_hosts=ALL_TO_ECHO, clusters=cluster("echo", [pe]),
-                       hcm_extra="          codec_type: HTTP2\n")
-    proxy = start_proxy(echoes.group, kind, config, tmp_path, port=port, admin=admin)
+    proxy = h2_proxy(kind, echoes, tmp_path)
+    port = proxy.port
     pid = proxy.proc.pid
     start = vm_kib(pid, "VmRSS")
     client = open_without_reading(port, 200, 2 * 1024 * 1024)
@@ -172,14 +172,11 @@ def test_memory_of_many_streams_is_given_back_when_they_end(kind: str, echoes: E
     leaves, its streams' memory is free but sits between objects that live on;
     glibc keeps such pages resident (measured: 17 to 127 MiB above the start,
     0.3 MB of it in use) unless the worker gives them back (malloc_trim)."""
-    pe = echoes.start("e1")
-    port, admin = ports(2)
-    config = bootstrap(port=port, admin=admin, virtual_hosts=ALL_TO_ECHO, clusters=cluster("echo", [pe]),
-                       hcm_extra="          codec_type: HTTP2\n")
-    proxy = start_proxy(echoes.group, kind, config, tmp_path, port=port, admin=admin)
+    proxy = h2_proxy(kind, echoes, tmp_path)
+    port = proxy.port
     pid = proxy.proc.pid
     start = vm_kib(pid, "VmRSS")
-    stats = f"http://127.0.0.1:{admin}/stats/prometheus"
+    stats = f"http://127.0.0.1:{proxy.admin}/stats/prometheus"
     for attempt in (1, 2):  # where the freed pages fall varies from run to run: twice, for a test that fails without
         client = open_without_reading(port, 700, 4 * 1024 * 1024)
         try:
