@@ -260,8 +260,7 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
 
   static int on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user_data) {
     H2Session& s = of(user_data);
-    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST)
-    {
+    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
       s.streams_[frame->hd.stream_id] = std::make_shared<H2Stream>(s, frame->hd.stream_id);
       s.peak_streams_ = std::max(s.peak_streams_, s.streams_.size());
     }
