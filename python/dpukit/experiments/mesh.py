@@ -874,19 +874,23 @@ def sample_rss(pid: int, stop: threading.Event, out: list[tuple[float, int]]) ->
         stop.wait(SOAK_SAMPLE_S)
 
 
-def upstream_cx_active(admin_url: str) -> int:
-    """The node proxy's open upstream connections (all clusters), from /stats/prometheus."""
+def prometheus_stats(admin_url: str) -> str:
+    """The node proxy's /stats/prometheus."""
     status, body = http_get(admin_url + "/stats/prometheus")
     if status != 200:
         raise DpukitError(f"{admin_url}/stats/prometheus answered {status}")
-    return sum(int(n) for n in re.findall(r"^envoy_cluster_upstream_cx_active\{[^}]*\} (\d+)$", body, re.M))
+    return body
+
+
+def upstream_cx_active(admin_url: str) -> int:
+    """The node proxy's open upstream connections (all clusters)."""
+    return sum(int(n) for n in re.findall(r"^envoy_cluster_upstream_cx_active\{[^}]*\} (\d+)$",
+                                          prometheus_stats(admin_url), re.M))
 
 
 def module_times(admin_url: str) -> dict[str, tuple[float, int]]:
     """Each processing module's (mean ns per call, calls) from the node proxy's /stats/prometheus."""
-    status, body = http_get(admin_url + "/stats/prometheus")
-    if status != 200:
-        raise DpukitError(f"{admin_url}/stats/prometheus answered {status}")
+    body = prometheus_stats(admin_url)
     ns: dict[str, float] = {}
     calls: dict[str, int] = {}
     for m in re.finditer(r'^dpukit_mesh_module_(ns_total|calls_total)\{module="(\w+)"\} (\d+)$', body, re.M):
