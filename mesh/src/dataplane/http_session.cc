@@ -704,6 +704,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     count_downstream_status(status);
     close_after_write_ = true;
     read_paused_ = true;
+    request_timer_.cancel();  // answered: no 408 after it
     flush();
   }
 
@@ -790,9 +791,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
         self->final_reply(408, head_due ? "request header timeout" : "request timeout");
         return;
       }
-      if (!self->stream_ || self->stream_->request_complete || self->stream_->response_started ||
-          self->stream_->in_stage)
-        return;
+      if (self->stream_->request_complete || self->stream_->response_started || self->stream_->in_stage) return;
       self->stats_->downstream_rq_timeout.inc();
       self->release_stream();
       self->stream_.reset();
