@@ -59,6 +59,7 @@ void give_back_freed_memory(Worker& w) {
     pending = false;
     last_ns = mono_ns();
     malloc_trim(0);
+    log_debug("mesh: worker gave freed memory back in " + std::to_string((mono_ns() - last_ns) / 1000) + " us");
   });
 }
 
