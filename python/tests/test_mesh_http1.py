@@ -406,6 +406,28 @@ def test_http10_follows_accept_http_10(kind, echoes: Echoes, servers, tmp_path: 
     assert [a.status for a in answers] == [400] and closed
 
 
+@pytest.mark.parametrize("kind", ["envoy", "mesh", "mesh-pipelined"])
+def test_http10_where_dpukit_differs_from_envoy(kind, echoes: Echoes, servers, tmp_path: Path):
+    """An HTTP/1.0 client that sends Expect: 100-continue: Envoy answers
+    `HTTP/1.0 100 Continue`, which RFC 9110 §15.2 forbids (no 1xx to an
+    HTTP/1.0 client); dpukit-mesh sends none. Both answer the request and do
+    not forward the expectation; Envoy's status lines say HTTP/1.0, ours
+    HTTP/1.1 (RFC 9110 §2.5: a server sends its own version)."""
+    up = python_upstream(servers, "tcp", tmp_path)
+    proxy = proxy_to(echoes, kind, tmp_path, up, hcm_extra=ACCEPT_HTTP10)
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as s:
+        s.sendall(b"POST /up HTTP/1.0\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\nbody")
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    if kind == "envoy":
+        assert answer.startswith(b"HTTP/1.0 100 Continue\r\n\r\nHTTP/1.0 200 OK\r\n"), answer[:200]
+    else:
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer[:200]
+    assert answer.endswith(b"\r\n\r\nbody")
+    assert up.seen.expect == ["-"]
+
+
 # -- 7. a listener with no name ---------------------------------------------------------------------------
 
 
