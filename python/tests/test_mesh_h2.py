@@ -23,7 +23,7 @@ import grpc
 import pytest
 
 from mesh_support import *  # noqa: F401,F403
-from mesh_support import Echoes, Proxy, bootstrap, cluster, ports, request, start_proxy
+from mesh_support import Echoes, Proxy, all_to, bootstrap, cluster, ports, request, start_proxy
 
 MiB = 1 << 20
 
@@ -400,13 +400,7 @@ def test_an_unfinished_header_block_does_not_hold_the_connection(kind: str, echo
     frame meanwhile, so the connection's idle_timeout must still end it."""
     pe = echoes.start("e1")
     port, admin = ports(2)
-    all_to_echo = """\
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {prefix: "/"}
-                route: {cluster: echo}"""
-    config = bootstrap(port=port, admin=admin, virtual_hosts=all_to_echo, clusters=cluster("echo", [pe]),
+    config = bootstrap(port=port, admin=admin, virtual_hosts=all_to("echo"), clusters=cluster("echo", [pe]),
                        hcm_extra="          codec_type: HTTP2\n"
                                  "          common_http_protocol_options: {idle_timeout: 1s}\n")
     proxy = start_proxy(echoes.group, kind, config, tmp_path, port=port, admin=admin)

@@ -30,8 +30,7 @@ import pytest
 
 from dpukit.experiments.mesh import h2load_burst, parse_h2load
 from mesh_support import *  # noqa: F401,F403
-from mesh_support import Echoes, Proxy, bootstrap, cluster, http_get, ports, start_proxy
-from test_mesh_h2spec import ALL_TO_ECHO
+from mesh_support import Echoes, Proxy, all_to, bootstrap, cluster, http_get, ports, start_proxy
 
 MiB = 1024  # /proc figures are in KiB
 
@@ -46,7 +45,7 @@ def h2_proxy(kind: str, echoes: Echoes, tmp_path: Path) -> Proxy:
     """dpukit-mesh (`kind`) with an HTTP2 listener routing everything to an echo service."""
     pe = echoes.start("e1")
     port, admin = ports(2)
-    config = bootstrap(port=port, admin=admin, virtual_hosts=ALL_TO_ECHO, clusters=cluster("echo", [pe]),
+    config = bootstrap(port=port, admin=admin, virtual_hosts=all_to("echo"), clusters=cluster("echo", [pe]),
                        hcm_extra="          codec_type: HTTP2\n")
     return start_proxy(echoes.group, kind, config, tmp_path, port=port, admin=admin)
 

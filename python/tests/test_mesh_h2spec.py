@@ -20,7 +20,7 @@ import pytest
 
 from dpukit.experiments.mesh import h2spec_path
 from mesh_support import *  # noqa: F401,F403
-from mesh_support import Echoes, bootstrap, cluster, ports, start_proxy
+from mesh_support import Echoes, all_to, bootstrap, cluster, ports, start_proxy
 
 # The cases of h2spec v2.2.1 (`h2spec --dryrun` lists 145).
 ALL_CASES = 145
@@ -28,18 +28,10 @@ ALL_CASES = 145
 AUTO_MAY_FAIL = {"http2/3.5/2"}
 
 
-ALL_TO_ECHO = """\
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {prefix: "/"}
-                route: {cluster: echo}"""
-
-
 def two_listeners(admin: int, http2_port: int, auto_port: int, echo_port: int) -> str:
     """One bootstrap, an HTTP2 and an AUTO listener to the same echo service."""
     def one(port: int, codec: str) -> str:
-        return bootstrap(port=port, admin=admin, virtual_hosts=ALL_TO_ECHO, clusters=cluster("echo", [echo_port]),
+        return bootstrap(port=port, admin=admin, virtual_hosts=all_to("echo"), clusters=cluster("echo", [echo_port]),
                          hcm_extra=f"          codec_type: {codec}\n")
 
     auto = one(auto_port, "AUTO")
