@@ -60,18 +60,9 @@ std::string edit(const std::string& from, const std::string& to, std::string tex
   return text;
 }
 
-// A second listener named like the first, on the same address.
-const std::string kListenerOnSamePort = R"(  - name: http
-    address:
-      socket_address: {address: 127.0.0.1, port_value: 10000}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.tcp_proxy
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
-          stat_prefix: tcp
-          cluster: backend
-)";
+// kMinimal's listener again: a second one named like the first, on the same address.
+const std::string kListenerOnSamePort =
+    kMinimal.substr(kMinimal.find("  - name: http"), kMinimal.find("  clusters:") - kMinimal.find("  - name: http"));
 
 constexpr const char* kHcm = "static_resources.listeners[0].filter_chains[0].filters[0].typed_config";
 constexpr const char* kRoute0 =
