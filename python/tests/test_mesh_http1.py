@@ -35,8 +35,8 @@ import pytest
 
 from conftest import native_tool
 from mesh_support import *  # noqa: F401,F403
-from mesh_support import (Echoes, all_to, bootstrap, cluster, cluster_of, envoy_bin, ports, raw_exchange, request,
-                          start_proxy)
+from mesh_support import (Echoes, all_to, bootstrap, cluster, cluster_of, envoy_bin, ports, raw_exchange,
+                          read_response, request, start_proxy)
 from test_mesh_attach import shm_cluster, start_attached
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "mesh" / "examples"
@@ -320,6 +320,22 @@ def test_bare_lf_in_the_last_chunk_line_is_400_at_once(kind, echoes: Echoes, ser
     if not up.seen.wait(lambda s: s.open == 0, timeout=5):
         assert up.seen.paths == [], up.seen
     assert request(proxy.port, "POST", "/ok", body=b"fine").body == b"fine"
+
+
+@pytest.mark.parametrize("kind", ["envoy", "mesh", "mesh-pipelined"])
+def test_a_head_with_a_bare_lf_sent_in_pieces_is_answered_at_once(kind, echoes: Echoes, servers, tmp_path: Path):
+    """The same in the head: its last lines end in a bare LF and come after a
+    pause. dpukit-mesh refuses it (400) while the client waits, with no
+    request_headers_timeout set; Envoy accepts a bare LF and serves it."""
+    up = python_upstream(servers, "tcp", tmp_path)
+    proxy = proxy_to(echoes, kind, tmp_path, up)
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as s:
+        s.sendall(b"GET /cl HTTP/1.1\r\nHost: x\r\n")
+        time.sleep(0.3)  # the proxy has read the first piece
+        s.sendall(b"X-Late: y\n\n")
+        answer = read_response(s.makefile("rb"))
+    assert answer is not None
+    assert answer.status == (200 if kind == "envoy" else 400), answer
 
 
 # -- 4. a refused Upgrade closes the connection ----------------------------------------------------

@@ -2,8 +2,9 @@
 // with the RFC 9112 request-smuggling rules and Envoy's limits on top.
 //
 // What Beast 1.74 already rejects (tested in http_parser_test.cc): bare CR
-// and bare LF in the start line and fields (once the head's end has come),
-// whitespace between a field name and the colon and any non-token byte in a name, CTLs other than HTAB (and
+// and bare LF in the start line and fields (once the head's end has come:
+// this module makes it fail at once), whitespace between a field name and
+// the colon and any non-token byte in a name, CTLs other than HTAB (and
 // DEL) in values, differing Content-Length values and malformed or
 // overflowing ones, a Content-Length after "Transfer-Encoding: ...chunked"
 // and a Transfer-Encoding after a Content-Length, chunk sizes that overflow or
@@ -16,8 +17,8 @@
 // rules, request-target forms, control bytes in chunk extensions, the head
 // and request-line limits (Beast's header_limit bounds the part of the head
 // it has not consumed yet, not the whole head), a bound on chunk lines
-// and trailers (Beast has none), and a bare LF that ends the line Beast waits
-// on in a chunked body (Beast would wait for the CRLF).
+// and trailers (Beast has none), and a bare LF in a head or a chunk line
+// that Beast waits on (it would wait for a CRLF that does not come).
 #include <algorithm>
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/http/basic_parser.hpp>
@@ -162,6 +163,7 @@ class Machine {
       if (ec == bhttp::error::need_more) {
         if (!header_done_) {
           stuck_in_head(rest, window, allowance);
+          if (!failure_ && bare_lf_in_head(rest.substr(n, window - n))) fail_at_bare_lf(rest.substr(n, window - n), events);
         } else if (window < rest.size()) {
           continue;  // the head ended in a window cut at the head limit: offer the rest
         } else if (head_delivered_ && head_.chunked && bare_lf_in_chunk_lines(rest.substr(n))) {
@@ -463,6 +465,41 @@ class Machine {
     }
     lf_clean_ = end;
     return false;
+  }
+
+  // In the head Beast, once it has seen part of it, waits for CRLF CRLF
+  // before it parses on, so a head whose lines end in a bare LF and arrives
+  // in pieces would wait for ever (or for request_headers_timeout). `waiting`
+  // is the part of the head Beast has not consumed, from a line's start: an
+  // LF there that does not follow a CR is bare.
+  bool bare_lf_in_head(std::string_view waiting) {
+    for (size_t i = lf_clean_; i < waiting.size(); ++i)
+      if (waiting[i] == '\n' && (i == 0 || waiting[i - 1] != '\r')) return true;
+    lf_clean_ = waiting.size();
+    return false;
+  }
+
+  // The head fails now, as it would once its end arrived: Beast parses what
+  // it waits on with a CRLF CRLF added and stops at the first fault, which is
+  // at the bare LF or before it (the bytes before it are the same either
+  // way), so every split of the same bytes gets the same answer. Its events
+  // go nowhere: the message has failed.
+  void fail_at_bare_lf(std::string_view waiting, Events& events) {
+    struct Nowhere : Events {
+      void on_head(Head&) override {}
+      void on_body(std::string_view) override {}
+      void on_complete() override {}
+    } nowhere;
+    std::string ended(waiting);
+    ended += "\r\n\r\n";
+    window_end_ = ended.data() + ended.size();
+    events_ = &nowhere;
+    error_code ec;
+    parser_->put(boost::asio::const_buffer(ended.data(), ended.size()), ec);
+    events_ = &events;
+    if (failure_) return;
+    if (ec && ec != bhttp::error::need_more) return fail_from(ec, ended);
+    fail(400, "bare LF");
   }
 
   // Beast wants more bytes of the head than it was given.
