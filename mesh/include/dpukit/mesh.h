@@ -1,4 +1,4 @@
-// mesh: FlatProxy (papers/flatproxy.md) — one node-level service-mesh proxy in
+// mesh: FlatProxy (docs/architecture.md §3.3) — one node-level service-mesh proxy in
 // the dpu place instead of two sidecars per request, configured in Envoy's
 // v3 bootstrap format. What a tool or another system may call.
 #pragma once
