@@ -354,7 +354,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     }
     s.holds_request = true;
     s.cluster->stats(w_.id()).upstream_rq_active.add(1);
-    if (s.head_bytes.size() + s.body_bytes.size() > lr_->cfg->per_connection_buffer_limit_bytes) s.replay_ok = false;
+    // The body is kept for another try only where the route may retry, and
+    // only up to the buffer limit (Envoy's rules).
+    if (!route_may_retry(d) || s.head_bytes.size() + s.body_bytes.size() > lr_->cfg->per_connection_buffer_limit_bytes)
+      s.replay_ok = false;
     start_attempt();
   }
 

@@ -187,6 +187,11 @@ bool retry_wanted(const RouteDecision& d, uint32_t attempts, AttemptOutcome why,
   return policy && attempts <= policy->num_retries && retry_on_covers(*policy, why, status);
 }
 
+bool route_may_retry(const RouteDecision& d) {
+  const auto& policy = d.route->cfg->route->retry_policy;
+  return policy && policy->num_retries > 0;
+}
+
 void apply_response_rules(const RouteDecision& d, const HcmRuntime& hcm, http::HeaderList& headers) {
   if (!d.route) return;
   apply_header_rules_response(d.route->cfg->headers, headers);

@@ -79,6 +79,9 @@ bool retry_on_covers(const config::RetryPolicy& p, AttemptOutcome why, unsigned 
 // the rest: the request still replayable, no response started, the retry
 // circuit breaker.
 bool retry_wanted(const RouteDecision& d, uint32_t attempts, AttemptOutcome why, unsigned status);
+// Whether the route may try a request again at all: only then is its body
+// kept after it was sent (Envoy's rule too).
+bool route_may_retry(const RouteDecision& d);
 
 // Envoy's back-off before retry number `attempts` (1 after the first try):
 // a random time up to 25 ms x 2^(attempts - 1), capped at 250 ms.

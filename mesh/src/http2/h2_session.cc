@@ -514,8 +514,7 @@ void H2Stream::on_request_head(bool end_stream) {
   // The body is kept for another try only where the route may retry (Envoy's
   // rule too); else each of a connection's streams would hold up to the
   // buffer limit of its body after sending it (1,024 of them: 1 GiB).
-  const auto& policy = d.route->cfg->route->retry_policy;
-  replay_ok_ = policy && policy->num_retries > 0;
+  replay_ok_ = route_may_retry(d);
   if (!cluster_->try_acquire_request()) {
     cluster_->stats(w.id()).upstream_rq_pending_overflow.inc();
     overflow_reply();
