@@ -142,6 +142,20 @@ def cluster_of(name: str, addresses: list[str], extra: str = "", endpoint_extra:
 """
 
 
+def start_attached(echoes: Echoes, name: str, path: Path, *extra: str) -> None:
+    """``dpukit-mesh echo --listen shm:PATH``: a service attached over the rings."""
+    proc = echoes.group.start([str(native_tool("dpukit-mesh")), "echo", "--listen", f"shm:{path}", "--name", name,
+                               *extra], name=f"echo-{name}")
+    proc.wait_line(rf"^echo {re.escape(name)} listening on shm:")
+    echoes.procs[name] = proc
+
+
+def shm_cluster(name: str, paths: list[Path], extra: str = "") -> str:
+    """A cluster of services attached over shared-memory rings at ``paths``."""
+    return cluster_of(name, [f"pipe: {{path: {p}}}" for p in paths], extra,
+                      endpoint_extra="metadata: {filter_metadata: {dpukit.mesh: {attach: shm}}}")
+
+
 def all_to(cluster_name: str) -> str:
     """One virtual host for every domain, every path to ``cluster_name`` (for bootstrap's virtual_hosts)."""
     return f"""\

@@ -18,27 +18,14 @@ import pytest
 
 from conftest import native_tool
 from mesh_support import *  # noqa: F401,F403
-from mesh_support import Echoes, bootstrap, cluster_of, envoy_bin, kill_under_load, raw_exchange, request, start_proxy
+from mesh_support import (Echoes, bootstrap, cluster_of, envoy_bin, kill_under_load, raw_exchange, request, shm_cluster,
+                          start_attached, start_proxy)
 from dpukit.procs import free_port
 
 
 @pytest.fixture(params=["mesh", "mesh-pipelined"])
 def mesh_kind(request: pytest.FixtureRequest) -> str:
     return request.param
-
-
-def start_attached(echoes: Echoes, name: str, path: Path, *extra: str) -> None:
-    """``dpukit-mesh echo --listen shm:PATH``: a service attached over the rings."""
-    proc = echoes.group.start([str(native_tool("dpukit-mesh")), "echo", "--listen", f"shm:{path}", "--name", name,
-                               *extra], name=f"echo-{name}")
-    proc.wait_line(rf"^echo {re.escape(name)} listening on shm:")
-    echoes.procs[name] = proc
-
-
-def shm_cluster(name: str, paths: list[Path], extra: str = "") -> str:
-    """A cluster of services attached over shared-memory rings at ``paths``."""
-    return cluster_of(name, [f"pipe: {{path: {p}}}" for p in paths], extra,
-                      endpoint_extra="metadata: {filter_metadata: {dpukit.mesh: {attach: shm}}}")
 
 
 ALL_TO_POOL = """\

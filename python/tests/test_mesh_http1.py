@@ -36,8 +36,7 @@ import pytest
 from conftest import native_tool
 from mesh_support import *  # noqa: F401,F403
 from mesh_support import (Echoes, all_to, bootstrap, cluster, cluster_of, envoy_bin, ports, raw_exchange,
-                          read_response, request, start_proxy)
-from test_mesh_attach import shm_cluster, start_attached
+                          read_response, request, shm_cluster, start_attached, start_proxy)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "mesh" / "examples"
 
