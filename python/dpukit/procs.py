@@ -9,6 +9,7 @@ measured.
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import shlex
@@ -58,13 +59,15 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def http_get(url: str, timeout: float = 1.0) -> tuple[int, str]:
-    """(status, body) of a GET; (0, "") when nothing answers."""
+    """(status, body) of a GET; (0, "") when nothing answers, or what answers
+    is not HTTP (a server still starting, or one that closed the connection
+    after a partial status line: seen once from Envoy's admin at start-up)."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             return r.status, r.read().decode(errors="replace")
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode(errors="replace")
-    except OSError:
+    except (OSError, http.client.HTTPException):
         return 0, ""
 
 
