@@ -71,9 +71,9 @@ int cmd_e2e_server(int argc, char** argv) {
   p.option("dpu-work", "apprecog on dpu: recognition (matching on dpu, the actions on host) or all", "recognition");
   p.option("bind", "IPv4 address to listen on", "0.0.0.0");
   p.option("port", "UDP port (0 = any free one)", "9000");
-  p.option("host-cpus", "CPUs of the host place (default: the first)");
-  p.option("dpu-cpus", "CPUs of the dpu place (default: all but the first)");
-  p.option("hw-cpus", "CPUs of the NIC thread (default: the dpu's)");
+  p.cpus_option("host-cpus", "CPUs of the host place (default: the first)");
+  p.cpus_option("dpu-cpus", "CPUs of the dpu place (default: all but the first)");
+  p.cpus_option("hw-cpus", "CPUs of the NIC thread (default: the dpu's)");
   p.option("batch", "datagrams per recvmmsg/sendmmsg", "32");
   p.option("rcvbuf", "socket receive buffer", "8M");
   p.option("duration", "stop after this many seconds (0 = at SIGTERM/SIGINT)", "0");
@@ -156,7 +156,7 @@ int cmd_e2e_client(int argc, char** argv) {
   p.option("pool", "apprecog: distinct payloads", "240");
   p.option("drain", "apprecog: seconds to wait for the last replies", "0.5");
   p.option("verify-every", "apprecog: check every Nth reply's body in full (0 = never)", "16");
-  p.option("cpus", "pin the client's thread to these CPUs");
+  p.cpus_option("cpus", "pin the client's thread to these CPUs");
   p.option("json", "write the result (dpukit.result/1) here");
   p.parse(argc, argv, 2);
 

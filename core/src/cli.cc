@@ -1,9 +1,12 @@
 #include "dpukit/core/cli.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
+
+#include "dpukit/core/accounting.h"
 
 namespace dpukit {
 
@@ -46,6 +49,29 @@ ArgParser& ArgParser::option(const std::string& name, const std::string& help, c
   order_.push_back(name);
   opts_[name] = {help, def, false, required};
   return *this;
+}
+
+ArgParser& ArgParser::cpus_option(const std::string& name, const std::string& help, const std::string& def) {
+  option(name, help, def);
+  opts_[name].cpus = true;
+  return *this;
+}
+
+void ArgParser::check_cpus(const std::string& name, const std::string& value) const {
+  CpuSet asked;
+  try {
+    asked = CpuSet::parse(value);
+  } catch (const std::invalid_argument& e) {
+    fail("--" + name + ": " + e.what());
+  }
+  if (asked.empty()) fail("--" + name + ": names no CPU");
+  const CpuSet usable = available_cpus();
+  CpuSet missing;
+  for (int c : asked.cpus)
+    if (std::find(usable.cpus.begin(), usable.cpus.end(), c) == usable.cpus.end()) missing.cpus.push_back(c);
+  if (!missing.empty())
+    fail("--" + name + ": CPU " + missing.str() + " is not available to this process (it may use " + usable.str() +
+         ")");
 }
 
 ArgParser& ArgParser::flag(const std::string& name, const std::string& help) {
@@ -94,6 +120,7 @@ void ArgParser::parse(int argc, char** argv, int first) {
       if (i + 1 >= argc) fail("option '--" + name + "' needs a value");
       value = argv[++i];
     }
+    if (it->second.cpus) check_cpus(name, value);
     values_[name] = value;
   }
   if (has("help")) {

@@ -34,8 +34,8 @@ namespace {
 const char* kTool = "dpukit-core";
 
 void add_placement_options(ArgParser& p) {
-  p.option("host-cpus", "CPUs for the host side, e.g. 0 or 0-1");
-  p.option("dpu-cpus", "CPUs for the dpu side");
+  p.cpus_option("host-cpus", "CPUs for the host side, e.g. 0 or 0-1");
+  p.cpus_option("dpu-cpus", "CPUs for the dpu side");
 }
 
 Placement placement_of(const ArgParser& p) {
@@ -235,7 +235,7 @@ int channel_peer(int argc, char** argv) {
   ArgParser p(std::string(kTool) + " channel-peer",
               "The dpu side of a channel: listens, accepts one host, checks and completes its messages until it closes.");
   p.option("listen", "Unix socket path to listen at", "", true).flag("verify", "check every payload byte");
-  p.option("cpus", "CPUs to pin to").option("accept-timeout-ms", "give up if no host connects in time", "30000");
+  p.cpus_option("cpus", "CPUs to pin to").option("accept-timeout-ms", "give up if no host connects in time", "30000");
   p.flag("quiet", "print no summary");
   p.parse(argc, argv, 2);
   CpuSet cpus;
@@ -259,7 +259,7 @@ int channel_host(int argc, char** argv) {
   ArgParser p(std::string(kTool) + " channel-host", "The host side of a channel: connects to a channel-peer and sends.");
   p.option("connect", "Unix socket path of the dpu side", "", true).option("messages", "messages to send", "1000000");
   p.option("payload", "payload bytes per message", "256").flag("vary", "vary payload sizes between 1 and --payload");
-  p.flag("verify", "answer checks: the peer must run with --verify too").option("cpus", "CPUs to pin to");
+  p.flag("verify", "answer checks: the peer must run with --verify too").cpus_option("cpus", "CPUs to pin to");
   add_channel_options(p);
   p.parse(argc, argv, 2);
   CpuSet cpus;

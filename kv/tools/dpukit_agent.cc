@@ -54,7 +54,7 @@ Config parse_args(int argc, char** argv) {
   p.option("pool", "directory of the SST file pool (created if missing)");
   p.option("slots", "slot files in the pool", "64");
   p.option("slot-size", "bytes per slot file", "72MiB");
-  p.option("cpus", "CPUs for the agent and all its threads, e.g. 1 or 1-3");
+  p.cpus_option("cpus", "CPUs for the agent and all its threads, e.g. 1 or 1-3");
   p.option("stats", "write statistics as JSON to this file on SIGUSR1 and at exit");
   p.flag("no-pool", "no pool: every SST file is a normal file at its name");
   p.flag("buffered", "write through the page cache (default: O_DIRECT where the filesystem takes it, so that the\n"

@@ -229,8 +229,8 @@ int bench_command(int argc, char** argv) {
   p.option("sync-interval", "pulsedb/async-host: bytes per range_sync", "1M");
   p.option("payload", "pulsedb: pull (the agent reads RocksDB's buffers: the DMA path) or copy (through the ring)",
            "pull");
-  p.option("slots", "pool slots", "0").option("host-cpus", "CPUs of db_bench (the host)", "0");
-  p.option("dpu-cpus", "CPUs of the agent / dcomp worker (the dpu)", "1");
+  p.option("slots", "pool slots", "0").cpus_option("host-cpus", "CPUs of db_bench (the host)", "0");
+  p.cpus_option("dpu-cpus", "CPUs of the agent / dcomp worker (the dpu)", "1");
   p.option("work-dir", "where the DB, the pool and the logs go (emptied first)", "build/kv-run");
   p.flag("keep", "keep the DB and the pool afterwards (by default only the logs and stats stay: a pool is\n"
                  "preallocated, slots x slot size, several GB at the default scale)");

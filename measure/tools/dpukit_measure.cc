@@ -85,9 +85,9 @@ void add_run_options(ArgParser& p) {
   p.option("top-k", "heavy-hitter heap size (NitroSketch, UnivMon)", "1000");
   p.option("packets", "replay only the first N packets");
   p.option("timeline-every", "sample hw occupancy every N packets");
-  p.option("host-cpus", "CPUs of the host side");
-  p.option("dpu-cpus", "CPUs of the dpu workers");
-  p.option("hw-cpus", "CPU of the NIC thread (default: the host's, which has no other work here)");
+  p.cpus_option("host-cpus", "CPUs of the host side");
+  p.cpus_option("dpu-cpus", "CPUs of the dpu workers");
+  p.cpus_option("hw-cpus", "CPU of the NIC thread (default: the host's, which has no other work here)");
   p.option("json", "write the result here");
 }
 
@@ -463,8 +463,8 @@ int cmd_live(int argc, char** argv) {
                       "a monitoring port)");
   p.option("hw-capacity", "hardware flow-table entries (the BPF map's size)", "65536");
   add_shared_options(p);
-  p.option("dpu-cpus", "CPUs of the dpu workers and control");
-  p.option("hw-cpus", "CPU of the hardware table's service thread");
+  p.cpus_option("dpu-cpus", "CPUs of the dpu workers and control");
+  p.cpus_option("hw-cpus", "CPU of the hardware table's service thread");
   p.option("bpf-object", "the compiled XDP program (default: the build's)");
   p.option("ipfix", "send the heavy flows to this IPFIX collector (host:port): each flow's packets since its "
                     "last record, every --export-interval (duet) or at the end (the baselines)");

@@ -18,7 +18,7 @@ int cmd_run(int argc, char** argv) {
   p.option("config", "Envoy v3 bootstrap (YAML)", "", true);
   p.option("model", "execution model of the data plane: rtc (run-to-completion) or pipelined", "rtc");
   p.option("workers", "data-plane event loops (0: one per dpu CPU)", "0");
-  p.option("dpu-cpus", "CPUs of the dpu place, e.g. 1 or 1-3 (default: all but the first)");
+  p.cpus_option("dpu-cpus", "CPUs of the dpu place, e.g. 1 or 1-3 (default: all but the first)");
   p.flag("watch", "reload the configuration when its file changes (SIGHUP always reloads)");
   p.option("json", "at exit, write a dpukit.result/1 JSON (CPU per place, stats) here");
   p.parse(argc, argv, 2);
@@ -56,7 +56,7 @@ int cmd_echo(int argc, char** argv) {
   p.option("listen", "address: 127.0.0.1:PORT or unix:PATH", "", true);
   p.option("name", "name in the answer and in x-served-by", "echo");
   p.option("threads", "server threads", "1");
-  p.option("cpus", "pin the threads to these CPUs, e.g. 0");
+  p.cpus_option("cpus", "pin the threads to these CPUs, e.g. 0");
   p.option("body-bytes", "extra response body bytes by default", "0");
   p.option("status", "status of every answer unless x-echo-status says otherwise (200-599)", "200");
   p.parse(argc, argv, 2);

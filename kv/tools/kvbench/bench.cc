@@ -234,7 +234,7 @@ PhaseResult run_phase(rocksdb::DB& db, const PhaseSpec& spec) {
 void add_run_flags(ArgParser& p) {
   p.option("threads", "client threads (the paper used 10 on 48 cores)", "1");
   p.option("seed", "seed of the operation streams and of the values written", "1");
-  p.option("cpus", "pin the whole process (client, flush and compaction threads) to these CPUs, e.g. 0");
+  p.cpus_option("cpus", "pin the whole process (client, flush and compaction threads) to these CPUs, e.g. 0");
   p.flag("drain", "after the operations, flush and wait until no compaction is pending (counted apart)");
   p.option("json", "write the result here (dpukit.result/1)");
   add_mode_flags(p);

@@ -12,7 +12,7 @@ void add_mode_flags(ArgParser& p) {
            "4 = the paper's best DComp setting: the host keeps 4 compaction slots and the DPU takes the rest "
            "of 8",
            "4");
-  p.option("worker-cpus", "dcomp: pin the worker process (the DPU's Arm cores) to these CPUs");
+  p.cpus_option("worker-cpus", "dcomp: pin the worker process (the DPU's Arm cores) to these CPUs");
   p.option("dcomp-dir", "dcomp: where job output directories go; must be on the DB's file system (default DB.dcomp)");
   p.option("dcomp-job-timeout",
            "dcomp: seconds a job may take in the worker; a job not answered by then runs on the host and the "

@@ -18,6 +18,11 @@ class ArgParser {
   ArgParser& option(const std::string& name, const std::string& help, const std::string& def = "",
                     bool required = false);
   ArgParser& flag(const std::string& name, const std::string& help);
+  // A list of CPUs to pin to (e.g. 1 or 0-3,6). A value given is checked at
+  // parse time: it must parse and name only CPUs this process may use, or
+  // the tool exits 2 (pinned elsewhere, a run would be recorded as if it ran
+  // where it was asked to).
+  ArgParser& cpus_option(const std::string& name, const std::string& help, const std::string& def = "");
 
   // Parses argv[first..argc). --help prints the usage and exits 0; anything
   // wrong prints "<prog>: error: ..." and exits 2.
@@ -35,7 +40,9 @@ class ArgParser {
   struct Opt {
     std::string help, def;
     bool is_flag, required;
+    bool cpus = false;
   };
+  void check_cpus(const std::string& name, const std::string& value) const;
   std::string prog_, summary_;
   std::vector<std::string> order_;
   std::map<std::string, Opt> opts_;
