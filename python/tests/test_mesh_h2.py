@@ -23,6 +23,7 @@ import grpc
 import pytest
 
 from mesh_support import *  # noqa: F401,F403
+from dpukit.experiments.mesh import rss_kib
 from mesh_support import Echoes, Proxy, all_to, bootstrap, cluster, ports, request, start_proxy
 
 MiB = 1 << 20
@@ -165,13 +166,6 @@ def nghttp_body_sha256(url: str, timeout: float = 120) -> tuple[str, int]:
         n += len(chunk)
     assert p.wait(timeout) == 0
     return h.hexdigest(), n
-
-
-def vm_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise AssertionError(f"no {field} for {pid}")
 
 
 # -- gRPC ---------------------------------------------------------------------------------
@@ -328,7 +322,7 @@ def test_large_bodies_stream_both_ways(h2: H2Setup, tmp_path: Path, proxy_kind: 
         for i in range(size // MiB):
             f.write(hashlib.sha256(str(i).encode()).digest() * (MiB // 32))
     pid = h2.proxy.proc.pid
-    hwm0 = vm_kib(pid, "VmHWM")
+    hwm0 = rss_kib(pid, "VmHWM")
 
     r = nghttp(h2.proxy.url("/upload"), "-d", str(big), timeout=120)
     assert r.status == 200
@@ -343,7 +337,7 @@ def test_large_bodies_stream_both_ways(h2: H2Setup, tmp_path: Path, proxy_kind: 
     assert n == size
     assert digest == hashlib.sha256(big.read_bytes()).hexdigest()
 
-    grown_mib = (vm_kib(pid, "VmHWM") - hwm0) / 1024
+    grown_mib = (rss_kib(pid, "VmHWM") - hwm0) / 1024
     if proxy_kind != "envoy":
         assert grown_mib < 24, f"peak RSS grew by {grown_mib:.1f} MiB for a 64 MiB body"
 

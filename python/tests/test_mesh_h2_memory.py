@@ -28,18 +28,11 @@ from pathlib import Path
 
 import pytest
 
-from dpukit.experiments.mesh import h2load_burst, parse_h2load
+from dpukit.experiments.mesh import h2load_burst, parse_h2load, rss_kib
 from mesh_support import *  # noqa: F401,F403
 from mesh_support import Echoes, Proxy, all_to, bootstrap, cluster, http_get, ports, start_proxy
 
 MiB = 1024  # /proc figures are in KiB
-
-def vm_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise AssertionError(f"no {field} for {pid}")
-
 
 def h2_proxy(kind: str, echoes: Echoes, tmp_path: Path) -> Proxy:
     """dpukit-mesh (`kind`) with an HTTP2 listener routing everything to an echo service."""
@@ -62,10 +55,10 @@ def test_a_burst_of_streams_leaves_little_memory_held(kind: str, echoes: Echoes,
     proxy = h2_proxy(kind, echoes, tmp_path)
     port = proxy.port
     pid = proxy.proc.pid
-    start = vm_kib(pid, "VmRSS")
+    start = rss_kib(pid, "VmRSS")
 
     burst(port, 1025)
-    peak, after = vm_kib(pid, "VmHWM"), vm_kib(pid, "VmRSS")
+    peak, after = rss_kib(pid, "VmHWM"), rss_kib(pid, "VmRSS")
     figures = f"RSS {start / MiB:.1f} MiB at start, peak {peak / MiB:.1f}, after {after / MiB:.1f}"
     # At most 1,024 streams at once (max_concurrent_streams), each with its small buffers.
     assert peak - start < 32 * MiB, figures
@@ -74,9 +67,9 @@ def test_a_burst_of_streams_leaves_little_memory_held(kind: str, echoes: Echoes,
 
     # Four times as many streams: still at most 1,024 at once, and nothing kept per ended stream.
     burst(port, 4100)
-    again = vm_kib(pid, "VmRSS")
+    again = rss_kib(pid, "VmRSS")
     assert again - after < 4 * MiB, f"{figures}; after 4,100 more streams {again / MiB:.1f} MiB"
-    assert vm_kib(pid, "VmHWM") - start < 32 * MiB, figures
+    assert rss_kib(pid, "VmHWM") - start < 32 * MiB, figures
     proxy.proc.check_alive()
 
 
@@ -91,11 +84,11 @@ def test_uploads_on_one_connection_are_not_kept_after_they_are_sent(kind: str, e
     port = proxy.port
     body = tmp_path / "body.bin"
     body.write_bytes(bytes(range(250)) * 4000)  # 1,000,000 bytes
-    start = vm_kib(proxy.proc.pid, "VmRSS")
+    start = rss_kib(proxy.proc.pid, "VmRSS")
     out = subprocess.run(["h2load", "-n", "200", "-c", "1", "-m", "200", "-d", str(body),
                           f"http://127.0.0.1:{port}/upload"], capture_output=True, text=True, timeout=120).stdout
     assert parse_h2load(out) == {"requests": 200, "errors": 0, "non_2xx": 0}, out
-    peak = vm_kib(proxy.proc.pid, "VmHWM")
+    peak = rss_kib(proxy.proc.pid, "VmHWM")
     # 200 MB passed through; what is held at once is bounded by the flow-control windows.
     assert peak - start < 64 * MiB, f"RSS {start / MiB:.1f} MiB at start, peak {peak / MiB:.1f}"
 
@@ -120,11 +113,11 @@ def open_without_reading(port: int, streams: int, body_bytes: int) -> socket.soc
 
 def settled_rss(pid: int, timeout: float = 20, quiet: float = 1.0) -> int:
     """VmRSS once it stopped changing for `quiet` seconds (bounded by `timeout`)."""
-    last, since = vm_kib(pid, "VmRSS"), time.monotonic()
+    last, since = rss_kib(pid, "VmRSS"), time.monotonic()
     deadline = since + timeout
     while time.monotonic() < deadline:
         time.sleep(0.2)
-        now = vm_kib(pid, "VmRSS")
+        now = rss_kib(pid, "VmRSS")
         if abs(now - last) > 256:
             last, since = now, time.monotonic()
         elif time.monotonic() - since >= quiet:
@@ -143,7 +136,7 @@ def test_a_client_that_does_not_read_gets_a_share_of_the_buffer_limit(kind: str,
     proxy = h2_proxy(kind, echoes, tmp_path)
     port = proxy.port
     pid = proxy.proc.pid
-    start = vm_kib(pid, "VmRSS")
+    start = rss_kib(pid, "VmRSS")
     client = open_without_reading(port, 200, 2 * 1024 * 1024)
     try:
         held = settled_rss(pid)
@@ -151,7 +144,7 @@ def test_a_client_that_does_not_read_gets_a_share_of_the_buffer_limit(kind: str,
         client.close()
     figures = f"RSS {start / MiB:.1f} MiB at start, {held / MiB:.1f} held for the client"
     assert held - start < 100 * MiB, figures
-    assert vm_kib(pid, "VmHWM") - start < 100 * MiB, figures
+    assert rss_kib(pid, "VmHWM") - start < 100 * MiB, figures
     burst(port, 100)  # still serving
 
 
@@ -174,7 +167,7 @@ def test_memory_of_many_streams_is_given_back_when_they_end(kind: str, echoes: E
     proxy = h2_proxy(kind, echoes, tmp_path)
     port = proxy.port
     pid = proxy.proc.pid
-    start = vm_kib(pid, "VmRSS")
+    start = rss_kib(pid, "VmRSS")
     stats = f"http://127.0.0.1:{proxy.admin}/stats/prometheus"
     for attempt in (1, 2):  # where the freed pages fall varies from run to run: twice, for a test that fails without
         client = open_without_reading(port, 700, 4 * 1024 * 1024)

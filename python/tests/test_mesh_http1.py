@@ -34,6 +34,7 @@ from typing import Iterator
 import pytest
 
 from conftest import native_tool
+from dpukit.experiments.mesh import rss_kib
 from mesh_support import *  # noqa: F401,F403
 from mesh_support import (Echoes, all_to, bootstrap, cluster, cluster_of, envoy_bin, ports, raw_exchange,
                           read_response, request, shm_cluster, start_attached, start_proxy)
@@ -490,13 +491,6 @@ def test_two_listeners_on_one_address_are_refused_by_both(tmp_path: Path):
 
 
 # -- what uploads leave held ------------------------------------------------------
-
-
-def rss_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise AssertionError(f"no {field} for {pid}")
 
 
 @pytest.mark.parametrize("kind", ["mesh", "mesh-pipelined"])
