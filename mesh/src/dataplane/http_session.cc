@@ -35,7 +35,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
                     public UpstreamConn::User,
                     public PipelineClient {
  public:
-  HttpSession(Worker& w, Socket sock, const ListenerRuntime& lr)
+  HttpSession(Worker& w, DownstreamStream sock, const ListenerRuntime& lr)
       : w_(w), sock_(std::move(sock)), snapshot_(w.snapshot()), lr_(&lr), hcm_(lr.hcm.get()),
         stats_(hcm_->stats[w.id()]), parser_(hcm_->limits), in_(kReadChunk), idle_timer_(w.io()), request_timer_(w.io()),
         stream_timer_(w.io()), try_timer_(w.io()), resp_events_(this) {
@@ -897,7 +897,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   }
 
   Worker& w_;
-  Socket sock_;
+  DownstreamStream sock_;
   std::shared_ptr<const Snapshot> snapshot_;
   const ListenerRuntime* lr_;
   const HcmRuntime* hcm_;
@@ -922,7 +922,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
 
 }  // namespace
 
-void start_http_session(Worker& w, Socket sock, const ListenerRuntime& listener) {
+void start_http_session(Worker& w, DownstreamStream sock, const ListenerRuntime& listener) {
   std::make_shared<HttpSession>(w, std::move(sock), listener)->start();
 }
 

@@ -12,7 +12,7 @@ constexpr size_t kRelayChunk = 64 * 1024;
 
 class TcpSession : public std::enable_shared_from_this<TcpSession> {
  public:
-  TcpSession(Worker& w, Socket sock, const ListenerRuntime& lr)
+  TcpSession(Worker& w, DownstreamStream sock, const ListenerRuntime& lr)
       : w_(w), snapshot_(w.snapshot()), tcp_(lr.tcp.get()), stats_(tcp_->stats[w.id()]), down_(std::move(sock)),
         up_(w.io()), timer_(w.io()), idle_timer_(w.io()) {
     stats_->downstream_cx_total.inc();
@@ -171,7 +171,7 @@ class TcpSession : public std::enable_shared_from_this<TcpSession> {
 
 }  // namespace
 
-void start_tcp_session(Worker& w, Socket sock, const ListenerRuntime& listener) {
+void start_tcp_session(Worker& w, DownstreamStream sock, const ListenerRuntime& listener) {
   std::make_shared<TcpSession>(w, std::move(sock), listener)->start();
 }
 

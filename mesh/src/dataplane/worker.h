@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "dataplane/pipeline.h"
+#include "dataplane/downstream_stream.h"
 #include "dataplane/service_stream.h"
 #include "dataplane/snapshot.h"
 #include "dpukit/mesh.h"
@@ -221,7 +222,7 @@ void connect_upstream(std::shared_ptr<Owner> owner, ServiceStream& sock, asio::s
 }
 
 // Starts serving an accepted downstream connection (http_session.cc / tcp_session.cc).
-void start_http_session(Worker& w, Socket sock, const ListenerRuntime& listener);
-void start_tcp_session(Worker& w, Socket sock, const ListenerRuntime& listener);
+void start_http_session(Worker& w, DownstreamStream sock, const ListenerRuntime& listener);
+void start_tcp_session(Worker& w, DownstreamStream sock, const ListenerRuntime& listener);
 
 }  // namespace dpukit::mesh

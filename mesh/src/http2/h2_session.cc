@@ -166,7 +166,7 @@ class H2Stream : public std::enable_shared_from_this<H2Stream>,
 
 class H2Session : public std::enable_shared_from_this<H2Session> {
  public:
-  H2Session(Worker& w, Socket sock, const ListenerRuntime& lr)
+  H2Session(Worker& w, DownstreamStream sock, const ListenerRuntime& lr)
       : w_(w), sock_(std::move(sock)), snapshot_(w.snapshot()), lr_(&lr), hcm_(lr.hcm.get()),
         stats_(hcm_->stats[w.id()]), in_(kReadChunk), idle_timer_(w.io()) {
     stats_->downstream_cx_active.add(1);  // (downstream_cx_total: counted by the HTTP/1.1 session that took the connection)
@@ -439,7 +439,7 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
   }
 
   friend class H2Stream;
-  Socket sock_;
+  DownstreamStream sock_;
   std::shared_ptr<const Snapshot> snapshot_;
   const ListenerRuntime* lr_;
   const HcmRuntime* hcm_;
@@ -1038,7 +1038,7 @@ void H2Stream::arm_try_timer() {
 
 }  // namespace
 
-void start_h2_session(Worker& w, Socket sock, const ListenerRuntime& listener, std::string_view first_bytes) {
+void start_h2_session(Worker& w, DownstreamStream sock, const ListenerRuntime& listener, std::string_view first_bytes) {
   std::make_shared<H2Session>(w, std::move(sock), listener)->start(first_bytes);
 }
 

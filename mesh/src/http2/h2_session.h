@@ -14,6 +14,6 @@ namespace dpukit::mesh {
 // Takes over a connection of a listener whose connection manager serves
 // HTTP/2 (codec_type HTTP2, or AUTO and the client preface arrived).
 // `first_bytes`: what the HTTP/1.1 session read before it handed the socket over.
-void start_h2_session(Worker& w, Socket sock, const ListenerRuntime& listener, std::string_view first_bytes);
+void start_h2_session(Worker& w, DownstreamStream sock, const ListenerRuntime& listener, std::string_view first_bytes);
 
 }  // namespace dpukit::mesh
