@@ -85,3 +85,23 @@ if [ ! -x "$h2spec" ] || [ "$(cat .tools/h2spec.version 2>/dev/null)" != "$h2spe
   go_install h2spec "github.com/summerwind/h2spec/cmd/h2spec@$h2spec_version"
   echo "$h2spec_version" >.tools/h2spec.version
 fi
+
+# mesh: dpukit-xds-server, the xDS control plane of the mesh tests and of
+# mesh.xds (go-control-plane's snapshot cache; mesh/tests/xds-server, its own
+# Go module with pinned versions), rebuilt when its sources or go.sum change
+# (a stamp beside it records their hash).
+xds_server_src=mesh/tests/xds-server
+xds_server=.tools/bin/dpukit-xds-server
+xds_server_hash=$(cat "$xds_server_src"/go.mod "$xds_server_src"/go.sum "$xds_server_src"/*.go | sha256sum | cut -d' ' -f1)
+if [ ! -x "$xds_server" ] || [ "$(cat .tools/dpukit-xds-server.hash 2>/dev/null)" != "$xds_server_hash" ]; then
+  go=$(go_bin dpukit-xds-server)
+  echo "setup: building dpukit-xds-server into .tools/bin"
+  mkdir -p .tools/bin
+  log=.tools/dpukit-xds-server-build.log
+  if ! (cd "$xds_server_src" && "$go" build -buildvcs=false -trimpath -o "$OLDPWD/$xds_server" .) >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "setup: building dpukit-xds-server failed (log above, kept in $log)" >&2
+    exit 1
+  fi
+  echo "$xds_server_hash" >.tools/dpukit-xds-server.hash
+fi

@@ -1,0 +1,103 @@
+// Command dpukit-xds-server is the xDS control plane of dpukit's mesh tests:
+// go-control-plane's snapshot cache and ADS server (state of the world, v3)
+// on a gRPC port, and a small HTTP control port where a test POSTs snapshots
+// in Envoy's JSON and reads back, per node and resource type, what the
+// proxies ACKed and NACKed.
+//
+//	dpukit-xds-server --xds 127.0.0.1:18000 --control 127.0.0.1:0
+//
+// It prints "xds listening on ADDR" and "control listening on ADDR" once both
+// accept, and stops on SIGTERM or SIGINT.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/grpc"
+)
+
+func main() {
+	xdsAddr := flag.String("xds", "127.0.0.1:0", "address of the ADS gRPC server (port 0: any free port)")
+	controlAddr := flag.String("control", "127.0.0.1:0", "address of the HTTP control endpoint (POST /snapshot, GET /status)")
+	verbose := flag.Bool("v", false, "log go-control-plane's debug messages")
+	flag.Parse()
+	if flag.NArg() != 0 {
+		fmt.Fprintf(os.Stderr, "dpukit-xds-server: unexpected argument %q\n", flag.Arg(0))
+		os.Exit(2)
+	}
+	logger := log.New(os.Stderr, "dpukit-xds-server: ", log.LstdFlags|log.Lmicroseconds)
+	if err := run(*xdsAddr, *controlAddr, *verbose, logger); err != nil {
+		logger.Printf("error: %v", err)
+		os.Exit(1)
+	}
+}
+
+func run(xdsAddr, controlAddr string, verbose bool, logger *log.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	status := newStatus()
+	snapshots := cache.NewSnapshotCache(true, cache.IDHash{}, cacheLogger{logger, verbose})
+	xds := server.NewServer(ctx, holdOnNack{snapshots, status}, status)
+
+	grpcServer := grpc.NewServer()
+	discovery.RegisterAggregatedDiscoveryServiceServer(grpcServer, xds)
+	xdsListener, err := net.Listen("tcp", xdsAddr)
+	if err != nil {
+		return fmt.Errorf("--xds %s: %w", xdsAddr, err)
+	}
+	controlListener, err := net.Listen("tcp", controlAddr)
+	if err != nil {
+		return fmt.Errorf("--control %s: %w", controlAddr, err)
+	}
+	control := &http.Server{Handler: controlHandler(ctx, snapshots, status, logger)}
+
+	errs := make(chan error, 2)
+	go func() { errs <- grpcServer.Serve(xdsListener) }()
+	go func() { errs <- control.Serve(controlListener) }()
+	fmt.Printf("xds listening on %s\ncontrol listening on %s\n", xdsListener.Addr(), controlListener.Addr())
+	os.Stdout.Sync()
+
+	select {
+	case <-ctx.Done():
+		logger.Printf("stopping")
+	case err = <-errs:
+	}
+	control.Close()
+	grpcServer.Stop()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// cacheLogger passes go-control-plane's messages to the log; debug ones only with -v.
+type cacheLogger struct {
+	*log.Logger
+	verbose bool
+}
+
+func (l cacheLogger) Debugf(format string, args ...interface{}) {
+	if l.verbose {
+		l.Printf("debug: "+format, args...)
+	}
+}
+func (l cacheLogger) Infof(format string, args ...interface{}) {
+	if l.verbose {
+		l.Printf("info: "+format, args...)
+	}
+}
+func (l cacheLogger) Warnf(format string, args ...interface{})  { l.Printf("warning: "+format, args...) }
+func (l cacheLogger) Errorf(format string, args ...interface{}) { l.Printf("error: "+format, args...) }

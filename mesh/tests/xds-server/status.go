@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"sort"
+	"sync"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/protobuf/proto"
+)
+
+// typeNames are the resource types a snapshot carries, by the names the
+// control endpoint uses for them.
+var typeNames = map[string]resource.Type{
+	"listeners": resource.ListenerType,
+	"clusters":  resource.ClusterType,
+	"routes":    resource.RouteType,
+	"endpoints": resource.EndpointType,
+}
+
+func shortType(typeURL string) string {
+	for name, url := range typeNames {
+		if url == typeURL {
+			return name
+		}
+	}
+	return typeURL
+}
+
+// Nack is one rejection a proxy sent: the version it refused (the one sent
+// with the nonce it names), the version it keeps, and its error_detail.
+type Nack struct {
+	Version     string `json:"version"`
+	KeptVersion string `json:"kept_version"`
+	Nonce       string `json:"nonce"`
+	Code        int32  `json:"code"`
+	Message     string `json:"message"`
+}
+
+// TypeStatus is what one node did with one resource type.
+type TypeStatus struct {
+	Sent       string   `json:"sent"`  // the last version sent
+	Acked      string   `json:"acked"` // the last version ACKed
+	Requests   int      `json:"requests"`
+	Subscribed []string `json:"subscribed"` // resource names of the last request (empty: wildcard)
+	Nacks      []Nack   `json:"nacks"`
+}
+
+// NodeStatus is one node's xDS streams and resource types.
+type NodeStatus struct {
+	Cluster       string                 `json:"cluster"` // node.cluster as the proxy sent it
+	StreamsOpened int                    `json:"streams_opened"`
+	StreamsOpen   int                    `json:"streams_open"`
+	Types         map[string]*TypeStatus `json:"types"`
+}
+
+// Status records, from the server's callbacks, every node's ACKs and NACKs.
+// The methods not overridden come from CallbackFuncs (no-ops).
+type Status struct {
+	server.CallbackFuncs
+	mu    sync.Mutex
+	nodes map[string]*NodeStatus
+	// Per stream: its node, and per type the version sent with each nonce
+	// (nonces are numbered per stream, so a NACK names its version here).
+	streamNode map[int64]string
+	sent       map[int64]map[string]map[string]string
+	// The version last sent per node and type, for holdOnNack.
+	lastSent map[string]map[string]string
+}
+
+func newStatus() *Status {
+	return &Status{nodes: map[string]*NodeStatus{}, streamNode: map[int64]string{},
+		sent: map[int64]map[string]map[string]string{}, lastSent: map[string]map[string]string{}}
+}
+
+func (s *Status) node(id string) *NodeStatus {
+	n, ok := s.nodes[id]
+	if !ok {
+		n = &NodeStatus{Types: map[string]*TypeStatus{}}
+		s.nodes[id] = n
+	}
+	return n
+}
+
+func (n *NodeStatus) typ(typeURL string) *TypeStatus {
+	name := shortType(typeURL)
+	t, ok := n.Types[name]
+	if !ok {
+		t = &TypeStatus{Subscribed: []string{}, Nacks: []Nack{}}
+		n.Types[name] = t
+	}
+	return t
+}
+
+func (s *Status) OnStreamOpen(context.Context, int64, string) error { return nil }
+
+func (s *Status) OnStreamClosed(id int64, _ *core.Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if node, ok := s.streamNode[id]; ok {
+		s.node(node).StreamsOpen--
+	}
+	delete(s.streamNode, id)
+	delete(s.sent, id)
+}
+
+func (s *Status) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	nodeID := req.GetNode().GetId()
+	n := s.node(nodeID)
+	if _, known := s.streamNode[id]; !known {
+		s.streamNode[id] = nodeID
+		n.StreamsOpened++
+		n.StreamsOpen++
+		n.Cluster = req.GetNode().GetCluster()
+	}
+	t := n.typ(req.GetTypeUrl())
+	t.Requests++
+	t.Subscribed = append([]string{}, req.GetResourceNames()...)
+	sort.Strings(t.Subscribed)
+	switch {
+	case req.GetErrorDetail() != nil:
+		t.Nacks = append(t.Nacks, Nack{
+			Version:     s.sent[id][req.GetTypeUrl()][req.GetResponseNonce()],
+			KeptVersion: req.GetVersionInfo(),
+			Nonce:       req.GetResponseNonce(),
+			Code:        req.GetErrorDetail().GetCode(),
+			Message:     req.GetErrorDetail().GetMessage(),
+		})
+	case req.GetResponseNonce() != "":
+		t.Acked = req.GetVersionInfo()
+	}
+	return nil
+}
+
+func (s *Status) OnStreamResponse(_ context.Context, id int64, req *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	nodeID := req.GetNode().GetId()
+	s.node(nodeID).typ(resp.GetTypeUrl()).Sent = resp.GetVersionInfo()
+	if s.sent[id] == nil {
+		s.sent[id] = map[string]map[string]string{}
+	}
+	if s.sent[id][resp.GetTypeUrl()] == nil {
+		s.sent[id][resp.GetTypeUrl()] = map[string]string{}
+	}
+	s.sent[id][resp.GetTypeUrl()][resp.GetNonce()] = resp.GetVersionInfo()
+	if s.lastSent[nodeID] == nil {
+		s.lastSent[nodeID] = map[string]string{}
+	}
+	s.lastSent[nodeID][resp.GetTypeUrl()] = resp.GetVersionInfo()
+}
+
+// Snapshot of the status for the control endpoint's GET /status.
+func (s *Status) copy() map[string]NodeStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]NodeStatus, len(s.nodes))
+	for id, n := range s.nodes {
+		c := NodeStatus{Cluster: n.Cluster, StreamsOpened: n.StreamsOpened, StreamsOpen: n.StreamsOpen,
+			Types: map[string]*TypeStatus{}}
+		for name, t := range n.Types {
+			tc := *t
+			tc.Nacks = append([]Nack{}, t.Nacks...)
+			c.Types[name] = &tc
+		}
+		out[id] = c
+	}
+	return out
+}
+
+func (s *Status) lastSentVersion(nodeID, typeURL string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.lastSent[nodeID][typeURL]
+	return v, ok
+}
+
+// holdOnNack is the snapshot cache with one change: a NACK of the version the
+// cache holds now waits for the next snapshot. The plain cache answers a NACK
+// (whose version_info is the last good version, not the current one) at once
+// with the same rejected resources, and the proxy and the server would trade
+// them forever (go-control-plane issue #962); Istio and Contour hold the watch.
+type holdOnNack struct {
+	cache.SnapshotCache
+	status *Status
+}
+
+func (h holdOnNack) CreateWatch(req *cache.Request, sub cache.Subscription, value chan cache.Response) (func(), error) {
+	if req.GetErrorDetail() != nil {
+		if snap, err := h.GetSnapshot(req.GetNode().GetId()); err == nil {
+			current := snap.GetVersion(req.GetTypeUrl())
+			if rejected, ok := h.status.lastSentVersion(req.GetNode().GetId(), req.GetTypeUrl()); ok && rejected == current {
+				held := proto.Clone(req).(*cache.Request)
+				held.VersionInfo = current
+				return h.SnapshotCache.CreateWatch(held, sub, value)
+			}
+		}
+	}
+	return h.SnapshotCache.CreateWatch(req, sub, value)
+}
