@@ -1,0 +1,684 @@
+"""Mutual TLS on the mesh: the certificates and the Envoy-format TLS
+configuration that the tests (python/tests/test_mesh_tls.py) and the
+``mesh.tls`` experiment share, and the experiment itself.
+
+Certificates are made with the ``cryptography`` package as Istio's CA makes
+them: a mesh root CA, workload certificates whose identity is a SPIFFE URI
+SAN (``spiffe://cluster.local/ns/default/sa/NAME``), ECDSA P-256 keys. The
+configuration pieces are Envoy v3 YAML: ``DownstreamTlsContext`` on a
+listener's filter chain, ``UpstreamTlsContext`` on a cluster, certificates
+from files or from SDS with a file source (``path_config_source``), and the
+``tls_inspector`` listener filter with ``filter_chain_match`` so one
+listener serves TLS and plaintext.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from dpukit.errors import DpukitError
+from dpukit.experiments import Context, experiment, mesh
+from dpukit.experiments.mesh import (DPU_CPU, LOOPBACK, TOOL, Chain, Load, Topology, add_chain_commands, envoy_path,
+                                     error_note, fmt_mr, fortio_load, goal_rows, iperf3_load, start_iperf_server,
+                                     start_service, sweep, wait_ready, wrk_load)
+from dpukit.paths import tool_path
+from dpukit.plots import BarPanel, bars_plot
+from dpukit.procs import free_port
+from dpukit.report import Section
+from dpukit.units import fmt_int, fmt_sig
+
+TRUST_DOMAIN = "cluster.local"
+TLS_SOCKET = "envoy.transport_sockets.tls"
+TLS_TYPES = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3"
+TLS_INSPECTOR = """\
+    listener_filters:
+    - name: envoy.filters.listener.tls_inspector
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector
+"""
+
+
+def spiffe_id(service_account: str, namespace: str = "default") -> str:
+    """The SPIFFE identity Istio gives a workload of ``service_account``."""
+    return f"spiffe://{TRUST_DOMAIN}/ns/{namespace}/sa/{service_account}"
+
+
+# -- certificates ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pem:
+    """A certificate and its key in PEM files."""
+
+    name: str
+    cert: Path
+    key: Path
+    serial: int
+
+
+class CertFactory:
+    """Makes CAs and the certificates they sign, as PEM files in ``directory``."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._keys: dict[str, object] = {}
+        self._certs: dict[str, object] = {}
+
+    def ca(self, name: str) -> Pem:
+        """A self-signed root CA named ``name``."""
+        from cryptography import x509
+        from cryptography.x509.oid import NameOID
+
+        subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, TRUST_DOMAIN),
+                             x509.NameAttribute(NameOID.COMMON_NAME, name)])
+        key = _new_key()
+        now = _now()
+        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(hours=1))
+                   .not_valid_after(now + datetime.timedelta(days=3650))
+                   .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                   .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                                content_commitment=False, key_encipherment=False,
+                                                data_encipherment=False, key_agreement=False,
+                                                encipher_only=False, decipher_only=False), critical=True)
+                   .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False))
+        return self._write(name, builder.sign(key, _hash()), key)
+
+    def issue(self, name: str, ca: Pem, *, uris: Sequence[str] = (), dns: Sequence[str] = (),
+              valid_from: datetime.datetime | None = None, valid_to: datetime.datetime | None = None) -> Pem:
+        """A leaf certificate for ``name`` signed by ``ca``, usable by a server
+        and a client (as Istio's workload certificates are), with URI and DNS
+        SANs; valid from an hour ago for a day unless given."""
+        from cryptography import x509
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+        now = _now()
+        key = _new_key()
+        ca_cert, ca_key = self._certs[ca.name], self._keys[ca.name]
+        sans = [x509.UniformResourceIdentifier(u) for u in uris] + [x509.DNSName(d) for d in dns]
+        builder = (x509.CertificateBuilder()
+                   .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, TRUST_DOMAIN),
+                                            x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+                   .issuer_name(ca_cert.subject).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number())
+                   .not_valid_before(valid_from or now - datetime.timedelta(hours=1))
+                   .not_valid_after(valid_to or now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                   .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False,
+                                                content_commitment=False, data_encipherment=False,
+                                                key_agreement=False, key_cert_sign=False, crl_sign=False,
+                                                encipher_only=False, decipher_only=False), critical=True)
+                   .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                         ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+                   .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                                  critical=False))
+        if sans:
+            # Istio's workload certificates have an empty subject and a critical SAN; ours keep a CN
+            # for readable logs, so the SAN is not critical.
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        return self._write(name, builder.sign(ca_key, _hash()), key)
+
+    def expired(self, name: str, ca: Pem, *, uris: Sequence[str] = ()) -> Pem:
+        """A certificate whose validity ended yesterday."""
+        now = _now()
+        return self.issue(name, ca, uris=uris, valid_from=now - datetime.timedelta(days=30),
+                          valid_to=now - datetime.timedelta(days=1))
+
+    def _write(self, name: str, cert, key) -> Pem:
+        from cryptography.hazmat.primitives import serialization
+
+        self._certs[name], self._keys[name] = cert, key
+        cert_path, key_path = self.directory / f"{name}.crt", self.directory / f"{name}.key"
+        _write_atomic(cert_path, cert.public_bytes(serialization.Encoding.PEM))
+        _write_atomic(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                  serialization.NoEncryption()))
+        os.chmod(key_path, 0o600)
+        return Pem(name, cert_path, key_path, cert.serial_number)
+
+
+def _new_key():
+    from cryptography.hazmat.primitives.asymmetric import ec
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _hash():
+    from cryptography.hazmat.primitives import hashes
+    return hashes.SHA256()
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _write_atomic(path: Path, data: bytes | str) -> None:
+    """Write ``path`` by a rename, so a watcher never reads half a file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class MeshCerts:
+    """The certificates of a two-workload mesh: the mesh CA, frontend's and
+    backend's workload certificates (SPIFFE URI SANs; backend also names its
+    DNS name for ``sni``)."""
+
+    ca: Pem
+    frontend: Pem
+    backend: Pem
+
+
+BACKEND_DNS = "backend.default.svc.cluster.local"
+
+
+def mesh_certs(factory: CertFactory) -> MeshCerts:
+    ca = factory.ca("mesh-ca")
+    return MeshCerts(ca, factory.issue("frontend", ca, uris=[spiffe_id("frontend")]),
+                     factory.issue("backend", ca, uris=[spiffe_id("backend")], dns=[BACKEND_DNS]))
+
+
+# -- SDS with a file source ------------------------------------------------------------
+
+
+def sds_certificate_file(path: Path, secret: str, pem: Pem) -> Path:
+    """An SDS file (``path_config_source``) holding one ``tls_certificate``
+    secret; written by a rename, as Envoy requires for its file watch (a
+    rotation writes it again)."""
+    _write_atomic(path, f"""\
+resources:
+- "@type": {TLS_TYPES}.Secret
+  name: {secret}
+  tls_certificate:
+    certificate_chain: {{filename: {pem.cert}}}
+    private_key: {{filename: {pem.key}}}
+""")
+    return path
+
+
+def sds_validation_file(path: Path, secret: str, ca: Path) -> Path:
+    """An SDS file holding one ``validation_context`` secret (the trusted CA)."""
+    _write_atomic(path, f"""\
+resources:
+- "@type": {TLS_TYPES}.Secret
+  name: {secret}
+  validation_context:
+    trusted_ca: {{filename: {ca}}}
+""")
+    return path
+
+
+# -- TLS contexts (Envoy v3 YAML) --------------------------------------------------------
+
+
+def _indent(text: str, n: int) -> str:
+    return "".join((" " * n + line if line.strip() else line) for line in text.splitlines(True))
+
+
+def common_tls_context(*, cert: Pem | None = None, sds: Path | None = None, secret: str = "default",
+                       ca: Path | None = None, san_uris: Sequence[str] = (), alpn: Sequence[str] = (),
+                       min_version: str = "", max_version: str = "", ciphers: Sequence[str] = ()) -> str:
+    """A ``common_tls_context`` body (indented 0): the certificate from files
+    (``cert``) or from the SDS file ``sds`` (secret ``secret``); the peer
+    validated against ``ca`` with its URI SAN one of ``san_uris``."""
+    out = ""
+    if min_version or max_version or ciphers:
+        out += "tls_params:\n"
+        if min_version:
+            out += f"  tls_minimum_protocol_version: {min_version}\n"
+        if max_version:
+            out += f"  tls_maximum_protocol_version: {max_version}\n"
+        if ciphers:
+            out += "  cipher_suites: [" + ", ".join(f'"{c}"' for c in ciphers) + "]\n"
+    if alpn:
+        out += "alpn_protocols: [" + ", ".join(f'"{p}"' for p in alpn) + "]\n"
+    if cert is not None:
+        out += f"tls_certificates:\n- certificate_chain: {{filename: {cert.cert}}}\n" \
+               f"  private_key: {{filename: {cert.key}}}\n"
+    if sds is not None:
+        out += f"tls_certificate_sds_secret_configs:\n- name: {secret}\n" \
+               f"  sds_config:\n    path_config_source: {{path: {sds}}}\n    resource_api_version: V3\n"
+    if ca is not None:
+        out += f"validation_context:\n  trusted_ca: {{filename: {ca}}}\n"
+        if san_uris:
+            out += "  match_typed_subject_alt_names:\n" + "".join(
+                f"  - san_type: URI\n    matcher: {{exact: \"{u}\"}}\n" for u in san_uris)
+    return out
+
+
+def downstream_tls(indent: int, *, require_client_certificate: bool = True, **common) -> str:
+    """A filter chain's ``transport_socket`` with a DownstreamTlsContext,
+    indented ``indent`` (the column of ``transport_socket:``)."""
+    body = f"""\
+transport_socket:
+  name: {TLS_SOCKET}
+  typed_config:
+    "@type": {TLS_TYPES}.DownstreamTlsContext
+    require_client_certificate: {str(require_client_certificate).lower()}
+    common_tls_context:
+{_indent(common_tls_context(**common), 6)}"""
+    return _indent(body, indent)
+
+
+def upstream_tls(indent: int, *, sni: str = "", **common) -> str:
+    """A cluster's ``transport_socket`` with an UpstreamTlsContext, indented ``indent``."""
+    body = f"""\
+transport_socket:
+  name: {TLS_SOCKET}
+  typed_config:
+    "@type": {TLS_TYPES}.UpstreamTlsContext
+""" + (f"    sni: {sni}\n" if sni else "") + f"""\
+    common_tls_context:
+{_indent(common_tls_context(**common), 6)}"""
+    return _indent(body, indent)
+
+
+HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+TCP_PROXY_TYPE = "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy"
+
+
+def hcm_filter(cluster: str, *, stat_prefix: str = "ingress_http", indent: int = 6) -> str:
+    """An http_connection_manager (codec AUTO: HTTP/1.1, and HTTP/2 by ALPN or
+    preface) routing every request to ``cluster``, as a ``filters`` list item."""
+    return _indent(f"""\
+- name: envoy.filters.network.http_connection_manager
+  typed_config:
+    "@type": {HCM_TYPE}
+    stat_prefix: {stat_prefix}
+    route_config:
+      name: local_route
+      virtual_hosts:
+      - name: all
+        domains: ["*"]
+        routes:
+        - match: {{prefix: "/"}}
+          route: {{cluster: {cluster}}}
+    http_filters:
+    - name: envoy.filters.http.router
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+""", indent)
+
+
+def tcp_proxy_filter(cluster: str, *, indent: int = 6) -> str:
+    """A tcp_proxy to ``cluster``, as a ``filters`` list item."""
+    return _indent(f"""\
+- name: envoy.filters.network.tcp_proxy
+  typed_config:
+    "@type": {TCP_PROXY_TYPE}
+    stat_prefix: l4
+    cluster: {cluster}
+""", indent)
+
+
+@dataclass(frozen=True)
+class FilterChain:
+    """One filter chain: its network filters (from hcm_filter / tcp_proxy_filter),
+    a DownstreamTlsContext transport socket (from downstream_tls(6)) or
+    none, and its filter_chain_match fields (YAML flow values)."""
+
+    filters: str
+    transport_socket: str = ""
+    match: dict[str, str] | None = None
+    name: str = ""
+
+    def yaml(self) -> str:
+        out = f"    - name: {self.name}\n" if self.name else "    - "
+        first = not self.name
+        if self.match:
+            out += ("" if first else "      ") + "filter_chain_match:\n" + "".join(
+                f"        {k}: {v}\n" for k, v in self.match.items())
+            first = False
+        out += ("" if first else "      ") + "filters:\n" + self.filters
+        return out + self.transport_socket
+
+
+def listener(name: str, port: int, chains: Sequence[FilterChain], *, inspector: bool = False) -> str:
+    """A listener on 127.0.0.1:``port`` (a ``static_resources.listeners`` item)."""
+    return (f"""\
+  - name: {name}
+    address:
+      socket_address: {{address: 127.0.0.1, port_value: {port}}}
+""" + (TLS_INSPECTOR if inspector else "") + "    filter_chains:\n" + "".join(c.yaml() for c in chains))
+
+
+def tls_cluster(name: str, port: int, *, transport_socket: str = "", http2: bool = False) -> str:
+    """A STATIC cluster of one endpoint on 127.0.0.1:``port`` (a
+    ``static_resources.clusters`` item), with a transport socket from
+    upstream_tls(4) and HTTP/2 upstream when ``http2``."""
+    h2 = """\
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config:
+          http2_protocol_options: {}
+""" if http2 else ""
+    return f"""\
+  - name: {name}
+    connect_timeout: 1s
+    type: STATIC
+{h2}    load_assignment:
+      cluster_name: {name}
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: {{address: 127.0.0.1, port_value: {port}}}
+{transport_socket}"""
+
+
+def tls_bootstrap(*, admin: int, listeners: Sequence[str], clusters: Sequence[str], node: str = "node") -> str:
+    """A bootstrap of ``listeners`` (from listener()) and ``clusters`` (from tls_cluster())."""
+    return f"""\
+node: {{id: {node}, cluster: dpukit}}
+admin:
+  address:
+    socket_address: {{address: 127.0.0.1, port_value: {admin}}}
+static_resources:
+  listeners:
+{"".join(listeners)}  clusters:
+{"".join(clusters)}"""
+
+
+# -- the mesh.tls experiment ---------------------------------------------------------------
+#
+# Three parts, each with paired, interleaved rounds (mesh.sweep): handshakes
+# per second per proxy CPU (openssl s_time against one mTLS listener); bulk
+# TCP over mTLS through two tcp_proxy hops (iperf3); and the request path
+# over the two-node topology, client → proxy A → mTLS → proxy B → service,
+# where A and B are either two Envoy sidecars (Istio's model, host CPU) or
+# two dpukit-mesh node proxies (each node's dpu place). Everything a chain
+# writes (certificates, SDS files, configurations, logs) is in its work
+# directory, which mesh.run_chain removes.
+
+# The issue's goals for the two-node mTLS path against the mTLS sidecar pair.
+GOAL_QPS, GOAL_P99, GOAL_HOST_CPU = 3.0, 0.3, 0.2
+FIXED_QPS = 1000  # the rate of the added-p99 goal (as mesh.quick)
+SECONDS_ENV = "DPUKIT_MESH_TLS_SECONDS"  # each load phase's length (default 3 quick, 5 full; the test uses 1)
+
+
+def chain_certs(chain: Chain) -> tuple[MeshCerts, Path, Path]:
+    """The chain's mesh CA and workload certificates, and the SDS files of
+    frontend's (client side) and backend's (server side) certificate."""
+    work = chain.work_dir / "certs"
+    certs = mesh_certs(CertFactory(work))
+    return (certs, sds_certificate_file(work / "sds-frontend.yaml", "default", certs.frontend),
+            sds_certificate_file(work / "sds-backend.yaml", "default", certs.backend))
+
+
+def start_tls_proxy(chain: Chain, name: str, kind: str, config: str, listen: int, admin: int, place: str) -> None:
+    """Envoy (one worker, under taskset on the dpu CPU) or dpukit-mesh
+    (``--dpu-cpus``) on ``config``; waits until it is ready."""
+    path = chain.work_dir / f"{name}.yaml"
+    path.write_text(config)
+    chain.configs[name] = config
+    if kind == "envoy":
+        mesh._base_id[0] += 1  # one counter for every Envoy of an eval: shared-memory names must differ
+        proc = chain.group.start([envoy_path(), "-c", path, "--concurrency", "1", "--disable-hot-restart",
+                                  "--base-id", str(mesh._base_id[0]), "-l", "warning"],
+                                 name=name, cpus=DPU_CPU, place=place)
+    else:
+        proc = chain.group.start([tool_path(TOOL), "run", "--config", path, "--workers", "1", "--dpu-cpus", DPU_CPU],
+                                 name=name, place=place)
+    wait_ready(proc, listen, admin)
+
+
+def server_side_yaml(certs: MeshCerts, sds: Path, *, listen: int, admin: int, service: int, l4: bool,
+                     node: str) -> str:
+    """Node B: an mTLS listener (backend's certificate by SDS, frontend's
+    SPIFFE identity required) in front of the service."""
+    tls = downstream_tls(6, sds=sds, ca=certs.ca.cert, san_uris=[spiffe_id("frontend")], alpn=["h2", "http/1.1"])
+    filters = tcp_proxy_filter("service") if l4 else hcm_filter("service")
+    return tls_bootstrap(admin=admin, node=node, listeners=[listener("inbound", listen, [FilterChain(filters, tls)])],
+                         clusters=[tls_cluster("service", service)])
+
+
+def client_side_yaml(certs: MeshCerts, sds: Path, *, listen: int, admin: int, peer: int, l4: bool, node: str) -> str:
+    """Node A: a plaintext listener whose cluster reaches node B over mTLS
+    (frontend's certificate by SDS, backend's SPIFFE identity required)."""
+    tls = upstream_tls(4, sds=sds, ca=certs.ca.cert, san_uris=[spiffe_id("backend")], sni=BACKEND_DNS)
+    filters = tcp_proxy_filter("peer") if l4 else hcm_filter("peer")
+    return tls_bootstrap(admin=admin, node=node, listeners=[listener("outbound", listen, [FilterChain(filters)])],
+                         clusters=[tls_cluster("peer", peer, transport_socket=tls)])
+
+
+# (kind, names of proxy A and B, place)
+PAIRS = {"envoy-sidecars": ("envoy", "client-sidecar", "server-sidecar", "host"),
+         "node-proxy-pair": ("mesh", "node-proxy-a", "node-proxy-b", "dpu")}
+
+
+def mtls_pair(name: str, start_server: Callable[[Chain], int], l4: bool) -> Callable[[Chain], None]:
+    """client → A → mTLS → B → the service ``start_server`` starts."""
+    kind, a_name, b_name, place = PAIRS[name]
+
+    def start(chain: Chain) -> None:
+        service = start_server(chain)
+        certs, sds_a, sds_b = chain_certs(chain)
+        b_listen, b_admin, a_listen, a_admin = (free_port() for _ in range(4))
+        start_tls_proxy(chain, b_name, kind, server_side_yaml(certs, sds_b, listen=b_listen, admin=b_admin,
+                                                              service=service, l4=l4, node=b_name),
+                        b_listen, b_admin, place)
+        start_tls_proxy(chain, a_name, kind, client_side_yaml(certs, sds_a, listen=a_listen, admin=a_admin,
+                                                              peer=b_listen, l4=l4, node=a_name),
+                        a_listen, a_admin, place)
+        chain.entry_port, chain.admin_port = a_listen, a_admin
+
+    return start
+
+
+def request_topologies() -> tuple[Topology, ...]:
+    return (next(t for t in mesh.TOPOLOGIES if t.name == "direct"),
+            Topology("envoy-sidecars", "client → Envoy sidecar → mTLS → Envoy sidecar → service (Istio's model)",
+                     mtls_pair("envoy-sidecars", start_service, l4=False)),
+            Topology("node-proxy-pair", "client → dpukit-mesh node proxy A → mTLS → node proxy B → service (two "
+                     "nodes emulated on this machine)", mtls_pair("node-proxy-pair", start_service, l4=False)))
+
+
+def bulk_topologies() -> tuple[Topology, ...]:
+    return (mesh.L4_TOPOLOGIES[0],  # iperf3 client → iperf3 server
+            Topology("envoy-sidecars", "Envoy tcp_proxy → mTLS → Envoy tcp_proxy → iperf3 server",
+                     mtls_pair("envoy-sidecars", start_iperf_server, l4=True)),
+            Topology("node-proxy-pair", "dpukit-mesh tcp_proxy → mTLS → dpukit-mesh tcp_proxy → iperf3 server",
+                     mtls_pair("node-proxy-pair", start_iperf_server, l4=True)))
+
+
+def handshake_server(kind: str, name: str, place: str) -> Callable[[Chain], None]:
+    """One proxy with one mTLS listener (the server side of a handshake)."""
+
+    def start(chain: Chain) -> None:
+        service = start_service(chain)
+        certs, _, sds_b = chain_certs(chain)
+        listen, admin = free_port(), free_port()
+        start_tls_proxy(chain, name, kind, server_side_yaml(certs, sds_b, listen=listen, admin=admin,
+                                                            service=service, l4=False, node=name),
+                        listen, admin, place)
+        chain.entry_port, chain.admin_port = listen, admin
+
+    return start
+
+
+HANDSHAKE_TOPOLOGIES = (
+    Topology("envoy", "one Envoy mTLS listener (a sidecar's inbound side)", handshake_server("envoy", "envoy", "host")),
+    Topology("node-proxy", "one dpukit-mesh mTLS listener", handshake_server("mesh", "node-proxy", "dpu")),
+)
+
+# (what, openssl s_time mode, its extra options)
+HANDSHAKE_MODES = (("full, TLS 1.3", "-new", ()), ("full, TLS 1.2", "-new", ("-tls1_2",)),
+                   ("resumed (session ticket), TLS 1.2", "-reuse", ("-tls1_2",)))
+
+
+def parse_s_time(stdout: str, _json: str = "") -> dict[str, Any]:
+    """Figures from ``openssl s_time``: connections made and how many
+    resumed a session (its progress marks: ``r`` reused, ``*`` new)."""
+    m = re.search(r"^(\d+) connections in ([\d.]+)s; ([\d.]+) connections/user sec", stdout, re.M)
+    if not m:
+        raise DpukitError(f"openssl s_time output without its summary:\n{stdout[-2000:]}")
+    marks = "".join(re.findall(r"^[r*]+$", stdout, re.M))
+    n = int(m.group(1))
+    return {"requests": n, "connections": n, "reused": marks.count("r"), "client_user_s": float(m.group(2)),
+            "errors": 0, "non_2xx": 0}
+
+
+def s_time_load(chain: Chain, mode: int, seconds: int) -> Load:
+    _, flag, extra = HANDSHAKE_MODES[mode]
+    certs = chain.work_dir / "certs"
+    argv = ["openssl", "s_time", "-connect", f"{LOOPBACK}:{chain.entry_port}", flag, "-time", str(seconds),
+            "-cert", str(certs / "frontend.crt"), "-key", str(certs / "frontend.key"), "-CAfile",
+            str(certs / "mesh-ca.crt"), *extra]
+    return Load("openssl s_time", argv, seconds, parse_s_time)
+
+
+def _proxy_cpu_s(r: dict[str, Any], names: Sequence[str]) -> float:
+    return sum(r["figures"]["process_cpu_ns"].get(n, 0) for n in names) / 1e9
+
+
+def _handshake_rows(ctx: Context, seconds: int) -> tuple[list[list[str]], list[dict[str, Any]]]:
+    runs = sweep(ctx, HANDSHAKE_TOPOLOGIES, range(len(HANDSHAKE_MODES)), "mode",
+                 lambda chain, m: s_time_load(chain, m, seconds),
+                 lambda m: {"load": "openssl s_time", "mode": HANDSHAKE_MODES[m][0], "seconds": seconds})
+    rows, records = [], []
+    for t in HANDSHAKE_TOPOLOGIES:
+        for m, (what, _, _) in enumerate(HANDSHAKE_MODES):
+            rs = runs[t.name][m]
+            records += rs
+            rows.append([t.name, what,
+                         fmt_mr([r["figures"]["connections"] / (r["wall_ns"] / 1e9) for r in rs]),
+                         fmt_mr([r["figures"]["connections"] / _proxy_cpu_s(r, [t.name]) for r in rs]),
+                         fmt_mr([1e6 * _proxy_cpu_s(r, [t.name]) / r["figures"]["connections"] for r in rs]),
+                         fmt_mr([100 * r["figures"]["reused"] / r["figures"]["connections"] for r in rs])])
+    return rows, records
+
+
+def _bulk_rows(ctx: Context, streams: Sequence[int], seconds: int) -> tuple[list[list[str]], list[dict[str, Any]]]:
+    tops = bulk_topologies()
+    runs = sweep(ctx, tops, streams, "streams", lambda chain, n: iperf3_load(chain.entry_port, n, seconds),
+                 lambda n: {"load": "iperf3", "streams": n, "seconds": seconds})
+
+    def per_gb(r: dict[str, Any], place: str) -> float:
+        return r["cpu_ns"][place] / 1e9 / (r["figures"]["bytes"] / 1e9)
+
+    rows = [[t.name, n, fmt_mr([r["figures"]["gbps"] for r in runs[t.name][n]]),
+             fmt_mr([per_gb(r, "host") for r in runs[t.name][n]]), fmt_mr([per_gb(r, "dpu") for r in runs[t.name][n]])]
+            for t in tops for n in streams]
+    return rows, [r for t in runs.values() for rs in t.values() for r in rs]
+
+
+def _met(cell: str, goal: float, at_least: bool) -> str:
+    """'met' or 'missed' for a goal cell ('median (range)') from mesh.goal_rows."""
+    med = float(cell.split()[0].replace(",", ""))
+    return "met" if (med >= goal if at_least else med <= goal) else "missed"
+
+
+@experiment(
+    "mesh.tls",
+    title="mesh.tls: mutual TLS between node proxies against the mTLS sidecar pair",
+    description="Full and resumed mTLS handshakes per second per proxy CPU (openssl s_time), bulk Gbps and CPU per GB "
+                "through two tcp_proxy hops over mTLS (iperf3), and the request path client → node proxy A → mTLS → "
+                "node proxy B → service against the Envoy sidecar pair with the same certificates (max qps, added "
+                "p99, host and dpu CPU per 1,000 requests), with the issue's goals.",
+    tools=[TOOL],
+)
+def tls(ctx: Context) -> Section:
+    seconds = int(os.environ.get(SECONDS_ENV) or (3 if ctx.quick else 5))
+    sec = Section("mesh.tls: mutual TLS between node proxies against the mTLS sidecar pair")
+    sec.paragraph(
+        "Certificates as Istio's CA gives them: a mesh root CA and workload certificates whose identity is a SPIFFE "
+        f"URI SAN (`{spiffe_id('frontend')}` on the client side, `{spiffe_id('backend')}` on the server side), "
+        "ECDSA P-256, delivered by SDS from a file (`path_config_source`); every listener requires the client's "
+        "certificate and checks its SAN, every client side checks the server's. The same certificates and the same "
+        "Envoy v3 configuration for Envoy 1.40 and dpukit-mesh. The load generator and the services run on CPU 0 "
+        "(host); every proxy is pinned to CPU 1: Envoy with `--concurrency 1` under `taskset`, dpukit-mesh with "
+        "`--workers 1 --dpu-cpus 1`. Two nodes are emulated on this machine, so both node proxies share the one dpu "
+        "CPU, as both sidecars do. "
+        + ("Quick mode: one round per point." if ctx.repeats == 1 else
+           f"{ctx.repeats} paired, interleaved rounds (topology after topology, then again); each cell is the median "
+           "with the range of the rounds in parentheses."))
+
+    # 1. Handshakes.
+    ctx.progress("handshakes")
+    rows, hs_records = _handshake_rows(ctx, seconds)
+    sec.table(["server", "handshake", "handshakes / s", "handshakes per proxy CPU-second", "proxy CPU µs / handshake",
+               "resumed %"], rows,
+              caption="mTLS handshakes against one listener (`openssl s_time` with the client's certificate)")
+    sec.paragraph(
+        f"`openssl s_time -connect ... -new|-reuse -time {seconds} -cert frontend.crt -key frontend.key -CAfile "
+        "mesh-ca.crt` on CPU 0; every connection is a handshake and nothing more. s_time is one process that does "
+        "the client's half of every handshake on one CPU, so the rate is the client's; the proxy's own cost is its "
+        "CPU per handshake, and handshakes per proxy CPU-second is the rate one dpu CPU would sustain. For the node "
+        "proxy that CPU is the dpu's; for Envoy it is the host's (a sidecar runs in the pod). Resumption is measured "
+        "with TLS 1.2 tickets: `s_time -reuse` never reads, so it never receives a TLS 1.3 ticket (a TLS 1.3 "
+        "resumption is shown by the tests, with `openssl s_client -sess_in`).")
+
+    # 2. Bulk.
+    streams = (1, 4) if ctx.quick else (1, 4, 16)
+    rows, bulk_records = _bulk_rows(ctx, streams, seconds)
+    sec.table(["topology", "streams", "Gbps", "host CPU s / GB", "dpu CPU s / GB"], rows,
+              caption="TCP through tcp_proxy, proxy A → mTLS → proxy B (iperf3)")
+    sec.paragraph(
+        f"`iperf3 -c -t {seconds} -P N -J` on CPU 0 against `iperf3 -s` on CPU 0. " + "; ".join(
+            f"`{t.name}`: {t.description}" for t in bulk_topologies()) + ". CPU is per GB received; the Envoy "
+        "sidecars count as host CPU, the node proxies as dpu CPU. The record crypto is OpenSSL's AES-GCM on the "
+        "dpu CPU (this kernel has no kernel TLS).")
+
+    # 3. The request path.
+    points = (0, FIXED_QPS) if ctx.quick else (0, FIXED_QPS, 2 * FIXED_QPS)
+    tops = request_topologies()
+    runs = sweep(ctx, tops, points, "qps",
+                 lambda chain, q: wrk_load(chain.url, 16, seconds) if q == 0 else
+                 fortio_load(chain.url, q, 8, seconds, chain.work_dir / "fortio.json"),
+                 lambda q: {"load": "wrk", "connections": 16, "seconds": seconds} if q == 0 else
+                 {"load": "fortio", "qps": q, "connections": 8, "seconds": seconds})
+
+    def col(name: str, q: int, key: str) -> str:
+        return fmt_mr([r["figures"][key] for r in runs[name][q]])
+
+    sec.table(["topology", "max qps (wrk)", "host CPU ms / 1k req", "dpu CPU ms / 1k req", "errors", "non-2xx"],
+              [[t.name, col(t.name, 0, "qps"), col(t.name, 0, "host_cpu_ms_per_1k"), col(t.name, 0, "dpu_cpu_ms_per_1k"),
+                fmt_int(sum(r["figures"]["errors"] for r in runs[t.name][0])),
+                fmt_int(sum(r["figures"]["non_2xx"] for r in runs[t.name][0]))] for t in tops],
+              caption="The request path over mTLS: maximum rate (wrk, 16 connections) and CPU per 1,000 requests")
+    sec.table(["topology", "offered qps", "achieved", "p50 ms", "p99 ms", "p99.9 ms", "host CPU ms / 1k req",
+               "dpu CPU ms / 1k req"],
+              [[t.name, fmt_int(q), col(t.name, q, "qps"), col(t.name, q, "p50_ms"), col(t.name, q, "p99_ms"),
+                col(t.name, q, "p99_9_ms"), col(t.name, q, "host_cpu_ms_per_1k"), col(t.name, q, "dpu_cpu_ms_per_1k")]
+               for q in points[1:] for t in tops],
+              caption="The request path over mTLS at fixed rates (fortio, 8 connections)")
+    sec.paragraph("; ".join(f"`{t.name}`: {t.description}" for t in tops) + ". " +
+                  f"Max qps: `wrk -t1 -c16 -d{seconds}s`; latency: `fortio load -qps Q -c 8 -t {seconds}s`. host CPU "
+                  "counts the service and, for the sidecar pair, both Envoys; dpu CPU counts both node proxies.")
+    goals = goal_rows(tops, {t.name: runs[t.name][0] for t in tops}, {t.name: runs[t.name][FIXED_QPS] for t in tops})
+    sec.table(["node proxies", f"max qps × sidecars' (goal ≥ {GOAL_QPS:g})",
+               f"added p99 at {FIXED_QPS} qps × sidecars' (goal ≤ {GOAL_P99:g})",
+               f"host CPU / 1k req × sidecars' (goal ≤ {GOAL_HOST_CPU:g})"],
+              [[g[0], f"{g[1]}: {_met(g[1], GOAL_QPS, True)}", f"{g[2]}: {_met(g[2], GOAL_P99, False)}",
+                f"{g[3]}: {_met(g[3], GOAL_HOST_CPU, False)}"] for g in goals],
+              caption="The issue's goals as paired ratios: each round's node-proxy pair against the same round's "
+                      "mTLS sidecar pair (median, range)")
+    sec.paragraph(f"Added p99 is a topology's p99 at {FIXED_QPS} qps minus the same round's direct p99.")
+    names = [t.name for t in tops]
+    path, rel = ctx.plot_path("request-path")
+    bars_plot(path, [
+        BarPanel("max qps (wrk, 16 conns)", "requests / s",
+                 {"": [statistics.median(r["figures"]["qps"] for r in runs[n][0]) for n in names]},
+                 fmt=lambda v: fmt_sig(v / 1000) + "k"),
+        BarPanel(f"p99 at {FIXED_QPS} qps", "ms",
+                 {"": [statistics.median(r["figures"]["p99_ms"] for r in runs[n][FIXED_QPS]) for n in names]}),
+        BarPanel("host CPU per 1k req (max qps)", "ms",
+                 {"": [statistics.median(r["figures"]["host_cpu_ms_per_1k"] for r in runs[n][0]) for n in names]}),
+        BarPanel("dpu CPU per 1k req (max qps)", "ms",
+                 {"": [statistics.median(r["figures"]["dpu_cpu_ms_per_1k"] for r in runs[n][0]) for n in names]}),
+    ], names, title="The request path over mTLS", ncols=2, highlight="node-proxy-pair")
+    sec.image(rel, "Max qps, p99 and CPU per 1,000 requests over mTLS", "Max qps (wrk), p99 at "
+              f"{FIXED_QPS} qps (fortio), host and dpu CPU ms per 1,000 requests at max qps.")
+    sec.paragraph(error_note([*hs_records, *bulk_records, *[r for t in runs.values() for rs in t.values() for r in rs]]))
+    add_chain_commands(sec, ctx.runs)
+    return sec
