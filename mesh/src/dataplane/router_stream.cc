@@ -1,0 +1,495 @@
+#include "dataplane/router_stream.h"
+
+#include "http2/h2_headers.h"
+
+namespace dpukit::mesh {
+
+RouterStream::RouterStream(Worker& w, std::shared_ptr<const Snapshot> snapshot, const ListenerRuntime& lr,
+                           HttpStats& stats, http::RequestHead head, std::string peer, RouterDownstream& ds)
+    : w_(w), snapshot_(std::move(snapshot)), lr_(&lr), hcm_(lr.hcm.get()), stats_(&stats), ds_(&ds),
+      peer_(std::move(peer)), head_(std::move(head)),
+      draws_{w.random(), w.random(), w.random(), w.random(), w.random()}, route_timer_(w.io()), try_timer_(w.io()),
+      start_ns_(mono_ns()) {
+  // The body's framing is fixed by the head (routing never changes it): set
+  // here, before any body arrives and before a stage thread sees the request.
+  req_enc_ = http::request_body_encoder(head_);
+}
+
+RouterStream::~RouterStream() { drop_upstream(); }
+
+// ---- the route decision ----
+
+bool RouterStream::decide(Pipeline* pipeline) {
+  if (pipeline) {
+    in_stage_ = true;
+    in_stage_self_ = shared_from_this();
+    if (pipeline->submit(StageItem{this, 0})) return true;
+    in_stage_ = false;  // the first ring is full: run the modules here
+    in_stage_self_.reset();
+  }
+  stage_match_action();
+  stage_deparse();
+  act();
+  return false;
+}
+
+// On a stage thread in the pipelined model: these touch only the head, the draws and the decision.
+void RouterStream::stage_match_action() { decision_ = filter_and_route(*hcm_, head_, peer_, draws_, mono_ns()); }
+
+void RouterStream::stage_deparse() {
+  if (decision_.kind != RouteDecision::Kind::kForward || decision_.cluster->config().http2) return;
+  int64_t t0 = mono_ns();
+  http::write_request_head(head_, head_bytes_);
+  deparser_ns_ = static_cast<uint64_t>(mono_ns() - t0);
+}
+
+void RouterStream::stage_done(uint64_t) {
+  auto self = std::move(in_stage_self_);
+  in_stage_ = false;
+  if (ds_) ds_->decided();
+}
+
+void RouterStream::act() {
+  if (!ds_) return;
+  auto keep = shared_from_this();  // the codec may let go of this stream when it is answered
+  acted_ = true;
+  RouteDecision& d = decision_;
+  w_.modules().add(Module::kFilter, d.filter_ns);
+  if (d.router_ns) w_.modules().add(Module::kRouter, d.router_ns);
+  count_decision(d, *stats_);
+  if (d.kind == RouteDecision::Kind::kLocalReply) {
+    send_local_reply(d.status, d.body, &d.extra, d.direct);
+    return;
+  }
+  if (deparser_ns_) w_.modules().add(Module::kDeparser, deparser_ns_);
+  cluster_ = d.cluster;
+  if (!cluster_->try_acquire_request()) {
+    cluster_->stats(w_.id()).upstream_rq_pending_overflow.inc();
+    overflow_reply();
+    return;
+  }
+  holds_request_ = true;
+  cluster_->stats(w_.id()).upstream_rq_active.add(1);
+  // The body is kept for another try only where the route may retry, and
+  // only up to the buffer limit (Envoy's rules): else each request would
+  // hold up to the limit of its body after sending it.
+  if (!route_may_retry(d) || head_bytes_.size() + replay_.size() > buffer_limit()) replay_ok_ = false;
+  start_attempt();
+  if (request_ended_) arm_route_timer();
+}
+
+// ---- the request ----
+
+void RouterStream::decode_data(std::string_view data) {
+  if (!wants_body()) return;
+  auto keep = shared_from_this();
+  if (!h1up_ && !h2up_) {
+    // No upstream yet (the head is in the stages, or a retry backs off): kept
+    // whole for the next attempt; the codec stops reading past the limit.
+    replay_.append(data);
+    if (head_bytes_.size() + replay_.size() > buffer_limit()) replay_ok_ = false;
+    return;
+  }
+  keep_for_replay(data);
+  if (h1up_) {
+    scratch_.clear();
+    req_enc_.data(data, scratch_);  // HTTP/1.1 framing (chunks) for the upstream
+    h1up_->send(scratch_);
+    if (h1up_->queued() <= ds_->request_buffer_limit()) ds_->request_drained();
+  } else {
+    h2_queued_ += data.size();
+    h2up_->send_body(h2up_id_, data);
+  }
+}
+
+void RouterStream::decode_end(http::HeaderList* trailers) {
+  if (request_ended_) return;
+  request_ended_ = true;
+  if (trailers) trailers_ = std::move(*trailers);
+  // Without an upstream yet, the attempt sends the end with the body.
+  if (!acted_ || !wants_body()) return;
+  auto keep = shared_from_this();
+  if (h1up_) {
+    scratch_.clear();
+    req_enc_.end(scratch_);  // (trailers do not go to an HTTP/1.1 upstream)
+    if (!scratch_.empty()) h1up_->send(scratch_);
+  } else if (h2up_) {
+    h2up_->end_body(h2up_id_, &trailers_);
+  }
+  arm_route_timer();
+  if (h1up_ || h2up_) arm_try_timer();
+}
+
+size_t RouterStream::request_queued() const {
+  if (h1up_) return h1up_->queued();
+  if (h2up_) return h2_queued_;
+  return replay_.size();
+}
+
+void RouterStream::keep_for_replay(std::string_view d) {
+  if (!replay_ok_) return;
+  if (head_bytes_.size() + replay_.size() + d.size() > buffer_limit()) {
+    replay_ok_ = false;  // Envoy, too, does not retry a request larger than its buffer limit
+    std::string().swap(replay_);
+    return;
+  }
+  replay_.append(d);
+}
+
+// ---- attempts (Algorithm 1, lines 4-10) ----
+
+void RouterStream::start_attempt() {
+  retrying_ = false;
+  attempts_++;
+  host_ = cluster_->choose(decision_.lb.has_hash ? decision_.lb : LbContext{false, 0, w_.random()}, mono_ns());
+  if (!host_) {
+    send_local_reply(503, "no healthy upstream");
+    return;
+  }
+  cluster_->stats(w_.id()).upstream_rq_total.inc();
+  host_->active_requests.fetch_add(1, std::memory_order_relaxed);
+  if (decision_.vhost->cfg->include_request_attempt_count && attempts_ > 1) {
+    // x-envoy-attempt-count changes with each attempt: the head is deparsed again.
+    head_.headers.set("x-envoy-attempt-count", std::to_string(attempts_));
+    head_bytes_.clear();
+  }
+  if (cluster_->config().http2) start_h2_attempt();
+  else start_h1_attempt();
+  if (!ds_ || (!h1up_ && !h2up_)) return;  // answered (an overflow), or a failure comes as an event
+  if (!replay_ok_) std::string().swap(replay_);  // sent once, cannot be kept for another try
+  // The body so far went out: the codec may take more.
+  if (h1up_ ? h1up_->queued() <= ds_->request_buffer_limit() : h2_queued_ == 0) ds_->request_drained();
+  if (request_ended_) arm_try_timer();
+}
+
+void RouterStream::start_h1_attempt() {
+  std::shared_ptr<UpstreamConn> up = w_.take_idle(host_.get());
+  bool fresh = !up;
+  if (fresh) {
+    if (!cluster_->try_acquire_connection()) {
+      cluster_->stats(w_.id()).upstream_cx_overflow.inc();
+      release_host();
+      overflow_reply();
+      return;
+    }
+    up = std::make_shared<UpstreamConn>(w_, snapshot_->clusters.at(cluster_->name()), host_);
+  } else {
+    up->attach(this);
+  }
+  h1up_ = up;
+  up->parser().reset();
+  up->parser().expect_no_body(head_.method == "HEAD");
+  if (head_bytes_.empty()) {
+    int64_t t0 = mono_ns();
+    http::write_request_head(head_, head_bytes_);
+    w_.modules().add(Module::kDeparser, static_cast<uint64_t>(mono_ns() - t0));
+  }
+  // The head, the body so far as one chunk, and its end if it ended.
+  scratch_ = head_bytes_;
+  req_enc_.data(replay_, scratch_);
+  if (request_ended_) req_enc_.end(scratch_);
+  up->send(scratch_);  // queued until connected
+  if (fresh) up->connect(this);
+}
+
+// A stream on the host's HTTP/2 connection (http2/h2_upstream.h), the body so far with it.
+void RouterStream::start_h2_attempt() {
+  bool overflow = false;
+  auto conn = h2_upstream_pool(w_).get(w_, snapshot_->clusters.at(cluster_->name()), host_, overflow);
+  if (!conn) {
+    release_host();
+    overflow_reply();
+    return;
+  }
+  bool end = request_ended_ && replay_.empty() && trailers_.fields.empty();
+  int32_t id = conn->open_stream(head_, end, this);
+  if (id < 0) {  // the connection stopped taking streams: a reset, reported as events are
+    asio::post(w_.io(), [self = shared_from_this(), attempt = attempts_] {
+      if (self->ds_ && self->attempts_ == attempt && !self->response_started_) self->upstream_failed(Failure::kReset);
+    });
+    return;
+  }
+  h2up_ = std::move(conn);
+  h2up_id_ = id;
+  h2_queued_ = 0;
+  upstream_unconsumed_ = 0;
+  if (!replay_.empty()) {
+    h2_queued_ = replay_.size();
+    h2up_->send_body(id, replay_);
+  }
+  if (request_ended_ && !end) h2up_->end_body(id, &trailers_);
+}
+
+// Whether retry_on covers this outcome, and a retry is left (num_retries, max_retries, the buffer).
+bool RouterStream::may_retry(Why why, unsigned status) {
+  if (!replay_ok_ || response_started_ || !retry_wanted(decision_, attempts_, why, status)) return false;
+  if (!cluster_->try_acquire_retry()) {
+    cluster_->stats(w_.id()).upstream_rq_retry_overflow.inc();
+    return false;
+  }
+  holds_retry_ = true;
+  return true;
+}
+
+void RouterStream::retry() {
+  cluster_->stats(w_.id()).upstream_rq_retry.inc();
+  retrying_ = true;
+  try_timer_.cancel();
+  try_timer_.expires_after(retry_backoff(attempts_, w_.random()));
+  try_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || !self->ds_ || !self->retrying_ || self->local_reply_) return;
+    self->cluster_->release_retry();
+    self->holds_retry_ = false;
+    self->start_attempt();
+  });
+}
+
+void RouterStream::attempt_failed(Why why, const char* reason, unsigned status) {
+  if (host_) cluster_->report_status(*host_, status, mono_ns());
+  drop_upstream();
+  if (may_retry(why, status)) {
+    retry();
+    return;
+  }
+  if (response_started_) {
+    release();
+    ds_->reset_stream();  // the client has part of a response: it can only see a reset
+    return;
+  }
+  send_local_reply(status, reason);
+}
+
+void RouterStream::upstream_failed(Failure f) {
+  if (!ds_ || response_complete_) return;
+  auto keep = shared_from_this();
+  h1up_.reset();
+  h2up_.reset();  // the stream is gone: nothing to consume or reset
+  upstream_unconsumed_ = 0;
+  switch (f) {
+    case Failure::kConnect: attempt_failed(Why::kConnect, kReplyConnectFailure, 503); break;
+    case Failure::kConnectTimeout: attempt_failed(Why::kConnectTimeout, kReplyConnectTimeout, 503); break;
+    case Failure::kReset:
+      cluster_->stats(w_.id()).upstream_rq_rx_reset.inc();
+      attempt_failed(Why::kReset, kReplyUpstreamReset, 503);
+      break;
+    case Failure::kProtocol: attempt_failed(Why::kProtocol, kReplyProtocolError, 502); break;
+  }
+}
+
+void RouterStream::upstream_drained() {
+  auto keep = shared_from_this();
+  if (ds_ && !local_reply_) ds_->request_drained();
+}
+
+// Called from inside nghttp2's send: the codec hears of the drain afterwards.
+void RouterStream::h2up_sent(size_t n) {
+  h2_queued_ -= std::min(n, h2_queued_);
+  if (!ds_) return;
+  ds_->request_sent(n);
+  if (h2_queued_ > 0 || drain_posted_) return;
+  drain_posted_ = true;
+  asio::post(w_.io(), [self = shared_from_this()] {
+    self->drain_posted_ = false;
+    if (self->ds_ && self->h2up_ && self->h2_queued_ == 0) self->ds_->request_drained();
+  });
+}
+
+void RouterStream::overflow_reply() {
+  http::HeaderList extra;
+  extra.add("x-envoy-overloaded", "true");
+  send_local_reply(503, kReplyOverflow, &extra);
+}
+
+void RouterStream::release_host() {
+  if (host_) {
+    host_->active_requests.fetch_sub(1, std::memory_order_relaxed);
+    host_.reset();
+  }
+}
+
+void RouterStream::drop_upstream() {
+  if (h1up_) {
+    h1up_->close();
+    h1up_.reset();
+  }
+  if (h2up_) {
+    if (upstream_unconsumed_) h2up_->consume(h2up_id_, std::exchange(upstream_unconsumed_, 0));
+    h2up_->abandon(h2up_id_);
+    h2up_.reset();
+  }
+  release_host();
+}
+
+void RouterStream::release() {
+  drop_upstream();
+  if (holds_request_) {
+    cluster_->release_request();
+    cluster_->stats(w_.id()).upstream_rq_active.add(-1);
+    holds_request_ = false;
+  }
+  if (holds_retry_) {
+    cluster_->release_retry();
+    holds_retry_ = false;
+  }
+  retrying_ = false;
+  route_timer_.cancel();
+  try_timer_.cancel();
+}
+
+void RouterStream::detach() {
+  release();
+  ds_ = nullptr;
+}
+
+void RouterStream::send_local_reply(unsigned status, std::string_view body, const http::HeaderList* extra,
+                                    bool direct) {
+  if (!ds_) return;
+  auto keep = shared_from_this();
+  local_reply_ = true;
+  response_started_ = response_complete_ = true;
+  release();
+  ds_->send_local_reply(status, body, extra, direct);
+}
+
+// ---- the response ----
+
+void RouterStream::upstream_head(http::ResponseHead& h, bool end_stream) {
+  if (response_started_ || !ds_) return;
+  auto keep = shared_from_this();
+  unsigned status = h.status;
+  auto& cs = cluster_->stats(w_.id());
+  if (status >= 500 && may_retry(Why::kStatus, status)) {
+    cs.upstream_rq_xx[4].inc();
+    cluster_->report_status(*host_, status, mono_ns());
+    // Abandon this answer (an HTTP/1.1 connection cannot be reused mid-response) and try again.
+    drop_upstream();
+    retry();
+    return;
+  }
+  int64_t now = mono_ns();
+  cluster_->report_status(*host_, status, now);
+  cs.upstream_rq_xx[status_class(status)].inc();
+  cs.upstream_rq_completed.inc();
+  response_started_ = true;
+  route_timer_.cancel();
+  try_timer_.cancel();
+  resp_keep_alive_ = h.keep_alive && !h.body_until_close;
+  apply_response_rules(decision_, *hcm_, h.headers);
+  h.headers.set("x-envoy-upstream-service-time", std::to_string((now - start_ns_) / 1000000));
+  ds_->encode_headers(h, end_stream);
+}
+
+void RouterStream::upstream_data(std::string_view d) {
+  // An abandoned answer (retried) still has body events in the parser's call: dropped.
+  if (!response_started_ || response_complete_ || !ds_) return;
+  auto keep = shared_from_this();
+  ds_->encode_data(d);
+}
+
+void RouterStream::upstream_end() {
+  if (!response_started_ || response_complete_ || !ds_) return;
+  auto keep = shared_from_this();
+  response_complete_ = true;
+  ds_->encode_end();
+}
+
+void RouterStream::upstream_response_complete() {
+  if (!h1up_ || !ds_) return;
+  auto keep = shared_from_this();
+  auto up = std::move(h1up_);
+  // The connection goes back to the pool when both sides kept it alive and the whole request went out.
+  if (up->reusable() && resp_keep_alive_ && request_ended_ && up->queued() == 0) w_.put_idle(std::move(up));
+  else up->close();
+  release_host();
+  finish_response();
+}
+
+void RouterStream::h2up_data(std::string_view d) {
+  upstream_unconsumed_ += d.size();
+  if (!response_started_ || response_complete_ || !ds_) {  // nobody will read these: the window back now
+    if (h2up_) h2up_->consume(h2up_id_, std::exchange(upstream_unconsumed_, 0));
+    return;
+  }
+  upstream_data(d);
+}
+
+void RouterStream::h2up_trailers(http::HeaderList& trailers) {
+  if (!response_started_ || response_complete_ || !ds_) return;
+  auto keep = shared_from_this();
+  ds_->encode_trailers(trailers);
+}
+
+void RouterStream::h2up_end() {
+  auto keep = shared_from_this();
+  upstream_end();
+  if (h2up_) {
+    // The upstream stream is done; bytes still queued for the client are
+    // consumed on its connection now, so its window does not shrink with
+    // this stream. The upstream may end its response before the request's
+    // body is all sent: a request still arriving is cancelled upstream; one
+    // that ended finishes sending on its own.
+    h2up_->consume(h2up_id_, std::exchange(upstream_unconsumed_, 0));
+    h2up_->abandon(h2up_id_, /*cancel=*/!request_ended_);
+    h2up_.reset();
+  }
+  release_host();
+  if (ds_) finish_response();
+}
+
+void RouterStream::finish_response() {
+  release();
+  ds_->response_done();
+}
+
+void RouterStream::pause_response() {
+  if (h1up_ && !resp_paused_) h1up_->pause_reading();
+  resp_paused_ = true;
+}
+
+void RouterStream::resume_response() {
+  if (!resp_paused_) return;
+  resp_paused_ = false;
+  if (h1up_) h1up_->resume_reading();
+}
+
+void RouterStream::response_sent(size_t n) {
+  if (!h2up_ || n == 0) return;
+  size_t k = std::min(n, upstream_unconsumed_);
+  upstream_unconsumed_ -= k;
+  h2up_->consume(h2up_id_, k);
+}
+
+// ---- timers: the route's timeout and per_try_timeout ----
+
+void RouterStream::arm_route_timer() {
+  if (local_reply_ || response_started_ || !ds_) return;
+  const auto& a = *decision_.route->cfg->route;
+  if (a.timeout.count() == 0) return;
+  route_timer_.expires_after(a.timeout);
+  route_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || !self->ds_ || self->response_started_) return;
+    self->on_route_timeout();
+  });
+}
+
+void RouterStream::on_route_timeout() {
+  cluster_->stats(w_.id()).upstream_rq_timeout.inc();
+  stats_->downstream_rq_timeout.inc();
+  if (host_) cluster_->report_status(*host_, 504, mono_ns());
+  drop_upstream();
+  send_local_reply(504, "upstream request timeout");
+}
+
+void RouterStream::arm_try_timer() {
+  if (response_started_) return;
+  const auto& a = *decision_.route->cfg->route;
+  if (!a.retry_policy || a.retry_policy->per_try_timeout.count() == 0) return;
+  try_timer_.expires_after(a.retry_policy->per_try_timeout);
+  try_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || !self->ds_ || self->response_started_ || self->retrying_) return;
+    self->cluster_->stats(self->w_.id()).upstream_rq_per_try_timeout.inc();
+    self->attempt_failed(Why::kPerTryTimeout, "upstream request timeout", 504);
+  });
+}
+
+}  // namespace dpukit::mesh
