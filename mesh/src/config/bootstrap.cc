@@ -762,7 +762,8 @@ void cross_check(Bootstrap& b) {
 }
 
 Bootstrap parse_root(const At& root) {
-  const Fields f = root.fields("envoy.config.bootstrap.v3.Bootstrap", {"node", "admin", "static_resources"});
+  const Fields f =
+      root.fields("envoy.config.bootstrap.v3.Bootstrap", {"node", "admin", "static_resources", "dynamic_resources"});
   Bootstrap b;
   if (f.has("node")) {
     const Fields node = f["node"].fields("envoy.config.core.v3.Node", {"id", "cluster"});
@@ -780,7 +781,9 @@ Bootstrap parse_root(const At& root) {
     if (sr.has("clusters"))
       for (const At& item : sr["clusters"].items()) b.clusters.push_back(parse_cluster(item));
   }
+  if (f.has("dynamic_resources")) b.dynamic_resources = parse_dynamic_resources(f["dynamic_resources"]);
   cross_check(b);
+  if (b.dynamic_resources) check_dynamic_resources(b);
   return b;
 }
 
@@ -839,6 +842,8 @@ Bootstrap parse_bootstrap(const std::string& yaml_text) {
   if (!root.IsDefined() || root.IsNull()) throw ConfigError("", "the configuration is empty");
   return parse_root(At(root, "", 0));
 }
+
+Bootstrap parse_bootstrap_node(const YAML::Node& root) { return parse_root(At(root, "", 0)); }
 
 Bootstrap load_bootstrap(const std::string& file_path) {
   std::ifstream in(file_path);

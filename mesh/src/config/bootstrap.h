@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/xds_config.h"
+
 namespace dpukit::mesh::config {
 
 // A fault in a configuration: `path` is where (dotted, with [i] for list
@@ -294,6 +296,7 @@ struct Bootstrap {
   std::vector<Listener> listeners;
   std::vector<Cluster> clusters;
   Admin admin;
+  std::optional<DynamicResources> dynamic_resources;  // xDS: ADS over gRPC (config/xds_config.h)
 };
 
 // Parses YAML text (a whole bootstrap). Throws ConfigError. Cross-checks too:

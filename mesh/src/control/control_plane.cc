@@ -10,6 +10,7 @@
 #include <boost/beast/http.hpp>
 
 #include <cstring>
+#include <future>
 #include <set>
 
 #include "dpukit/core/accounting.h"
@@ -143,7 +144,8 @@ class ControlPlane::Admin {
         res.body() = cp.stats_.prometheus(cp.host_views());
       } else if (path == "/config_dump") {
         res.set(bhttp::field::content_type, "application/json");
-        res.body() = config::to_json(cp.snapshot_->bootstrap).dump(2) + "\n";
+        nlohmann::json running = config::to_json(cp.snapshot_->bootstrap);
+        res.body() = (cp.xds_ ? cp.xds_->config_dump(running) : running).dump(2) + "\n";
       } else if (path == "/clusters") {
         std::string out;
         for (const auto& h : cp.host_views()) {
@@ -358,7 +360,13 @@ void ControlPlane::start(config::Bootstrap bootstrap) {
   install(snapshot);
   if (snapshot->bootstrap.admin.address) admin_ = std::make_unique<Admin>(*this, *snapshot->bootstrap.admin.address);
   file_mtime_ns_ = file_mtime_ns(options_.config_path);
+  if (snapshot->bootstrap.dynamic_resources) {
+    awaiting_xds_ = true;
+    xds_ = std::make_unique<xds::AdsClient>(YAML::LoadFile(options_.config_path), snapshot->bootstrap,
+                                            [this](config::Bootstrap b) { return apply_from_xds(std::move(b)); });
+  }
   start_services();
+  if (xds_) xds_->start();
 }
 
 // Health checks (and readiness once their first round is in), DNS refresh, the file watch.
@@ -371,11 +379,11 @@ void ControlPlane::start_services() {
       health_.push_back(std::make_shared<HealthChecker>(*this, c, hc));
       ++*pending;
     }
-  if (*pending == 0) ready_ = true;
+  if (*pending == 0 && !awaiting_xds_) ready_ = true;
   for (auto& h : health_) {
     // A host of a checked cluster is unhealthy until its first check passes (Envoy's warming).
     h->start([this, pending] {
-      if (--*pending == 0) ready_ = true;
+      if (--*pending == 0 && !awaiting_xds_) ready_ = true;
     });
   }
   bool any_dns = false;
@@ -433,8 +441,21 @@ void ControlPlane::watch_file() {
 }
 
 void ControlPlane::reload(const std::string& why) {
+  if (xds_) {
+    log_warn("mesh: reload (" + why + ") ignored: with dynamic_resources the bootstrap file is read at start only");
+    return;
+  }
+  std::string error;
   try {
-    auto bootstrap = config::load_bootstrap(options_.config_path);
+    error = apply(config::load_bootstrap(options_.config_path), why);
+  } catch (const std::exception& e) {  // ConfigError too
+    error = e.what();
+  }
+  if (!error.empty()) log_error("mesh: reload refused, keeping the running configuration: " + error);
+}
+
+std::string ControlPlane::apply(config::Bootstrap bootstrap, const std::string& why) {
+  try {
     auto listen = bind_listeners(bootstrap);
     // Sockets of addresses that are gone: each worker dups what it keeps when it takes an install, and
     // an install posted earlier may still name them, so ours close at the next reload, not now.
@@ -446,13 +467,24 @@ void ControlPlane::reload(const std::string& why) {
     auto snapshot = Snapshot::build(std::move(bootstrap), stats_, snapshot_.get(), ++version_, mono_ns());
     install(snapshot);
     dns_timer_.cancel();
+    awaiting_xds_ = false;
     start_services();
     log_info("mesh: configuration reloaded (" + why + "), version " + std::to_string(version_));
-  } catch (const config::ConfigError& e) {
-    log_error(std::string("mesh: reload refused, keeping the running configuration: ") + e.what());
+    return "";
   } catch (const std::exception& e) {
-    log_error(std::string("mesh: reload refused, keeping the running configuration: ") + e.what());
+    return e.what();
   }
+}
+
+std::string ControlPlane::apply_from_xds(config::Bootstrap bootstrap) {
+  auto done = std::make_shared<std::promise<std::string>>();
+  auto result = done->get_future();
+  auto b = std::make_shared<config::Bootstrap>(std::move(bootstrap));
+  asio::post(io_, [this, b, done] { done->set_value(apply(std::move(*b), "xDS")); });
+  // The control loop may be stopping (it then never runs the install): stop waiting too.
+  while (result.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready)
+    if (io_.stopped()) return "the proxy is stopping";
+  return result.get();
 }
 
 void ControlPlane::run() {
@@ -477,6 +509,7 @@ void ControlPlane::run() {
       log_error(std::string("mesh control plane: ") + e.what());
     }
   }
+  if (xds_) xds_->stop();
   for (auto& w : workers_) w->stop();
   for (auto& w : workers_) w->join();
 }

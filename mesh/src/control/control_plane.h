@@ -18,6 +18,7 @@
 #include "dataplane/worker.h"
 #include "dpukit/mesh.h"
 #include "stats.h"
+#include "xds/xds_client.h"
 
 namespace dpukit::mesh {
 
@@ -50,6 +51,11 @@ class ControlPlane {
   void install(std::shared_ptr<const Snapshot> snapshot);
   std::map<std::string, ListenSocket> bind_listeners(const config::Bootstrap& b);
   void reload(const std::string& why);
+  // Binds what is new and installs `bootstrap` (a reload, or a set from
+  // xDS); "" when it runs, otherwise why not (the running one stays).
+  std::string apply(config::Bootstrap bootstrap, const std::string& why);
+  // From the xDS thread: apply() on this thread, waited for.
+  std::string apply_from_xds(config::Bootstrap bootstrap);
   void watch_file();
   void resolve_dns(bool first);
   void start_services();
@@ -66,6 +72,8 @@ class ControlPlane {
   std::unique_ptr<Admin> admin_;
   std::vector<std::shared_ptr<HealthChecker>> health_;  // shared: probes in flight outlive a reload
   std::atomic<bool> ready_{false};
+  std::unique_ptr<xds::AdsClient> xds_;  // with dynamic_resources
+  bool awaiting_xds_ = false;            // not ready until the first xDS set is installed (Envoy's init)
   uint64_t version_ = 0;
   int64_t file_mtime_ns_ = 0;
   bool stopped_ = false;

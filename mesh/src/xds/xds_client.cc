@@ -1,0 +1,406 @@
+#include "xds/xds_client.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/channel_arguments.h>
+#include <grpcpp/support/sync_stream.h>
+
+#include <arpa/inet.h>
+
+#include <chrono>
+#include <ctime>
+#include <random>
+
+#include "dpukit/core/log.h"
+#include "xds/xds_messages.h"
+
+namespace dpukit::mesh::xds {
+namespace {
+
+using json = nlohmann::json;
+using config::kClusterType;
+using config::kEndpointType;
+using config::kListenerType;
+using config::kRouteType;
+
+constexpr const char* kAdsMethod = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
+constexpr const char* kRequest = "envoy.service.discovery.v3.DiscoveryRequest";
+constexpr const char* kResponse = "envoy.service.discovery.v3.DiscoveryResponse";
+constexpr int kGrpcInternal = 13;  // google.rpc.Code INTERNAL, as Envoy's NACKs carry
+
+// Envoy's defaults for the ADS stream's retry: 500 ms doubling to 30 s, jittered.
+constexpr std::chrono::milliseconds kBackoffBase{500};
+constexpr std::chrono::milliseconds kBackoffMax{30000};
+
+std::string now_rfc3339() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03lldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(ms));
+  return buf;
+}
+
+// The name a resource is known by: ClusterLoadAssignment's is cluster_name.
+std::string resource_name(const std::string& type, const json& resource) {
+  const json& name = resource.value(type == kEndpointType ? "cluster_name" : "name", json());
+  return name.is_string() ? name.get<std::string>() : "";
+}
+
+std::string short_type(const std::string& type) {
+  if (type == kListenerType) return "LDS";
+  if (type == kClusterType) return "CDS";
+  if (type == kRouteType) return "RDS";
+  if (type == kEndpointType) return "EDS";
+  return type;
+}
+
+grpc::ByteBuffer to_buffer(const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+std::string from_buffer(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  (void)buffer.Dump(&slices);
+  std::string out;
+  out.reserve(buffer.Length());
+  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
+
+}  // namespace
+
+std::string grpc_target(const config::Cluster& cluster) {
+  const config::Address& a = cluster.endpoints.at(0).address;
+  if (a.is_pipe()) return "unix:" + a.pipe_path;
+  unsigned char buf[16];
+  if (inet_pton(AF_INET, a.ip.c_str(), buf) == 1) return "ipv4:" + a.ip + ":" + std::to_string(a.port);
+  if (inet_pton(AF_INET6, a.ip.c_str(), buf) == 1) return "ipv6:[" + a.ip + "]:" + std::to_string(a.port);
+  return "dns:///" + a.ip + ":" + std::to_string(a.port);
+}
+
+AdsClient::AdsClient(YAML::Node base, const config::Bootstrap& bootstrap, Apply apply)
+    : base_(std::move(base)), node_(bootstrap.node), dynamic_(*bootstrap.dynamic_resources), apply_(std::move(apply)) {
+  for (const config::Cluster& c : bootstrap.clusters)
+    if (c.name == dynamic_.ads_cluster) target_ = grpc_target(c);
+  messages();  // the descriptor pool loads now: a broken build fails at start, not on the first response
+}
+
+AdsClient::~AdsClient() { stop(); }
+
+void AdsClient::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+void AdsClient::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    if (ctx_) static_cast<grpc::ClientContext*>(ctx_)->TryCancel();
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+json AdsClient::request(const std::string& type, const std::string& error) const {
+  const TypeState& st = types_.at(type);
+  json r = {{"node",
+             {{"id", node_.id},
+              {"cluster", node_.cluster},
+              {"user_agent_name", "dpukit-mesh"},
+              {"user_agent_version", DPUKIT_VERSION}}},
+            {"type_url", type},
+            {"version_info", st.version},
+            {"response_nonce", st.nonce},
+            {"resource_names", st.names}};
+  if (!error.empty()) r["error_detail"] = {{"code", kGrpcInternal}, {"message", error}};
+  return r;
+}
+
+std::vector<json> AdsClient::on_stream_start() {
+  // Clusters first: Envoy warms them before it takes listeners. On a later
+  // stream every subscription is renewed with the versions accepted, so an
+  // unchanged control plane has nothing to send.
+  if (dynamic_.cds) types_[std::string(kClusterType)].requested = true;
+  else if (dynamic_.lds) types_[std::string(kListenerType)].requested = true;
+  std::vector<json> out;
+  for (std::string_view type : {kClusterType, kEndpointType, kListenerType, kRouteType}) {
+    auto it = types_.find(std::string(type));
+    if (it == types_.end() || !it->second.requested) continue;
+    it->second.nonce.clear();
+    out.push_back(request(it->first));
+  }
+  return out;
+}
+
+std::vector<json> AdsClient::on_unreadable(const json& envelope, const std::string& why) {
+  const std::string type = envelope.value("type_url", "");
+  TypeState& st = types_[type];
+  st.nonce = envelope.value("nonce", "");
+  return {nack(type, envelope.value("version_info", ""), why)};
+}
+
+json AdsClient::nack(const std::string& type, const std::string& version, const std::string& why) {
+  ++nacks_;
+  log_warn("mesh xDS: " + short_type(type) + " version " + version + " rejected (NACK), keeping the last good: " + why);
+  return request(type, why);
+}
+
+std::vector<json> AdsClient::on_response(const json& response) {
+  const std::string type = response.value("type_url", "");
+  const std::string version = response.value("version_info", "");
+  TypeState& st = types_[type];
+  st.nonce = response.value("nonce", "");
+  std::vector<json> out;
+  const auto nack = [&](const std::string& why) {
+    out.push_back(this->nack(type, version, why));
+    return out;
+  };
+  if (type != kListenerType && type != kClusterType && type != kRouteType && type != kEndpointType)
+    return nack("type " + type + " is not supported by dpukit-mesh (LDS, CDS, RDS and EDS are)");
+
+  // The new set of this type (state of the world: it replaces the last).
+  std::map<std::string, json> set;
+  const json& resources = response.value("resources", json::array());
+  for (std::size_t i = 0; i < resources.size(); ++i) {
+    json resource = resources[i];
+    const std::string at = "resources[" + std::to_string(i) + "]";
+    if (resource.value("@type", "") != type)
+      return nack(at + ": a " + resource.value("@type", "resource without @type") + " in a " + type + " response");
+    resource.erase("@type");
+    const std::string name = resource_name(type, resource);
+    if (name.empty()) return nack(at + ": the resource has no name");
+    if (!set.emplace(name, std::move(resource)).second) return nack(at + ": duplicate resource name '" + name + "'");
+  }
+  config::XdsResources candidate = accepted_;
+  candidate.by_type[type] = set;
+
+  config::XdsAssembly assembly;
+  config::Bootstrap bootstrap;
+  try {
+    assembly = config::assemble_xds(base_, candidate);
+    bootstrap = config::parse_xds_assembly(assembly);
+  } catch (const config::ConfigError& e) {
+    return nack(e.what());
+  }
+  // Listeners wait for the clusters (and everything waits for what it names).
+  const bool have_all = (!dynamic_.cds || types_[std::string(kClusterType)].received || type == kClusterType) &&
+                        (!dynamic_.lds || types_[std::string(kListenerType)].received || type == kListenerType);
+  const bool apply = assembly.complete() && have_all;
+  // A control plane resends every type of a new snapshot; what is already
+  // running is not installed again.
+  const bool changed = apply && candidate.by_type != installed_.by_type;
+  if (changed) {
+    if (std::string error = apply_(std::move(bootstrap)); !error.empty()) return nack(error);
+    installed_ = candidate;
+  }
+
+  // Accepted.
+  ++acks_;
+  accepted_ = std::move(candidate);
+  st.version = version;
+  st.received = true;
+  {
+    std::lock_guard lock(mu_);
+    auto& records = records_[type];
+    std::map<std::string, ResourceRecord> next;
+    const std::string now = now_rfc3339();
+    for (const auto& [name, resource] : set) {
+      json with_type = resource;
+      with_type["@type"] = type;
+      auto it = records.find(name);
+      if (it != records.end() && it->second.resource == with_type) next.emplace(name, it->second);  // unchanged
+      else next.emplace(name, ResourceRecord{std::move(with_type), version, now});
+    }
+    records = std::move(next);
+    if (apply) {
+      active_ = records_;
+      for (const auto& [t, s] : types_)
+        if (s.received) active_versions_[t] = s.version;
+    }
+  }
+  log_info("mesh xDS: " + short_type(type) + " version " + version + " accepted (" + std::to_string(set.size()) +
+           " resources)" + (changed ? ", installed" : apply ? ", running already" : ", warming: waiting for what it names"));
+  out.push_back(request(type));
+
+  // Subscriptions follow what the resources name: the endpoints of EDS
+  // clusters, the route configurations of HCMs; listeners after clusters.
+  const auto follow = [&](std::string_view t, const std::set<std::string>& names) {
+    TypeState& ts = types_[std::string(t)];
+    if (names.empty() || (ts.requested && ts.names == names)) return;
+    ts.names = names;
+    ts.requested = true;
+    out.push_back(request(std::string(t)));
+  };
+  follow(kEndpointType, assembly.endpoint_names);
+  if (dynamic_.lds && !types_[std::string(kListenerType)].requested && (type == kClusterType || !dynamic_.cds)) {
+    types_[std::string(kListenerType)].requested = true;
+    out.push_back(request(std::string(kListenerType)));
+  }
+  follow(kRouteType, assembly.route_names);
+  return out;
+}
+
+void AdsClient::run() {
+  std::mt19937_64 rng(std::random_device{}());
+  auto backoff = kBackoffBase;
+  while (!stopping_) {
+    if (stream_once()) backoff = kBackoffBase;  // a stream that worked starts the backoff over
+    if (stopping_) break;
+    // Jittered: between half and one and a half times the step, so that many nodes do not come back at once.
+    std::uniform_real_distribution<double> jitter(0.5, 1.5);
+    const auto delay = std::chrono::milliseconds(static_cast<int64_t>(backoff.count() * jitter(rng)));
+    log_warn("mesh xDS: serving the last good configuration; reconnecting to " + target_ + " in " +
+             std::to_string(delay.count()) + " ms");
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, delay, [this] { return stopping_.load(); });
+    backoff = std::min(backoff * 2, kBackoffMax);
+  }
+}
+
+bool AdsClient::stream_once() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);  // a snapshot of many clusters is one message
+  auto channel = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args);
+  grpc::ClientContext ctx;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return false;
+    ctx_ = &ctx;
+  }
+  const grpc::internal::RpcMethod method(kAdsMethod, grpc::internal::RpcMethod::BIDI_STREAMING, channel);
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(channel.get(), method, &ctx));
+  const Messages& m = messages();
+  const auto send = [&](const std::vector<json>& requests) {
+    for (const json& r : requests)
+      if (!stream->Write(to_buffer(m.to_binary(kRequest, r)))) return false;
+    return true;
+  };
+  bool received = false;
+  bool open = send(on_stream_start());
+  grpc::ByteBuffer buffer;
+  while (open && stream->Read(&buffer)) {
+    if (!received) log_info("mesh xDS: ADS stream to " + target_ + " is up");
+    received = true;
+    const std::string bytes = from_buffer(buffer);
+    std::vector<json> requests;
+    try {
+      requests = on_response(m.to_json(kResponse, bytes));
+    } catch (const std::exception& e) {
+      // A resource that does not convert (a typed_config whose type is not in
+      // the descriptor set): NACK the response with protobuf's reason.
+      try {
+        requests = on_unreadable(m.to_json_without(kResponse, bytes, "resources"), e.what());
+      } catch (const std::exception& e2) {
+        log_warn(std::string("mesh xDS: a response that does not parse: ") + e2.what());
+        continue;
+      }
+    }
+    open = send(requests);
+  }
+  const grpc::Status status = stream->Finish();
+  {
+    std::lock_guard lock(mu_);
+    ctx_ = nullptr;
+  }
+  if (!stopping_)
+    log_warn("mesh xDS: ADS stream to " + target_ + " ended: " + std::to_string(status.error_code()) + " " +
+             status.error_message());
+  return received;
+}
+
+json AdsClient::config_dump(const json& running) const {
+  std::lock_guard lock(mu_);
+  const auto records = [&](std::string_view type) -> const std::map<std::string, ResourceRecord>& {
+    static const std::map<std::string, ResourceRecord> kNone;
+    auto it = active_.find(std::string(type));
+    return it == active_.end() ? kNone : it->second;
+  };
+  const auto warming = [&](std::string_view type) {
+    std::vector<const ResourceRecord*> out;
+    auto it = records_.find(std::string(type));
+    if (it == records_.end()) return out;
+    const auto& active = records(type);
+    for (const auto& [name, r] : it->second) {
+      auto a = active.find(name);
+      if (a == active.end() || a->second.version != r.version) out.push_back(&r);
+    }
+    return out;
+  };
+  const auto version = [&](std::string_view type) {
+    auto it = active_versions_.find(std::string(type));
+    return it == active_versions_.end() ? std::string() : it->second;
+  };
+  const auto dynamic_names = [&](std::string_view type) {
+    std::set<std::string> names;
+    for (const auto& [name, r] : records(type)) names.insert(name);
+    return names;
+  };
+
+  json bootstrap = {{"node", {{"id", node_.id}, {"cluster", node_.cluster}}}};
+  json ads_source = {{"ads", json::object()}, {"resource_api_version", "V3"}};
+  bootstrap["dynamic_resources"] = {
+      {"ads_config",
+       {{"api_type", "GRPC"},
+        {"transport_api_version", "V3"},
+        {"grpc_services", {{{"envoy_grpc", {{"cluster_name", dynamic_.ads_cluster}}}}}}}}};
+  if (dynamic_.lds) bootstrap["dynamic_resources"]["lds_config"] = ads_source;
+  if (dynamic_.cds) bootstrap["dynamic_resources"]["cds_config"] = ads_source;
+  if (running.contains("admin")) bootstrap["admin"] = running["admin"];
+
+  const std::set<std::string> dyn_clusters = dynamic_names(kClusterType), dyn_listeners = dynamic_names(kListenerType);
+  json clusters = {{"@type", "type.googleapis.com/envoy.admin.v3.ClustersConfigDump"},
+                   {"version_info", version(kClusterType)},
+                   {"static_clusters", json::array()},
+                   {"dynamic_active_clusters", json::array()},
+                   {"dynamic_warming_clusters", json::array()}};
+  for (const json& c : running["static_resources"]["clusters"])
+    if (!dyn_clusters.contains(c.value("name", ""))) clusters["static_clusters"].push_back({{"cluster", c}});
+  for (const auto& [name, r] : records(kClusterType))
+    clusters["dynamic_active_clusters"].push_back(
+        {{"version_info", r.version}, {"cluster", r.resource}, {"last_updated", r.last_updated}});
+  for (const ResourceRecord* r : warming(kClusterType))
+    clusters["dynamic_warming_clusters"].push_back(
+        {{"version_info", r->version}, {"cluster", r->resource}, {"last_updated", r->last_updated}});
+
+  json listeners = {{"@type", "type.googleapis.com/envoy.admin.v3.ListenersConfigDump"},
+                    {"version_info", version(kListenerType)},
+                    {"static_listeners", json::array()},
+                    {"dynamic_listeners", json::array()}};
+  for (const json& l : running["static_resources"]["listeners"])
+    if (!dyn_listeners.contains(l.value("name", ""))) listeners["static_listeners"].push_back({{"listener", l}});
+  std::map<std::string, json> dynamic_listeners;
+  for (const auto& [name, r] : records(kListenerType))
+    dynamic_listeners[name]["active_state"] = {
+        {"version_info", r.version}, {"listener", r.resource}, {"last_updated", r.last_updated}};
+  for (const ResourceRecord* r : warming(kListenerType))
+    dynamic_listeners[resource_name(std::string(kListenerType), r->resource)]["warming_state"] = {
+        {"version_info", r->version}, {"listener", r->resource}, {"last_updated", r->last_updated}};
+  for (auto& [name, l] : dynamic_listeners) {
+    l["name"] = name;
+    listeners["dynamic_listeners"].push_back(l);
+  }
+
+  json routes = {{"@type", "type.googleapis.com/envoy.admin.v3.RoutesConfigDump"}, {"dynamic_route_configs", json::array()}};
+  for (const auto& [name, r] : records(kRouteType))
+    routes["dynamic_route_configs"].push_back(
+        {{"version_info", r.version}, {"route_config", r.resource}, {"last_updated", r.last_updated}});
+  json endpoints = {{"@type", "type.googleapis.com/envoy.admin.v3.EndpointsConfigDump"},
+                    {"dynamic_endpoint_configs", json::array()}};
+  for (const auto& [name, r] : records(kEndpointType))
+    endpoints["dynamic_endpoint_configs"].push_back(
+        {{"version_info", r.version}, {"endpoint_config", r.resource}, {"last_updated", r.last_updated}});
+
+  return {{"configs",
+           {{{"@type", "type.googleapis.com/envoy.admin.v3.BootstrapConfigDump"}, {"bootstrap", bootstrap}},
+            clusters, listeners, routes, endpoints}}};
+}
+
+}  // namespace dpukit::mesh::xds

@@ -1,0 +1,250 @@
+// Configuration from xDS: dynamic_resources is read and what is not
+// implemented is refused by path; ADS resources (proto-JSON) assemble into a
+// bootstrap that the same parser checks, and a fault names the resource and
+// the path inside it.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "config/bootstrap.h"
+
+namespace dpukit::mesh::config {
+namespace {
+
+using json = nlohmann::json;
+
+// A node proxy configured by xDS: the ADS cluster (HTTP/2) and dynamic_resources.
+const std::string kXdsBootstrap = R"(
+node: {id: node-a, cluster: mesh}
+admin:
+  address: {socket_address: {address: 127.0.0.1, port_value: 9901}}
+dynamic_resources:
+  ads_config:
+    api_type: GRPC
+    transport_api_version: V3
+    grpc_services:
+    - envoy_grpc: {cluster_name: xds_cluster}
+  lds_config: {ads: {}, resource_api_version: V3}
+  cds_config: {ads: {}, resource_api_version: V3}
+static_resources:
+  clusters:
+  - name: xds_cluster
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config:
+          http2_protocol_options: {}
+    load_assignment:
+      cluster_name: xds_cluster
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: {address: 127.0.0.1, port_value: 18000}
+)";
+
+std::string edit(const std::string& from, const std::string& to, std::string text = kXdsBootstrap) {
+  const auto at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+std::string fault(const std::string& yaml) {
+  try {
+    parse_bootstrap(yaml);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ConfigXds, DynamicResourcesParse) {
+  const Bootstrap b = parse_bootstrap(kXdsBootstrap);
+  ASSERT_TRUE(b.dynamic_resources);
+  EXPECT_EQ(b.dynamic_resources->ads_cluster, "xds_cluster");
+  EXPECT_TRUE(b.dynamic_resources->lds);
+  EXPECT_TRUE(b.dynamic_resources->cds);
+  EXPECT_EQ(b.node.id, "node-a");
+  EXPECT_EQ(b.node.cluster, "mesh");
+}
+
+TEST(ConfigXds, RefusalsNameThePath) {
+  EXPECT_EQ(fault(edit("api_type: GRPC", "api_type: DELTA_GRPC")),
+            "dynamic_resources.ads_config.api_type (line 7): DELTA_GRPC is not supported by dpukit-mesh");
+  EXPECT_EQ(fault(edit("api_type: GRPC", "api_type: REST")),
+            "dynamic_resources.ads_config.api_type (line 7): REST is not supported by dpukit-mesh");
+  EXPECT_EQ(fault(edit("transport_api_version: V3", "transport_api_version: V2")),
+            "dynamic_resources.ads_config.transport_api_version (line 8): V2 is not supported by dpukit-mesh");
+  EXPECT_EQ(fault(edit("- envoy_grpc: {cluster_name: xds_cluster}", "- google_grpc: {target_uri: x, stat_prefix: x}")),
+            "dynamic_resources.ads_config.grpc_services[0].google_grpc (line 10): google_grpc is not supported by dpukit-mesh");
+  EXPECT_EQ(fault(edit("lds_config: {ads: {}, resource_api_version: V3}", "lds_config: {path: /etc/lds.yaml}")),
+            "dynamic_resources.lds_config.path (line 11): path is not supported by dpukit-mesh");
+  EXPECT_EQ(fault(edit("cds_config: {ads: {}, resource_api_version: V3}", "cds_config: {}")),
+            "dynamic_resources.cds_config (line 12): only ads: {} is supported by dpukit-mesh (every resource comes over the ADS "
+            "stream)");
+  EXPECT_EQ(fault(edit("cluster_name: xds_cluster}", "cluster_name: nowhere}")),
+            "dynamic_resources.ads_config.grpc_services[0].envoy_grpc.cluster_name: unknown cluster 'nowhere' (it must "
+            "be a static cluster)");
+  EXPECT_EQ(fault(edit("explicit_http_config:\n          http2_protocol_options: {}",
+                       "explicit_http_config:\n          http_protocol_options: {}")),
+            "dynamic_resources.ads_config.grpc_services[0].envoy_grpc.cluster_name: cluster 'xds_cluster' must speak "
+            "HTTP/2 (gRPC): give it typed_extension_protocol_options envoy.extensions.upstreams.http.v3."
+            "HttpProtocolOptions with explicit_http_config.http2_protocol_options");
+  EXPECT_EQ(fault(edit("node: {id: node-a, cluster: mesh}", "node: {cluster: mesh}")),
+            "node.id: required with dynamic_resources (a control plane tells nodes apart by it)");
+}
+
+const json kRouter = {{"name", "envoy.filters.http.router"},
+                      {"typed_config", {{"@type", "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}}};
+
+json listener(const std::string& name, int port, const json& hcm_routes) {
+  json hcm = {{"@type",
+               "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"},
+              {"stat_prefix", name},
+              {"http_filters", json::array({kRouter})}};
+  hcm.update(hcm_routes);
+  return {{"name", name},
+          {"address", {{"socket_address", {{"address", "127.0.0.1"}, {"port_value", port}}}}},
+          {"filter_chains",
+           {{{"filters", {{{"name", "envoy.filters.network.http_connection_manager"}, {"typed_config", hcm}}}}}}}};
+}
+
+json rds(const std::string& route) {
+  return {{"rds", {{"config_source", {{"ads", json::object()}, {"resource_api_version", "V3"}}}, {"route_config_name", route}}}};
+}
+
+json route_config(const std::string& name, const std::string& cluster) {
+  return {{"name", name},
+          {"virtual_hosts",
+           {{{"name", "all"}, {"domains", {"*"}}, {"routes", {{{"match", {{"prefix", "/"}}}, {"route", {{"cluster", cluster}}}}}}}}}};
+}
+
+json eds_cluster(const std::string& name) {
+  return {{"name", name},
+          {"type", "EDS"},
+          {"connect_timeout", "1s"},
+          {"eds_cluster_config", {{"eds_config", {{"ads", json::object()}, {"resource_api_version", "V3"}}}}}};
+}
+
+json load_assignment(const std::string& name, int port) {
+  return {{"cluster_name", name},
+          {"endpoints",
+           {{{"lb_endpoints",
+              {{{"endpoint", {{"address", {{"socket_address", {{"address", "127.0.0.1"}, {"port_value", port}}}}}}}}}}}}}};
+}
+
+XdsResources full_set() {
+  XdsResources r;
+  r.by_type[std::string(kListenerType)]["web"] = listener("web", 10000, rds("web-routes"));
+  r.by_type[std::string(kRouteType)]["web-routes"] = route_config("web-routes", "backend");
+  r.by_type[std::string(kClusterType)]["backend"] = eds_cluster("backend");
+  r.by_type[std::string(kEndpointType)]["backend"] = load_assignment("backend", 18080);
+  return r;
+}
+
+std::string xds_fault(const XdsResources& r) {
+  try {
+    parse_xds_assembly(assemble_xds(YAML::Load(kXdsBootstrap), r));
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ConfigXds, ResourcesAssembleIntoTheBootstrap) {
+  const XdsAssembly a = assemble_xds(YAML::Load(kXdsBootstrap), full_set());
+  EXPECT_TRUE(a.complete());
+  EXPECT_EQ(a.endpoint_names, std::set<std::string>{"backend"});
+  EXPECT_EQ(a.route_names, std::set<std::string>{"web-routes"});
+  const Bootstrap b = parse_xds_assembly(a);
+  ASSERT_EQ(b.listeners.size(), 1u);
+  EXPECT_EQ(b.listeners[0].name, "web");
+  EXPECT_EQ(b.listeners[0].address.port, 10000);
+  // RDS inlined where the HCM names it.
+  const json rc = to_json(b)["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["route_config"];
+  EXPECT_EQ(rc["name"], "web-routes");
+  ASSERT_EQ(rc["virtual_hosts"].size(), 1u);
+  EXPECT_EQ(rc["virtual_hosts"][0]["routes"][0]["route"]["cluster"], "backend");
+  // EDS as the cluster's load_assignment; the static ADS cluster stays.
+  ASSERT_EQ(b.clusters.size(), 2u);
+  EXPECT_EQ(b.clusters[0].name, "xds_cluster");
+  EXPECT_EQ(b.clusters[1].name, "backend");
+  EXPECT_EQ(b.clusters[1].connect_timeout, std::chrono::milliseconds(1000));
+  ASSERT_EQ(b.clusters[1].endpoints.size(), 1u);
+  EXPECT_EQ(b.clusters[1].endpoints[0].address.port, 18080);
+}
+
+TEST(ConfigXds, WhatIsNamedButNotDeliveredIsWaitedFor) {
+  XdsResources r = full_set();
+  r.by_type[std::string(kEndpointType)].clear();
+  r.by_type[std::string(kRouteType)].clear();
+  XdsAssembly a = assemble_xds(YAML::Load(kXdsBootstrap), r);
+  EXPECT_FALSE(a.complete());
+  EXPECT_EQ(a.missing_endpoints, std::set<std::string>{"backend"});
+  EXPECT_EQ(a.missing_routes, std::set<std::string>{"web-routes"});
+  EXPECT_NO_THROW(parse_xds_assembly(a));  // the stand-ins parse: nothing is wrong yet
+  // A route to a cluster CDS has not delivered: the listener waits (Envoy warms clusters first).
+  r = full_set();
+  r.by_type[std::string(kRouteType)]["web-routes"] = route_config("web-routes", "later");
+  a = assemble_xds(YAML::Load(kXdsBootstrap), r);
+  EXPECT_EQ(a.missing_clusters, std::set<std::string>{"later"});
+  EXPECT_FALSE(a.complete());
+  EXPECT_NO_THROW(parse_xds_assembly(a));
+}
+
+TEST(ConfigXds, FaultsNameTheResourceAndThePath) {
+  XdsResources r = full_set();
+  r.by_type[std::string(kRouteType)]["web-routes"]["virtual_hosts"][0]["routes"][0]["match"] = {
+      {"safe_regex", {{"regex", "(unclosed"}}}};
+  const std::string regex = xds_fault(r);
+  EXPECT_TRUE(regex.starts_with(
+      "RouteConfiguration 'web-routes': virtual_hosts[0].routes[0].match.safe_regex.regex: invalid regex '(unclosed'"))
+      << regex;
+
+  r = full_set();
+  r.by_type[std::string(kClusterType)]["backend"]["lb_policy"] = "MAGLEV";
+  EXPECT_EQ(xds_fault(r), "Cluster 'backend': lb_policy: MAGLEV is not supported by dpukit-mesh");
+
+  r = full_set();
+  r.by_type[std::string(kEndpointType)]["backend"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
+           ["socket_address"]["port_value"] = 0;
+  EXPECT_EQ(xds_fault(r),
+            "ClusterLoadAssignment 'backend': endpoints[0].lb_endpoints[0].endpoint.address.socket_address.port_value: "
+            "must be between 1 and 65535, got 0");
+
+  r = full_set();
+  r.by_type[std::string(kListenerType)]["web"]["per_connection_buffer_limit_byte"] = 5;
+  EXPECT_EQ(xds_fault(r), "Listener 'web': per_connection_buffer_limit_byte: unknown field");
+
+  r = full_set();
+  r.by_type[std::string(kListenerType)]["web"]["filter_chains"][0]["filters"][0]["typed_config"]["rds"]["config_source"] = {
+      {"path", "/etc/rds.yaml"}};
+  EXPECT_EQ(xds_fault(r),
+            "Listener 'web': filter_chains[0].filters[0].typed_config.rds.config_source.path: path is not supported by "
+            "dpukit-mesh");
+
+  r = full_set();
+  r.by_type[std::string(kListenerType)]["other"] = listener("other", 10000, rds("web-routes"));
+  EXPECT_EQ(xds_fault(r), "Listener 'web': address: duplicate address '127.0.0.1:10000': listeners[0] is there already");
+
+  r = full_set();
+  r.by_type[std::string(kClusterType)]["xds_cluster"] = eds_cluster("xds_cluster");
+  EXPECT_EQ(xds_fault(r), "Cluster 'xds_cluster': name: duplicate cluster name 'xds_cluster'");
+}
+
+TEST(ConfigXds, ProtoJsonStringsStayStrings) {
+  // A name that looks like a number is a string in proto-JSON; so it stays.
+  XdsResources r = full_set();
+  r.by_type[std::string(kClusterType)]["backend"]["name"] = "8080";
+  r.by_type[std::string(kClusterType)]["8080"] = r.by_type[std::string(kClusterType)]["backend"];
+  r.by_type[std::string(kClusterType)].erase("backend");
+  r.by_type[std::string(kClusterType)]["8080"]["eds_cluster_config"]["service_name"] = "backend";
+  r.by_type[std::string(kRouteType)]["web-routes"] = route_config("web-routes", "8080");
+  const Bootstrap b = parse_xds_assembly(assemble_xds(YAML::Load(kXdsBootstrap), r));
+  EXPECT_EQ(b.clusters[1].name, "8080");
+  EXPECT_EQ(b.clusters[1].endpoints.size(), 1u);
+}
+
+}  // namespace
+}  // namespace dpukit::mesh::config

@@ -1,0 +1,270 @@
+// The xDS client without a network: the descriptor pool (Envoy's messages
+// from the pinned go-control-plane module) loads, resources packed in Any
+// come out as proto-JSON, and an ADS exchange — every message through
+// protobuf's binary form — ACKs with version and nonce, warms clusters before
+// listeners, installs once everything named has arrived, and NACKs a bad
+// resource with the parser's path while the last good set stays.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "config/bootstrap.h"
+#include "xds/xds_client.h"
+#include "xds/xds_messages.h"
+
+namespace dpukit::mesh::xds {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kRequest = "envoy.service.discovery.v3.DiscoveryRequest";
+constexpr const char* kResponse = "envoy.service.discovery.v3.DiscoveryResponse";
+
+const std::string kBootstrap = R"(
+node: {id: node-a, cluster: mesh}
+dynamic_resources:
+  ads_config:
+    api_type: GRPC
+    transport_api_version: V3
+    grpc_services:
+    - envoy_grpc: {cluster_name: xds_cluster}
+  lds_config: {ads: {}}
+  cds_config: {ads: {}}
+static_resources:
+  clusters:
+  - name: xds_cluster
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config:
+          http2_protocol_options: {}
+    load_assignment:
+      cluster_name: xds_cluster
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address: {address: 127.0.0.1, port_value: 18000}
+)";
+
+TEST(MeshXds, DescriptorPoolHasEveryMessageTheClientReads) {
+  const Messages& m = messages();
+  EXPECT_GT(m.file_count(), 50u);
+  for (const char* type :
+       {kRequest, kResponse, "google.rpc.Status", "envoy.config.listener.v3.Listener", "envoy.config.cluster.v3.Cluster",
+        "envoy.config.route.v3.RouteConfiguration", "envoy.config.endpoint.v3.ClusterLoadAssignment",
+        "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy", "envoy.extensions.filters.http.router.v3.Router",
+        "envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
+        "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+        "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+        "envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector",
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"})
+    EXPECT_TRUE(m.has_message(type)) << type;
+  // The well-known types are libprotobuf's own (Go's copies do not replace them).
+  EXPECT_TRUE(m.has_message("google.protobuf.Duration"));
+}
+
+const json kRouter = {{"name", "envoy.filters.http.router"},
+                      {"typed_config", {{"@type", "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}}};
+
+json listener() {
+  const json hcm = {
+      {"@type", "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"},
+      {"stat_prefix", "web"},
+      {"rds", {{"config_source", {{"ads", json::object()}}}, {"route_config_name", "web-routes"}}},
+      {"http_filters", json::array({kRouter})}};
+  const json filter = {{"name", "envoy.filters.network.http_connection_manager"}, {"typed_config", hcm}};
+  return {{"@type", "type.googleapis.com/envoy.config.listener.v3.Listener"},
+          {"name", "web"},
+          {"address", {{"socket_address", {{"address", "127.0.0.1"}, {"port_value", 10000}}}}},
+          {"filter_chains", json::array({{{"filters", json::array({filter})}}})}};
+}
+
+json route_config(const std::string& regex_or_prefix, bool regex = false) {
+  json match = regex ? json{{"safe_regex", {{"regex", regex_or_prefix}}}} : json{{"prefix", regex_or_prefix}};
+  return {{"@type", "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"},
+          {"name", "web-routes"},
+          {"virtual_hosts",
+           {{{"name", "all"}, {"domains", {"*"}}, {"routes", {{{"match", match}, {"route", {{"cluster", "backend"}}}}}}}}}};
+}
+
+json cluster() {
+  return {{"@type", "type.googleapis.com/envoy.config.cluster.v3.Cluster"},
+          {"name", "backend"},
+          {"type", "EDS"},
+          {"connect_timeout", "0.250s"},
+          {"eds_cluster_config", {{"eds_config", {{"ads", json::object()}}}}}};
+}
+
+json load_assignment(int port) {
+  return {{"@type", "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"},
+          {"cluster_name", "backend"},
+          {"endpoints",
+           {{{"lb_endpoints",
+              {{{"endpoint", {{"address", {{"socket_address", {{"address", "127.0.0.1"}, {"port_value", port}}}}}}}}}}}}}};
+}
+
+// A DiscoveryResponse as a control plane sends it: encoded by protobuf, then
+// read back as the client reads it.
+json response(std::string_view type, const std::string& version, const std::string& nonce, const json& resources) {
+  const json r = {{"version_info", version}, {"type_url", type}, {"nonce", nonce}, {"resources", resources}};
+  return messages().to_json(kResponse, messages().to_binary(kResponse, r));
+}
+
+// What the client sends, through protobuf's binary form (it must encode).
+std::vector<json> sent(const std::vector<json>& requests) {
+  std::vector<json> out;
+  for (const json& r : requests) out.push_back(messages().to_json(kRequest, messages().to_binary(kRequest, r)));
+  return out;
+}
+
+TEST(MeshXds, AnyResourcesComeOutAsProtoJson) {
+  const json r = response(config::kListenerType, "1", "n1", {listener()});
+  ASSERT_EQ(r["resources"].size(), 1u);
+  const json& l = r["resources"][0];
+  EXPECT_EQ(l["@type"], "type.googleapis.com/envoy.config.listener.v3.Listener");
+  // Envoy's snake_case names (not proto-JSON's lowerCamelCase), the nested Any resolved.
+  EXPECT_EQ(l["address"]["socket_address"]["port_value"], 10000);
+  EXPECT_EQ(l["filter_chains"][0]["filters"][0]["typed_config"]["rds"]["route_config_name"], "web-routes");
+  EXPECT_EQ(l, listener());
+  // A field the message does not have is protobuf's error, not a silent drop.
+  json bad = listener();
+  bad["nmae"] = "x";
+  EXPECT_THROW(messages().to_binary(kResponse, {{"resources", {bad}}}), std::runtime_error);
+}
+
+struct Exchange {
+  std::vector<config::Bootstrap> installed;
+  std::string install_error;  // what apply answers
+  config::Bootstrap bootstrap = config::parse_bootstrap(kBootstrap);
+  AdsClient client{YAML::Load(kBootstrap), bootstrap, [this](config::Bootstrap b) {
+                     if (!install_error.empty()) return install_error;
+                     installed.push_back(std::move(b));
+                     return std::string();
+                   }};
+};
+
+// type_url of each request, with its version and nonce.
+std::vector<std::string> summary(const std::vector<json>& requests) {
+  std::vector<std::string> out;
+  for (const json& r : requests) {
+    std::string s = r.value("type_url", "");
+    s = s.substr(s.rfind('.') + 1) + " v=" + r.value("version_info", "") + " n=" + r.value("response_nonce", "");
+    if (r.contains("resource_names")) s += " " + r["resource_names"].dump();
+    if (r.contains("error_detail")) s += " NACK";
+    out.push_back(s);
+  }
+  return out;
+}
+
+TEST(MeshXds, AckWarmInstallNack) {
+  Exchange x;
+  // The stream opens with CDS alone (clusters warm first), with the node.
+  const std::vector<json> open = sent(x.client.on_stream_start());
+  ASSERT_EQ(summary(open), std::vector<std::string>{"Cluster v= n="});
+  EXPECT_EQ(open[0]["node"]["id"], "node-a");
+  EXPECT_EQ(open[0]["node"]["cluster"], "mesh");
+
+  // CDS: ACKed; EDS subscribed for the EDS cluster; then LDS.
+  EXPECT_EQ(summary(sent(x.client.on_response(response(config::kClusterType, "1", "c1", {cluster()})))),
+            (std::vector<std::string>{"Cluster v=1 n=c1", "ClusterLoadAssignment v= n= [\"backend\"]",
+                                      "Listener v= n="}));
+  EXPECT_EQ(summary(sent(x.client.on_response(response(config::kEndpointType, "1", "e1", {load_assignment(18080)})))),
+            std::vector<std::string>{"ClusterLoadAssignment v=1 n=e1 [\"backend\"]"});
+  EXPECT_TRUE(x.installed.empty());  // no listeners yet
+  // LDS names a route configuration: RDS subscribed, nothing installed until it arrives.
+  EXPECT_EQ(summary(sent(x.client.on_response(response(config::kListenerType, "1", "l1", {listener()})))),
+            (std::vector<std::string>{"Listener v=1 n=l1", "RouteConfiguration v= n= [\"web-routes\"]"}));
+  EXPECT_TRUE(x.installed.empty());
+  EXPECT_EQ(summary(sent(x.client.on_response(response(config::kRouteType, "1", "r1", {route_config("/")})))),
+            std::vector<std::string>{"RouteConfiguration v=1 n=r1 [\"web-routes\"]"});
+  ASSERT_EQ(x.installed.size(), 1u);
+  const config::Bootstrap& b = x.installed[0];
+  ASSERT_EQ(b.listeners.size(), 1u);
+  EXPECT_EQ(b.listeners[0].name, "web");
+  ASSERT_EQ(b.clusters.size(), 2u);
+  EXPECT_EQ(b.clusters[1].endpoints.at(0).address.port, 18080);
+  EXPECT_EQ(x.client.acks(), 4u);
+
+  // A bad route: NACK with the path of the fault, the version stays 1, nothing installed.
+  const std::vector<json> nack =
+      sent(x.client.on_response(response(config::kRouteType, "2", "r2", {route_config("(unclosed", true)})));
+  ASSERT_EQ(summary(nack), std::vector<std::string>{"RouteConfiguration v=1 n=r2 [\"web-routes\"] NACK"});
+  EXPECT_EQ(nack[0]["error_detail"]["code"], 13);
+  const std::string message = nack[0]["error_detail"]["message"];
+  EXPECT_TRUE(message.starts_with(
+      "RouteConfiguration 'web-routes': virtual_hosts[0].routes[0].match.safe_regex.regex: invalid regex '(unclosed'"))
+      << message;
+  EXPECT_EQ(x.installed.size(), 1u);
+  EXPECT_EQ(x.client.nacks(), 1u);
+
+  // The last good set stays: new endpoints install with the old, good routes.
+  EXPECT_EQ(summary(sent(x.client.on_response(response(config::kEndpointType, "3", "e3", {load_assignment(18081)})))),
+            std::vector<std::string>{"ClusterLoadAssignment v=3 n=e3 [\"backend\"]"});
+  ASSERT_EQ(x.installed.size(), 2u);
+  EXPECT_EQ(x.installed[1].clusters[1].endpoints.at(0).address.port, 18081);
+  EXPECT_EQ(config::to_json(x.installed[1])["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+                                           ["typed_config"]["route_config"]["virtual_hosts"][0]["routes"][0]["match"]["prefix"],
+            "/");
+
+  // The same set again (a control plane resends every type of a snapshot): ACKed, not installed again.
+  x.client.on_response(response(config::kEndpointType, "4", "e4", {load_assignment(18081)}));
+  EXPECT_EQ(x.installed.size(), 2u);
+
+  // A set that cannot be installed (the address is taken): NACKed with why.
+  x.install_error = "cannot listen at 127.0.0.1:10000: Address already in use";
+  const std::vector<json> refused =
+      sent(x.client.on_response(response(config::kEndpointType, "5", "e5", {load_assignment(18082)})));
+  ASSERT_EQ(summary(refused), std::vector<std::string>{"ClusterLoadAssignment v=4 n=e5 [\"backend\"] NACK"});
+  EXPECT_EQ(refused[0]["error_detail"]["message"], x.install_error);
+}
+
+TEST(MeshXds, ConfigDumpShowsDynamicResourcesWithVersions) {
+  Exchange x;
+  x.client.on_stream_start();
+  x.client.on_response(response(config::kClusterType, "7", "c", {cluster()}));
+  x.client.on_response(response(config::kEndpointType, "7", "e", {load_assignment(18080)}));
+  x.client.on_response(response(config::kListenerType, "7", "l", {listener()}));
+  x.client.on_response(response(config::kRouteType, "7", "r", {route_config("/")}));
+  ASSERT_EQ(x.installed.size(), 1u);
+  const json dump = x.client.config_dump(config::to_json(x.installed[0]));
+  const json& configs = dump["configs"];
+  ASSERT_EQ(configs.size(), 5u);
+  EXPECT_EQ(configs[0]["bootstrap"]["dynamic_resources"]["ads_config"]["grpc_services"][0]["envoy_grpc"]["cluster_name"],
+            "xds_cluster");
+  EXPECT_EQ(configs[1]["@type"], "type.googleapis.com/envoy.admin.v3.ClustersConfigDump");
+  EXPECT_EQ(configs[1]["version_info"], "7");
+  ASSERT_EQ(configs[1]["static_clusters"].size(), 1u);
+  EXPECT_EQ(configs[1]["static_clusters"][0]["cluster"]["name"], "xds_cluster");
+  ASSERT_EQ(configs[1]["dynamic_active_clusters"].size(), 1u);
+  EXPECT_EQ(configs[1]["dynamic_active_clusters"][0]["version_info"], "7");
+  EXPECT_EQ(configs[1]["dynamic_active_clusters"][0]["cluster"], cluster());
+  EXPECT_FALSE(configs[1]["dynamic_active_clusters"][0]["last_updated"].get<std::string>().empty());
+  ASSERT_EQ(configs[2]["dynamic_listeners"].size(), 1u);
+  EXPECT_EQ(configs[2]["dynamic_listeners"][0]["name"], "web");
+  EXPECT_EQ(configs[2]["dynamic_listeners"][0]["active_state"]["version_info"], "7");
+  EXPECT_EQ(configs[2]["static_listeners"].size(), 0u);
+  EXPECT_EQ(configs[3]["dynamic_route_configs"][0]["route_config"]["name"], "web-routes");
+  EXPECT_EQ(configs[4]["dynamic_endpoint_configs"][0]["endpoint_config"]["cluster_name"], "backend");
+}
+
+TEST(MeshXds, GrpcTargets) {
+  config::Cluster c;
+  c.endpoints.push_back({});
+  c.endpoints[0].address.ip = "127.0.0.1";
+  c.endpoints[0].address.port = 18000;
+  EXPECT_EQ(grpc_target(c), "ipv4:127.0.0.1:18000");
+  c.endpoints[0].address.ip = "::1";
+  EXPECT_EQ(grpc_target(c), "ipv6:[::1]:18000");
+  c.endpoints[0].address.ip = "istiod.istio-system.svc";
+  c.endpoints[0].address.port = 15010;
+  EXPECT_EQ(grpc_target(c), "dns:///istiod.istio-system.svc:15010");
+  c.endpoints[0].address = {};
+  c.endpoints[0].address.pipe_path = "/run/xds.sock";
+  EXPECT_EQ(grpc_target(c), "unix:/run/xds.sock");
+}
+
+}  // namespace
+}  // namespace dpukit::mesh::xds
