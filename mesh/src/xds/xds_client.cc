@@ -178,6 +178,18 @@ std::vector<json> AdsClient::on_response(const json& response) {
     if (name.empty()) return nack(at + ": the resource has no name");
     if (!set.emplace(name, std::move(resource)).second) return nack(at + ": duplicate resource name '" + name + "'");
   }
+  // A control plane resends every type of a new snapshot: a set equal to the
+  // one accepted changes nothing (no assembly, no parse, no install).
+  if (st.received && set == accepted_.of(type)) {
+    ++acks_;
+    st.version = version;
+    {
+      std::lock_guard lock(mu_);
+      if (active_versions_.contains(type)) active_versions_[type] = version;
+    }
+    out.push_back(request(type));
+    return out;
+  }
   config::XdsResources candidate = accepted_;
   candidate.by_type[type] = set;
 
