@@ -24,7 +24,7 @@ from dpukit.report import Section
 
 # Modules whose import registers experiments, in report order.
 MODULES = ["dpukit.experiments.core", "dpukit.experiments.measure", "dpukit.experiments.kv", "dpukit.experiments.mesh",
-           "dpukit.experiments.bench"]
+           "dpukit.experiments.mesh_tls", "dpukit.experiments.mesh_xds", "dpukit.experiments.bench"]
 
 
 @dataclass(frozen=True)

@@ -506,9 +506,24 @@ def handshake_server(kind: str, name: str, place: str) -> Callable[[Chain], None
     return start
 
 
+def openssl_s_server(chain: Chain) -> None:
+    """OpenSSL's own test server on the dpu CPU, with the same certificate
+    and the client's certificate required: what a handshake costs in the
+    OpenSSL 3 that dpukit-mesh links, without a proxy around it."""
+    certs, _, _ = chain_certs(chain)
+    port = free_port()
+    proc = chain.group.start(["openssl", "s_server", "-quiet", "-accept", str(port), "-cert", certs.backend.cert,
+                              "-key", certs.backend.key, "-CAfile", certs.ca.cert, "-Verify", "1"],
+                             name="openssl-s_server", cpus=DPU_CPU, place="dpu")
+    proc.wait_port(port)
+    chain.entry_port = port
+
+
 HANDSHAKE_TOPOLOGIES = (
-    Topology("envoy", "one Envoy mTLS listener (a sidecar's inbound side)", handshake_server("envoy", "envoy", "host")),
-    Topology("node-proxy", "one dpukit-mesh mTLS listener", handshake_server("mesh", "node-proxy", "dpu")),
+    Topology("envoy", "one Envoy mTLS listener (a sidecar's inbound side; BoringSSL)",
+             handshake_server("envoy", "envoy", "host")),
+    Topology("node-proxy", "one dpukit-mesh mTLS listener (OpenSSL 3)", handshake_server("mesh", "node-proxy", "dpu")),
+    Topology("openssl-s_server", "`openssl s_server -Verify 1`: the library alone, for reference", openssl_s_server),
 )
 
 # (what, openssl s_time mode, its extra options)
@@ -616,7 +631,9 @@ def tls(ctx: Context) -> Section:
         "CPU per handshake, and handshakes per proxy CPU-second is the rate one dpu CPU would sustain. For the node "
         "proxy that CPU is the dpu's; for Envoy it is the host's (a sidecar runs in the pod). Resumption is measured "
         "with TLS 1.2 tickets: `s_time -reuse` never reads, so it never receives a TLS 1.3 ticket (a TLS 1.3 "
-        "resumption is shown by the tests, with `openssl s_client -sess_in`).")
+        "resumption is shown by the tests, with `openssl s_client -sess_in`). `openssl-s_server` is OpenSSL's own "
+        "test server with the same certificates, on the same CPU: the cost of a handshake in the library dpukit-mesh "
+        "links (Envoy links BoringSSL).")
 
     # 2. Bulk.
     streams = (1, 4) if ctx.quick else (1, 4, 16)
@@ -663,7 +680,14 @@ def tls(ctx: Context) -> Section:
                 f"{g[3]}: {_met(g[3], GOAL_HOST_CPU, False)}"] for g in goals],
               caption="The issue's goals as paired ratios: each round's node-proxy pair against the same round's "
                       "mTLS sidecar pair (median, range)")
-    sec.paragraph(f"Added p99 is a topology's p99 at {FIXED_QPS} qps minus the same round's direct p99.")
+    busy = {name: fmt_mr([100 * _proxy_cpu_s(r, PAIRS[name][1:3]) / (r["wall_ns"] / 1e9) for r in runs[name][0]])
+            for name in PAIRS}
+    sec.paragraph(f"Added p99 is a topology's p99 at {FIXED_QPS} qps minus the same round's direct p99. At the "
+                  "maximum rate the two proxies together kept the dpu CPU busy "
+                  + ", ".join(f"{busy[n]} % (`{n}`)" for n in PAIRS)
+                  + ". Below 100 %, the rate is not bound by the proxies' CPU time alone: each request crosses two "
+                    "proxies that share the one CPU and wakes each in turn, and any other program on that CPU "
+                    "delays them.")
     names = [t.name for t in tops]
     path, rel = ctx.plot_path("request-path")
     bars_plot(path, [
