@@ -32,6 +32,7 @@ from dpukit.errors import DpukitError
 from dpukit.experiments import Context, experiment
 from dpukit.experiments.mesh import (DPU_CPU, HOST_CPU, LOOPBACK, TOOL, Chain, envoy_path, fmt_mr, go_tool_path,
                                      machine, start_service)
+from dpukit.machine_load import background_busy
 from dpukit.paths import tool_path
 from dpukit.procs import Group, Proc, free_port, http_get
 from dpukit.report import Section
@@ -436,6 +437,7 @@ def xds_updates(ctx: Context) -> Section:
     sizes = (10, 100) if ctx.quick else (100, 1000)
     rounds = 2 if ctx.quick else 3
     updates, cpu_updates = (5, 20) if ctx.quick else (10, 30)
+    busy = background_busy()
     work = Path(tempfile.mkdtemp(prefix="dpukit-mesh-xds-"))
     results: dict[tuple[int, str], list[dict[str, Any]]] = {}
     steps, step = len(sizes) * rounds * len(KINDS), 0
@@ -475,11 +477,12 @@ def xds_updates(ctx: Context) -> Section:
                     proxies[kind].proc.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return xds_section(sizes, rounds, updates, cpu_updates, results)
+    return xds_section(sizes, rounds, updates, cpu_updates, results, (busy, background_busy()))
 
 
 def xds_section(sizes: Sequence[int], rounds: int, updates: int, cpu_updates: int,
-                results: dict[tuple[int, str], list[dict[str, Any]]]) -> Section:
+                results: dict[tuple[int, str], list[dict[str, Any]]],
+                busy: tuple[float | None, float | None]) -> Section:
     sec = Section("mesh.xds: configuration from an xDS control plane")
     sec.paragraph(
         "One `dpukit-xds-server` (go-control-plane v0.14 snapshot cache, ADS, state of the world) drives "
@@ -494,6 +497,10 @@ def xds_section(sizes: Sequence[int], rounds: int, updates: int, cpu_updates: in
         + (f"{rounds} paired, interleaved rounds of {updates} timed updates per proxy (the order swapped every round); "
            "a round's first-request figure is the median of its updates; cells give the median over the rounds "
            "with their range."))
+    if all(b is not None for b in busy):
+        sec.paragraph(f"Other work on the machine (all CPUs, from /proc/stat over 0.5 s while nothing of ours ran): "
+                      f"{100 * busy[0]:.0f} % before, {100 * busy[1]:.0f} % after; both proxies share it alike "
+                      "(paired rounds).")
     rows, ratio_rows = [], []
     for size in sizes:
         for kind in KINDS:
