@@ -14,6 +14,7 @@ import json
 import os
 import random
 import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -317,6 +318,9 @@ def test_updates_under_load_match_envoy(pair: Pair):
     assert {c for p in plans for c in p.present} == set(FLEX)
     assert any(p.side for p in plans) and any(not p.side for p in plans)
     assert len({(p.load, p.service_of[p.load]) for p in plans}) > 4  # /load moved between clusters and services
+    for kind in KINDS:  # node.id and node.cluster sent; every type on one ADS stream
+        node = pair.xds.status()[pair.proxy(kind).node]
+        assert node["cluster"] == "dpukit" and node["streams_open"] == 1, node
     for kind, f in got.items():
         assert f["requests"] > 100, (kind, f)
         assert f["errors"] == 0 and f["non_2xx"] == 0, (kind, f["ret_codes"])
@@ -359,18 +363,46 @@ def test_invalid_snapshot_is_nacked_and_last_good_config_served(pair: Pair, kind
 # -- the control plane gone and back ----------------------------------------------------------------
 
 
+def dials(port: int, seconds: float) -> list[float]:
+    """Listen on ``port`` for ``seconds`` in place of the control plane,
+    closing every connection at once; when each came (seconds from the start)."""
+    at: list[float] = []
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+        s.listen(64)
+        s.settimeout(0.05)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            try:
+                conn, _ = s.accept()
+            except TimeoutError:
+                continue
+            at.append(time.monotonic() - t0)
+            conn.close()
+    return at
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_control_plane_gone_then_back(pair: Pair, kind: str):
-    """The server killed: the proxy serves its last good configuration;
-    restarted on the same port: the proxy reconnects (with backoff) and takes
-    the next snapshot."""
+    """The server killed: the proxy serves its last good configuration and
+    dials the control plane again with backoff (a few times in 4 s, not a
+    loop); restarted on the same port: the proxy reconnects and takes the
+    next snapshot."""
+    for other in [k for k in pair.proxies if k != kind]:
+        pair.proxies.pop(other).proc.stop()  # only this proxy dials (the next test starts the other again)
     last = pair.next_plan()
     pair.apply(kind, last)
     pair.xds.proc.popen.send_signal(signal.SIGKILL)
     pair.xds.proc.popen.wait(timeout=10)
-    for _ in range(3):
+    attempts: list[float] = []
+    dialer = threading.Thread(target=lambda: attempts.extend(dials(pair.xds.xds_port, 4.0)))
+    dialer.start()
+    while dialer.is_alive():
         assert pair.table(kind, last) == expected(last)
-        time.sleep(0.5)
+        time.sleep(0.2)
+    dialer.join()
+    assert 1 <= len(attempts) <= 10, f"{kind} dialed the gone control plane at {attempts} s"
     pair.proxy(kind).proc.check_alive()
     pair.restart_xds()
     nxt = pair.next_plan()
