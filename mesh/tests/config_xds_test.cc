@@ -7,41 +7,14 @@
 #include <string>
 
 #include "config/bootstrap.h"
+#include "xds_bootstrap.h"
 
 namespace dpukit::mesh::config {
 namespace {
 
 using json = nlohmann::json;
 
-// A node proxy configured by xDS: the ADS cluster (HTTP/2) and dynamic_resources.
-const std::string kXdsBootstrap = R"(
-node: {id: node-a, cluster: mesh}
-admin:
-  address: {socket_address: {address: 127.0.0.1, port_value: 9901}}
-dynamic_resources:
-  ads_config:
-    api_type: GRPC
-    transport_api_version: V3
-    grpc_services:
-    - envoy_grpc: {cluster_name: xds_cluster}
-  lds_config: {ads: {}, resource_api_version: V3}
-  cds_config: {ads: {}, resource_api_version: V3}
-static_resources:
-  clusters:
-  - name: xds_cluster
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config:
-          http2_protocol_options: {}
-    load_assignment:
-      cluster_name: xds_cluster
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address:
-              socket_address: {address: 127.0.0.1, port_value: 18000}
-)";
+using xds_test::kXdsBootstrap;
 
 std::string edit(const std::string& from, const std::string& to, std::string text = kXdsBootstrap) {
   const auto at = text.find(from);

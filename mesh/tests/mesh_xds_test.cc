@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/bootstrap.h"
+#include "xds_bootstrap.h"
 #include "xds/xds_client.h"
 #include "xds/xds_messages.h"
 
@@ -21,32 +22,7 @@ using json = nlohmann::json;
 constexpr const char* kRequest = "envoy.service.discovery.v3.DiscoveryRequest";
 constexpr const char* kResponse = "envoy.service.discovery.v3.DiscoveryResponse";
 
-const std::string kBootstrap = R"(
-node: {id: node-a, cluster: mesh}
-dynamic_resources:
-  ads_config:
-    api_type: GRPC
-    transport_api_version: V3
-    grpc_services:
-    - envoy_grpc: {cluster_name: xds_cluster}
-  lds_config: {ads: {}}
-  cds_config: {ads: {}}
-static_resources:
-  clusters:
-  - name: xds_cluster
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config:
-          http2_protocol_options: {}
-    load_assignment:
-      cluster_name: xds_cluster
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address:
-              socket_address: {address: 127.0.0.1, port_value: 18000}
-)";
+const std::string& kBootstrap = xds_test::kXdsBootstrap;
 
 TEST(MeshXds, DescriptorPoolHasEveryMessageTheClientReads) {
   const Messages& m = messages();

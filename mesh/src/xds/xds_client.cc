@@ -309,7 +309,9 @@ bool AdsClient::stream_once() {
       // A resource that does not convert (a typed_config whose type is not in
       // the descriptor set): NACK the response with protobuf's reason.
       try {
-        requests = on_unreadable(m.to_json_without(kResponse, bytes, "resources"), e.what());
+        requests = on_unreadable(m.to_json_without(kResponse, bytes, "resources"),
+                                 std::string("a resource cannot be read (dpukit-mesh implements none of its type): ") +
+                                     e.what());
       } catch (const std::exception& e2) {
         log_warn(std::string("mesh xDS: a response that does not parse: ") + e2.what());
         continue;
