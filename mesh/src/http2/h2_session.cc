@@ -1,15 +1,12 @@
 // The downstream HTTP/2 connection and its streams. Each stream is a
-// request: its head goes through the filter and router modules
-// (filter_and_route), the cluster's load balancer and circuit breakers pick
-// a host, and the request is sent to an HTTP/1.1 upstream (UpstreamConn, the
-// worker's keep-alive pool) or an HTTP/2 one (H2UpstreamConn, one connection
-// per host). Flow control: request bytes are consumed (the client's window
-// reopens) only once the upstream took them; response bytes wait in the
-// stream's queue for nghttp2's data source, and the upstream is paused (or,
-// for HTTP/2, its window left closed) while the client does not read.
-//
-// In the pipelined model the filter and router run inline here, on the
-// worker, for HTTP/2 streams (the stage threads carry HTTP/1.1 requests).
+// request driven through a router stream (dataplane/router_stream.h: the
+// filter and router modules, the cluster's load balancer and circuit
+// breakers, an HTTP/1.1 or HTTP/2 upstream, retries and timeouts), as the
+// HTTP/1.1 codec's requests are. Flow control: request bytes are consumed
+// (the client's window reopens) only once the upstream took them; response
+// bytes wait in the stream's queue for nghttp2's data source, and the
+// upstream is paused (or, for HTTP/2, its window left closed) while the
+// client does not read.
 #include "http2/h2_session.h"
 
 #include <malloc.h>
@@ -19,6 +16,7 @@
 #include <unordered_map>
 
 #include "dataplane/l7_chain.h"
+#include "dataplane/router_stream.h"
 #include "dpukit/core/log.h"
 #include "http2/h2_headers.h"
 #include "http2/h2_upstream.h"
@@ -63,13 +61,12 @@ void give_back_freed_memory(Worker& w) {
   });
 }
 
-class H2Stream : public std::enable_shared_from_this<H2Stream>,
-                 public UpstreamConn::User,
-                 public H2UpstreamUser,
-                 public http::ResponseEvents {
+class H2Stream : public std::enable_shared_from_this<H2Stream>, public RouterDownstream {
  public:
   H2Stream(H2Session& session, int32_t id);
-  ~H2Stream() override { drop_upstream(); }
+  ~H2Stream() override {
+    if (router_) router_->detach();
+  }
 
   // ---- from the session (nghttp2's events for this stream) ----
   std::vector<http::Header> block;  // the header block being received
@@ -85,55 +82,29 @@ class H2Stream : public std::enable_shared_from_this<H2Stream>,
   void detach();  // the connection went away
 
  private:
-  using Why = AttemptOutcome;
-  using Failure = UpstreamConn::User::Failure;
   Worker& worker();
-  size_t buffer_limit() const { return lr_->cfg->per_connection_buffer_limit_bytes; }
   size_t share() const;
-  void start_attempt();
-  void start_h1_attempt();
-  void start_h2_attempt();
-  bool may_retry(Why why, unsigned status);
-  void retry();
-  void attempt_failed(Why why, const char* reason, unsigned status);
-  void release_host();
-  void drop_upstream();
-  void release_all();
   void consume_request(size_t n);
-  void keep_for_replay(std::string_view d);
-  void local_reply(unsigned status, std::string_view body, const http::HeaderList* extra = nullptr,
-                   bool direct = false);
   void submit_response(const http::ResponseHead& h, bool no_body);
-  void overflow_reply();  // a circuit breaker refused: 503 with x-envoy-overloaded, as Envoy
   void reset(uint32_t code);
   void count_downstream_status(unsigned status) { stats_->downstream_rq_xx[status_class(status)].inc(); }
-  void arm_route_timer();
-  void arm_try_timer();
   void arm_request_timer();
   void arm_idle_timer();
   void touch() { active_ns_ = mono_ns(); }  // stream activity, for stream_idle_timeout
-  // The response, from either kind of upstream.
-  void upstream_head(http::ResponseHead& h, bool end_stream);
-  void upstream_data(std::string_view d);
-  void upstream_end();
 
-  // UpstreamConn::User (HTTP/1.1 upstream)
-  void upstream_connected() override {}
-  void upstream_failed(Failure f) override;
-  void upstream_drained() override { consume_request(unconsumed_); }
-  void upstream_response_complete() override;
-  http::ResponseEvents& response_events() override { return *this; }
-  // http::ResponseEvents (its parser)
-  void on_head(http::ResponseHead& h) override { upstream_head(h, false); }
-  void on_body(std::string_view d) override { upstream_data(d); }
-  void on_complete() override { upstream_end(); }
-  // H2UpstreamUser (HTTP/2 upstream)
-  void h2up_head(http::ResponseHead& h, bool end_stream) override { upstream_head(h, end_stream); }
-  void h2up_data(std::string_view d) override;
-  void h2up_trailers(http::HeaderList& trailers) override;
-  void h2up_end() override;
-  void h2up_failed(Failure f) override { upstream_failed(f); }
-  void h2up_sent(size_t n) override { consume_request(std::min(n, unconsumed_)); }
+  // RouterDownstream
+  void encode_headers(http::ResponseHead& h, bool end_stream) override;
+  void encode_data(std::string_view d) override;
+  void encode_trailers(http::HeaderList& trailers) override;
+  void encode_end() override;
+  void send_local_reply(unsigned status, std::string_view body, const http::HeaderList* extra,
+                        bool direct) override;
+  void reset_stream() override { reset(NGHTTP2_INTERNAL_ERROR); }
+  void response_done() override {}
+  void decided() override;
+  size_t request_buffer_limit() const override { return share(); }
+  void request_sent(size_t n) override { consume_request(std::min(n, unconsumed_)); }
+  void request_drained() override { consume_request(unconsumed_); }
 
   H2Session* c_;  // null once detached
   const int32_t id_;
@@ -141,27 +112,13 @@ class H2Stream : public std::enable_shared_from_this<H2Stream>,
   const ListenerRuntime* lr_;
   const HcmRuntime* hcm_;
   HttpStats* stats_;
-  http::RequestHead head_;
-  RouteDecision decision_;
-  ClusterRuntime* cluster_ = nullptr;
-  std::shared_ptr<Host> host_;
-  LbContext lb_;
-  std::shared_ptr<UpstreamConn> h1up_;
-  std::shared_ptr<H2UpstreamConn> h2up_;
-  int32_t h2up_id_ = -1;
-  http::BodyEncoder req_enc_;
-  http::HeaderList trailers_;  // the request's, for an HTTP/2 upstream
-  std::string replay_;         // the request body so far, kept for a retry
-  bool replay_ok_ = true;
-  size_t unconsumed_ = 0;           // request bytes received, not yet consumed (the upstream has not taken them)
-  size_t upstream_unconsumed_ = 0;  // HTTP/2 upstream response bytes not yet passed to the client
+  std::shared_ptr<RouterStream> router_;  // from the request head on
+  http::HeaderList trailers_;  // the request's
+  size_t unconsumed_ = 0;      // request bytes received, not yet consumed (the upstream has not taken them)
   h2::BodyQueue resp_;
-  asio::steady_timer route_timer_, try_timer_, request_timer_, idle_timer_;
-  uint32_t attempts_ = 0;
-  int64_t start_ns_ = 0, active_ns_ = 0;
-  bool counted_ = false, grpc_ = false, req_end_ = false, local_reply_ = false, response_started_ = false,
-       response_complete_ = false, holds_request_ = false, holds_retry_ = false, retrying_ = false,
-       h1_paused_ = false, detached_ = false;
+  asio::steady_timer request_timer_, idle_timer_;
+  int64_t active_ns_ = 0;
+  bool counted_ = false, grpc_ = false, req_end_ = false, resp_paused_ = false, detached_ = false;
 };
 
 class H2Session : public std::enable_shared_from_this<H2Session> {
@@ -458,8 +415,7 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
 // ---- the stream ----
 
 H2Stream::H2Stream(H2Session& session, int32_t id)
-    : c_(&session), id_(id), route_timer_(session.w_.io()), try_timer_(session.w_.io()),
-      request_timer_(session.w_.io()), idle_timer_(session.w_.io()) {
+    : c_(&session), id_(id), request_timer_(session.w_.io()), idle_timer_(session.w_.io()) {
   session.current_config(snapshot_, lr_, hcm_, stats_);
   nghttp2_session_set_stream_user_data(session.ng_, id, this);
 }
@@ -473,91 +429,48 @@ Worker& H2Stream::worker() { return c_->w_; }
 // 1 GiB), and at least kMinStreamShare each, so that many streams still move.
 // Each stream is paused and resumed on its own queue: none waits for another.
 size_t H2Stream::share() const {
+  size_t limit = lr_->cfg->per_connection_buffer_limit_bytes;
   size_t streams = std::max<size_t>(1, c_ ? c_->streams_.size() : 1);
-  return std::min(buffer_limit(), std::max(kMinStreamShare, buffer_limit() / streams));
+  return std::min(limit, std::max(kMinStreamShare, limit / streams));
 }
 
 void H2Stream::on_request_head(bool end_stream) {
   Worker& w = worker();
   int64_t t0 = mono_ns();
-  std::string bad = h2::request_head_from_h2(block, end_stream, head_);
+  http::RequestHead head;
+  std::string bad = h2::request_head_from_h2(block, end_stream, head);
   std::vector<http::Header>().swap(block);
   if (!bad.empty()) {
     log_debug("mesh: HTTP/2 stream " + std::to_string(id_) + " malformed: " + bad);
     reset(NGHTTP2_PROTOCOL_ERROR);
     return;
   }
-  int64_t t1 = mono_ns();
-  w.modules().add(Module::kParser, static_cast<uint64_t>(t1 - t0));
+  w.modules().add(Module::kParser, static_cast<uint64_t>(mono_ns() - t0));
   counted_ = true;
   stats_->downstream_rq_total.inc();
   stats_->downstream_rq_active.add(1);
-  start_ns_ = t1;
   req_end_ = end_stream;
   touch();
   arm_idle_timer();
   if (!req_end_) arm_request_timer();
-  grpc_ = h2::is_grpc(head_);
-  req_enc_ = http::request_body_encoder(head_);
-  Draws draws{w.random(), w.random(), w.random(), w.random(), w.random()};
-  decision_ = filter_and_route(*hcm_, head_, c_->peer(), draws, t1);
-  RouteDecision& d = decision_;
-  w.modules().add(Module::kFilter, d.filter_ns);
-  if (d.router_ns) w.modules().add(Module::kRouter, d.router_ns);
-  count_decision(d, *stats_);
-  if (d.kind == RouteDecision::Kind::kLocalReply) {
-    local_reply(d.status, d.body, &d.extra, d.direct);
-    return;
-  }
-  cluster_ = d.cluster;
-  lb_ = d.lb;
-  // The body is kept for another try only where the route may retry (Envoy's
-  // rule too); else each of a connection's streams would hold up to the
-  // buffer limit of its body after sending it (1,024 of them: 1 GiB).
-  replay_ok_ = route_may_retry(d);
-  if (!cluster_->try_acquire_request()) {
-    cluster_->stats(w.id()).upstream_rq_pending_overflow.inc();
-    overflow_reply();
-    return;
-  }
-  holds_request_ = true;
-  cluster_->stats(w.id()).upstream_rq_active.add(1);
-  start_attempt();
-  if (req_end_) arm_route_timer();
+  grpc_ = h2::is_grpc(head);
+  router_ = std::make_shared<RouterStream>(w, snapshot_, *lr_, *stats_, std::move(head), c_->peer(), *this);
+  if (req_end_) router_->decode_end(nullptr);
+  router_->decide(nullptr);
 }
 
-void H2Stream::keep_for_replay(std::string_view d) {
-  if (!replay_ok_) return;
-  if (replay_.size() + d.size() > buffer_limit()) {
-    replay_ok_ = false;  // as Envoy: a request larger than the buffer limit is not retried
-    std::string().swap(replay_);
-    return;
-  }
-  replay_.append(d);
-}
+void H2Stream::decided() {}
 
 void H2Stream::on_request_data(std::string_view d) {
-  if (local_reply_ || response_complete_ || detached_) {
-    c_->consume(id_, d.size());  // nobody wants it
+  if (detached_ || !router_ || !router_->wants_body()) {
+    if (c_) c_->consume(id_, d.size());  // nobody wants it
     return;
   }
   unconsumed_ += d.size();
   touch();
-  if (h1up_) {
-    keep_for_replay(d);
-    std::string enc;
-    req_enc_.data(d, enc);
-    h1up_->send(enc);
-    if (h1up_->queued() <= share()) consume_request(unconsumed_);
-  } else if (h2up_) {
-    keep_for_replay(d);
-    h2up_->send_body(h2up_id_, d);
-  } else {
-    // Between attempts (a retry backing off): kept whole for the next one, and not
-    // consumed, so the client's window bounds it.
-    replay_.append(d);
-    if (replay_.size() > buffer_limit()) replay_ok_ = false;
-  }
+  // Taken by the upstream (request_drained, request_sent) or, between attempts, kept
+  // for the next one and not consumed: the client's window bounds it.
+  router_->decode_data(d);
 }
 
 void H2Stream::on_request_trailers() {
@@ -575,16 +488,7 @@ void H2Stream::on_request_end() {
   if (req_end_ || detached_) return;
   req_end_ = true;
   request_timer_.cancel();
-  if (local_reply_ || response_complete_) return;
-  if (h1up_) {
-    std::string enc;
-    req_enc_.end(enc);  // (trailers do not go to an HTTP/1.1 upstream, as in the HTTP/1.1 path)
-    if (!enc.empty()) h1up_->send(enc);
-  } else if (h2up_) {
-    h2up_->end_body(h2up_id_, &trailers_);
-  }
-  arm_route_timer();
-  if (h1up_ || h2up_) arm_try_timer();
+  if (router_) router_->decode_end(&trailers_);
 }
 
 void H2Stream::consume_request(size_t n) {
@@ -593,200 +497,16 @@ void H2Stream::consume_request(size_t n) {
   c_->consume(id_, n);
 }
 
-// ---- upstream attempts ----
-
-void H2Stream::start_attempt() {
-  Worker& w = worker();
-  retrying_ = false;
-  attempts_++;
-  host_ = cluster_->choose(lb_.has_hash ? lb_ : LbContext{false, 0, w.random()}, mono_ns());
-  if (!host_) {
-    local_reply(503, "no healthy upstream");
-    return;
-  }
-  cluster_->stats(w.id()).upstream_rq_total.inc();
-  host_->active_requests.fetch_add(1, std::memory_order_relaxed);
-  if (decision_.vhost->cfg->include_request_attempt_count && attempts_ > 1)
-    head_.headers.set("x-envoy-attempt-count", std::to_string(attempts_));
-  if (cluster_->config().http2) start_h2_attempt();
-  else start_h1_attempt();
-  if (local_reply_ || detached_) return;
-  if (!replay_ok_) std::string().swap(replay_);  // sent once, cannot be kept for another try
-  consume_request(unconsumed_ > 0 && h1up_ && h1up_->queued() <= share() ? unconsumed_ : 0);
-  if (req_end_) arm_try_timer();
-}
-
-void H2Stream::start_h1_attempt() {
-  Worker& w = worker();
-  std::shared_ptr<UpstreamConn> up = w.take_idle(host_.get());
-  bool fresh = !up;
-  if (fresh) {
-    if (!cluster_->try_acquire_connection()) {
-      cluster_->stats(w.id()).upstream_cx_overflow.inc();
-      release_host();
-      overflow_reply();
-      return;
-    }
-    up = std::make_shared<UpstreamConn>(w, snapshot_->clusters.at(cluster_->name()), host_);
-  } else {
-    up->attach(this);
-  }
-  h1up_ = up;
-  up->parser().reset();
-  up->parser().expect_no_body(head_.method == "HEAD");
-  int64_t t0 = mono_ns();
-  std::string bytes;
-  http::write_request_head(head_, bytes);
-  w.modules().add(Module::kDeparser, static_cast<uint64_t>(mono_ns() - t0));
-  req_enc_.data(replay_, bytes);
-  if (req_end_) req_enc_.end(bytes);
-  up->send(bytes);
-  if (fresh) up->connect(this);
-}
-
-void H2Stream::start_h2_attempt() {
-  Worker& w = worker();
-  bool overflow = false;
-  auto conn = h2_upstream_pool(w).get(w, snapshot_->clusters.at(cluster_->name()), host_, overflow);
-  if (!conn) {
-    release_host();
-    overflow_reply();
-    return;
-  }
-  bool end = req_end_ && replay_.empty() && trailers_.fields.empty();
-  int32_t id = conn->open_stream(head_, end, this);
-  if (id < 0) {
-    asio::post(w.io(), [self = shared_from_this()] {
-      if (!self->detached_ && !self->response_started_) self->attempt_failed(Why::kReset, kReplyUpstreamReset, 503);
-    });
-    return;
-  }
-  h2up_ = std::move(conn);
-  h2up_id_ = id;
-  if (!replay_.empty()) h2up_->send_body(id, replay_);
-  if (req_end_ && !end) h2up_->end_body(id, &trailers_);
-}
-
-bool H2Stream::may_retry(Why why, unsigned status) {
-  if (!replay_ok_ || response_started_ || !retry_wanted(decision_, attempts_, why, status)) return false;
-  if (!cluster_->try_acquire_retry()) {
-    cluster_->stats(worker().id()).upstream_rq_retry_overflow.inc();
-    return false;
-  }
-  holds_retry_ = true;
-  return true;
-}
-
-void H2Stream::retry() {
-  cluster_->stats(worker().id()).upstream_rq_retry.inc();
-  retrying_ = true;
-  try_timer_.cancel();
-  try_timer_.expires_after(retry_backoff(attempts_, worker().random()));
-  try_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-    if (ec || self->detached_ || !self->retrying_ || self->local_reply_) return;
-    self->cluster_->release_retry();
-    self->holds_retry_ = false;
-    self->start_attempt();
-  });
-}
-
-void H2Stream::attempt_failed(Why why, const char* reason, unsigned status) {
-  if (host_) cluster_->report_status(*host_, status, mono_ns());
-  drop_upstream();
-  if (may_retry(why, status)) {
-    retry();
-    return;
-  }
-  if (response_started_) {
-    reset(NGHTTP2_INTERNAL_ERROR);  // the client has part of a response: it can only see a reset
-    return;
-  }
-  local_reply(status, reason);
-}
-
-void H2Stream::upstream_failed(UpstreamConn::User::Failure f) {
-  if (detached_ || response_complete_) return;
-  h1up_.reset();
-  h2up_.reset();
-  switch (f) {
-    case Failure::kConnect: attempt_failed(Why::kConnect, kReplyConnectFailure, 503); break;
-    case Failure::kConnectTimeout: attempt_failed(Why::kConnectTimeout, kReplyConnectTimeout, 503); break;
-    case Failure::kReset:
-      cluster_->stats(worker().id()).upstream_rq_rx_reset.inc();
-      attempt_failed(Why::kReset, kReplyUpstreamReset, 503);
-      break;
-    case Failure::kProtocol: attempt_failed(Why::kProtocol, kReplyProtocolError, 502); break;
-  }
-}
-
-void H2Stream::release_host() {
-  if (host_) {
-    host_->active_requests.fetch_sub(1, std::memory_order_relaxed);
-    host_.reset();
-  }
-}
-
-void H2Stream::drop_upstream() {
-  if (h1up_) {
-    h1up_->close();
-    h1up_.reset();
-  }
-  if (h2up_) {
-    if (upstream_unconsumed_) h2up_->consume(h2up_id_, std::exchange(upstream_unconsumed_, 0));
-    h2up_->abandon(h2up_id_);
-    h2up_.reset();
-  }
-  release_host();
-}
-
-// Gives back what the stream holds: the upstream, the circuit-breaker slots, the timers.
-void H2Stream::release_all() {
-  drop_upstream();
-  if (holds_request_) {
-    cluster_->release_request();
-    cluster_->stats(worker().id()).upstream_rq_active.add(-1);
-    holds_request_ = false;
-  }
-  if (holds_retry_) {
-    cluster_->release_retry();
-    holds_retry_ = false;
-  }
-  retrying_ = false;
-  route_timer_.cancel();
-  try_timer_.cancel();
-  request_timer_.cancel();
-}
-
 // ---- the response ----
 
-void H2Stream::upstream_head(http::ResponseHead& h, bool end_stream) {
-  if (response_started_ || detached_) return;
-  Worker& w = worker();
-  unsigned status = h.status;
-  auto& cs = cluster_->stats(w.id());
-  if (status >= 500 && may_retry(Why::kStatus, status)) {
-    cs.upstream_rq_xx[4].inc();
-    cluster_->report_status(*host_, status, mono_ns());
-    // Abandon this answer and try again (an HTTP/1.1 connection cannot be reused mid-response).
-    drop_upstream();
-    retry();
-    return;
-  }
-  int64_t t0 = mono_ns();
-  cluster_->report_status(*host_, status, t0);
-  cs.upstream_rq_xx[status_class(status)].inc();
-  cs.upstream_rq_completed.inc();
-  response_started_ = true;
-  route_timer_.cancel();
-  try_timer_.cancel();
+void H2Stream::encode_headers(http::ResponseHead& h, bool end_stream) {
   request_timer_.cancel();  // request_timeout ends when the response starts
   touch();
-  apply_response_rules(decision_, *hcm_, h.headers);
-  h.headers.set("x-envoy-upstream-service-time", std::to_string((t0 - start_ns_) / 1000000));
-  bool no_body = end_stream || head_.method == "HEAD" || status == 204 || status == 304 ||
-                 (h1up_ && h.content_length == 0u);
+  int64_t t0 = mono_ns();
+  unsigned status = h.status;
+  bool no_body = end_stream || router_->head().method == "HEAD" || status == 204 || status == 304;
   submit_response(h, no_body);
-  w.modules().add(Module::kDeparser, static_cast<uint64_t>(mono_ns() - t0));
+  worker().modules().add(Module::kDeparser, static_cast<uint64_t>(mono_ns() - t0));
   count_downstream_status(status);
 }
 
@@ -805,8 +525,11 @@ void H2Stream::submit_response(const http::ResponseHead& h, bool no_body) {
   c_->want_flush();
 }
 
-void H2Stream::upstream_data(std::string_view d) {
-  if (!response_started_ || response_complete_ || detached_ || resp_.ended) return;
+void H2Stream::encode_data(std::string_view d) {
+  if (detached_ || resp_.ended) {  // nobody will read these: the upstream's window back now
+    router_->response_sent(d.size());
+    return;
+  }
   touch();
   resp_.append(d);
   if (resp_.deferred) {
@@ -814,9 +537,9 @@ void H2Stream::upstream_data(std::string_view d) {
     nghttp2_session_resume_data(c_->ng_, id_);
   }
   c_->want_flush();
-  if (h1up_ && !h1_paused_ && resp_.size() > share()) {  // back-pressure: the client reads slower
-    h1_paused_ = true;
-    h1up_->pause_reading();
+  if (!resp_paused_ && resp_.size() > share()) {  // back-pressure: the client reads slower
+    resp_paused_ = true;
+    router_->pause_response();
   }
 }
 
@@ -828,24 +551,26 @@ ssize_t H2Stream::read_response(uint8_t* buf, size_t length, uint32_t* flags) {
     auto nv = h2::nv_of(resp_.trailers);
     nghttp2_submit_trailer(c_->ng_, id_, nv.data(), nv.size());
   }
-  if (n > 0) {
-    if (h2up_) {
-      size_t k = std::min(static_cast<size_t>(n), upstream_unconsumed_);
-      upstream_unconsumed_ -= k;
-      h2up_->consume(h2up_id_, k);
-    }
-    if (h1_paused_ && h1up_ && resp_.size() <= share() / 2) {
-      h1_paused_ = false;
-      auto up = h1up_;
-      asio::post(worker().io(), [up] { up->resume_reading(); });  // not from inside nghttp2's send
+  if (n > 0 && router_) {
+    router_->response_sent(static_cast<size_t>(n));
+    if (resp_paused_ && resp_.size() <= share() / 2) {
+      resp_paused_ = false;
+      asio::post(worker().io(), [r = router_] { r->resume_response(); });  // not from inside nghttp2's send
     }
   }
   return n;
 }
 
-void H2Stream::upstream_end() {
-  if (!response_started_ || response_complete_ || detached_) return;
-  response_complete_ = true;
+void H2Stream::encode_trailers(http::HeaderList& trailers) {
+  if (resp_.ended) return;
+  resp_.has_trailers = true;
+  for (auto& f : trailers.fields)
+    if (!h2::is_connection_specific(f.name) && f.name != "te") resp_.trailers.push_back(std::move(f));
+  if (resp_.trailers.empty()) resp_.has_trailers = false;
+}
+
+void H2Stream::encode_end() {
+  if (detached_) return;
   resp_.ended = true;
   if (resp_.deferred) {
     resp_.deferred = false;
@@ -854,63 +579,14 @@ void H2Stream::upstream_end() {
   c_->want_flush();
 }
 
-void H2Stream::upstream_response_complete() {
-  if (!h1up_ || detached_) return;
-  auto up = std::move(h1up_);
-  h1_paused_ = false;
-  release_host();
-  if (up->reusable() && req_end_ && up->queued() == 0) worker().put_idle(std::move(up));
-  else up->close();
-  release_all();
-}
-
-void H2Stream::h2up_data(std::string_view d) {
-  upstream_unconsumed_ += d.size();
-  if (!response_started_ || resp_.ended) {  // nobody will read these: give the window back now
-    size_t n = std::exchange(upstream_unconsumed_, 0);
-    if (h2up_) h2up_->consume(h2up_id_, n);
-    return;
-  }
-  upstream_data(d);
-}
-
-void H2Stream::h2up_trailers(http::HeaderList& trailers) {
-  if (!response_started_ || resp_.ended) return;
-  resp_.has_trailers = true;
-  for (auto& f : trailers.fields)
-    if (!h2::is_connection_specific(f.name) && f.name != "te") resp_.trailers.push_back(std::move(f));
-  if (resp_.trailers.empty()) resp_.has_trailers = false;
-}
-
-void H2Stream::h2up_end() {
-  upstream_end();
-  if (h2up_) {
-    // The upstream stream is done; bytes still queued for the client were consumed on its
-    // connection now, so the connection's window does not shrink with this stream.
-    h2up_->consume(h2up_id_, std::exchange(upstream_unconsumed_, 0));
-    // The upstream may end its response before the request's body is all
-    // sent: the connection must not call this stream again (it may be gone
-    // by then). A request still arriving is cancelled upstream; one that
-    // ended finishes sending on its own.
-    h2up_->abandon(h2up_id_, /*cancel=*/!req_end_);
-    h2up_.reset();
-  }
-  release_host();
-  if (!detached_) release_all();
-}
-
 // ---- local replies, resets, the end ----
 
-void H2Stream::local_reply(unsigned status, std::string_view body, const http::HeaderList* extra, bool direct) {
+void H2Stream::send_local_reply(unsigned status, std::string_view body, const http::HeaderList* extra, bool direct) {
   if (detached_) return;
-  local_reply_ = true;
-  response_started_ = response_complete_ = true;
-  route_timer_.cancel();
-  try_timer_.cancel();
   http::ResponseHead h;
   h.status = status;
   if (extra) h.headers = *extra;
-  bool no_body = body.empty() || head_.method == "HEAD";
+  bool no_body = body.empty() || router_->head().method == "HEAD";
   if (grpc_ && !direct) {
     // Envoy answers a gRPC request in gRPC: a trailers-only response with the mapped status.
     h.status = 200;
@@ -922,26 +598,21 @@ void H2Stream::local_reply(unsigned status, std::string_view body, const http::H
     if (!body.empty()) h.headers.add("content-type", "text/plain");
     h.content_length = body.size();
   }
-  if (direct) apply_response_rules(decision_, *hcm_, h.headers);
+  if (direct) apply_response_rules(router_->decision(), *hcm_, h.headers);
   if (!no_body) resp_.append(body);
   resp_.ended = true;
   submit_response(h, no_body);
   count_downstream_status(h.status);
   consume_request(unconsumed_);
-  release_all();
-}
-
-void H2Stream::overflow_reply() {
-  http::HeaderList extra;
-  extra.add("x-envoy-overloaded", "true");
-  local_reply(503, kReplyOverflow, &extra);
+  request_timer_.cancel();
 }
 
 void H2Stream::reset(uint32_t code) {
   if (detached_) return;
   nghttp2_submit_rst_stream(c_->ng_, NGHTTP2_FLAG_NONE, id_, code);
   c_->want_flush();
-  release_all();
+  if (router_) router_->release();
+  request_timer_.cancel();
 }
 
 // Our END_STREAM went out: a request still arriving is cut short with
@@ -953,13 +624,15 @@ void H2Stream::on_end_stream_sent() {
 void H2Stream::on_closed(uint32_t error_code) {
   if (detached_) return;
   // The client reset the stream before the response ended.
-  if (counted_ && !response_complete_ && error_code != NGHTTP2_NO_ERROR) stats_->downstream_rq_rx_reset.inc();
+  if (counted_ && !(router_ && router_->response_complete()) && error_code != NGHTTP2_NO_ERROR)
+    stats_->downstream_rq_rx_reset.inc();
   detach();
 }
 
 void H2Stream::detach() {
   if (detached_) return;
-  release_all();
+  if (router_) router_->detach();
+  request_timer_.cancel();
   idle_timer_.cancel();
   if (counted_) stats_->downstream_rq_active.add(-1);
   // Request bytes the upstream never took go back to the client's connection
@@ -970,8 +643,8 @@ void H2Stream::detach() {
   c_ = nullptr;
 }
 
-// ---- timers: the route's timeout and per_try_timeout, the connection manager's
-// request_timeout and stream_idle_timeout, as in the HTTP/1.1 path ----
+// ---- the connection manager's timers: request_timeout and stream_idle_timeout,
+// as in the HTTP/1.1 codec (the route's timeouts are the router stream's) ----
 
 // request_timeout: from the head to the end of the request, unless the
 // response starts first; then 408 (the client is told to stop sending).
@@ -980,10 +653,9 @@ void H2Stream::arm_request_timer() {
   if (timeout.count() == 0) return;
   request_timer_.expires_after(timeout);
   request_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-    if (ec || self->detached_ || self->req_end_ || self->response_started_) return;
+    if (ec || self->detached_ || self->req_end_ || self->router_->response_started()) return;
     self->stats_->downstream_rq_timeout.inc();
-    self->drop_upstream();
-    self->local_reply(408, "request timeout");
+    self->router_->send_local_reply(408, "request timeout");
   });
 }
 
@@ -1001,38 +673,11 @@ void H2Stream::arm_idle_timer() {
       return;
     }
     self->stats_->downstream_rq_timeout.inc();
-    if (self->response_started_) {
+    if (self->router_->response_started()) {
       self->reset(NGHTTP2_CANCEL);
       return;
     }
-    self->drop_upstream();
-    self->local_reply(self->req_end_ ? 504 : 408, "stream timeout");  // Envoy's maybeRequestTimeoutCode
-  });
-}
-
-void H2Stream::arm_route_timer() {
-  if (local_reply_ || response_started_ || detached_) return;
-  const auto& a = *decision_.route->cfg->route;
-  if (a.timeout.count() == 0) return;
-  route_timer_.expires_after(a.timeout);
-  route_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-    if (ec || self->detached_ || self->response_started_) return;
-    self->cluster_->stats(self->worker().id()).upstream_rq_timeout.inc();
-    self->stats_->downstream_rq_timeout.inc();
-    if (self->host_) self->cluster_->report_status(*self->host_, 504, mono_ns());
-    self->drop_upstream();
-    self->local_reply(504, "upstream request timeout");
-  });
-}
-
-void H2Stream::arm_try_timer() {
-  const auto& a = *decision_.route->cfg->route;
-  if (!a.retry_policy || a.retry_policy->per_try_timeout.count() == 0) return;
-  try_timer_.expires_after(a.retry_policy->per_try_timeout);
-  try_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-    if (ec || self->detached_ || self->response_started_ || self->retrying_) return;
-    self->cluster_->stats(self->worker().id()).upstream_rq_per_try_timeout.inc();
-    self->attempt_failed(Why::kPerTryTimeout, "upstream request timeout", 504);
+    self->router_->send_local_reply(self->req_end_ ? 504 : 408, "stream timeout");  // Envoy's maybeRequestTimeoutCode
   });
 }
 

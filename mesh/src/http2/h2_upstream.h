@@ -85,49 +85,6 @@ class H2UpstreamConn : public std::enable_shared_from_this<H2UpstreamConn> {
   bool in_ng_ = false;  // inside nghttp2 (mem_recv / mem_send): no re-entry
 };
 
-// One request on an HTTP/2 upstream for a user that speaks UpstreamConn::User,
-// as it would to an HTTP/1.1 upstream connection (the HTTP/1.1 session): the
-// response comes as http::ResponseEvents, then upstream_response_complete();
-// a failure as upstream_failed(); upstream_drained() once the request body
-// went out. Bodies are raw (no HTTP/1.1 framing). The upstream stream is
-// reset when this goes before the exchange ended both ways.
-class H2UpstreamExchange : public H2UpstreamUser, public std::enable_shared_from_this<H2UpstreamExchange> {
- public:
-  // Opens a stream on the host's connection with `head` and the body so far
-  // (`end`: the request is complete). nullptr with `overflow` when the
-  // cluster's connection circuit breaker refuses a new connection.
-  static std::shared_ptr<H2UpstreamExchange> open(Worker& w, const std::shared_ptr<ClusterRuntime>& cluster,
-                                                  const std::shared_ptr<Host>& host, const http::RequestHead& head,
-                                                  std::string_view body, bool end, UpstreamConn::User* user,
-                                                  bool& overflow);
-  H2UpstreamExchange(Worker& w, UpstreamConn::User* user) : w_(w), user_(user) {}
-  ~H2UpstreamExchange() override;
-  H2UpstreamExchange(const H2UpstreamExchange&) = delete;
-  H2UpstreamExchange& operator=(const H2UpstreamExchange&) = delete;
-
-  void send(std::string_view data);
-  void end();
-  size_t queued() const { return queued_; }  // request bytes not yet sent
-  // Back-pressure: while paused, response bytes stay unconsumed (the stream's window closes).
-  void pause_reading() { paused_ = true; }
-  void resume_reading();
-
- private:
-  void h2up_head(http::ResponseHead& head, bool end_stream) override;
-  void h2up_data(std::string_view data) override;
-  void h2up_trailers(http::HeaderList&) override {}  // an HTTP/1.1 client gets no trailers, as from HTTP/1.1 upstreams
-  void h2up_end() override;
-  void h2up_failed(Failure f) override;
-  void h2up_sent(size_t n) override;
-
-  Worker& w_;
-  UpstreamConn::User* user_;
-  std::shared_ptr<H2UpstreamConn> conn_;
-  int32_t id_ = -1;
-  size_t queued_ = 0, unconsumed_ = 0;
-  bool paused_ = false, req_ended_ = false, resp_ended_ = false, failed_ = false, drain_posted_ = false;
-};
-
 // The worker's HTTP/2 upstream connections, one per host.
 class H2UpstreamPool {
  public:
