@@ -25,8 +25,8 @@ import pytest
 
 from conftest import native_tool
 from dpukit.experiments.mesh import fortio_path, parse_fortio
-from dpukit.experiments.mesh_xds import (KINDS, Snapshot, XdsProxy, XdsServer, config_dump_versions, direct,
-                                         eds_cluster, http_listener, load_assignment, route_config,
+from dpukit.experiments.mesh_xds import (KINDS, RESOURCE_TYPES, Snapshot, XdsProxy, XdsServer, config_dump_versions,
+                                         direct, eds_cluster, http_listener, load_assignment, route_config,
                                          start_xds_proxy, to_cluster, virtual_host, xds_server_path)
 from dpukit.procs import Group, Proc, free_port
 from mesh_support import Echoes, envoy_bin, request
@@ -318,9 +318,12 @@ def test_updates_under_load_match_envoy(pair: Pair):
     assert {c for p in plans for c in p.present} == set(FLEX)
     assert any(p.side for p in plans) and any(not p.side for p in plans)
     assert len({(p.load, p.service_of[p.load]) for p in plans}) > 4  # /load moved between clusters and services
-    for kind in KINDS:  # node.id and node.cluster sent; every type on one ADS stream
+    for kind in KINDS:  # node.id and node.cluster sent; every type on one ADS stream; ACKs name their nonce
         node = pair.xds.status()[pair.proxy(kind).node]
         assert node["cluster"] == "dpukit" and node["streams_open"] == 1, node
+        for t in RESOURCE_TYPES:
+            assert node["types"][t]["acked"] == str(plans[-1].version), (kind, t, node["types"][t])
+            assert node["types"][t]["acked_nonce"] == node["types"][t]["sent_nonce"], (kind, t, node["types"][t])
     for kind, f in got.items():
         assert f["requests"] > 100, (kind, f)
         assert f["errors"] == 0 and f["non_2xx"] == 0, (kind, f["ret_codes"])

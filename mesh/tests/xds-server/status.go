@@ -43,8 +43,10 @@ type Nack struct {
 
 // TypeStatus is what one node did with one resource type.
 type TypeStatus struct {
-	Sent       string   `json:"sent"`  // the last version sent
-	Acked      string   `json:"acked"` // the last version ACKed
+	Sent       string   `json:"sent"`        // the last version sent
+	SentNonce  string   `json:"sent_nonce"`  // and its nonce
+	Acked      string   `json:"acked"`       // the last version ACKed
+	AckedNonce string   `json:"acked_nonce"` // the nonce that ACK named
 	Requests   int      `json:"requests"`
 	Subscribed []string `json:"subscribed"` // resource names of the last request (empty: wildcard)
 	Nacks      []Nack   `json:"nacks"`
@@ -134,6 +136,7 @@ func (s *Status) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) erro
 		})
 	case req.GetResponseNonce() != "":
 		t.Acked = req.GetVersionInfo()
+		t.AckedNonce = req.GetResponseNonce()
 	}
 	return nil
 }
@@ -142,7 +145,8 @@ func (s *Status) OnStreamResponse(_ context.Context, id int64, req *discovery.Di
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	nodeID := req.GetNode().GetId()
-	s.node(nodeID).typ(resp.GetTypeUrl()).Sent = resp.GetVersionInfo()
+	t := s.node(nodeID).typ(resp.GetTypeUrl())
+	t.Sent, t.SentNonce = resp.GetVersionInfo(), resp.GetNonce()
 	if s.sent[id] == nil {
 		s.sent[id] = map[string]map[string]string{}
 	}
