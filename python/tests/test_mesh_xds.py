@@ -35,6 +35,8 @@ SERVICES = [f"s{k}" for k in range(5)]
 STABLE = ["stable-0", "stable-1"]  # always there: the route under fortio load moves between them
 FLEX = [f"c{k}" for k in range(6)]  # added and removed from update to update
 UPDATES = 100
+# The 100 updates run through dpukit-mesh in both execution models.
+LOAD_KINDS = (*KINDS, "dpukit-pipelined")
 SEED = 23
 
 
@@ -237,7 +239,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         for s in SERVICES:
             echoes.start(s)
         xds = XdsServer.start(group)
-        ports = {kind: {"main": free_port(), "side": free_port()} for kind in KINDS}
+        ports = {kind: {"main": free_port(), "side": free_port()} for kind in LOAD_KINDS}
         yield Pair(group, work, echoes, xds, ports)
 
 
@@ -299,26 +301,27 @@ def test_updates_under_load_match_envoy(pair: Pair):
     removed, endpoints moving between services, a second listener coming
     and going) under fortio load on both proxies: after each, the table
     through dpukit-mesh equals the table through Envoy and what the snapshot
-    says; fortio sees 0 failed requests and keeps its 4 connections."""
-    for kind in KINDS:
+    says; fortio sees 0 failed requests and keeps its 4 connections. dpukit-mesh
+    runs in both execution models (run-to-completion and pipelined)."""
+    for kind in LOAD_KINDS:
         pair.apply(kind, pair.next_plan())
     load = {kind: start_fortio(pair.group, pair.ports[kind]["main"], f"fortio-{kind}", pair.work / f"{kind}.json")
-            for kind in KINDS}
+            for kind in LOAD_KINDS}
     differ: list[str] = []
     plans = [pair.next_plan() for _ in range(UPDATES)]
     for p in plans:
-        for kind in KINDS:
+        for kind in LOAD_KINDS:
             pair.xds.post(pair.proxy(kind).node, pair.snapshot(kind, p))
-        for kind in KINDS:
+        for kind in LOAD_KINDS:
             pair.wait_applied(kind, p)
-        differ += differences(p, {kind: pair.table(kind, p) for kind in KINDS})
-    got = {kind: stop_fortio(load[kind], pair.work / f"{kind}.json") for kind in KINDS}
+        differ += differences(p, {kind: pair.table(kind, p) for kind in LOAD_KINDS})
+    got = {kind: stop_fortio(load[kind], pair.work / f"{kind}.json") for kind in LOAD_KINDS}
     assert not differ, "\n".join(differ[:40])
     # The updates exercised what they should.
     assert {c for p in plans for c in p.present} == set(FLEX)
     assert any(p.side for p in plans) and any(not p.side for p in plans)
     assert len({(p.load, p.service_of[p.load]) for p in plans}) > 4  # /load moved between clusters and services
-    for kind in KINDS:  # node.id and node.cluster sent; every type on one ADS stream; ACKs name their nonce
+    for kind in LOAD_KINDS:  # node.id and node.cluster sent; every type on one ADS stream; ACKs name their nonce
         node = pair.xds.status()[pair.proxy(kind).node]
         assert node["cluster"] == "dpukit" and node["streams_open"] == 1, node
         for t in RESOURCE_TYPES:

@@ -242,7 +242,7 @@ static_resources:
 
 @dataclass
 class XdsProxy:
-    kind: str  # "envoy" or "dpukit"
+    kind: str  # "envoy", "dpukit" or "dpukit-pipelined" (the pipelined execution model)
     node: str
     proc: Proc
     admin: int
@@ -265,8 +265,9 @@ def start_xds_proxy(group: Group, kind: str, node: str, xds_port: int, work: Pat
         argv: list[Any] = [envoy_path(), "-c", path, "--concurrency", "1", "--disable-hot-restart",
                            "--use-dynamic-base-id", "-l", "warning"]
         proc = group.start(argv, name=node, cpus=cpus, place="dpu")
-    elif kind == "dpukit":
-        argv = [tool_path(TOOL), "run", "--config", path, "--workers", "1"]
+    elif kind in ("dpukit", "dpukit-pipelined"):
+        model = "pipelined" if kind == "dpukit-pipelined" else "rtc"
+        argv = [tool_path(TOOL), "run", "--config", path, "--workers", "1", "--model", model]
         proc = group.start(argv + (["--dpu-cpus", cpus] if cpus else []), name=node, place="dpu")
     else:
         raise ValueError(kind)
