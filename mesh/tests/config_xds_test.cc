@@ -42,9 +42,15 @@ TEST(ConfigXds, DynamicResourcesParse) {
   EXPECT_EQ(b.node.cluster, "mesh");
 }
 
+TEST(ConfigXds, DeltaIsTakenToo) {
+  const Bootstrap b = parse_bootstrap(edit("api_type: GRPC", "api_type: DELTA_GRPC"));
+  EXPECT_TRUE(b.dynamic_resources->delta);
+  EXPECT_FALSE(parse_bootstrap(kXdsBootstrap).dynamic_resources->delta);
+}
+
 TEST(ConfigXds, RefusalsNameThePath) {
-  EXPECT_EQ(fault(edit("api_type: GRPC", "api_type: DELTA_GRPC")),
-            "dynamic_resources.ads_config.api_type (line 7): DELTA_GRPC is not supported by dpukit-mesh");
+  EXPECT_EQ(fault(edit("api_type: GRPC", "api_type: AGGREGATED_DELTA_GRPC")),
+            "dynamic_resources.ads_config.api_type (line 7): AGGREGATED_DELTA_GRPC is not supported by dpukit-mesh");
   EXPECT_EQ(fault(edit("api_type: GRPC", "api_type: REST")),
             "dynamic_resources.ads_config.api_type (line 7): REST is not supported by dpukit-mesh");
   EXPECT_EQ(fault(edit("transport_api_version: V3", "transport_api_version: V2")),

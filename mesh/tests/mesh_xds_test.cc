@@ -112,10 +112,12 @@ TEST(MeshXds, AnyResourcesComeOutAsProtoJson) {
 }
 
 struct Exchange {
+  explicit Exchange(const std::string& text = kBootstrap) : text(text) {}
+  std::string text;
   std::vector<config::Bootstrap> installed;
   std::string install_error;  // what apply answers
-  config::Bootstrap bootstrap = config::parse_bootstrap(kBootstrap);
-  AdsClient client{YAML::Load(kBootstrap), bootstrap, [this](config::Bootstrap b) {
+  config::Bootstrap bootstrap = config::parse_bootstrap(text);
+  AdsClient client{YAML::Load(text), bootstrap, [this](config::Bootstrap b) {
                      if (!install_error.empty()) return install_error;
                      installed.push_back(std::move(b));
                      return std::string();
@@ -195,6 +197,73 @@ TEST(MeshXds, AckWarmInstallNack) {
       sent(x.client.on_response(response(config::kEndpointType, "5", "e5", {load_assignment(18082)})));
   ASSERT_EQ(summary(refused), std::vector<std::string>{"ClusterLoadAssignment v=4 n=e5 [\"backend\"] NACK"});
   EXPECT_EQ(refused[0]["error_detail"]["message"], x.install_error);
+}
+
+// A DeltaDiscoveryResponse: each resource with its name and version, and names removed.
+json delta_response(std::string_view type, const std::string& nonce, const std::vector<json>& resources,
+                    const std::vector<std::string>& removed = {}) {
+  json r = {{"system_version_info", nonce}, {"type_url", type}, {"nonce", nonce}, {"removed_resources", removed}};
+  for (const json& resource : resources) {
+    const std::string name = resource.value("name", resource.value("cluster_name", ""));
+    r["resources"].push_back({{"name", name}, {"version", name + "-" + nonce}, {"resource", resource}});
+  }
+  const char* type_name = "envoy.service.discovery.v3.DeltaDiscoveryResponse";
+  return messages().to_json(type_name, messages().to_binary(type_name, r));
+}
+
+std::vector<json> delta_sent(const std::vector<json>& requests) {
+  const char* type_name = "envoy.service.discovery.v3.DeltaDiscoveryRequest";
+  std::vector<json> out;
+  for (const json& r : requests) out.push_back(messages().to_json(type_name, messages().to_binary(type_name, r)));
+  return out;
+}
+
+// type_url of each delta request: its nonce, what it subscribes to, a NACK.
+std::vector<std::string> delta_summary(const std::vector<json>& requests) {
+  std::vector<std::string> out;
+  for (const json& r : requests) {
+    std::string s = r.value("type_url", "");
+    s = s.substr(s.rfind('.') + 1) + " n=" + r.value("response_nonce", "");
+    if (r.contains("resource_names_subscribe")) s += " +" + r["resource_names_subscribe"].dump();
+    if (r.contains("resource_names_unsubscribe")) s += " -" + r["resource_names_unsubscribe"].dump();
+    if (r.contains("initial_resource_versions")) s += " held " + r["initial_resource_versions"].dump();
+    if (r.contains("error_detail")) s += " NACK";
+    out.push_back(s);
+  }
+  return out;
+}
+
+TEST(MeshXds, DeltaXds) {
+  std::string text = kBootstrap;
+  text.replace(text.find("api_type: GRPC"), 14, "api_type: DELTA_GRPC");
+  Exchange x(text);
+  EXPECT_EQ(delta_summary(delta_sent(x.client.on_stream_start())), std::vector<std::string>{"Cluster n="});
+  EXPECT_EQ(delta_summary(delta_sent(x.client.on_response(delta_response(config::kClusterType, "c1", {cluster()})))),
+            (std::vector<std::string>{"Cluster n=c1", "ClusterLoadAssignment n= +[\"backend\"]", "Listener n="}));
+  x.client.on_response(delta_response(config::kEndpointType, "e1", {load_assignment(18080)}));
+  x.client.on_response(delta_response(config::kListenerType, "l1", {listener()}));
+  x.client.on_response(delta_response(config::kRouteType, "r1", {route_config("/")}));
+  ASSERT_EQ(x.installed.size(), 1u);
+  // Only what changed comes; the rest is kept.
+  EXPECT_EQ(delta_summary(delta_sent(x.client.on_response(delta_response(config::kEndpointType, "e2", {load_assignment(18081)})))),
+            std::vector<std::string>{"ClusterLoadAssignment n=e2"});
+  ASSERT_EQ(x.installed.size(), 2u);
+  EXPECT_EQ(x.installed[1].clusters.at(1).endpoints.at(0).address.port, 18081);
+  EXPECT_EQ(x.installed[1].listeners.size(), 1u);
+  // A bad change is NACKed; the route keeps working.
+  EXPECT_EQ(delta_summary(delta_sent(x.client.on_response(delta_response(config::kRouteType, "r2", {route_config("(x", true)})))),
+            std::vector<std::string>{"RouteConfiguration n=r2 NACK"});
+  EXPECT_EQ(x.installed.size(), 2u);
+  // The cluster removed while a route names it: the set waits (nothing installed without it).
+  x.client.on_response(delta_response(config::kClusterType, "c2", {}, {"backend"}));
+  EXPECT_EQ(x.installed.size(), 2u);
+  // A new stream says what is held, with each resource's version.
+  const std::vector<std::string> again = delta_summary(delta_sent(x.client.on_stream_start()));
+  ASSERT_EQ(again.size(), 4u);
+  EXPECT_EQ(again[0], "Cluster n=");  // the backend cluster was removed: nothing held
+  EXPECT_EQ(again[1], "ClusterLoadAssignment n= +[\"backend\"] held {\"backend\":\"backend-e2\"}");
+  EXPECT_EQ(again[2], "Listener n= held {\"web\":\"web-l1\"}");
+  EXPECT_EQ(again[3], "RouteConfiguration n= +[\"web-routes\"] held {\"web-routes\":\"web-routes-r1\"}");
 }
 
 TEST(MeshXds, ConfigDumpShowsDynamicResourcesWithVersions) {

@@ -72,10 +72,10 @@ DynamicResources parse_dynamic_resources(const At& at) {
   DynamicResources d;
   const Fields ads = f.required("ads_config").fields("envoy.config.core.v3.ApiConfigSource",
                                                      {"api_type", "transport_api_version", "grpc_services"});
-  // State of the world over gRPC; delta xDS and REST polling are not implemented.
-  ads.required("api_type").choice<int>({{"GRPC", 0}},
-                                       {"DELTA_GRPC", "AGGREGATED_GRPC", "AGGREGATED_DELTA_GRPC", "REST",
-                                        "UNSUPPORTED_REST_LEGACY"});
+  // ADS over gRPC, state of the world or incremental (delta); REST polling is not implemented.
+  d.delta = ads.required("api_type").choice<bool>({{"GRPC", false}, {"DELTA_GRPC", true}},
+                                                  {"AGGREGATED_GRPC", "AGGREGATED_DELTA_GRPC", "REST",
+                                                   "UNSUPPORTED_REST_LEGACY"});
   if (ads.has("transport_api_version")) ads["transport_api_version"].choice<int>({{"V3", 3}}, {"AUTO", "V2"});
   const At services = ads.required("grpc_services");
   const std::vector<At> items = services.items();

@@ -19,16 +19,17 @@ namespace dpukit::mesh::config {
 class At;
 struct Bootstrap;
 
-// dynamic_resources: {ads_config: {api_type: GRPC, transport_api_version: V3,
+// dynamic_resources: {ads_config: {api_type: GRPC or DELTA_GRPC, transport_api_version: V3,
 // grpc_services: [{envoy_grpc: {cluster_name}}]}, lds_config: {ads: {}},
 // cds_config: {ads: {}}}.
 struct DynamicResources {
   std::string ads_cluster;  // ads_config.grpc_services[0].envoy_grpc.cluster_name
+  bool delta = false;       // api_type DELTA_GRPC (incremental xDS), else GRPC (state of the world)
   bool lds = false;         // lds_config: {ads: {}}
   bool cds = false;         // cds_config: {ads: {}}
 };
 
-// Reads dynamic_resources; other api_types, REST, delta and non-ADS sources are
+// Reads dynamic_resources; other api_types (REST), other transports and non-ADS sources are
 // refused by path. Throws ConfigError.
 DynamicResources parse_dynamic_resources(const At& at);
 // Once the static clusters are read: the ADS cluster is one of them, with

@@ -25,9 +25,13 @@ using config::kEndpointType;
 using config::kListenerType;
 using config::kRouteType;
 
+// State of the world, and incremental (delta) xDS.
 constexpr const char* kAdsMethod = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
 constexpr const char* kRequest = "envoy.service.discovery.v3.DiscoveryRequest";
 constexpr const char* kResponse = "envoy.service.discovery.v3.DiscoveryResponse";
+constexpr const char* kDeltaAdsMethod = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
+constexpr const char* kDeltaRequest = "envoy.service.discovery.v3.DeltaDiscoveryRequest";
+constexpr const char* kDeltaResponse = "envoy.service.discovery.v3.DeltaDiscoveryResponse";
 constexpr int kGrpcInternal = 13;  // google.rpc.Code INTERNAL, as Envoy's NACKs carry
 
 // Envoy's defaults for the ADS stream's retry: 500 ms doubling to 30 s, jittered.
@@ -116,10 +120,27 @@ json AdsClient::request(const std::string& type, const std::string& error) const
               {"user_agent_name", "dpukit-mesh"},
               {"user_agent_version", DPUKIT_VERSION}}},
             {"type_url", type},
-            {"version_info", st.version},
-            {"response_nonce", st.nonce},
-            {"resource_names", st.names}};
+            {"response_nonce", st.nonce}};
+  if (!dynamic_.delta) {  // delta: an ACK is the nonce alone
+    r["version_info"] = st.version;
+    r["resource_names"] = st.names;
+  }
   if (!error.empty()) r["error_detail"] = {{"code", kGrpcInternal}, {"message", error}};
+  return r;
+}
+
+json AdsClient::subscribe(const std::string& type, const std::set<std::string>& before) const {
+  if (!dynamic_.delta) return request(type);
+  json r = request(type);
+  r.erase("response_nonce");
+  const std::set<std::string>& now = types_.at(type).names;
+  json add = json::array(), remove = json::array();
+  for (const std::string& name : now)
+    if (!before.contains(name)) add.push_back(name);
+  for (const std::string& name : before)
+    if (!now.contains(name)) remove.push_back(name);
+  r["resource_names_subscribe"] = add;
+  r["resource_names_unsubscribe"] = remove;
   return r;
 }
 
@@ -134,7 +155,15 @@ std::vector<json> AdsClient::on_stream_start() {
     auto it = types_.find(std::string(type));
     if (it == types_.end() || !it->second.requested) continue;
     it->second.nonce.clear();
-    out.push_back(request(it->first));
+    json r = subscribe(it->first, {});
+    if (dynamic_.delta) {
+      // Delta: no names is the wildcard (LDS, CDS); what is held is said with its versions.
+      json versions = json::object();
+      std::lock_guard lock(mu_);
+      for (const auto& [name, record] : records_[it->first]) versions[name] = record.version;
+      r["initial_resource_versions"] = versions;
+    }
+    out.push_back(r);
   }
   return out;
 }
@@ -143,7 +172,7 @@ std::vector<json> AdsClient::on_unreadable(const json& envelope, const std::stri
   const std::string type = envelope.value("type_url", "");
   TypeState& st = types_[type];
   st.nonce = envelope.value("nonce", "");
-  return {nack(type, envelope.value("version_info", ""), why)};
+  return {nack(type, envelope.value(dynamic_.delta ? "system_version_info" : "version_info", ""), why)};
 }
 
 json AdsClient::nack(const std::string& type, const std::string& version, const std::string& why) {
@@ -154,7 +183,7 @@ json AdsClient::nack(const std::string& type, const std::string& version, const 
 
 std::vector<json> AdsClient::on_response(const json& response) {
   const std::string type = response.value("type_url", "");
-  const std::string version = response.value("version_info", "");
+  const std::string version = response.value(dynamic_.delta ? "system_version_info" : "version_info", "");
   TypeState& st = types_[type];
   st.nonce = response.value("nonce", "");
   std::vector<json> out;
@@ -165,19 +194,30 @@ std::vector<json> AdsClient::on_response(const json& response) {
   if (type != kListenerType && type != kClusterType && type != kRouteType && type != kEndpointType)
     return nack("type " + type + " is not supported by dpukit-mesh (LDS, CDS, RDS and EDS are)");
 
-  // The new set of this type (state of the world: it replaces the last).
-  std::map<std::string, json> set;
+  // The new set of this type: state of the world replaces the last one;
+  // delta changes and removes resources of it by name.
+  std::map<std::string, json> set = dynamic_.delta ? accepted_.of(type) : std::map<std::string, json>();
+  std::map<std::string, std::string> versions;  // delta: each resource's own version
+  std::set<std::string> seen;
   const json& resources = response.value("resources", json::array());
   for (std::size_t i = 0; i < resources.size(); ++i) {
-    json resource = resources[i];
     const std::string at = "resources[" + std::to_string(i) + "]";
+    json resource = dynamic_.delta ? resources[i].value("resource", json()) : resources[i];
     if (resource.value("@type", "") != type)
       return nack(at + ": a " + resource.value("@type", "resource without @type") + " in a " + type + " response");
     resource.erase("@type");
     const std::string name = resource_name(type, resource);
     if (name.empty()) return nack(at + ": the resource has no name");
-    if (!set.emplace(name, std::move(resource)).second) return nack(at + ": duplicate resource name '" + name + "'");
+    if (!seen.insert(name).second) return nack(at + ": duplicate resource name '" + name + "'");
+    if (dynamic_.delta) {
+      if (resources[i].value("name", "") != name)
+        return nack(at + ".name: '" + resources[i].value("name", "") + "' but the resource is named '" + name + "'");
+      versions[name] = resources[i].value("version", "");
+    }
+    set[name] = std::move(resource);
   }
+  for (const json& removed : response.value("removed_resources", json::array()))
+    if (removed.is_string()) set.erase(removed.get<std::string>());
   // A control plane resends every type of a new snapshot: a set equal to the
   // one accepted changes nothing (no assembly, no parse, no install).
   if (st.received && set == accepted_.of(type)) {
@@ -228,7 +268,7 @@ std::vector<json> AdsClient::on_response(const json& response) {
       with_type["@type"] = type;
       auto it = records.find(name);
       if (it != records.end() && it->second.resource == with_type) next.emplace(name, it->second);  // unchanged
-      else next.emplace(name, ResourceRecord{std::move(with_type), version, now});
+      else next.emplace(name, ResourceRecord{std::move(with_type), versions.contains(name) ? versions[name] : version, now});
     }
     records = std::move(next);
     if (apply) {
@@ -246,14 +286,15 @@ std::vector<json> AdsClient::on_response(const json& response) {
   const auto follow = [&](std::string_view t, const std::set<std::string>& names) {
     TypeState& ts = types_[std::string(t)];
     if (names.empty() || (ts.requested && ts.names == names)) return;
+    const std::set<std::string> before = ts.requested ? ts.names : std::set<std::string>();
     ts.names = names;
     ts.requested = true;
-    out.push_back(request(std::string(t)));
+    out.push_back(subscribe(std::string(t), before));
   };
   follow(kEndpointType, assembly.endpoint_names);
   if (dynamic_.lds && !types_[std::string(kListenerType)].requested && (type == kClusterType || !dynamic_.cds)) {
     types_[std::string(kListenerType)].requested = true;
-    out.push_back(request(std::string(kListenerType)));
+    out.push_back(subscribe(std::string(kListenerType), {}));
   }
   follow(kRouteType, assembly.route_names);
   return out;
@@ -286,13 +327,16 @@ bool AdsClient::stream_once() {
     if (stopping_) return false;
     ctx_ = &ctx;
   }
-  const grpc::internal::RpcMethod method(kAdsMethod, grpc::internal::RpcMethod::BIDI_STREAMING, channel);
+  const char* request_type = dynamic_.delta ? kDeltaRequest : kRequest;
+  const char* response_type = dynamic_.delta ? kDeltaResponse : kResponse;
+  const grpc::internal::RpcMethod method(dynamic_.delta ? kDeltaAdsMethod : kAdsMethod,
+                                         grpc::internal::RpcMethod::BIDI_STREAMING, channel);
   std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
       grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(channel.get(), method, &ctx));
   const Messages& m = messages();
   const auto send = [&](const std::vector<json>& requests) {
     for (const json& r : requests)
-      if (!stream->Write(to_buffer(m.to_binary(kRequest, r)))) return false;
+      if (!stream->Write(to_buffer(m.to_binary(request_type, r)))) return false;
     return true;
   };
   bool received = false;
@@ -304,12 +348,12 @@ bool AdsClient::stream_once() {
     const std::string bytes = from_buffer(buffer);
     std::vector<json> requests;
     try {
-      requests = on_response(m.to_json(kResponse, bytes));
+      requests = on_response(m.to_json(response_type, bytes));
     } catch (const std::exception& e) {
       // A resource that does not convert (a typed_config whose type is not in
       // the descriptor set): NACK the response with protobuf's reason.
       try {
-        requests = on_unreadable(m.to_json_without(kResponse, bytes, "resources"),
+        requests = on_unreadable(m.to_json_without(response_type, bytes, "resources"),
                                  std::string("a resource cannot be read (dpukit-mesh implements none of its type): ") +
                                      e.what());
       } catch (const std::exception& e2) {
@@ -362,7 +406,7 @@ json AdsClient::config_dump(const json& running) const {
   json ads_source = {{"ads", json::object()}, {"resource_api_version", "V3"}};
   bootstrap["dynamic_resources"] = {
       {"ads_config",
-       {{"api_type", "GRPC"},
+       {{"api_type", dynamic_.delta ? "DELTA_GRPC" : "GRPC"},
         {"transport_api_version", "V3"},
         {"grpc_services", {{{"envoy_grpc", {{"cluster_name", dynamic_.ads_cluster}}}}}}}}};
   if (dynamic_.lds) bootstrap["dynamic_resources"]["lds_config"] = ads_source;

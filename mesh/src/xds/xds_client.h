@@ -1,4 +1,4 @@
-// The xDS client: one ADS stream (gRPC, v3, state of the world) to the
+// The xDS client: one ADS stream (gRPC, v3, state of the world or delta) to the
 // control plane that the bootstrap's dynamic_resources names, on a thread of
 // its own (never a data-plane worker). Each response's resources are turned
 // into proto-JSON, assembled with the bootstrap file into one bootstrap and
@@ -33,7 +33,7 @@ std::string grpc_target(const config::Cluster& cluster);
 
 // The state of one resource type on the stream.
 struct TypeState {
-  std::string version;          // of the last accepted response
+  std::string version;          // of the last accepted response (state of the world)
   std::string nonce;            // of the last response on this stream
   std::set<std::string> names;  // subscribed; empty for LDS and CDS (wildcard)
   bool requested = false;       // a request went out (on some stream)
@@ -79,7 +79,10 @@ class AdsClient {
  private:
   void run();
   bool stream_once();  // true when a response was received
+  // An ACK (or, with `error`, a NACK) of the type's last response.
   nlohmann::json request(const std::string& type, const std::string& error = "") const;
+  // A request for the type's subscription (its names now; delta: the change from `before`).
+  nlohmann::json subscribe(const std::string& type, const std::set<std::string>& before) const;
   // Counts and logs a rejected response; the NACK to send.
   nlohmann::json nack(const std::string& type, const std::string& version, const std::string& why);
 
