@@ -474,3 +474,27 @@ def test_removed_listener_drains(pair: Pair, kind: str):
     while pair.answers(kind, "side"):
         assert time.monotonic() < deadline, f"{kind} still takes connections on a listener the snapshot removed"
         time.sleep(0.05)
+
+
+# -- a route to a cluster the snapshot does not have -------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_route_to_missing_cluster(pair: Pair, kind: str):
+    """A route naming a cluster that no CDS response carries: Envoy takes the
+    route configuration (RDS's validate_clusters is false by default), runs
+    it, and answers that route 503; the rest of the update applies. An ACK
+    means the version runs."""
+    p = pair.next_plan()
+    snap = pair.snapshot(kind, p)
+    snap.routes[0]["virtual_hosts"][-1]["routes"].insert(0, to_cluster({"prefix": "/missing"}, "no-such-cluster"))
+    pair.xds.post(pair.proxy(kind).node, snap)
+    pair.xds.wait_acked(pair.proxy(kind).node, snap, proxy=pair.proxy(kind).proc)
+    deadline = time.monotonic() + 10
+    while pair.version_served(kind) != str(p.version):
+        assert time.monotonic() < deadline, \
+            f"{kind} ACKed version {p.version} but serves {pair.version_served(kind)}"
+        time.sleep(0.01)
+    assert pair.table(kind, p) == expected(p)
+    r = request(pair.ports[kind]["main"], "GET", "/missing/x")
+    assert (r.status, r.header("x-served-by")) == (503, None)
