@@ -30,6 +30,27 @@ std::vector<ClusterStats*> StatsStore::cluster(const std::string& name) { return
 std::vector<HttpStats*> StatsStore::http(const std::string& prefix) { return blocks(http_, prefix); }
 std::vector<TcpStats*> StatsStore::tcp(const std::string& prefix) { return blocks(tcp_, prefix); }
 
+std::vector<ListenerStats*> StatsStore::listener(const std::string& address) { return blocks(listeners_, address); }
+
+std::vector<TlsStats*> StatsStore::tls(const std::string& scope, const std::string& name) {
+  std::lock_guard lock(mu_);
+  auto& d = tls_[{scope, name}];
+  if (d.empty()) d.resize(workers_);
+  std::vector<TlsStats*> out;
+  for (auto& b : d) out.push_back(&b);
+  return out;
+}
+
+TlsNamedCounters& StatsStore::tls_named(const std::string& scope, const std::string& name) {
+  std::lock_guard lock(mu_);
+  return tls_named_[{scope, name}];  // std::map: the address stays
+}
+
+void TlsNamedCounters::inc(const char* family, const std::string& name) {
+  std::lock_guard lock(mu);
+  ++counts[{family, name}];
+}
+
 std::pair<uint64_t, uint64_t> StatsStore::module_total(Module m) const {
   uint64_t ns = 0, calls = 0;
   for (const auto& w : modules_) {
@@ -155,6 +176,39 @@ std::string StatsStore::prometheus(const std::vector<HostStatsView>& hosts) cons
     t.counter("downstream_cx_no_route", &T::downstream_cx_no_route);
     t.counter("idle_timeout", &T::idle_timeout);
     t.gauge("downstream_cx_active", &T::downstream_cx_active);
+  }
+  for (const auto& [address, d] : listeners_) {
+    const Summed<ListenerStats> l(e, d, "envoy_listener_", "listener.<address>.", {{"envoy_listener_address", address}});
+    l.counter("no_filter_chain_match", &ListenerStats::no_filter_chain_match);
+  }
+  // Envoy's names: envoy_listener_ssl_handshake{envoy_listener_address}, envoy_cluster_ssl_handshake{envoy_cluster_name}.
+  for (const auto& [key, d] : tls_) {
+    const auto& [scope, name] = key;
+    const std::string label = scope == "listener" ? "envoy_listener_address" : "envoy_cluster_name";
+    const Summed<TlsStats> t(e, d, "envoy_" + scope + "_ssl_", scope + ".<" + (scope == "listener" ? "address" : "name") + ">.ssl.",
+                             {{label, name}});
+    t.counter("handshake", &TlsStats::handshake);
+    t.counter("connection_error", &TlsStats::connection_error);
+    t.counter("session_reused", &TlsStats::session_reused);
+    t.counter("no_certificate", &TlsStats::no_certificate);
+    t.counter("fail_verify_no_cert", &TlsStats::fail_verify_no_cert);
+    t.counter("fail_verify_error", &TlsStats::fail_verify_error);
+    t.counter("fail_verify_san", &TlsStats::fail_verify_san);
+    const Summed<TlsStats> f(e, d, "envoy_" + scope + (scope == "listener" ? "_server" : "_client") + "_ssl_socket_factory_",
+                             scope + (scope == "listener" ? ".<address>.server" : ".<name>.client") + "_ssl_socket_factory.",
+                             {{label, name}});
+    f.counter("ssl_context_update_by_sds", &TlsStats::ssl_context_update_by_sds);
+    if (auto it = tls_named_.find(key); it != tls_named_.end()) {
+      const TlsNamedCounters& named = it->second;
+      std::lock_guard named_lock(named.mu);
+      // family "ciphers" -> label envoy_ssl_cipher, as Envoy's tag extraction names them.
+      static const std::map<std::string, std::string> kLabel = {
+          {"ciphers", "envoy_ssl_cipher"}, {"versions", "envoy_ssl_version"},
+          {"curves", "envoy_ssl_curve"}, {"sigalgs", "envoy_ssl_sigalg"}};
+      for (const auto& [fk, count] : named.counts)
+        e.counter("envoy_" + scope + "_ssl_" + fk.first, "Envoy " + scope + ".ssl." + fk.first + ".<name>", count,
+                  {{kLabel.at(fk.first), fk.second}, {label, name}});
+    }
   }
   for (int m = 0; m < static_cast<int>(Module::kCount); ++m) {
     const MetricLabels l = {{"module", module_name(static_cast<Module>(m))}};

@@ -30,6 +30,27 @@ struct Gauge {
   int64_t get() const { return v.load(std::memory_order_relaxed); }
 };
 
+// Envoy's <scope>.ssl.* counters of a TLS context (listener.<address>.ssl.*,
+// cluster.<name>.ssl.*), per worker.
+struct TlsStats {
+  Counter handshake, connection_error, session_reused, no_certificate, fail_verify_no_cert, fail_verify_error,
+      fail_verify_san;
+  // <scope>.{server,client}_ssl_socket_factory.ssl_context_update_by_sds: written by the control plane's thread only.
+  Counter ssl_context_update_by_sds;
+};
+// Envoy's ssl.versions.<v>, ssl.ciphers.<c>, ssl.curves.<c>, ssl.sigalgs.<s>:
+// names known only once a handshake says them, so one map per scope shared by
+// the workers (a handshake costs far more than its lock).
+struct TlsNamedCounters {
+  void inc(const char* family, const std::string& name);
+  mutable std::mutex mu;
+  std::map<std::pair<std::string, std::string>, uint64_t> counts;  // {family, name} -> count
+};
+// Envoy's listener.<address>.* statistics.
+struct ListenerStats {
+  Counter no_filter_chain_match;
+};
+
 // Envoy's cluster.<name>.* statistics (the subset we keep).
 struct ClusterStats {
   Counter upstream_rq_total, upstream_cx_total, upstream_cx_connect_fail, upstream_cx_connect_timeout,
@@ -85,6 +106,11 @@ class StatsStore {
   std::vector<ClusterStats*> cluster(const std::string& name);
   std::vector<HttpStats*> http(const std::string& stat_prefix);
   std::vector<TcpStats*> tcp(const std::string& stat_prefix);
+  // listener.<address>.*: `address` as Envoy writes it ("127.0.0.1_10000").
+  std::vector<ListenerStats*> listener(const std::string& address);
+  // <scope>.ssl.*, scope "listener" (name: the address as above) or "cluster".
+  std::vector<TlsStats*> tls(const std::string& scope, const std::string& name);
+  TlsNamedCounters& tls_named(const std::string& scope, const std::string& name);
   ModuleStats& modules(unsigned worker) { return modules_[worker]; }
 
   // Prometheus text exposition with Envoy's metric names (envoy_cluster_*,
@@ -102,6 +128,9 @@ class StatsStore {
   std::map<std::string, std::deque<ClusterStats>> clusters_;
   std::map<std::string, std::deque<HttpStats>> http_;
   std::map<std::string, std::deque<TcpStats>> tcp_;
+  std::map<std::string, std::deque<ListenerStats>> listeners_;
+  std::map<std::pair<std::string, std::string>, std::deque<TlsStats>> tls_;
+  std::map<std::pair<std::string, std::string>, TlsNamedCounters> tls_named_;
   std::deque<ModuleStats> modules_;
 };
 

@@ -117,11 +117,14 @@ INSTANTIATE_TEST_SUITE_P(
               hcm(".access_log"), "access_log is not supported by dpukit-mesh"},
         Fault{"Rds", edit("stat_prefix: http", "stat_prefix: http\n          rds: {}"), hcm(".rds"),
               "rds is not supported by dpukit-mesh"},
-        Fault{"TransportSocket", edit(kCluster, kCluster + "    transport_socket: {}\n"),
-              "static_resources.clusters[0].transport_socket", "transport_socket is not supported by dpukit-mesh"},
-        Fault{"FilterChainMatch", edit("    - filters:", "    - filter_chain_match: {}\n      filters:"),
-              "static_resources.listeners[0].filter_chains[0].filter_chain_match",
-              "filter_chain_match is not supported by dpukit-mesh"},
+        Fault{"TransportSocket",
+              edit(kCluster, kCluster + "    transport_socket: {name: envoy.transport_sockets.raw_buffer}\n"),
+              "static_resources.clusters[0].transport_socket.name",
+              "envoy.transport_sockets.raw_buffer is not supported by dpukit-mesh (only envoy.transport_sockets.tls)"},
+        Fault{"FilterChainMatch",
+              edit("    - filters:", "    - filter_chain_match: {destination_port: 80}\n      filters:"),
+              "static_resources.listeners[0].filter_chains[0].filter_chain_match.destination_port",
+              "destination_port is not supported by dpukit-mesh"},
         Fault{"LayeredRuntime", kMinimal + "layered_runtime: {}\n", "layered_runtime",
               "layered_runtime is not supported by dpukit-mesh"},
         Fault{"Redirect", edit("route: {cluster: backend}", "redirect: {path_redirect: /x}"), route0(".redirect"),
@@ -232,8 +235,9 @@ INSTANTIATE_TEST_SUITE_P(
         Fault{"StaticDnsName", edit("address: 127.0.0.1, port_value: 18080", "address: backend.local, port_value: 18080"),
               "static_resources.clusters[0].load_assignment.endpoints[0].lb_endpoints[0].endpoint.address",
               "a STATIC cluster needs IP addresses, got 'backend.local' (use STRICT_DNS)"},
-        Fault{"TwoFilterChains", edit("    - filters:", "    - filters: []\n    - filters:"),
-              "static_resources.listeners[0].filter_chains", "exactly one filter chain is supported, got 2"},
+        Fault{"EmptyFilterChain", edit("    - filters:", "    - filters: []\n      filter_chain_match: {transport_protocol: tls}\n    - filters:"),
+              "static_resources.listeners[0].filter_chains[0].filters",
+              "the filter chain must end with http_connection_manager or tcp_proxy"},
         Fault{"DuplicateKey", edit("stat_prefix: http", "stat_prefix: http\n          stat_prefix: web"),
               hcm(".stat_prefix"), "duplicate field (first on line 12)"},
         Fault{"RegexIgnoreCase",
@@ -339,8 +343,8 @@ TEST(Config, EnvoyDefaultsApply) {
   ASSERT_EQ(b.listeners.size(), 1u);
   const Listener& l = b.listeners[0];
   EXPECT_EQ(l.per_connection_buffer_limit_bytes, 1024u * 1024);
-  ASSERT_EQ(l.filters.size(), 1u);
-  const HttpConnectionManager& h = *l.filters[0].hcm;
+  ASSERT_EQ(l.filter_chains[0].filters.size(), 1u);
+  const HttpConnectionManager& h = *l.filter_chains[0].filters[0].hcm;
   EXPECT_EQ(h.codec_type, HttpConnectionManager::Codec::kAuto);
   EXPECT_EQ(h.max_request_headers_kb, 60u);
   EXPECT_EQ(h.max_headers_count, 100u);
@@ -369,13 +373,13 @@ TEST(Config, EnvoyDefaultsApply) {
 
 TEST(Config, Http10IsRefusedUnlessAccepted) {
   // Envoy's default: accept_http_10 false (HTTP/1.0 requests get 426).
-  const HttpConnectionManager& off = *parse_bootstrap(kMinimal).listeners[0].filters[0].hcm;
+  const HttpConnectionManager& off = *parse_bootstrap(kMinimal).listeners[0].filter_chains[0].filters[0].hcm;
   EXPECT_FALSE(off.accept_http_10);
   EXPECT_EQ(off.default_host_for_http_10, "");
   const Bootstrap b = parse_bootstrap(edit(
       "stat_prefix: http",
       "stat_prefix: http\n          http_protocol_options: {accept_http_10: true, default_host_for_http_10: old.test}"));
-  const HttpConnectionManager& on = *b.listeners[0].filters[0].hcm;
+  const HttpConnectionManager& on = *b.listeners[0].filter_chains[0].filters[0].hcm;
   EXPECT_TRUE(on.accept_http_10);
   EXPECT_EQ(on.default_host_for_http_10, "old.test");
   const nlohmann::json j = to_json(b)["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
@@ -418,7 +422,7 @@ TEST(Config, RetryPolicyAndRateLimitDefaults) {
                 "filters.http.local_ratelimit.v3.LocalRateLimit\n              stat_prefix: rl\n"
                 "              token_bucket: {max_tokens: \"10\", fill_interval: {seconds: 2, nanos: 500000000}}\n"
                 "              filter_enabled: {default_value: {numerator: 25}}\n")));
-  const HttpConnectionManager& h = *b.listeners[0].filters[0].hcm;
+  const HttpConnectionManager& h = *b.listeners[0].filter_chains[0].filters[0].hcm;
   const RetryPolicy& p = *h.route_config.virtual_hosts[0].routes[0].route->retry_policy;
   EXPECT_TRUE(p.on_gateway_error);
   EXPECT_FALSE(p.on_5xx);
@@ -435,7 +439,7 @@ TEST(Config, RetryPolicyAndRateLimitDefaults) {
 
 TEST(Config, SubMillisecondDurationsRoundUp) {
   const Bootstrap b = parse_bootstrap(edit("route: {cluster: backend}", "route: {cluster: backend, timeout: 1.000340s}"));
-  EXPECT_EQ(b.listeners[0].filters[0].hcm->route_config.virtual_hosts[0].routes[0].route->timeout, 1001ms);
+  EXPECT_EQ(b.listeners[0].filter_chains[0].filters[0].hcm->route_config.virtual_hosts[0].routes[0].route->timeout, 1001ms);
 }
 
 TEST(Config, FrontProxyExample) {
@@ -451,9 +455,9 @@ TEST(Config, FrontProxyExample) {
   EXPECT_EQ(l.name, "ingress_http");
   EXPECT_EQ(l.address.port, 10000);
   EXPECT_EQ(l.per_connection_buffer_limit_bytes, 65536u);
-  ASSERT_EQ(l.filters.size(), 1u);
-  EXPECT_EQ(l.filters[0].kind, NetworkFilter::Kind::kHttpConnectionManager);
-  const HttpConnectionManager& h = *l.filters[0].hcm;
+  ASSERT_EQ(l.filter_chains[0].filters.size(), 1u);
+  EXPECT_EQ(l.filter_chains[0].filters[0].kind, NetworkFilter::Kind::kHttpConnectionManager);
+  const HttpConnectionManager& h = *l.filter_chains[0].filters[0].hcm;
   EXPECT_EQ(h.stat_prefix, "ingress_http");
   EXPECT_TRUE(h.use_remote_address);
   EXPECT_EQ(h.max_request_headers_kb, 32u);
@@ -562,8 +566,8 @@ TEST(Config, FrontProxyExample) {
 TEST(Config, TcpProxyExample) {
   const Bootstrap b = example("tcp-proxy.yaml");
   ASSERT_EQ(b.listeners.size(), 2u);
-  const TcpProxy& pg = *b.listeners[0].filters[0].tcp_proxy;
-  EXPECT_EQ(b.listeners[0].filters[0].kind, NetworkFilter::Kind::kTcpProxy);
+  const TcpProxy& pg = *b.listeners[0].filter_chains[0].filters[0].tcp_proxy;
+  EXPECT_EQ(b.listeners[0].filter_chains[0].filters[0].kind, NetworkFilter::Kind::kTcpProxy);
   EXPECT_EQ(pg.stat_prefix, "postgres");
   EXPECT_TRUE(pg.cluster.empty());
   ASSERT_EQ(pg.weighted.size(), 2u);
@@ -571,7 +575,7 @@ TEST(Config, TcpProxyExample) {
   EXPECT_EQ(pg.weighted[1].weight, 3u);
   EXPECT_EQ(pg.idle_timeout, 30min);
   EXPECT_EQ(pg.max_connect_attempts, 3u);
-  const TcpProxy& redis = *b.listeners[1].filters[0].tcp_proxy;
+  const TcpProxy& redis = *b.listeners[1].filter_chains[0].filters[0].tcp_proxy;
   EXPECT_EQ(redis.cluster, "redis");
   EXPECT_EQ(redis.idle_timeout, 1h);
   EXPECT_EQ(redis.max_connect_attempts, 1u);
@@ -582,8 +586,8 @@ TEST(Config, TcpProxyExample) {
 
 TEST(Config, HealthChecksExample) {
   const Bootstrap b = example("health-checks.yaml");
-  EXPECT_EQ(b.listeners[0].filters[0].hcm->codec_type, HttpConnectionManager::Codec::kHttp1);
-  EXPECT_EQ(b.listeners[0].filters[0].hcm->request_timeout, 30s);
+  EXPECT_EQ(b.listeners[0].filter_chains[0].filters[0].hcm->codec_type, HttpConnectionManager::Codec::kHttp1);
+  EXPECT_EQ(b.listeners[0].filter_chains[0].filters[0].hcm->request_timeout, 30s);
   const Cluster& catalog = b.clusters[0];
   ASSERT_EQ(catalog.health_checks.size(), 1u);
   const HealthCheck& hc = catalog.health_checks[0];
@@ -604,11 +608,11 @@ TEST(Config, HealthChecksExample) {
 
 TEST(Config, UdsExample) {
   const Bootstrap b = example("uds.yaml");
-  EXPECT_FALSE(b.listeners[0].filters[0].hcm->generate_request_id);
+  EXPECT_FALSE(b.listeners[0].filter_chains[0].filters[0].hcm->generate_request_id);
   const Endpoint& e = b.clusters[0].endpoints.at(0);
   EXPECT_TRUE(e.address.is_pipe());
   EXPECT_EQ(e.address.pipe_path, "/tmp/dpukit-mesh-exporter.sock");
-  EXPECT_EQ(b.listeners[0].filters[0].hcm->route_config.virtual_hosts[0].routes[1].direct_response->status, 404u);
+  EXPECT_EQ(b.listeners[0].filter_chains[0].filters[0].hcm->route_config.virtual_hosts[0].routes[1].direct_response->status, 404u);
 }
 
 // Every shipped example parses, and to_json gives back a bootstrap that
@@ -620,6 +624,8 @@ TEST(Config, EveryExampleRoundTripsThroughJson) {
     ++count;
     SCOPED_TRACE(entry.path().filename().string());
     const nlohmann::json once = to_json(load_bootstrap(entry.path()));
+    // An inline private key is shown as Envoy's config_dump shows it, "[redacted]": no second parse.
+    if (once.dump().find("[redacted]") != std::string::npos) continue;
     EXPECT_EQ(to_json(parse_bootstrap(once.dump())), once);
   }
   EXPECT_GE(count, 5);

@@ -74,12 +74,12 @@ std::string error_of(const std::string& yaml) {
 
 TEST(ConfigH2, CodecTypesAndEnvoyDefaults) {
   auto b = parse_bootstrap(config("codec_type: HTTP2"));
-  const auto& h = *b.listeners[0].filters[0].hcm;
+  const auto& h = *b.listeners[0].filter_chains[0].filters[0].hcm;
   EXPECT_EQ(h.codec_type, HttpConnectionManager::Codec::kHttp2);
   EXPECT_EQ(h.http2_protocol_options.max_concurrent_streams, 1024u);
   EXPECT_EQ(h.http2_protocol_options.initial_stream_window_size, 16u * 1024 * 1024);
   EXPECT_EQ(h.http2_protocol_options.initial_connection_window_size, 24u * 1024 * 1024);
-  EXPECT_EQ(parse_bootstrap(config("")).listeners[0].filters[0].hcm->codec_type, HttpConnectionManager::Codec::kAuto);
+  EXPECT_EQ(parse_bootstrap(config("")).listeners[0].filter_chains[0].filters[0].hcm->codec_type, HttpConnectionManager::Codec::kAuto);
   EXPECT_NE(error_of(config("codec_type: HTTP3")).find("HTTP3 is not supported by dpukit-mesh"), std::string::npos);
 }
 
@@ -87,7 +87,7 @@ TEST(ConfigH2, HcmHttp2ProtocolOptions) {
   auto b = parse_bootstrap(config(
       "codec_type: AUTO\n          http2_protocol_options: {max_concurrent_streams: 100, "
       "initial_stream_window_size: 65535, initial_connection_window_size: 2147483647}"));
-  const auto& o = b.listeners[0].filters[0].hcm->http2_protocol_options;
+  const auto& o = b.listeners[0].filter_chains[0].filters[0].hcm->http2_protocol_options;
   EXPECT_EQ(o.max_concurrent_streams, 100u);
   EXPECT_EQ(o.initial_stream_window_size, 65535u);
   EXPECT_EQ(o.initial_connection_window_size, 2147483647u);
@@ -96,7 +96,7 @@ TEST(ConfigH2, HcmHttp2ProtocolOptions) {
   const auto& hj = j["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
   EXPECT_EQ(hj["http2_protocol_options"]["max_concurrent_streams"], 100);
   EXPECT_EQ(hj["http2_protocol_options"]["initial_stream_window_size"], 65535);
-  EXPECT_EQ(parse_bootstrap(j.dump()).listeners[0].filters[0].hcm->http2_protocol_options.max_concurrent_streams, 100u);
+  EXPECT_EQ(parse_bootstrap(j.dump()).listeners[0].filter_chains[0].filters[0].hcm->http2_protocol_options.max_concurrent_streams, 100u);
 }
 
 TEST(ConfigH2, HcmHttp2ProtocolOptionsFaults) {

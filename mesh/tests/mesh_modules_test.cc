@@ -95,7 +95,7 @@ struct Fixture {
     table = std::make_unique<RouteTable>(hcm().route_config,
                                          [this](const std::string& n) { return clusters.at(n).get(); });
   }
-  const config::HttpConnectionManager& hcm() const { return *boot.listeners.at(0).filters.at(0).hcm; }
+  const config::HttpConnectionManager& hcm() const { return *boot.listeners.at(0).filter_chains.at(0).filters.at(0).hcm; }
   // The name of the virtual host matched for `host` ("" for none).
   std::string vhost(const std::string& host) const {
     auto m = table->match(request(host, "/"));
@@ -887,7 +887,7 @@ std::string rl_filter(const std::string& enabled, const std::string& enforced) {
 
 config::LocalRateLimit parse_rl(const std::string& enabled, const std::string& enforced) {
   auto boot = config::parse_bootstrap(bootstrap_yaml(routes_vh(rt("r", "{prefix: /}")), kBackend, rl_filter(enabled, enforced)));
-  for (const auto& f : boot.listeners[0].filters[0].hcm->http_filters)
+  for (const auto& f : boot.listeners[0].filter_chains[0].filters[0].hcm->http_filters)
     if (f.local_ratelimit) return *f.local_ratelimit;
   ADD_FAILURE() << "no local_ratelimit";
   return {};

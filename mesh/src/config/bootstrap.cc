@@ -485,23 +485,43 @@ NetworkFilter parse_network_filter(const At& at) {
   return filter;
 }
 
-Listener parse_listener(const At& at) {
-  const Fields f = at.fields("envoy.config.listener.v3.Listener",
-                             {"name", "address", "filter_chains", "per_connection_buffer_limit_bytes"});
-  Listener l;
-  l.name = f["name"].str_or("");  // proto3: absent and "" are the same; cross_check names it
-  l.address = parse_bind_address(f.required("address"));
-  const At chains_at = f.required("filter_chains");
-  const std::vector<At> chains = chains_at.items();
-  if (chains.size() != 1) chains_at.fail("exactly one filter chain is supported, got " + std::to_string(chains.size()));
-  const Fields chain = chains[0].fields("envoy.config.listener.v3.FilterChain", {"filters"});
+FilterChain parse_filter_chain(const At& at) {
+  const Fields chain =
+      at.fields("envoy.config.listener.v3.FilterChain", {"name", "filter_chain_match", "transport_socket", "filters"});
+  FilterChain c;
+  c.name = chain["name"].str_or("");
+  if (chain.has("filter_chain_match")) c.match = parse_filter_chain_match(chain["filter_chain_match"]);
+  if (chain.has("transport_socket")) c.tls = parse_downstream_transport_socket(chain["transport_socket"]);
   // Both filters we implement are terminal: the chain is exactly one of them.
   const At filters = chain.required("filters");
   for (const At& item : filters.items()) {
-    if (!l.filters.empty()) item.fail("the filter chain already ends with " + l.filters.back().name);
-    l.filters.push_back(parse_network_filter(item));
+    if (!c.filters.empty()) item.fail("the filter chain already ends with " + c.filters.back().name);
+    c.filters.push_back(parse_network_filter(item));
   }
-  if (l.filters.empty()) filters.fail("the filter chain must end with http_connection_manager or tcp_proxy");
+  if (c.filters.empty()) filters.fail("the filter chain must end with http_connection_manager or tcp_proxy");
+  return c;
+}
+
+Listener parse_listener(const At& at) {
+  const Fields f = at.fields("envoy.config.listener.v3.Listener", {"name", "address", "filter_chains", "listener_filters",
+                                                                   "per_connection_buffer_limit_bytes"});
+  Listener l;
+  l.name = f["name"].str_or("");  // proto3: absent and "" are the same; cross_check names it
+  l.address = parse_bind_address(f.required("address"));
+  if (f.has("listener_filters")) l.tls_inspector = parse_listener_filters(f["listener_filters"]);
+  const At chains_at = f.required("filter_chains");
+  const std::vector<At> chains = chains_at.items();
+  if (chains.empty()) chains_at.fail("at least one filter chain is required");
+  for (const At& item : chains) {
+    l.filter_chains.push_back(parse_filter_chain(item));
+    const FilterChainMatch& m = l.filter_chains.back().match;
+    // As Envoy does, a listener whose chains match on what the ClientHello says gets the tls_inspector.
+    if (!m.server_names.empty() || m.transport_protocol == "tls" || !m.application_protocols.empty())
+      l.tls_inspector = true;
+    for (size_t i = 0; i + 1 < l.filter_chains.size(); ++i)
+      if (to_json(l.filter_chains[i].match) == to_json(m))
+        item.fail("the same filter_chain_match as filter_chains[" + std::to_string(i) + "]");
+  }
   l.per_connection_buffer_limit_bytes = f["per_connection_buffer_limit_bytes"].u32_or(l.per_connection_buffer_limit_bytes);
   return l;
 }
@@ -633,7 +653,8 @@ Cluster parse_cluster(const At& at) {
   const Fields f = at.fields("envoy.config.cluster.v3.Cluster",
                              {"name", "type", "connect_timeout", "lb_policy", "least_request_lb_config",
                               "ring_hash_lb_config", "load_assignment", "circuit_breakers", "outlier_detection",
-                              "health_checks", "dns_refresh_rate", "typed_extension_protocol_options"});
+                              "health_checks", "dns_refresh_rate", "typed_extension_protocol_options",
+                              "transport_socket"});
   Cluster c;
   c.name = f.required("name").nonempty_str();
   using T = Cluster::Type;
@@ -676,6 +697,7 @@ Cluster parse_cluster(const At& at) {
   }
   if (f.has("typed_extension_protocol_options"))
     c.http2 = parse_upstream_http2(f["typed_extension_protocol_options"], c.http2_protocol_options);
+  if (f.has("transport_socket")) c.tls = parse_upstream_transport_socket(f["transport_socket"]);
   return c;
 }
 
@@ -689,26 +711,29 @@ struct ClusterReference {
 };
 
 void collect_references(const Listener& l, std::size_t li, std::vector<ClusterReference>& refs) {
-  const std::string base = "static_resources.listeners[" + std::to_string(li) + "].filter_chains[0].filters[0].typed_config";
   const auto add_weighted = [&](const std::vector<WeightedCluster>& weighted, const std::string& at, bool tcp) {
     for (std::size_t i = 0; i < weighted.size(); ++i)
       refs.push_back({weighted[i].name, at + ".weighted_clusters.clusters[" + std::to_string(i) + "].name", tcp});
   };
-  for (const NetworkFilter& filter : l.filters) {
-    if (filter.tcp_proxy) {
-      if (!filter.tcp_proxy->cluster.empty()) refs.push_back({filter.tcp_proxy->cluster, base + ".cluster", true});
-      add_weighted(filter.tcp_proxy->weighted, base, true);
-      continue;
-    }
-    const auto& vhosts = filter.hcm->route_config.virtual_hosts;
-    for (std::size_t v = 0; v < vhosts.size(); ++v) {
-      for (std::size_t r = 0; r < vhosts[v].routes.size(); ++r) {
-        const auto& action = vhosts[v].routes[r].route;
-        if (!action) continue;
-        const std::string at = base + ".route_config.virtual_hosts[" + std::to_string(v) + "].routes[" +
-                               std::to_string(r) + "].route";
-        if (!action->cluster.empty()) refs.push_back({action->cluster, at + ".cluster"});
-        add_weighted(action->weighted, at, false);
+  for (std::size_t ci = 0; ci < l.filter_chains.size(); ++ci) {
+    const std::string base = "static_resources.listeners[" + std::to_string(li) + "].filter_chains[" +
+                             std::to_string(ci) + "].filters[0].typed_config";
+    for (const NetworkFilter& filter : l.filter_chains[ci].filters) {
+      if (filter.tcp_proxy) {
+        if (!filter.tcp_proxy->cluster.empty()) refs.push_back({filter.tcp_proxy->cluster, base + ".cluster", true});
+        add_weighted(filter.tcp_proxy->weighted, base, true);
+        continue;
+      }
+      const auto& vhosts = filter.hcm->route_config.virtual_hosts;
+      for (std::size_t v = 0; v < vhosts.size(); ++v) {
+        for (std::size_t r = 0; r < vhosts[v].routes.size(); ++r) {
+          const auto& action = vhosts[v].routes[r].route;
+          if (!action) continue;
+          const std::string at = base + ".route_config.virtual_hosts[" + std::to_string(v) + "].routes[" +
+                                 std::to_string(r) + "].route";
+          if (!action->cluster.empty()) refs.push_back({action->cluster, at + ".cluster"});
+          add_weighted(action->weighted, at, false);
+        }
       }
     }
   }

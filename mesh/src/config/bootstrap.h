@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/tls_config.h"
 #include "config/xds_config.h"
 
 namespace dpukit::mesh::config {
@@ -224,12 +225,20 @@ struct NetworkFilter {
   std::optional<TcpProxy> tcp_proxy;
 };
 
+// A listener's filter chain: chosen by its filter_chain_match (tls_config.h),
+// with the TLS transport socket or plaintext, ending with the HCM or tcp_proxy.
+struct FilterChain {
+  std::string name;
+  FilterChainMatch match;
+  std::optional<DownstreamTlsContext> tls;  // transport_socket: envoy.transport_sockets.tls
+  std::vector<NetworkFilter> filters;
+};
+
 struct Listener {
   std::string name;  // Envoy names a listener without one itself; here it is named by its address (Address::key)
   Address address;
-  // One filter chain (filter_chain_match is refused) whose last filter is
-  // the HCM or tcp_proxy.
-  std::vector<NetworkFilter> filters;
+  std::vector<FilterChain> filter_chains;
+  bool tls_inspector = false;  // listener_filters: envoy.filters.listener.tls_inspector
   uint32_t per_connection_buffer_limit_bytes = 1024 * 1024;
 };
 
@@ -281,6 +290,7 @@ struct Cluster {
   Duration dns_refresh_rate{5000};  // STRICT_DNS
   bool http2 = false;  // typed_extension_protocol_options ... explicit_http_config.http2_protocol_options
   Http2ProtocolOptions http2_protocol_options;  // its fields, when http2
+  std::optional<UpstreamTlsContext> tls;  // transport_socket: envoy.transport_sockets.tls
 };
 
 struct Admin {

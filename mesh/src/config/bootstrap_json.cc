@@ -203,13 +203,26 @@ json tcp_proxy(const TcpProxy& t) {
 }
 
 json listener(const Listener& l) {
-  json filters = json::array();
-  for (const auto& f : l.filters)
-    filters.push_back({{"name", f.name}, {"typed_config", f.hcm ? hcm(*f.hcm) : tcp_proxy(*f.tcp_proxy)}});
-  return {{"name", l.name},
-          {"address", address(l.address)},
-          {"filter_chains", json::array({{{"filters", filters}}})},
-          {"per_connection_buffer_limit_bytes", l.per_connection_buffer_limit_bytes}};
+  json chains = json::array();
+  for (const auto& c : l.filter_chains) {
+    json filters = json::array();
+    for (const auto& f : c.filters)
+      filters.push_back({{"name", f.name}, {"typed_config", f.hcm ? hcm(*f.hcm) : tcp_proxy(*f.tcp_proxy)}});
+    json chain = {{"filters", filters}};
+    if (!c.name.empty()) chain["name"] = c.name;
+    if (json m = to_json(c.match); !m.empty()) chain["filter_chain_match"] = m;
+    if (c.tls) chain["transport_socket"] = to_json(*c.tls);
+    chains.push_back(chain);
+  }
+  json j = {{"name", l.name},
+            {"address", address(l.address)},
+            {"filter_chains", chains},
+            {"per_connection_buffer_limit_bytes", l.per_connection_buffer_limit_bytes}};
+  if (l.tls_inspector)
+    j["listener_filters"] = json::array(
+        {{{"name", "envoy.filters.listener.tls_inspector"},
+          {"typed_config", {{"@type", "type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector"}}}}});
+  return j;
 }
 
 json cluster(const Cluster& c) {
@@ -254,6 +267,7 @@ json cluster(const Cluster& c) {
                                   {"http_health_check", {{"path", h.path}, {"host", h.host}, {"expected_statuses", statuses}}}});
   }
   if (c.type == Cluster::Type::kStrictDns) j["dns_refresh_rate"] = duration(c.dns_refresh_rate);
+  if (c.tls) j["transport_socket"] = to_json(*c.tls);
   if (c.http2)
     j["typed_extension_protocol_options"] = {
         {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions",

@@ -359,6 +359,7 @@ void ControlPlane::start(config::Bootstrap bootstrap) {
   for (auto& w : workers_) w->start(dpu_cpus_);
   install(snapshot);
   if (snapshot->bootstrap.admin.address) admin_ = std::make_unique<Admin>(*this, *snapshot->bootstrap.admin.address);
+  sds_ = std::make_unique<SdsWatcher>(io_, [this] { return snapshot_; });
   file_mtime_ns_ = file_mtime_ns(options_.config_path);
   if (snapshot->bootstrap.dynamic_resources) {
     awaiting_xds_ = true;
@@ -518,6 +519,7 @@ void ControlPlane::stop() {
   asio::post(io_, [this] {
     stopped_ = true;
     if (admin_) admin_->close();
+    if (sds_) sds_->stop();
     for (auto& h : health_) h->stop();
     boost::system::error_code ignored;
     signals_.cancel(ignored);

@@ -18,6 +18,7 @@
 #include "dataplane/worker.h"
 #include "dpukit/mesh.h"
 #include "stats.h"
+#include "tls/sds_watcher.h"
 #include "xds/xds_client.h"
 
 namespace dpukit::mesh {
@@ -70,6 +71,7 @@ class ControlPlane {
   std::shared_ptr<const Snapshot> snapshot_;
   std::map<std::string, ListenSocket> listen_;
   std::unique_ptr<Admin> admin_;
+  std::unique_ptr<SdsWatcher> sds_;  // certificate rotation from SDS files (tls/sds_watcher.h)
   std::vector<std::shared_ptr<HealthChecker>> health_;  // shared: probes in flight outlive a reload
   std::atomic<bool> ready_{false};
   std::unique_ptr<xds::AdsClient> xds_;  // with dynamic_resources

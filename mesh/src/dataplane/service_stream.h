@@ -1,7 +1,9 @@
 // A connection to a service (an upstream host): a socket (TCP or a Unix
 // socket), or socket direct — the service's attach point reached over
-// shared-memory rings (dpukit/mesh_attach.h). The HTTP upstream connections
-// and the health checker use it, so neither knows which one it has.
+// shared-memory rings (dpukit/mesh_attach.h); over a socket, the cluster's
+// TLS transport socket may run on top (start_tls). The HTTP upstream
+// connections, the TCP proxy and the health checker use it, so none knows
+// which one it has.
 #pragma once
 
 #include <netinet/in.h>
@@ -14,6 +16,7 @@
 
 #include "config/bootstrap.h"
 #include "dpukit/mesh_attach.h"
+#include "tls/tls_stream.h"
 
 namespace dpukit::mesh {
 
@@ -35,9 +38,20 @@ class ServiceStream {
   bool attached() const { return shm_.has_value(); }
   void close() {
     boost::system::error_code ignored;
+    if (tls_) tls_->shutdown_now();
     sock_.close(ignored);
     if (shm_) shm_->close();
   }
+  // TLS over the connected socket: `ssl` is owned from here on; the caller runs tls()->async_handshake.
+  void start_tls(SSL* ssl) { tls_ = std::make_unique<TlsStream>(sock_, ssl); }
+  TlsStream* tls() { return tls_.get(); }
+  // The half-close (the TCP proxy passes one on): close_notify first over TLS.
+  void shutdown_send() {
+    boost::system::error_code ignored;
+    if (tls_) tls_->shutdown_send();
+    else if (!shm_) sock_.shutdown(Socket::shutdown_send, ignored);
+  }
+  int native_handle() { return sock_.native_handle(); }
 
   // Connects to `a`; completion void(error_code). TCP gets TCP_NODELAY.
   template <typename Token>
@@ -75,6 +89,7 @@ class ServiceStream {
     return asio::async_initiate<Token, void(boost::system::error_code, size_t)>(
         [this](auto handler, const MutableBuffers& b) {
           if (shm_) shm_->async_read_some(b, std::move(handler));
+          else if (tls_) tls_->async_read_some(b, std::move(handler));
           else sock_.async_read_some(b, std::move(handler));
         },
         token, buffers);
@@ -85,6 +100,7 @@ class ServiceStream {
     return asio::async_initiate<Token, void(boost::system::error_code, size_t)>(
         [this](auto handler, const ConstBuffers& b) {
           if (shm_) shm_->async_write_some(b, std::move(handler));
+          else if (tls_) tls_->async_write_some(b, std::move(handler));
           else sock_.async_write_some(b, std::move(handler));
         },
         token, buffers);
@@ -93,6 +109,7 @@ class ServiceStream {
  private:
   Socket sock_;
   std::optional<attach::ShmSocket> shm_;  // socket direct: the service's attach point
+  std::unique_ptr<TlsStream> tls_;        // after sock_: it refers to it
 };
 
 }  // namespace dpukit::mesh

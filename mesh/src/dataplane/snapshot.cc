@@ -1,5 +1,9 @@
 #include "dataplane/snapshot.h"
 
+#include <algorithm>
+
+#include "tls/tls_context.h"
+
 namespace dpukit::mesh {
 
 std::string address_key(const config::Address& a) { return a.key(); }
@@ -25,6 +29,7 @@ std::shared_ptr<const Snapshot> Snapshot::build(config::Bootstrap bootstrap, Sta
   s->version = version;
   for (const auto& c : s->bootstrap.clusters) {
     auto rt = std::make_shared<ClusterRuntime>(c, stats.cluster(c.name));
+    if (c.tls) rt->tls = TlsContext::client(*c.tls, stats.tls("cluster", c.name), stats.tls_named("cluster", c.name));
     if (previous) {
       if (auto it = previous->clusters.find(c.name); it != previous->clusters.end()) {
         // Same-named cluster: adopt the previous host objects (health, ejections) where the address is unchanged.
@@ -34,11 +39,12 @@ std::shared_ptr<const Snapshot> Snapshot::build(config::Bootstrap bootstrap, Sta
     s->clusters.emplace(c.name, std::move(rt));
   }
   auto cluster = [&](const std::string& name) { return s->clusters.at(name).get(); };
-  for (const auto& l : s->bootstrap.listeners) {
-    ListenerRuntime lr;
-    lr.cfg = &l;
-    lr.address_key = address_key(l.address);
-    for (const auto& f : l.filters) {
+  // One filter chain's modules: its connection manager or TCP proxy, and its TLS context.
+  const auto build_chain = [&](ListenerRuntime& lr, const config::FilterChain& fc, const std::string& stat_address) {
+    lr.chain = &fc;
+    if (fc.tls)
+      lr.tls = TlsContext::server(*fc.tls, stats.tls("listener", stat_address), stats.tls_named("listener", stat_address));
+    for (const auto& f : fc.filters) {
       if (f.hcm) {
         auto h = std::make_unique<HcmRuntime>();
         h->cfg = &*f.hcm;
@@ -64,6 +70,26 @@ std::shared_ptr<const Snapshot> Snapshot::build(config::Bootstrap bootstrap, Sta
         }
         t->stats = stats.tcp(f.tcp_proxy->stat_prefix);
         lr.tcp = std::move(t);
+      }
+    }
+  };
+  for (const auto& l : s->bootstrap.listeners) {
+    ListenerRuntime lr;
+    lr.cfg = &l;
+    lr.address_key = address_key(l.address);
+    std::string stat_address = lr.address_key;  // Envoy's listener.<address>: "127.0.0.1_10000"
+    std::replace(stat_address.begin(), stat_address.end(), ':', '_');
+    lr.stats = stats.listener(stat_address);
+    if (l.filter_chains.size() == 1) {
+      build_chain(lr, l.filter_chains[0], stat_address);
+    } else {
+      for (const auto& fc : l.filter_chains) {
+        auto chain = std::make_unique<ListenerRuntime>();
+        chain->cfg = &l;
+        chain->address_key = lr.address_key;
+        chain->stats = lr.stats;
+        build_chain(*chain, fc, stat_address);
+        lr.chains.push_back(std::move(chain));
       }
     }
     s->listeners.push_back(std::move(lr));

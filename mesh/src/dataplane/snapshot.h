@@ -35,11 +35,19 @@ struct TcpProxyRuntime {
   ClusterRuntime* pick_cluster(uint64_t random) const;
 };
 
+class TlsContext;  // tls/tls_context.h
+
 struct ListenerRuntime {
   const config::Listener* cfg = nullptr;
   std::string address_key;  // "127.0.0.1:10000" or "unix:/path": the same key means the same socket
   std::unique_ptr<HcmRuntime> hcm;
   std::unique_ptr<TcpProxyRuntime> tcp;
+  const config::FilterChain* chain = nullptr;  // the filter chain served
+  std::shared_ptr<TlsContext> tls;             // its TLS transport socket; nullptr: plaintext
+  // Several filter chains: one runtime each, chosen per connection by its
+  // filter_chain_match (this one then serves none itself).
+  std::vector<std::unique_ptr<ListenerRuntime>> chains;
+  std::vector<ListenerStats*> stats;  // listener.<address>.*, per worker
 };
 
 struct Snapshot {

@@ -1,7 +1,9 @@
 // The L4 path (envoy.filters.network.tcp_proxy): a downstream connection is
 // bound to one upstream connection chosen by the load balancer on first use
 // (Algorithm 1, lines 6-8), then bytes are relayed both ways with
-// back-pressure; a half-close is passed on, as Envoy does.
+// back-pressure; a half-close is passed on, as Envoy does. Either side may
+// be TLS (the filter chain's transport socket, the cluster's): the relay
+// reads and writes plaintext, and a half-close becomes a close_notify.
 #include "dataplane/worker.h"
 
 namespace dpukit::mesh {
@@ -14,7 +16,7 @@ class TcpSession : public std::enable_shared_from_this<TcpSession> {
  public:
   TcpSession(Worker& w, DownstreamStream sock, const ListenerRuntime& lr)
       : w_(w), snapshot_(w.snapshot()), tcp_(lr.tcp.get()), stats_(tcp_->stats[w.id()]), down_(std::move(sock)),
-        up_(w.io()), timer_(w.io()), idle_timer_(w.io()) {
+        up_(std::make_unique<ServiceStream>(w.io().get_executor())), timer_(w.io()), idle_timer_(w.io()) {
     stats_->downstream_cx_total.inc();
     stats_->downstream_cx_active.add(1);
   }
@@ -31,12 +33,15 @@ class TcpSession : public std::enable_shared_from_this<TcpSession> {
 
  private:
   struct Direction {
-    Socket* from;
-    Socket* to;
     std::vector<char> buf = std::vector<char>(kRelayChunk);
     bool done = false;
-    Counter* bytes;
+    Counter* bytes = nullptr;
   };
+  static void half_close(DownstreamStream& s) {
+    boost::system::error_code ignored;
+    s.shutdown(Socket::shutdown_send, ignored);
+  }
+  static void half_close(ServiceStream& s) { s.shutdown_send(); }
 
   void connect_next() {
     if (attempts_++ >= std::max<uint32_t>(1, tcp_->cfg->max_connect_attempts)) {
@@ -56,75 +61,75 @@ class TcpSession : public std::enable_shared_from_this<TcpSession> {
     host_->active_requests.fetch_add(1, std::memory_order_relaxed);
     auto& cs = cluster_->stats(w_.id());
     cs.upstream_cx_total.inc();
-    Protocol::endpoint ep;
-    try {
-      ep = endpoint_of(host_->address);
-    } catch (const std::exception&) {
-      ep = Protocol::endpoint();  // a STRICT_DNS name not resolved yet: the connect fails and the next host is tried
-    }
     timer_.expires_after(cluster_->config().connect_timeout);
     timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (!ec && !self->connected_) {
         self->cluster_->stats(self->w_.id()).upstream_cx_connect_timeout.inc();
-        boost::system::error_code ignored;
-        self->up_.close(ignored);
+        self->up_->close();
       }
     });
-    up_.async_connect(ep, [self = shared_from_this()](const boost::system::error_code& ec) {
-      self->timer_.cancel();
+    // A STRICT_DNS name not resolved yet fails the connect: the next host is tried.
+    up_->async_connect(host_->address, [self = shared_from_this()](const boost::system::error_code& ec) {
       if (self->closed_) return;
       if (ec) {
         self->cluster_->stats(self->w_.id()).upstream_cx_connect_fail.inc();
-        self->cluster_->report_connect_failure(*self->host_, mono_ns());
-        self->host_->active_requests.fetch_sub(1, std::memory_order_relaxed);
-        self->host_.reset();
-        self->cluster_->release_connection();
-        self->holds_connection_ = false;
-        boost::system::error_code ignored;
-        self->up_.close(ignored);
-        self->up_ = Socket(self->w_.io());
-        self->connect_next();
+        self->connect_failed();
         return;
       }
-      self->connected_ = true;
-      self->cluster_->report_status(*self->host_, 200, mono_ns());
-      if (!self->host_->address.is_pipe()) {
-        int one = 1;
-        ::setsockopt(self->up_.native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      }
-      self->to_up_ = {&self->down_, &self->up_, {}, false, &self->stats_->downstream_cx_rx_bytes_total};
-      self->to_down_ = {&self->up_, &self->down_, {}, false, &self->stats_->downstream_cx_tx_bytes_total};
-      self->to_up_.buf.resize(kRelayChunk);
-      self->to_down_.buf.resize(kRelayChunk);
-      self->last_activity_ns_ = mono_ns();
-      self->arm_idle_timer();
-      self->relay(self->to_up_);
-      self->relay(self->to_down_);
+      // The cluster's TLS, if any (no ALPN of its own: the bytes are the client's).
+      upstream_handshake(self, *self->up_, *self->cluster_, self->w_.id(), *self->host_, {}, [self](bool ok) {
+        self->timer_.cancel();
+        if (self->closed_) return;
+        if (!ok) {
+          self->connect_failed();
+          return;
+        }
+        self->connected_ = true;
+        self->cluster_->report_status(*self->host_, 200, mono_ns());
+        self->to_up_.bytes = &self->stats_->downstream_cx_rx_bytes_total;
+        self->to_down_.bytes = &self->stats_->downstream_cx_tx_bytes_total;
+        self->last_activity_ns_ = mono_ns();
+        self->arm_idle_timer();
+        self->relay(self->to_up_, self->down_, *self->up_);
+        self->relay(self->to_down_, *self->up_, self->down_);
+      });
     });
+  }
+
+  void connect_failed() {
+    timer_.cancel();
+    cluster_->report_connect_failure(*host_, mono_ns());
+    host_->active_requests.fetch_sub(1, std::memory_order_relaxed);
+    host_.reset();
+    cluster_->release_connection();
+    holds_connection_ = false;
+    up_->close();
+    up_ = std::make_unique<ServiceStream>(w_.io().get_executor());
+    connect_next();
   }
 
   // Reads from one side and writes all of it to the other before reading again:
   // at most one chunk in flight per direction is the back-pressure.
-  void relay(Direction& d) {
-    d.from->async_read_some(asio::buffer(d.buf), [self = shared_from_this(), &d](const boost::system::error_code& ec, size_t n) {
+  template <typename From, typename To>
+  void relay(Direction& d, From& from, To& to) {
+    from.async_read_some(asio::buffer(d.buf), [self = shared_from_this(), &d, &from, &to](const boost::system::error_code& ec, size_t n) {
       if (self->closed_) return;
       if (ec) {
         // The reading side finished (or failed): pass the half-close on.
         d.done = true;
-        boost::system::error_code ignored;
-        d.to->shutdown(Socket::shutdown_send, ignored);
+        half_close(to);
         if (ec != asio::error::eof || (self->to_up_.done && self->to_down_.done)) self->close();
         return;
       }
       d.bytes->inc(n);
       self->last_activity_ns_ = mono_ns();
-      asio::async_write(*d.to, asio::buffer(d.buf.data(), n), [self, &d](const boost::system::error_code& ec2, size_t) {
+      asio::async_write(to, asio::buffer(d.buf.data(), n), [self, &d, &from, &to](const boost::system::error_code& ec2, size_t) {
         if (self->closed_) return;
         if (ec2) {
           self->close();
           return;
         }
-        self->relay(d);
+        self->relay(d, from, to);
       });
     });
   }
@@ -151,15 +156,17 @@ class TcpSession : public std::enable_shared_from_this<TcpSession> {
     timer_.cancel();
     idle_timer_.cancel();
     boost::system::error_code ignored;
+    down_.shutdown(Socket::shutdown_both, ignored);
     down_.close(ignored);
-    up_.close(ignored);
+    up_->close();
   }
 
   Worker& w_;
   std::shared_ptr<const Snapshot> snapshot_;
   const TcpProxyRuntime* tcp_;
   TcpStats* stats_;
-  Socket down_, up_;
+  DownstreamStream down_;
+  std::unique_ptr<ServiceStream> up_;  // a new one per connect attempt
   asio::steady_timer timer_, idle_timer_;
   std::shared_ptr<ClusterRuntime> cluster_;
   std::shared_ptr<Host> host_;

@@ -6,10 +6,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <ctime>
 
 #include "dpukit/core/accounting.h"
 #include "dpukit/core/log.h"
+#include "http2/h2_session.h"
 
 namespace dpukit::mesh {
 
@@ -114,6 +116,35 @@ void Worker::accept_next(Acceptor& a) {
   });
 }
 
+namespace {
+// Envoy's listener_filters_timeout (default 15 s): how long the tls_inspector waits for a ClientHello.
+constexpr auto kInspectTimeout = std::chrono::seconds(15);
+// How long a TLS handshake may take before the connection is closed.
+constexpr auto kHandshakeTimeout = std::chrono::seconds(15);
+
+// Keeps the chains that pass `fits`; when none does, those for which `fits_any` holds (the catch-alls).
+template <typename Fits, typename FitsAny>
+void narrow(std::vector<const ListenerRuntime*>& chains, Fits fits, FitsAny fits_any) {
+  std::vector<const ListenerRuntime*> exact, wildcard;
+  for (const auto* c : chains) {
+    if (fits(c->chain->match)) exact.push_back(c);
+    else if (fits_any(c->chain->match)) wildcard.push_back(c);
+  }
+  chains = exact.empty() ? std::move(wildcard) : std::move(exact);
+}
+}  // namespace
+
+struct Worker::Inspection {
+  Inspection(Socket s, std::shared_ptr<const Snapshot> snap, const ListenerRuntime& l)
+      : sock(std::move(s)), timer(sock.get_executor()), snapshot(std::move(snap)), listener(l) {}
+  Socket sock;
+  asio::steady_timer timer;
+  std::shared_ptr<const Snapshot> snapshot;  // what `listener` points into
+  const ListenerRuntime& listener;
+  std::vector<uint8_t> peeked = std::vector<uint8_t>(kMaxClientHello);
+  bool done = false;
+};
+
 void Worker::on_accept(const std::string& key, Socket sock) {
   const ListenerRuntime* lr = nullptr;
   for (const auto& l : snapshot_->listeners)
@@ -123,8 +154,166 @@ void Worker::on_accept(const std::string& key, Socket sock) {
     int one = 1;
     ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   }
-  if (lr->hcm) start_http_session(*this, std::move(sock), *lr);
-  else start_tcp_session(*this, std::move(sock), *lr);
+  if (lr->cfg->tls_inspector) {
+    auto in = std::make_shared<Inspection>(std::move(sock), snapshot_, *lr);
+    in->timer.expires_after(kInspectTimeout);
+    in->timer.async_wait([in](const boost::system::error_code& ec) {
+      if (ec || in->done) return;
+      in->done = true;  // no ClientHello in time: closed, as Envoy does without continue_on_listener_filters_timeout
+      boost::system::error_code ignored;
+      in->sock.close(ignored);
+    });
+    inspect(std::move(in));
+    return;
+  }
+  const ListenerRuntime* chain = select_chain(*lr, nullptr);
+  if (!chain) {
+    lr->stats[id_]->no_filter_chain_match.inc();
+    return;  // the socket closes as it goes
+  }
+  serve(snapshot_, *chain, std::move(sock));
+}
+
+void Worker::inspect(std::shared_ptr<Inspection> in) {
+  // Peek first (the bytes may be there already), then wait for more: the
+  // socket is edge-triggered, so a wait alone could miss bytes already read by the kernel.
+  const ssize_t n = ::recv(in->sock.native_handle(), in->peeked.data(), in->peeked.size(), MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+    in->done = true;  // the client went away before saying anything
+    in->timer.cancel();
+    return;
+  }
+  ClientHello hello;
+  const auto result = n > 0 ? parse_client_hello(in->peeked.data(), static_cast<size_t>(n), hello)
+                            : ClientHello::Result::kNeedMore;
+  if (result == ClientHello::Result::kNeedMore) {
+    in->sock.async_wait(Socket::wait_read, [this, in](const boost::system::error_code& ec) {
+      if (ec || in->done) return;
+      inspect(in);
+    });
+    return;
+  }
+  in->done = true;
+  in->timer.cancel();
+  const ListenerRuntime* chain = select_chain(in->listener, result == ClientHello::Result::kTls ? &hello : nullptr);
+  if (!chain) {
+    in->listener.stats[id_]->no_filter_chain_match.inc();
+    boost::system::error_code ignored;
+    in->sock.close(ignored);
+    return;
+  }
+  serve(in->snapshot, *chain, std::move(in->sock));
+}
+
+const ListenerRuntime* Worker::select_chain(const ListenerRuntime& listener, const ClientHello* hello) const {
+  std::vector<const ListenerRuntime*> chains;
+  if (listener.chains.empty()) chains.push_back(&listener);  // one chain: its match must still fit
+  for (const auto& c : listener.chains) chains.push_back(c.get());
+  // server_names: an exact name, else the longest "*.suffix" that covers the SNI, else the chains that name none.
+  const std::string sni = hello ? hello->sni : "";
+  const auto wildcard_fits = [&](const std::string& n) {
+    return n.starts_with("*.") && sni.size() > n.size() - 1 && sni.ends_with(std::string_view(n).substr(1));
+  };
+  bool exact = false;
+  size_t best = 0;
+  for (const auto* c : chains)
+    for (const auto& n : c->chain->match.server_names) {
+      if (!sni.empty() && n == sni) exact = true;
+      else if (wildcard_fits(n)) best = std::max(best, n.size());
+    }
+  std::vector<const ListenerRuntime*> kept;
+  for (const auto* c : chains) {
+    const auto& names = c->chain->match.server_names;
+    const bool fits = exact ? std::find(names.begin(), names.end(), sni) != names.end()
+                      : best > 0 ? std::any_of(names.begin(), names.end(),
+                                               [&](const std::string& n) { return n.size() == best && wildcard_fits(n); })
+                                 : names.empty();
+    if (fits) kept.push_back(c);
+  }
+  chains = std::move(kept);
+  // transport_protocol: what the inspector saw ("tls", else "raw_buffer"), else the chains that name none.
+  const std::string transport = hello ? "tls" : "raw_buffer";
+  narrow(
+      chains, [&](const config::FilterChainMatch& m) { return m.transport_protocol == transport; },
+      [](const config::FilterChainMatch& m) { return m.transport_protocol.empty(); });
+  // application_protocols: any the client offers, else the chains that name none.
+  narrow(
+      chains,
+      [&](const config::FilterChainMatch& m) {
+        if (!hello) return false;
+        for (const auto& p : m.application_protocols)
+          if (std::find(hello->alpn.begin(), hello->alpn.end(), p) != hello->alpn.end()) return true;
+        return false;
+      },
+      [](const config::FilterChainMatch& m) { return m.application_protocols.empty(); });
+  return chains.empty() ? nullptr : chains.front();
+}
+
+namespace {
+// The runtime of `chain` in `snapshot`: the same listener (by name) and the same chain position.
+const ListenerRuntime* same_chain(const Snapshot& snapshot, const ListenerRuntime& chain, const Snapshot& old) {
+  const ListenerRuntime* l = snapshot.listener(chain.cfg->name);
+  const ListenerRuntime* was = old.listener(chain.cfg->name);
+  if (!l || !was || l->chains.size() != was->chains.size()) return nullptr;
+  if (l->chains.empty()) return l;
+  for (size_t i = 0; i < was->chains.size(); ++i)
+    if (was->chains[i].get() == &chain) return l->chains[i].get();
+  return nullptr;
+}
+}  // namespace
+
+void Worker::serve(std::shared_ptr<const Snapshot> snapshot, const ListenerRuntime& chain, Socket sock) {
+  if (!chain.tls) {
+    if (snapshot != snapshot_) {  // a reload while the inspector waited: the chain's runtime in the new tables
+      const ListenerRuntime* now = same_chain(*snapshot_, chain, *snapshot);
+      if (now) start_session(*now, DownstreamStream(std::move(sock)));
+      return;
+    }
+    start_session(chain, DownstreamStream(std::move(sock)));
+    return;
+  }
+  struct Handshake {
+    Handshake(DownstreamStream s, asio::io_context& io) : stream(std::move(s)), timer(io) {}
+    DownstreamStream stream;
+    asio::steady_timer timer;
+  };
+  SSL* ssl = chain.tls->new_ssl();
+  auto hs = std::make_shared<Handshake>(DownstreamStream(std::move(sock), ssl), io_);
+  hs->timer.expires_after(kHandshakeTimeout);
+  hs->timer.async_wait([hs](const boost::system::error_code& ec) {
+    if (ec) return;
+    boost::system::error_code ignored;
+    hs->stream.close(ignored);  // the handshake then ends with operation_aborted
+  });
+  hs->stream.tls()->async_handshake([this, hs, snapshot, &chain](const boost::system::error_code& ec) {
+    hs->timer.cancel();
+    chain.tls->count_handshake(hs->stream.tls()->ssl(), id_, ec);
+    if (ec || !hs->stream.is_open()) {
+      boost::system::error_code ignored;
+      hs->stream.close(ignored);
+      return;
+    }
+    const ListenerRuntime* now = snapshot == snapshot_ ? &chain : same_chain(*snapshot_, chain, *snapshot);
+    if (now) start_session(*now, std::move(hs->stream));
+  });
+}
+
+void Worker::start_session(const ListenerRuntime& chain, DownstreamStream stream) {
+  if (chain.tcp) {
+    start_tcp_session(*this, std::move(stream), chain);
+    return;
+  }
+  // ALPN h2 from the handshake: HTTP/2 from the first byte (the client sends the preface next).
+  if (TlsStream* tls = stream.tls()) {
+    const unsigned char* alpn = nullptr;
+    unsigned len = 0;
+    SSL_get0_alpn_selected(tls->ssl(), &alpn, &len);
+    if (std::string_view(reinterpret_cast<const char*>(alpn), len) == "h2") {
+      start_h2_session(*this, std::move(stream), chain, {});
+      return;
+    }
+  }
+  start_http_session(*this, std::move(stream), chain);
 }
 
 std::shared_ptr<UpstreamConn> Worker::take_idle(const Host* host) {

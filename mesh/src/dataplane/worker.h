@@ -26,6 +26,8 @@
 #include "dpukit/mesh.h"
 #include "dpukit/core/accounting.h"
 #include "stats.h"
+#include "tls/client_hello.h"
+#include "tls/tls_context.h"
 
 namespace dpukit::mesh {
 
@@ -120,6 +122,14 @@ class Worker {
   struct Acceptor;
   void accept_next(Acceptor& a);
   void on_accept(const std::string& key, Socket sock);
+  // The tls_inspector: peeks at the first bytes until the ClientHello is read (or they are not TLS).
+  struct Inspection;
+  void inspect(std::shared_ptr<Inspection> in);
+  // The filter chain whose filter_chain_match fits, as Envoy orders them; nullptr: none.
+  const ListenerRuntime* select_chain(const ListenerRuntime& listener, const ClientHello* hello) const;
+  // Runs the chain's TLS handshake, if it has one, then starts its codec or TCP proxy.
+  void serve(std::shared_ptr<const Snapshot> snapshot, const ListenerRuntime& chain, Socket sock);
+  void start_session(const ListenerRuntime& chain, DownstreamStream stream);
 
   unsigned id_;
   StatsStore& stats_;
@@ -201,10 +211,30 @@ class UpstreamConn : public std::enable_shared_from_this<UpstreamConn> {
 // How an upstream connection attempt ended (connect_upstream).
 enum class ConnectOutcome { kConnected, kFailed, kTimedOut };
 
-// Connects `sock` to `host` within the cluster's connect_timeout, counting
-// Envoy's upstream_cx_connect_fail / _timeout. `done(outcome)` runs once per
-// event (the timer's and the connect's): the owner ignores the one that comes
-// after it is connected or closed. `owner` is kept alive meanwhile.
+// Runs the cluster's TLS handshake on a connected `sock` (nothing for a
+// plaintext cluster or a shared-memory attach): SNI, verification and ALPN
+// from its UpstreamTlsContext (`alpn_default` when it names none), counted in
+// cluster.<name>.ssl.*. `done(ok)`; `owner` is kept alive meanwhile.
+template <typename Owner, typename Done>
+void upstream_handshake(std::shared_ptr<Owner> owner, ServiceStream& sock, ClusterRuntime& cluster, unsigned worker,
+                        const Host& host, std::string_view alpn_default, Done done) {
+  if (!cluster.tls || host.address.shm_attach) {
+    done(true);
+    return;
+  }
+  sock.start_tls(cluster.tls->new_ssl(alpn_default));
+  sock.tls()->async_handshake([owner, &sock, &cluster, worker, done](const boost::system::error_code& ec) mutable {
+    if (sock.tls()) cluster.tls->count_handshake(sock.tls()->ssl(), worker, ec);
+    done(!ec);
+  });
+}
+
+// Connects `sock` to `host` within the cluster's connect_timeout (the TLS
+// handshake included), counting Envoy's upstream_cx_connect_fail / _timeout.
+// `done(outcome)` runs once per event (the timer's and the connect's): the
+// owner ignores the one that comes after it is connected or closed. `owner`
+// is kept alive meanwhile. The HTTP pools offer ALPN h2 or http/1.1 by the
+// cluster's protocol when its TLS context names none, as Envoy's do.
 template <typename Owner, typename Done>
 void connect_upstream(std::shared_ptr<Owner> owner, ServiceStream& sock, asio::steady_timer& timer,
                       ClusterRuntime& cluster, unsigned worker, const Host& host, Done done) {
@@ -213,11 +243,20 @@ void connect_upstream(std::shared_ptr<Owner> owner, ServiceStream& sock, asio::s
     if (ec) return;
     done(ConnectOutcome::kTimedOut);
   });
-  sock.async_connect(host.address, [owner, &timer, &cluster, worker, done](const boost::system::error_code& ec) mutable {
-    timer.cancel();
+  sock.async_connect(host.address, [owner, &sock, &timer, &cluster, &host, worker, done](
+                                       const boost::system::error_code& ec) mutable {
     // host_not_found: a STRICT_DNS name not resolved yet (no connection was tried).
     if (ec && ec != asio::error::host_not_found) cluster.stats(worker).upstream_cx_connect_fail.inc();
-    done(ec ? ConnectOutcome::kFailed : ConnectOutcome::kConnected);
+    if (ec || !sock.is_open()) {
+      timer.cancel();
+      done(ConnectOutcome::kFailed);
+      return;
+    }
+    upstream_handshake(owner, sock, cluster, worker, host, cluster.config().http2 ? "h2" : "http/1.1",
+                       [&timer, done](bool ok) mutable {
+                         timer.cancel();
+                         done(ok ? ConnectOutcome::kConnected : ConnectOutcome::kFailed);
+                       });
   });
 }
 

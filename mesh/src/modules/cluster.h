@@ -50,6 +50,8 @@ struct HostSet {
   std::vector<std::pair<uint64_t, uint32_t>> ring;  // RING_HASH: (point, host index), sorted
 };
 
+class TlsContext;
+
 class ClusterRuntime {
  public:
   ClusterRuntime(const config::Cluster& cfg, std::vector<ClusterStats*> stats);
@@ -57,6 +59,8 @@ class ClusterRuntime {
   const config::Cluster& config() const { return cfg_; }
   const std::string& name() const { return cfg_.name; }
   ClusterStats& stats(unsigned worker) const { return *stats_[worker]; }
+  // The UpstreamTlsContext's client side (tls/tls_context.h); nullptr: plaintext.
+  std::shared_ptr<TlsContext> tls;
 
   std::shared_ptr<const HostSet> hosts() const { return std::atomic_load(&hosts_); }
   // Publishes a new host set (STRICT_DNS resolution, control plane only).

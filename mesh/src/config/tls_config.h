@@ -1,0 +1,137 @@
+// Envoy's TLS transport socket (envoy.transport_sockets.tls) as configured on
+// a listener's filter chain (DownstreamTlsContext) and on a cluster
+// (UpstreamTlsContext), the filter chain match that picks a chain by what the
+// tls_inspector read from the ClientHello, and the secrets those contexts take
+// from SDS files (sds_config: {path_config_source: {path}}).
+//
+// Every file is read and checked when the configuration is parsed (PEM that
+// parses, a key that matches its certificate), so a bad one refuses the
+// start or the reload with the field's path; what was checked is what the
+// data plane then uses (the bytes are kept here).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dpukit::mesh::config {
+
+class At;
+
+// envoy.config.core.v3.DataSource: filename, inline_string, inline_bytes or
+// environment_variable; `bytes` holds what it read.
+struct DataSource {
+  std::string filename;  // empty unless given as a file
+  std::string bytes;
+  std::string where;  // the config path it was read at (for errors found later, e.g. by the SDS watcher)
+};
+
+// envoy.type.matcher.v3.StringMatcher, the forms a SAN matcher uses.
+struct StringMatch {
+  enum class Kind { kExact, kPrefix, kSuffix, kContains };
+  Kind kind = Kind::kExact;
+  std::string value;
+  bool ignore_case = false;
+  bool matches(std::string_view s) const;
+};
+
+// CertificateValidationContext.match_typed_subject_alt_names[i].
+struct SanMatcher {
+  enum class Type { kDns, kUri, kEmail, kIpAddress };
+  Type san_type = Type::kUri;
+  StringMatch matcher;
+};
+
+// A Secret's tls_certificate (or common_tls_context.tls_certificates[i]).
+struct TlsCertificate {
+  DataSource certificate_chain, private_key;
+};
+
+// CertificateValidationContext.
+struct CertificateValidation {
+  std::optional<DataSource> trusted_ca;
+  std::vector<SanMatcher> match_typed_subject_alt_names;
+  bool allow_expired_certificate = false;
+};
+
+// SdsSecretConfig with a file source: the secret `name` read from `path`
+// (a DiscoveryResponse-like list of one envoy.extensions.transport_sockets.tls.v3.Secret).
+struct SdsFile {
+  std::string name, path;
+  std::string where;  // the config path of the sds_config
+  // The file as it was just before it was read (modification time in ns,
+  // size, inode): the watcher takes what differs from it as a new secret.
+  struct Stamp {
+    int64_t mtime_ns = 0, size = 0;
+    uint64_t inode = 0;
+    bool operator==(const Stamp&) const = default;
+  };
+  Stamp read_at;
+};
+SdsFile::Stamp file_stamp(const std::string& path);  // all zero when the file is not there
+
+// TlsParameters; versions as OpenSSL's TLS1_x_VERSION, 0 for "Envoy's default".
+struct TlsParams {
+  int min_version = 0, max_version = 0;
+  std::vector<std::string> cipher_suites;  // OpenSSL/BoringSSL names; TLS 1.3 suites are not configurable, as in Envoy
+  std::vector<std::string> ecdh_curves;
+};
+
+// CommonTlsContext.
+struct CommonTlsContext {
+  TlsParams tls_params;
+  std::vector<TlsCertificate> tls_certificates;
+  std::optional<SdsFile> tls_certificate_sds;  // tls_certificate_sds_secret_configs[0] (at most one)
+  CertificateValidation validation;            // validation_context, or combined's default_validation_context
+  std::optional<SdsFile> validation_sds;       // validation_context_sds_secret_config (plain or combined)
+  bool has_validation = false;                 // a validation context (inline or SDS) is configured
+  std::vector<std::string> alpn_protocols;
+};
+
+struct DownstreamTlsContext {
+  CommonTlsContext common;
+  bool require_client_certificate = false;
+  bool require_sni = false;
+  bool disable_stateless_session_resumption = false;  // tickets are on by default, as in Envoy
+};
+
+struct UpstreamTlsContext {
+  CommonTlsContext common;
+  std::string sni;
+};
+
+// FilterChainMatch: the fields a node proxy matches on (the others are refused by name).
+struct FilterChainMatch {
+  std::vector<std::string> server_names;           // exact or "*.suffix"
+  std::string transport_protocol;                  // "", "tls" or "raw_buffer"
+  std::vector<std::string> application_protocols;  // ALPN offered by the client
+};
+
+// transport_socket: {name: envoy.transport_sockets.tls, typed_config: DownstreamTlsContext}.
+DownstreamTlsContext parse_downstream_transport_socket(const At& at);
+// A cluster's transport_socket: {name: envoy.transport_sockets.tls, typed_config: UpstreamTlsContext}.
+UpstreamTlsContext parse_upstream_transport_socket(const At& at);
+FilterChainMatch parse_filter_chain_match(const At& at);
+// listener_filters: only envoy.filters.listener.tls_inspector; true when it is there.
+bool parse_listener_filters(const At& at);
+
+// Reads an SDS file: the certificate (and key) or the validation context of
+// secret `sds.name`. Throws ConfigError naming `sds.where` and the file's own
+// path inside it. Used at parse time and by the watcher on each change.
+TlsCertificate load_sds_certificate(const SdsFile& sds);
+CertificateValidation load_sds_validation(const SdsFile& sds);
+
+// Checks PEM: a certificate chain that parses and a key that matches it; a CA
+// bundle with at least one certificate. Throw ConfigError at `where`.
+void check_certificate(const TlsCertificate& cert, const std::string& where);
+void check_trusted_ca(const DataSource& ca, const std::string& where);
+
+// /config_dump: Envoy's field names; a private key is never shown, as in Envoy ("[redacted]").
+nlohmann::json to_json(const DownstreamTlsContext& c);
+nlohmann::json to_json(const UpstreamTlsContext& c);
+nlohmann::json to_json(const FilterChainMatch& m);
+
+}  // namespace dpukit::mesh::config
