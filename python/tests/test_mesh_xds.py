@@ -508,3 +508,22 @@ def test_route_to_missing_cluster(pair: Pair, kind: str):
     assert pair.table(kind, p) == expected(p)
     r = request(pair.ports[kind]["main"], "GET", "/missing/x")
     assert (r.status, r.header("x-served-by")) == (503, None)
+
+
+# -- a listener that moves ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_listener_moves_to_another_port(pair: Pair, kind: str):
+    """The same listener with another address: the new port serves the
+    update and the old one refuses connections."""
+    pair.apply(kind, pair.next_plan())
+    old = pair.ports[kind]["main"]
+    pair.ports[kind]["main"] = free_port()
+    moved = pair.next_plan()
+    pair.apply(kind, moved)
+    assert pair.table(kind, moved) == expected(moved)
+    deadline = time.monotonic() + 10
+    while not refused(old):
+        assert time.monotonic() < deadline, f"{kind} still takes connections on the listener's old port"
+        time.sleep(0.05)
