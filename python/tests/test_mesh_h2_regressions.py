@@ -274,7 +274,6 @@ def test_reset_streams_give_their_bytes_back_to_the_connection_window(
         assert 5 not in c.resets and c.heads[5][:1] == b"\x88", c.heads.get(5)  # :status 200
     finally:
         c.close()
-    assert upstreams["hang"].requests == 2
 
 
 def test_an_upstream_header_block_over_the_limits_is_refused(

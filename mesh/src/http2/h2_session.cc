@@ -89,6 +89,7 @@ class H2Stream : public std::enable_shared_from_this<H2Stream>, public RouterDow
   void reset(uint32_t code);
   void count_downstream_status(unsigned status) { stats_->downstream_rq_xx[status_class(status)].inc(); }
   void arm_request_timer();
+  void wait_request_timer();
   void arm_idle_timer();
   void touch() { active_ns_ = mono_ns(); }  // stream activity, for stream_idle_timeout
 
@@ -456,10 +457,15 @@ void H2Stream::on_request_head(bool end_stream) {
   grpc_ = h2::is_grpc(head);
   router_ = std::make_shared<RouterStream>(w, snapshot_, *lr_, *stats_, std::move(head), c_->peer(), *this);
   if (req_end_) router_->decode_end(nullptr);
-  router_->decide(nullptr);
+  // In the pipelined model the head goes round the stages (decided() when
+  // back); the body that comes meanwhile waits in the router stream,
+  // unconsumed, so the client's window bounds it.
+  router_->decide(worker().pipeline());
 }
 
-void H2Stream::decided() {}
+void H2Stream::decided() {
+  if (!detached_) router_->act();
+}
 
 void H2Stream::on_request_data(std::string_view d) {
   if (detached_ || !router_ || !router_->wants_body()) {
@@ -652,8 +658,17 @@ void H2Stream::arm_request_timer() {
   auto timeout = hcm_->cfg->request_timeout;
   if (timeout.count() == 0) return;
   request_timer_.expires_after(timeout);
+  wait_request_timer();
+}
+
+void H2Stream::wait_request_timer() {
   request_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
     if (ec || self->detached_ || self->req_end_ || self->router_->response_started()) return;
+    if (self->router_->in_stage()) {  // the stages have the head: answer once it is back
+      self->request_timer_.expires_after(std::chrono::milliseconds(1));
+      self->wait_request_timer();
+      return;
+    }
     self->stats_->downstream_rq_timeout.inc();
     self->router_->send_local_reply(408, "request timeout");
   });
@@ -665,10 +680,12 @@ void H2Stream::arm_idle_timer() {
   auto timeout = hcm_->cfg->stream_idle_timeout;
   if (timeout.count() == 0) return;
   auto ns = static_cast<int64_t>(timeout.count()) * 1000000;
-  idle_timer_.expires_after(std::chrono::nanoseconds(std::max<int64_t>(0, active_ns_ + ns - mono_ns())));
+  // While the stages have the head, look again a millisecond later at the earliest.
+  int64_t floor = router_ && router_->in_stage() ? 1000000 : 0;
+  idle_timer_.expires_after(std::chrono::nanoseconds(std::max<int64_t>(floor, active_ns_ + ns - mono_ns())));
   idle_timer_.async_wait([self = shared_from_this(), ns](const boost::system::error_code& ec) {
     if (ec || self->detached_) return;
-    if (mono_ns() - self->active_ns_ < ns) {
+    if (mono_ns() - self->active_ns_ < ns || self->router_->in_stage()) {
       self->arm_idle_timer();
       return;
     }
