@@ -81,7 +81,8 @@ def snapshot(p: Plan, ports: dict[str, int], echo_ports: dict[str, int], *, vers
     """The resources of ``p`` for the proxy whose listener ports are ``ports``
     ("main", "side"). ``version``: another version string for the same
     resources; ``bad``: one fault added ("regex": a header matcher whose regex
-    does not compile; "timeout": a negative connect_timeout on a cluster)."""
+    does not compile; "timeout": a negative connect_timeout on a cluster;
+    "address": a second listener on the main listener's address)."""
     clusters = [eds_cluster(c, lb_policy=p.stable_policy) for c in STABLE]
     clusters += [eds_cluster(c, connect_timeout=p.timeouts[c]) for c in p.present]
     if bad == "timeout":
@@ -105,6 +106,8 @@ def snapshot(p: Plan, ports: dict[str, int], echo_ports: dict[str, int], *, vers
     snap = Snapshot(version or str(p.version), listeners=[http_listener("main", ports["main"], "main")],
                     clusters=clusters, routes=[route_config("main", hosts)],
                     endpoints=[load_assignment(c, [echo_ports[p.service_of[c]]]) for c in STABLE + p.present])
+    if bad == "address":
+        snap.listeners.append(http_listener("again", ports["main"], "main"))
     if p.side:
         snap.listeners.append(http_listener("side", ports["side"], "side"))
         snap.routes.append(route_config("side", [virtual_host("all", ["*"], [to_cluster({"prefix": "/"}, p.side)])]))
@@ -338,15 +341,17 @@ def test_updates_under_load_match_envoy(pair: Pair):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_invalid_snapshot_is_nacked_and_last_good_config_served(pair: Pair, kind: str):
-    """A header matcher whose regex does not compile (routes) and a negative
-    connect_timeout (clusters): go-control-plane sends both, the proxy NACKs
-    each with an error_detail, keeps the resources it had, and takes the next
-    good snapshot. The server holds a NACKed version (no resend loop)."""
+    """A header matcher whose regex does not compile (routes), a negative
+    connect_timeout (clusters), two listeners on one address (listeners):
+    go-control-plane sends each, the proxy NACKs it with an error_detail,
+    keeps the resources it had, and takes the next good snapshot. The server
+    holds a NACKed version (no resend loop)."""
     node = pair.proxy(kind).node
     good = pair.next_plan()
     pair.apply(kind, good)
     assert pair.table(kind, good) == expected(good)
-    for bad, type_name, words in (("regex", "routes", ("((",)), ("timeout", "clusters", ("connect_timeout",))):
+    for bad, type_name, words in (("regex", "routes", ("((",)), ("timeout", "clusters", ("connect_timeout",)),
+                                  ("address", "listeners", ("duplicate address",))):
         pair.version += 1
         version = f"{pair.version}-{bad}"
         pair.xds.post(node, pair.snapshot(kind, good, version=version, bad=bad))
@@ -354,6 +359,8 @@ def test_invalid_snapshot_is_nacked_and_last_good_config_served(pair: Pair, kind
         assert nack["kept_version"] != version and nack["message"], nack
         if kind == "dpukit":  # the fault named by its path, as validate names it
             assert all(w in nack["message"] for w in words), nack
+        else:
+            assert bad != "address" or "duplicate address" in nack["message"], nack
         time.sleep(1.0)
         types = pair.xds.types(node)
         assert types[type_name]["acked"] != version
