@@ -1,4 +1,4 @@
-"""The "envoy + sockmap" baseline (``dpukit-mesh-sockmap``, mesh/bpf/,
+"""The "envoy + sockmap" baseline (``dpukit-mesh-sockmap``, mesh/baselines/sockmap/,
 ``dpukit.experiments.mesh_sockmap``): loopback TCP between processes of the
 cgroup arrives intact (large, both ways, many small round trips) and the
 program's counters prove it was redirected; sockets of processes outside the

@@ -2,7 +2,7 @@
 loopback hops (load generator → client-side Envoy → server-side Envoy →
 service) redirected by an eBPF sockmap, as Istio-on-eBPF and Merbridge do.
 
-``build/bin/dpukit-mesh-sockmap`` (mesh/tools/dpukit_mesh_sockmap.cc) attaches
+``build/bin/dpukit-mesh-sockmap`` (mesh/baselines/sockmap/tools/dpukit_mesh_sockmap.cc) attaches
 a sock_ops program to one cgroup v2 and an sk_msg program to a socket hash:
 every established loopback TCP socket of a process in the cgroup goes into the
 hash, and each sendmsg on it is handed straight to the peer socket. Sockets of

@@ -1,4 +1,4 @@
-// The sockmap baseline's loader (mesh/src/sockmap/): mount parsing, cgroup
+// The sockmap baseline's loader (mesh/baselines/sockmap/src/): mount parsing, cgroup
 // paths and bad input without privileges; with root and a cgroup2 mount, a
 // real attach in which this test process joins the cgroup, talks to itself
 // over loopback TCP and sees the counters move.

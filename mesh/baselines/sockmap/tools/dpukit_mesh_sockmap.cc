@@ -1,5 +1,5 @@
 // dpukit-mesh-sockmap: the loader of the "envoy + sockmap" baseline
-// (mesh/bpf/sockmap_redirect.bpf.c): loopback TCP between processes of one
+// (mesh/baselines/sockmap/bpf/sockmap_redirect.bpf.c): loopback TCP between processes of one
 // cgroup v2 skips the TCP/IP stack while it runs.
 //   dpukit-mesh-sockmap --cgroup DIR [--bpf-object PATH] [--exit-with-parent]
 // Prints "ready" once attached. SIGUSR1 prints the counters
