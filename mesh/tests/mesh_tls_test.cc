@@ -109,6 +109,24 @@ std::string config(const Pki& pki, int port) {
   return text;
 }
 
+// The first of four consecutive loopback ports that are free now (the proxy binds them next).
+int free_ports() {
+  for (int base = 21000 + static_cast<int>(::getpid() % 997) * 20; base < 60000; base += 4) {
+    bool free = true;
+    for (int p = base; p < base + 4 && free; ++p) {
+      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(p));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+      ::close(fd);
+    }
+    if (free) return base;
+  }
+  return 0;
+}
+
 int connect_to(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -149,7 +167,8 @@ class MeshTls : public ::testing::Test {
     pki_.leaf("stranger", "URI:spiffe://cluster.local/ns/default/sa/frontend", 0, 30, true);
     pki_.leaf("server2", "DNS:backend.local,URI:spiffe://cluster.local/ns/default/sa/backend");
     write_sds("server");
-    port_ = 21000 + static_cast<int>(::getpid() % 20000);
+    port_ = free_ports();
+    ASSERT_NE(port_, 0);
     cp_ = std::make_unique<ControlPlane>(ProxyOptions{}, std::vector<int>{}, 1);
     cp_->start(config::parse_bootstrap(config(pki_, port_)));
     thread_ = std::thread([this] { cp_->run(); });
