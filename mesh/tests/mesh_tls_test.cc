@@ -105,6 +105,14 @@ std::string config(const Pki& pki, int port) {
             trusted_ca: {filename: DIR/ca.crt}
             match_typed_subject_alt_names: [{san_type: URI, matcher: {exact: "spiffe://cluster.local/ns/default/sa/backend"}}]
 )";
+  // A cluster of the TLS-only listener, health-checked: its checks must speak TLS to pass.
+  const size_t upstream = text.find("    transport_socket:", text.find("  clusters:"));
+  text += R"(  - name: tls_only
+    connect_timeout: 2s
+    load_assignment: {cluster_name: tls_only, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: )" +
+          std::to_string(port + 1) + R"(}}}}]}]}
+    health_checks: [{timeout: 1s, interval: 0.2s, unhealthy_threshold: 1, healthy_threshold: 1, http_health_check: {path: /}}]
+)" + text.substr(upstream);
   for (size_t at; (at = text.find("DIR/")) != std::string::npos;) text.replace(at, 3, dir);
   return text;
 }
@@ -344,6 +352,13 @@ TEST_F(MeshTls, UpstreamMutualTlsWithSessionResumption) {
   // The cluster keeps its last session: the later connections resume it (TLS 1.2, Envoy's upstream default).
   EXPECT_GE(metric("envoy_cluster_ssl_session_reused", "envoy_cluster_name=\"inbound\""), 1u);
   EXPECT_GE(ssl("session_reused", port_), 1u);
+}
+
+TEST_F(MeshTls, HealthChecksUseTheClusterTls) {
+  // The TLS-only listener sees the checker's handshakes, and the host stays healthy.
+  EXPECT_GE(eventually([&] { return ssl("handshake", port_ + 1); }, 2), 2u);
+  EXPECT_EQ(metric("envoy_cluster_membership_healthy", "envoy_cluster_name=\"tls_only\""), 1u);
+  EXPECT_EQ(metric("envoy_listener_no_filter_chain_match", "envoy_listener_address=\"127.0.0.1_" + std::to_string(port_ + 1) + "\""), 0u);
 }
 
 TEST_F(MeshTls, SdsRotationKeepsOpenConnections) {

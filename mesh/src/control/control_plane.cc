@@ -222,22 +222,28 @@ class ControlPlane::HealthChecker : public std::enable_shared_from_this<ControlP
       });
       sock.async_connect(host->address, [self = shared_from_this()](const boost::system::error_code& ec) {
         if (ec) return self->done(false);
-        self->req.method(bhttp::verb::get);
-        self->req.target(self->hc.hc_.path);
-        self->req.version(11);
-        self->req.set(bhttp::field::host, self->hc.hc_.host.empty() ? self->hc.cluster_->name() : self->hc.hc_.host);
-        self->req.set(bhttp::field::user_agent, "Envoy/HC");
-        self->req.keep_alive(false);
-        bhttp::async_write(self->sock, self->req, [self](beast::error_code ec2, size_t) {
-          if (ec2) return self->done(false);
-          bhttp::async_read(self->sock, self->buf, self->res, [self](beast::error_code ec3, size_t) {
-            if (ec3) return self->done(false);
-            unsigned st = self->res.result_int();
-            bool ok = false;
-            if (self->hc.hc_.expected_statuses.empty()) ok = st == 200;
-            for (const auto& [lo, hi] : self->hc.hc_.expected_statuses) ok = ok || (st >= lo && st < hi);
-            self->done(ok);
-          });
+        // Over the cluster's TLS when it has one, as Envoy's checker uses the cluster's transport socket.
+        upstream_handshake(self, self->sock, *self->hc.cluster_, kControlPlaneThread, *self->host, "http/1.1",
+                           [self](bool ok) { ok ? self->send() : self->done(false); });
+      });
+    }
+    void send() {
+      auto self = shared_from_this();
+      self->req.method(bhttp::verb::get);
+      self->req.target(self->hc.hc_.path);
+      self->req.version(11);
+      self->req.set(bhttp::field::host, self->hc.hc_.host.empty() ? self->hc.cluster_->name() : self->hc.hc_.host);
+      self->req.set(bhttp::field::user_agent, "Envoy/HC");
+      self->req.keep_alive(false);
+      bhttp::async_write(self->sock, self->req, [self](beast::error_code ec2, size_t) {
+        if (ec2) return self->done(false);
+        bhttp::async_read(self->sock, self->buf, self->res, [self](beast::error_code ec3, size_t) {
+          if (ec3) return self->done(false);
+          unsigned st = self->res.result_int();
+          bool ok = false;
+          if (self->hc.hc_.expected_statuses.empty()) ok = st == 200;
+          for (const auto& [lo, hi] : self->hc.hc_.expected_statuses) ok = ok || (st >= lo && st < hi);
+          self->done(ok);
         });
       });
     }
@@ -313,7 +319,6 @@ ControlPlane::~ControlPlane() {
   for (auto& w : workers_) w->join();
   for (auto& [k, ls] : listen_)
     for (int fd : ls.fds) ::close(fd);
-  for (int fd : retired_fds_) ::close(fd);
 }
 
 std::map<std::string, ControlPlane::ListenSocket> ControlPlane::bind_listeners(const config::Bootstrap& b) {
@@ -340,14 +345,24 @@ std::map<std::string, ControlPlane::ListenSocket> ControlPlane::bind_listeners(c
   return out;
 }
 
-void ControlPlane::install(std::shared_ptr<const Snapshot> snapshot) {
+void ControlPlane::install(std::shared_ptr<const Snapshot> snapshot, std::vector<int> retired) {
   snapshot_ = snapshot;
+  auto left = std::make_shared<std::atomic<size_t>>(workers_.size());
+  auto to_close = std::make_shared<std::vector<int>>(std::move(retired));
   for (size_t i = 0; i < workers_.size(); ++i) {
     std::map<std::string, std::pair<int, int>> fds;
     for (const auto& [key, ls] : listen_)
       if (i < ls.fds.size()) fds.emplace(key, std::make_pair(ls.fds[i], ls.family));
     Worker* w = workers_[i].get();
-    asio::post(w->io(), [w, snapshot, fds = std::move(fds)]() mutable { w->install(snapshot, std::move(fds)); });
+    asio::post(w->io(), [w, snapshot, fds = std::move(fds), left, to_close]() mutable {
+      w->install(snapshot, std::move(fds));
+      // Every worker has now dropped its copy of the listeners this install
+      // leaves out (each takes installs in order, so none still queued names
+      // them): closing ours closes the sockets, and new connections to a
+      // listener that went away are refused while accepted ones carry on.
+      if (--*left == 0)
+        for (int fd : *to_close) ::close(fd);
+    });
   }
 }
 
@@ -456,23 +471,29 @@ void ControlPlane::reload(const std::string& why) {
 }
 
 std::string ControlPlane::apply(config::Bootstrap bootstrap, const std::string& why) {
+  std::map<std::string, ListenSocket> listen;
+  bool taken = false;
   try {
-    auto listen = bind_listeners(bootstrap);
-    // Sockets of addresses that are gone: each worker dups what it keeps when it takes an install, and
-    // an install posted earlier may still name them, so ours close at the next reload, not now.
-    for (int fd : retired_fds_) ::close(fd);
-    retired_fds_.clear();
-    for (auto& [k, ls] : listen_)
-      if (!listen.count(k)) retired_fds_.insert(retired_fds_.end(), ls.fds.begin(), ls.fds.end());
-    listen_ = std::move(listen);
+    listen = bind_listeners(bootstrap);
+    // Built before anything changes: a snapshot that cannot be built (a TLS
+    // context, say) leaves the running configuration as it was.
     auto snapshot = Snapshot::build(std::move(bootstrap), stats_, snapshot_.get(), ++version_, mono_ns());
-    install(snapshot);
+    std::vector<int> retired;  // sockets of addresses that are gone
+    for (auto& [k, ls] : listen_)
+      if (!listen.count(k)) retired.insert(retired.end(), ls.fds.begin(), ls.fds.end());
+    listen_ = std::move(listen);
+    taken = true;
+    install(snapshot, std::move(retired));
     dns_timer_.cancel();
     awaiting_xds_ = false;
     start_services();
     log_info("mesh: configuration reloaded (" + why + "), version " + std::to_string(version_));
     return "";
   } catch (const std::exception& e) {
+    if (!taken)
+      for (auto& [k, ls] : listen)
+        if (!listen_.count(k))
+          for (int fd : ls.fds) ::close(fd);
     return e.what();
   }
 }

@@ -211,6 +211,10 @@ class UpstreamConn : public std::enable_shared_from_this<UpstreamConn> {
 // How an upstream connection attempt ended (connect_upstream).
 enum class ConnectOutcome { kConnected, kFailed, kTimedOut };
 
+// The `worker` of a handshake the control plane's thread runs (a health
+// check): not counted, since each worker's counters have that worker as their only writer.
+inline constexpr unsigned kControlPlaneThread = ~0u;
+
 // Runs the cluster's TLS handshake on a connected `sock` (nothing for a
 // plaintext cluster or a shared-memory attach): SNI, verification and ALPN
 // from its UpstreamTlsContext (`alpn_default` when it names none), counted in
@@ -224,7 +228,7 @@ void upstream_handshake(std::shared_ptr<Owner> owner, ServiceStream& sock, Clust
   }
   sock.start_tls(cluster.tls->new_ssl(alpn_default));
   sock.tls()->async_handshake([owner, &sock, &cluster, worker, done](const boost::system::error_code& ec) mutable {
-    if (sock.tls()) cluster.tls->count_handshake(sock.tls()->ssl(), worker, ec);
+    if (sock.tls() && worker != kControlPlaneThread) cluster.tls->count_handshake(sock.tls()->ssl(), worker, ec);
     done(!ec);
   });
 }
