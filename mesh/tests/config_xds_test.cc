@@ -163,13 +163,17 @@ TEST(ConfigXds, WhatIsNamedButNotDeliveredIsWaitedFor) {
   EXPECT_EQ(a.missing_endpoints, std::set<std::string>{"backend"});
   EXPECT_EQ(a.missing_routes, std::set<std::string>{"web-routes"});
   EXPECT_NO_THROW(parse_xds_assembly(a));  // the stand-ins parse: nothing is wrong yet
-  // A route to a cluster CDS has not delivered: the listener waits (Envoy warms clusters first).
+  // A route to a cluster CDS did not deliver is taken, as Envoy takes it
+  // (and answers 503): a cluster without endpoints stands in.
   r = full_set();
-  r.by_type[std::string(kRouteType)]["web-routes"] = route_config("web-routes", "later");
+  r.by_type[std::string(kRouteType)]["web-routes"] = route_config("web-routes", "elsewhere");
   a = assemble_xds(YAML::Load(kXdsBootstrap), r);
-  EXPECT_EQ(a.missing_clusters, std::set<std::string>{"later"});
-  EXPECT_FALSE(a.complete());
-  EXPECT_NO_THROW(parse_xds_assembly(a));
+  EXPECT_EQ(a.missing_clusters, std::set<std::string>{"elsewhere"});
+  EXPECT_TRUE(a.complete());
+  const Bootstrap b = parse_xds_assembly(a);
+  ASSERT_EQ(b.clusters.size(), 3u);
+  EXPECT_EQ(b.clusters[2].name, "elsewhere");
+  EXPECT_TRUE(b.clusters[2].endpoints.empty());
 }
 
 TEST(ConfigXds, FaultsNameTheResourceAndThePath) {

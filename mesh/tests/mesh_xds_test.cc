@@ -254,9 +254,17 @@ TEST(MeshXds, DeltaXds) {
   EXPECT_EQ(delta_summary(delta_sent(x.client.on_response(delta_response(config::kRouteType, "r2", {route_config("(x", true)})))),
             std::vector<std::string>{"RouteConfiguration n=r2 NACK"});
   EXPECT_EQ(x.installed.size(), 2u);
-  // The cluster removed while a route names it: the set waits (nothing installed without it).
+  // The cluster removed while a route names it: installed, the route's cluster
+  // without endpoints (it answers 503, as Envoy's cluster-not-found does).
   x.client.on_response(delta_response(config::kClusterType, "c2", {}, {"backend"}));
-  EXPECT_EQ(x.installed.size(), 2u);
+  ASSERT_EQ(x.installed.size(), 3u);
+  ASSERT_EQ(x.installed[2].clusters.size(), 2u);
+  EXPECT_EQ(x.installed[2].clusters[1].name, "backend");
+  EXPECT_TRUE(x.installed[2].clusters[1].endpoints.empty());
+  // /config_dump does not show the stand-in as a static cluster.
+  const json dump = x.client.config_dump(config::to_json(x.installed[2]));
+  EXPECT_EQ(dump["configs"][1]["static_clusters"].size(), 1u);
+  EXPECT_EQ(dump["configs"][1]["dynamic_active_clusters"].size(), 0u);
   // A new stream says what is held, with each resource's version.
   const std::vector<std::string> again = delta_summary(delta_sent(x.client.on_stream_start()));
   ASSERT_EQ(again.size(), 4u);

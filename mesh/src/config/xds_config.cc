@@ -220,14 +220,13 @@ XdsAssembly assemble_xds(const YAML::Node& base, const XdsResources& r) {
     a.labels.emplace_back(at, label);
     listeners.push_back(yaml_from_json(l));
   }
-  // Routes to clusters not delivered (yet): a cluster without endpoints
-  // stands in, and the assembly waits for the cluster (Envoy warms clusters
-  // before the listeners that use them).
+  // Routes to clusters not delivered: a cluster without endpoints stands in,
+  // so the route answers 503 as Envoy's does (cluster not found).
   for (const std::string& name : referenced) {
     if (known_clusters.contains(name)) continue;
     a.missing_clusters.insert(name);
     a.labels.emplace_back("static_resources.clusters[" + std::to_string(clusters.size()) + "]",
-                          quoted("Cluster", name) + " (named by a route, not delivered yet)");
+                          quoted("Cluster", name) + " (named by a route, not delivered)");
     clusters.push_back(yaml_from_json({{"name", name}}));
   }
   return a;

@@ -56,17 +56,21 @@ struct XdsResources {
 // What an assembly needs and has.
 struct XdsAssembly {
   YAML::Node bootstrap;  // the bootstrap file plus the dynamic resources, as static_resources
-  // Resources named but not (yet) delivered: EDS service names, RDS route
-  // names, and clusters that routes name (Envoy warms clusters before it
-  // applies the listeners that use them). Empty: complete, it can be applied.
-  std::set<std::string> missing_endpoints, missing_routes, missing_clusters;
+  // Resources named but not (yet) delivered: EDS service names and RDS
+  // route names (Envoy warms a cluster until its endpoints come, a listener
+  // until its routes come); none missing: complete, it can be applied.
+  std::set<std::string> missing_endpoints, missing_routes;
+  // Clusters that routes name but CDS did not deliver: as in Envoy (RDS's
+  // validate_clusters is false by default) the routes are taken and answer
+  // 503; here a cluster without endpoints stands in for each.
+  std::set<std::string> missing_clusters;
   // The names of the ClusterLoadAssignments and RouteConfigurations the
   // resources name, to subscribe to them.
   std::set<std::string> endpoint_names, route_names;
   // Where each dynamic resource landed in `bootstrap` ("static_resources.
   // listeners[3]") and what names it in a NACK ("Listener 'web'").
   std::vector<std::pair<std::string, std::string>> labels;
-  bool complete() const { return missing_endpoints.empty() && missing_routes.empty() && missing_clusters.empty(); }
+  bool complete() const { return missing_endpoints.empty() && missing_routes.empty(); }
 };
 
 // `base`: the bootstrap file (it is not changed). Where a resource is still

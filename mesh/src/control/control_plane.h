@@ -49,7 +49,9 @@ class ControlPlane {
   class Admin;
   class HealthChecker;
 
-  void install(std::shared_ptr<const Snapshot> snapshot);
+  // Hands `snapshot` to every worker; `retired` (listener sockets it leaves
+  // out) close once every worker has taken it.
+  void install(std::shared_ptr<const Snapshot> snapshot, std::vector<int> retired = {});
   std::map<std::string, ListenSocket> bind_listeners(const config::Bootstrap& b);
   void reload(const std::string& why);
   // Binds what is new and installs `bootstrap` (a reload, or a set from
@@ -79,7 +81,6 @@ class ControlPlane {
   uint64_t version_ = 0;
   int64_t file_mtime_ns_ = 0;
   bool stopped_ = false;
-  std::vector<int> retired_fds_;  // listener sockets of a previous configuration, closed at the next reload
 };
 
 }  // namespace dpukit::mesh

@@ -251,6 +251,8 @@ std::vector<json> AdsClient::on_response(const json& response) {
   if (changed) {
     if (std::string error = apply_(std::move(bootstrap)); !error.empty()) return nack(error);
     installed_ = candidate;
+    std::lock_guard lock(mu_);
+    stand_ins_ = assembly.missing_clusters;
   }
 
   // Accepted.
@@ -420,7 +422,8 @@ json AdsClient::config_dump(const json& running) const {
                    {"dynamic_active_clusters", json::array()},
                    {"dynamic_warming_clusters", json::array()}};
   for (const json& c : running["static_resources"]["clusters"])
-    if (!dyn_clusters.contains(c.value("name", ""))) clusters["static_clusters"].push_back({{"cluster", c}});
+    if (!dyn_clusters.contains(c.value("name", "")) && !stand_ins_.contains(c.value("name", "")))
+      clusters["static_clusters"].push_back({{"cluster", c}});
   for (const auto& [name, r] : records(kClusterType))
     clusters["dynamic_active_clusters"].push_back(
         {{"version_info", r.version}, {"cluster", r.resource}, {"last_updated", r.last_updated}});

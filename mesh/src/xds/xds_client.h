@@ -100,6 +100,7 @@ class AdsClient {
   std::map<std::string, std::map<std::string, ResourceRecord>> records_;  // accepted, by type and name
   std::map<std::string, std::map<std::string, ResourceRecord>> active_;   // running (installed)
   std::map<std::string, std::string> active_versions_;                    // per type, of what runs
+  std::set<std::string> stand_ins_;  // clusters routes name that CDS did not deliver (not shown as static)
   void* ctx_ = nullptr;  // the stream's grpc::ClientContext, to cancel it
 
   std::atomic<bool> stopping_{false};
