@@ -28,7 +28,8 @@ from dpukit.experiments.mesh_tls import (BACKEND_DNS, CertFactory, FilterChain, 
                                          downstream_tls, hcm_filter, listener, mesh_certs, sds_certificate_file,
                                          spiffe_id, tcp_proxy_filter, tls_bootstrap, tls_cluster, upstream_tls)
 
-TLS_KINDS = ["envoy", "mesh"]
+# Envoy 1.40 (the reference) and dpukit-mesh in both execution models.
+TLS_KINDS = ["envoy", "mesh", "mesh-pipelined"]
 
 
 @dataclass(frozen=True)
@@ -134,8 +135,8 @@ def tls_connect(port: int, ctx: ssl.SSLContext, *, sni: str = BACKEND_DNS, timeo
 
 def tls_exchange(sock: ssl.SSLSocket, path: str = "/", *, close: bool = False) -> TlsReply:
     """One GET on an open TLS connection."""
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {BACKEND_DNS}\r\n{'Connection: close' if close else ''}\r\n\r\n"
-                 .encode())
+    close_header = "Connection: close\r\n" if close else ""
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {BACKEND_DNS}\r\n{close_header}\r\n".encode())
     status, headers, body = read_http(sock)
     cipher = sock.cipher()
     return TlsReply(sock.version() or "", cipher[0] if cipher else "", sock.selected_alpn_protocol(),
