@@ -112,8 +112,8 @@ int verify_callback(int ok, X509_STORE_CTX* store) {
   }
   if (X509_STORE_CTX_get_error_depth(store) == 0 && !data.sans.empty() &&
       !san_matches(X509_STORE_CTX_get_current_cert(store), data.sans)) {
-    // OpenSSL answers this error with a bad_certificate alert.
-    X509_STORE_CTX_set_error(store, X509_V_ERR_HOSTNAME_MISMATCH);
+    // An error OpenSSL answers with certificate_unknown, the alert Envoy sends for a SAN it does not accept.
+    X509_STORE_CTX_set_error(store, X509_V_ERR_PERMITTED_VIOLATION);
     SSL_set_ex_data(ssl, ssl_index(), reinterpret_cast<void*>(VerifyFailure::kSan));
     return 0;
   }
