@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 import socket
 import struct
-import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -24,7 +23,7 @@ import pytest
 
 from mesh_support import *  # noqa: F401,F403
 from mesh_support import Echoes, Proxy, bootstrap, cluster, http_get, ports, request, start_proxy
-from test_mesh_h2 import H2_UPSTREAM, nghttp
+from test_mesh_h2 import H2_UPSTREAM, FaultyUpstream, nghttp
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, GOAWAY, WINDOW_UPDATE = 0x0, 0x1, 0x3, 0x4, 0x7, 0x8
@@ -150,28 +149,16 @@ class Client:
         self.sock.close()
 
 
-class Upstream:
-    """An HTTP/2 upstream on 127.0.0.1 in a thread. For each request HEADERS it
-    answers with `reply(stream)` (frames), or never answers (reply None); it
-    never sends a WINDOW_UPDATE, so a connection to it takes 65,535 request
-    body bytes in all."""
+class Upstream(FaultyUpstream):
+    """An HTTP/2 upstream on 127.0.0.1 in a thread (FaultyUpstream's server).
+    For each request HEADERS it answers with `reply(stream)` (frames), or
+    never answers (reply None); it never sends a WINDOW_UPDATE, so a
+    connection to it takes 65,535 request body bytes in all."""
 
     def __init__(self, reply) -> None:
         self.reply = reply
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.conns: list[socket.socket] = []
         self.requests = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            self.conns.append(c)
-            threading.Thread(target=self._conn, args=(c,), daemon=True).start()
+        super().__init__("reply")
 
     def _conn(self, c: socket.socket) -> None:
         buf = bytearray()
@@ -192,11 +179,6 @@ class Upstream:
         except OSError:
             pass
         finally:
-            c.close()
-
-    def close(self) -> None:
-        self.sock.close()
-        for c in self.conns:
             c.close()
 
 

@@ -239,6 +239,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   void request_drained() override {
     if (!read_paused_ || !stream_ || stream_->router->in_stage() || stream_->router->local_reply()) return;
     read_paused_ = false;
+    read_more_soon();
+  }
+
+  // Parses what is buffered and reads on, from a handler of its own.
+  void read_more_soon() {
     asio::post(w_.io(), [self = shared_from_this()] {
       if (self->closed_) return;
       self->process_input();
@@ -379,12 +384,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
       return;
     }
     if (read_paused_ && !close_after_write_) read_paused_ = false;
-    // The next pipelined request, if it is already here.
-    asio::post(w_.io(), [self = shared_from_this()] {
-      if (self->closed_) return;
-      self->process_input();
-      self->do_read();
-    });
+    read_more_soon();  // the next pipelined request, if it is already here
   }
 
   // request_headers_timeout and request_timeout both run from a request's

@@ -86,6 +86,7 @@ class H2Stream : public std::enable_shared_from_this<H2Stream>, public RouterDow
   size_t share() const;
   void consume_request(size_t n);
   void submit_response(const http::ResponseHead& h, bool no_body);
+  void response_data_ready();
   void reset(uint32_t code);
   void count_downstream_status(unsigned status) { stats_->downstream_rq_xx[status_class(status)].inc(); }
   void arm_request_timer();
@@ -538,11 +539,7 @@ void H2Stream::encode_data(std::string_view d) {
   }
   touch();
   resp_.append(d);
-  if (resp_.deferred) {
-    resp_.deferred = false;
-    nghttp2_session_resume_data(c_->ng_, id_);
-  }
-  c_->want_flush();
+  response_data_ready();
   if (!resp_paused_ && resp_.size() > share()) {  // back-pressure: the client reads slower
     resp_paused_ = true;
     router_->pause_response();
@@ -578,6 +575,11 @@ void H2Stream::encode_trailers(http::HeaderList& trailers) {
 void H2Stream::encode_end() {
   if (detached_) return;
   resp_.ended = true;
+  response_data_ready();
+}
+
+// New response bytes or the end: nghttp2's data source, if it waits, goes on.
+void H2Stream::response_data_ready() {
   if (resp_.deferred) {
     resp_.deferred = false;
     nghttp2_session_resume_data(c_->ng_, id_);
