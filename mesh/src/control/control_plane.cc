@@ -315,6 +315,8 @@ ControlPlane::ControlPlane(ProxyOptions options, std::vector<int> dpu_cpus, unsi
 }
 
 ControlPlane::~ControlPlane() {
+  io_.stop();  // an xDS install still waited for (run() never ran) gives up
+  if (xds_) xds_->stop();
   for (auto& w : workers_) w->stop();
   for (auto& w : workers_) w->join();
   for (auto& [k, ls] : listen_)
