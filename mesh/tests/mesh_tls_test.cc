@@ -30,7 +30,7 @@ using testing::Pki;
 
 // inbound (:P): tls_inspector; an mTLS chain (HTTP, direct response) and a plaintext one (direct response).
 // tls_only (:P+1): one mTLS chain behind the inspector: plaintext matches no chain.
-// sds (:P+3): its certificate from an SDS file (DIR/sds.yaml), rotated by rewriting the file.
+// sds (:P+3): its certificate from an SDS file (DIR/sds.yaml), rotated by rewriting the file; require_sni.
 // outbound (:P+2): plaintext, relayed (tcp_proxy) to cluster `inbound` over mTLS (this proxy's own inbound listener).
 std::string config(const Pki& pki, int port) {
   const std::string dir = pki.dir().string();
@@ -84,6 +84,7 @@ std::string config(const Pki& pki, int port) {
         name: envoy.transport_sockets.tls
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+          require_sni: true
           common_tls_context:
             tls_certificate_sds_secret_configs:
             - name: default
@@ -232,7 +233,7 @@ class MeshTls : public ::testing::Test {
     SSL* ssl = SSL_new(ctx);
     SSL_CTX_free(ctx);
     SSL_set_fd(ssl, c->fd);
-    SSL_set_tlsext_host_name(ssl, "backend.local");
+    if (send_sni_) SSL_set_tlsext_host_name(ssl, "backend.local");
     if (!alpn.empty()) {
       std::string wire = std::string(1, static_cast<char>(alpn.size())) + alpn;
       SSL_set_alpn_protos(ssl, reinterpret_cast<const unsigned char*>(wire.data()), static_cast<unsigned>(wire.size()));
@@ -281,6 +282,7 @@ class MeshTls : public ::testing::Test {
   }
 
   Pki pki_;
+  bool send_sni_ = true;
   int port_ = 0;
   std::unique_ptr<ControlPlane> cp_;
   std::thread thread_;
@@ -385,6 +387,10 @@ TEST_F(MeshTls, SdsRotationKeepsOpenConnections) {
   const int n = SSL_read(before->ssl, buf, sizeof buf);
   ASSERT_GT(n, 0);
   EXPECT_NE(std::string(buf, static_cast<size_t>(n)).find(" 200 "), std::string::npos);
+  // require_sni: a client that names no server is refused.
+  send_sni_ = false;
+  EXPECT_EQ(handshake(port, "")->reason, SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE);
+  send_sni_ = true;
   // A key that is not the certificate's is refused (logged); the certificate in use stays.
   write_sds("server", "server2");
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // two looks by the watcher; no count may come

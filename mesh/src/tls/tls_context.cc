@@ -32,6 +32,15 @@ struct CtxData {
   std::shared_ptr<void> sessions;   // a client's TlsContext::Sessions
 };
 
+// require_sni: a ClientHello without a server name is refused, with the alert Envoy sends (handshake_failure).
+int require_sni(SSL* ssl, int* alert, void*) {
+  const unsigned char* ext = nullptr;
+  size_t len = 0;
+  if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_server_name, &ext, &len) == 1 && len > 0) return SSL_CLIENT_HELLO_SUCCESS;
+  *alert = SSL_AD_HANDSHAKE_FAILURE;
+  return SSL_CLIENT_HELLO_ERROR;
+}
+
 int ctx_index() {
   static const int idx = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
   return idx;
@@ -187,6 +196,7 @@ std::shared_ptr<TlsContext> TlsContext::server(const config::DownstreamTlsContex
   std::shared_ptr<TlsContext> c(new TlsContext(true, cfg.common, std::move(stats), named));
   c->require_client_certificate_ = cfg.require_client_certificate;
   c->disable_tickets_ = cfg.disable_stateless_session_resumption;
+  c->require_sni_ = cfg.require_sni;
   c->install(c->build(c->cfg_));
   return c;
 }
@@ -277,6 +287,7 @@ std::shared_ptr<SSL_CTX> TlsContext::build(const config::CommonTlsContext& cfg) 
     EVP_Digest(seed.data(), seed.size(), id, &len, EVP_sha256(), nullptr);
     SSL_CTX_set_session_id_context(raw, id, std::min<unsigned>(len, SSL_MAX_SID_CTX_LENGTH));
     if (disable_tickets_) SSL_CTX_set_options(raw, SSL_OP_NO_TICKET);
+    if (require_sni_) SSL_CTX_set_client_hello_cb(raw, require_sni, nullptr);
   } else {
     data->sessions = sessions_;
     SSL_CTX_set_session_cache_mode(raw, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);

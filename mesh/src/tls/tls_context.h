@@ -64,7 +64,7 @@ class TlsContext {
   bool server_;
   std::optional<config::SdsFile> sds_certificate_, sds_validation_;
   config::CommonTlsContext cfg_;  // tls_certificates[0] and validation change with SDS
-  bool require_client_certificate_ = false, disable_tickets_ = false;
+  bool require_client_certificate_ = false, disable_tickets_ = false, require_sni_ = false;
   std::string sni_;
   std::vector<std::string> alpn_;  // a client's offer
   std::vector<TlsStats*> stats_;
