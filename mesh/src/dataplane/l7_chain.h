@@ -54,7 +54,7 @@ void count_decision(const RouteDecision& d, HttpStats& stats);
 // and the route configuration's response header rules.
 void apply_response_rules(const RouteDecision& d, const HcmRuntime& hcm, http::HeaderList& headers);
 
-// ---- shared by the HTTP/1.1 and HTTP/2 sessions: what an upstream attempt's outcome means ----
+// ---- for the router stream (dataplane/router_stream.h): what an upstream attempt's outcome means ----
 
 // Envoy's texts for its local replies about an upstream.
 inline constexpr const char* kReplyConnectFailure =
