@@ -62,24 +62,36 @@ std::pair<uint64_t, uint64_t> StatsStore::module_total(Module m) const {
 
 namespace {
 
+// Envoy's plain /stats: "<dotted name>: <value>" lines, sorted.
+using TextStats = std::map<std::string, int64_t>;
+
 // One kind of statistics block (a cluster's, a connection manager's, a TCP
 // proxy's), summed over the workers' blocks, as Envoy names it: metric
-// <prefix><stat>, help "Envoy <help prefix><stat>".
+// <prefix><stat>, help "Envoy <help prefix><stat>", and in /stats <dotted><stat>.
 template <typename T>
 class Summed {
  public:
-  Summed(MetricsWriter& out, const std::deque<T>& blocks, std::string prefix, std::string help, MetricLabels labels)
-      : out_(out), blocks_(blocks), prefix_(std::move(prefix)), help_(std::move(help)), labels_(std::move(labels)) {}
+  Summed(MetricsWriter& out, TextStats* text, const std::deque<T>& blocks, std::string prefix, std::string help,
+         MetricLabels labels, std::string dotted)
+      : out_(out),
+        text_(text),
+        blocks_(blocks),
+        prefix_(std::move(prefix)),
+        help_(std::move(help)),
+        labels_(std::move(labels)),
+        dotted_(std::move(dotted)) {}
 
   void counter(const char* stat, Counter T::*member) const {
     uint64_t total = 0;
     for (const T& b : blocks_) total += (b.*member).get();
     out_.counter(prefix_ + stat, "Envoy " + help_ + stat, total, labels_);
+    if (text_) (*text_)[dotted_ + stat] = static_cast<int64_t>(total);
   }
   void gauge(const char* stat, Gauge T::*member) const {
     int64_t total = 0;
     for (const T& b : blocks_) total += (b.*member).get();
     out_.gauge(prefix_ + stat, "Envoy " + help_ + stat, total, labels_);
+    if (text_) (*text_)[dotted_ + stat] = total;
   }
   // <stat>_xx{envoy_response_code_class="1".."5"}, Envoy's <stat>_1xx..5xx.
   void code_classes(const char* stat, std::array<Counter, 5> T::*member) const {
@@ -90,26 +102,45 @@ class Summed {
       MetricLabels labels = {{"envoy_response_code_class", kClass[k]}};
       labels.insert(labels.end(), labels_.begin(), labels_.end());
       out_.counter(prefix_ + stat + "_xx", "Envoy " + help_ + stat + "_<code class>xx", total, labels);
+      if (text_) (*text_)[dotted_ + stat + "_" + kClass[k] + "xx"] = static_cast<int64_t>(total);
     }
   }
 
  private:
   MetricsWriter& out_;
+  TextStats* text_;
   const std::deque<T>& blocks_;
   std::string prefix_, help_;
   MetricLabels labels_;
+  std::string dotted_;
 };
 
 }  // namespace
 
 std::string StatsStore::prometheus(const std::vector<HostStatsView>& hosts) const {
-  std::lock_guard lock(mu_);
-  // Envoy's names (its /stats/prometheus), so that dashboards made for Envoy
-  // read ours.
   MetricsWriter e;
+  render(e, nullptr, hosts);
+  return e.text();
+}
+
+std::string StatsStore::text(const std::vector<HostStatsView>& hosts) const {
+  MetricsWriter ignored;
+  TextStats lines;
+  render(ignored, &lines, hosts);
+  std::string out;
+  for (const auto& [name, value] : lines) out += name + ": " + std::to_string(value) + "\n";
+  return out;
+}
+
+void StatsStore::render(MetricsWriter& e, std::map<std::string, int64_t>* text,
+                        const std::vector<HostStatsView>& hosts) const {
+  std::lock_guard lock(mu_);
+  // Envoy's names (its /stats/prometheus and /stats), so that dashboards made
+  // for Envoy read ours.
   using C = ClusterStats;
   for (const auto& [name, d] : clusters_) {
-    const Summed<C> c(e, d, "envoy_cluster_", "cluster.<name>.", {{"envoy_cluster_name", name}});
+    const Summed<C> c(e, text, d, "envoy_cluster_", "cluster.<name>.", {{"envoy_cluster_name", name}},
+                      "cluster." + name + ".");
     c.counter("upstream_rq_total", &C::upstream_rq_total);
     c.counter("upstream_rq_completed", &C::upstream_rq_completed);
     c.counter("upstream_cx_total", &C::upstream_cx_total);
@@ -142,10 +173,16 @@ std::string StatsStore::prometheus(const std::vector<HostStatsView>& hosts) cons
     e.gauge("envoy_cluster_membership_total", "Envoy cluster.<name>.membership_total", m.second, l);
     e.counter("envoy_cluster_outlier_detection_ejections_enforced_total",
               "Envoy cluster.<name>.outlier_detection.ejections_enforced_total", ejections[name], l);
+    if (text) {
+      (*text)["cluster." + name + ".membership_healthy"] = static_cast<int64_t>(m.first);
+      (*text)["cluster." + name + ".membership_total"] = static_cast<int64_t>(m.second);
+      (*text)["cluster." + name + ".outlier_detection.ejections_enforced_total"] = static_cast<int64_t>(ejections[name]);
+    }
   }
   using H = HttpStats;
   for (const auto& [prefix, d] : http_) {
-    const Summed<H> h(e, d, "envoy_http_", "http.<stat_prefix>.", {{"envoy_http_conn_manager_prefix", prefix}});
+    const Summed<H> h(e, text, d, "envoy_http_", "http.<stat_prefix>.", {{"envoy_http_conn_manager_prefix", prefix}},
+                      "http." + prefix + ".");
     h.counter("downstream_cx_total", &H::downstream_cx_total);
     h.counter("downstream_rq_total", &H::downstream_rq_total);
     h.counter("downstream_cx_protocol_error", &H::downstream_cx_protocol_error);
@@ -160,8 +197,8 @@ std::string StatsStore::prometheus(const std::vector<HostStatsView>& hosts) cons
     h.gauge("downstream_cx_active", &H::downstream_cx_active);
     h.gauge("downstream_rq_active", &H::downstream_rq_active);
     // Envoy names these <stat_prefix>.http_local_rate_limit.*; the connection manager's prefix stands in.
-    const Summed<H> rl(e, d, "envoy_http_local_rate_limit_", "<stat_prefix>.http_local_rate_limit.",
-                       {{"envoy_local_http_ratelimit_prefix", prefix}});
+    const Summed<H> rl(e, text, d, "envoy_http_local_rate_limit_", "<stat_prefix>.http_local_rate_limit.",
+                       {{"envoy_local_http_ratelimit_prefix", prefix}}, prefix + ".http_local_rate_limit.");
     rl.counter("enabled", &H::rl_enabled);
     rl.counter("enforced", &H::rl_enforced);
     rl.counter("rate_limited", &H::rl_rate_limited);
@@ -169,7 +206,8 @@ std::string StatsStore::prometheus(const std::vector<HostStatsView>& hosts) cons
   }
   using T = TcpStats;
   for (const auto& [prefix, d] : tcp_) {
-    const Summed<T> t(e, d, "envoy_tcp_", "tcp.<stat_prefix>.", {{"envoy_tcp_prefix", prefix}});
+    const Summed<T> t(e, text, d, "envoy_tcp_", "tcp.<stat_prefix>.", {{"envoy_tcp_prefix", prefix}},
+                      "tcp." + prefix + ".");
     t.counter("downstream_cx_total", &T::downstream_cx_total);
     t.counter("downstream_cx_rx_bytes_total", &T::downstream_cx_rx_bytes_total);
     t.counter("downstream_cx_tx_bytes_total", &T::downstream_cx_tx_bytes_total);
@@ -178,15 +216,17 @@ std::string StatsStore::prometheus(const std::vector<HostStatsView>& hosts) cons
     t.gauge("downstream_cx_active", &T::downstream_cx_active);
   }
   for (const auto& [address, d] : listeners_) {
-    const Summed<ListenerStats> l(e, d, "envoy_listener_", "listener.<address>.", {{"envoy_listener_address", address}});
+    const Summed<ListenerStats> l(e, text, d, "envoy_listener_", "listener.<address>.",
+                                  {{"envoy_listener_address", address}}, "listener." + address + ".");
     l.counter("no_filter_chain_match", &ListenerStats::no_filter_chain_match);
   }
   // Envoy's names: envoy_listener_ssl_handshake{envoy_listener_address}, envoy_cluster_ssl_handshake{envoy_cluster_name}.
   for (const auto& [key, d] : tls_) {
     const auto& [scope, name] = key;
     const std::string label = scope == "listener" ? "envoy_listener_address" : "envoy_cluster_name";
-    const Summed<TlsStats> t(e, d, "envoy_" + scope + "_ssl_", scope + ".<" + (scope == "listener" ? "address" : "name") + ">.ssl.",
-                             {{label, name}});
+    const Summed<TlsStats> t(e, text, d, "envoy_" + scope + "_ssl_",
+                             scope + ".<" + (scope == "listener" ? "address" : "name") + ">.ssl.", {{label, name}},
+                             scope + "." + name + ".ssl.");
     t.counter("handshake", &TlsStats::handshake);
     t.counter("connection_error", &TlsStats::connection_error);
     t.counter("session_reused", &TlsStats::session_reused);
@@ -194,9 +234,10 @@ std::string StatsStore::prometheus(const std::vector<HostStatsView>& hosts) cons
     t.counter("fail_verify_no_cert", &TlsStats::fail_verify_no_cert);
     t.counter("fail_verify_error", &TlsStats::fail_verify_error);
     t.counter("fail_verify_san", &TlsStats::fail_verify_san);
-    const Summed<TlsStats> f(e, d, "envoy_" + scope + (scope == "listener" ? "_server" : "_client") + "_ssl_socket_factory_",
-                             scope + (scope == "listener" ? ".<address>.server" : ".<name>.client") + "_ssl_socket_factory.",
-                             {{label, name}});
+    const std::string factory = scope == "listener" ? "server_ssl_socket_factory" : "client_ssl_socket_factory";
+    const Summed<TlsStats> f(e, text, d, "envoy_" + scope + "_" + factory + "_",
+                             scope + (scope == "listener" ? ".<address>." : ".<name>.") + factory + ".", {{label, name}},
+                             scope + "." + name + "." + factory + ".");
     f.counter("ssl_context_update_by_sds", &TlsStats::ssl_context_update_by_sds);
     if (auto it = tls_named_.find(key); it != tls_named_.end()) {
       const TlsNamedCounters& named = it->second;
@@ -205,9 +246,11 @@ std::string StatsStore::prometheus(const std::vector<HostStatsView>& hosts) cons
       static const std::map<std::string, std::string> kLabel = {
           {"ciphers", "envoy_ssl_cipher"}, {"versions", "envoy_ssl_version"},
           {"curves", "envoy_ssl_curve"}, {"sigalgs", "envoy_ssl_sigalg"}};
-      for (const auto& [fk, count] : named.counts)
+      for (const auto& [fk, count] : named.counts) {
         e.counter("envoy_" + scope + "_ssl_" + fk.first, "Envoy " + scope + ".ssl." + fk.first + ".<name>", count,
                   {{kLabel.at(fk.first), fk.second}, {label, name}});
+        if (text) (*text)[scope + "." + name + ".ssl." + fk.first + "." + fk.second] = static_cast<int64_t>(count);
+      }
     }
   }
   for (int m = 0; m < static_cast<int>(Module::kCount); ++m) {
@@ -215,8 +258,11 @@ std::string StatsStore::prometheus(const std::vector<HostStatsView>& hosts) cons
     const auto [ns, calls] = module_total(static_cast<Module>(m));
     e.counter("dpukit_mesh_module_ns_total", "Time in each processing module, ns", ns, l);
     e.counter("dpukit_mesh_module_calls_total", "Calls of each processing module", calls, l);
+    if (text) {
+      (*text)[std::string("dpukit.mesh.module.") + module_name(static_cast<Module>(m)) + ".ns"] = static_cast<int64_t>(ns);
+      (*text)[std::string("dpukit.mesh.module.") + module_name(static_cast<Module>(m)) + ".calls"] = static_cast<int64_t>(calls);
+    }
   }
-  return e.text();
 }
 
 }  // namespace dpukit::mesh

@@ -15,6 +15,10 @@
 #include <string>
 #include <vector>
 
+namespace dpukit {
+class MetricsWriter;  // dpukit/core/prometheus.h
+}
+
 namespace dpukit::mesh {
 
 // A counter written by one thread and read by others.
@@ -116,10 +120,14 @@ class StatsStore {
   // Prometheus text exposition with Envoy's metric names (envoy_cluster_*,
   // envoy_http_*, envoy_tcp_*) plus dpukit_mesh_module_* and the host health gauges.
   std::string prometheus(const std::vector<HostStatsView>& hosts) const;
+  // Envoy's plain /stats: "cluster.backend.upstream_rq_total: 5" lines, sorted by name.
+  std::string text(const std::vector<HostStatsView>& hosts) const;
   // Per-module totals over workers: {ns, calls}.
   std::pair<uint64_t, uint64_t> module_total(Module m) const;
 
  private:
+  // Both forms from one walk: Prometheus into `e`, the plain lines into `text` when given.
+  void render(MetricsWriter& e, std::map<std::string, int64_t>* text, const std::vector<HostStatsView>& hosts) const;
   template <typename T>
   std::vector<T*> blocks(std::map<std::string, std::deque<T>>& m, const std::string& name);
 

@@ -293,6 +293,12 @@ TEST_F(MeshTls, MutualTlsServesAndCounts) {
   ASSERT_TRUE(c->ssl) << ERR_reason_error_string(static_cast<unsigned long>(c->reason));
   EXPECT_NE(http_get(c->fd, c->ssl).find("over-mtls"), std::string::npos);
   EXPECT_EQ(eventually([&] { return ssl("handshake", port_); }, 1), 1u);
+  // Envoy's plain /stats names the same counters with dots.
+  const std::string text = cp_->stats().text(cp_->host_views());
+  const std::string scope = "listener.127.0.0.1_" + std::to_string(port_) + ".ssl.";
+  EXPECT_NE(text.find(scope + "handshake: 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(scope + "versions.TLSv1.3: 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(scope + "fail_verify_san: 0\n"), std::string::npos) << text;
   EXPECT_EQ(metric("envoy_listener_ssl_versions",
                    "envoy_ssl_version=\"TLSv1.3\",envoy_listener_address=\"127.0.0.1_" + std::to_string(port_) + "\""),
             1u);

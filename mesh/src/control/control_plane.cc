@@ -142,6 +142,8 @@ class ControlPlane::Admin {
         res.body() = ready ? "LIVE\n" : "PRE_INITIALIZING\n";
       } else if (path == "/stats/prometheus") {
         res.body() = cp.stats_.prometheus(cp.host_views());
+      } else if (path == "/stats") {
+        res.body() = cp.stats_.text(cp.host_views());
       } else if (path == "/config_dump") {
         res.set(bhttp::field::content_type, "application/json");
         nlohmann::json running = config::to_json(cp.snapshot_->bootstrap);
@@ -168,7 +170,7 @@ class ControlPlane::Admin {
         quit = true;
       } else {
         res.result(bhttp::status::not_found);
-        res.body() = "invalid path; try /ready, /stats/prometheus, /config_dump, /clusters, /server_info, POST /quitquitquit\n";
+        res.body() = "invalid path; try /ready, /stats, /stats/prometheus, /config_dump, /clusters, /server_info, POST /quitquitquit\n";
       }
       return quit;
     }
