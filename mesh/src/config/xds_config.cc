@@ -118,27 +118,42 @@ const std::map<std::string, json>& XdsResources::of(std::string_view type_url) c
   return it == by_type.end() ? kNone : it->second;
 }
 
-YAML::Node yaml_from_json(const json& j) {
+namespace {
+
+// Fills `node` in place, so that every node is made in one yaml-cpp memory
+// (a Node made apart and then attached merges its memory into the parent's:
+// for 1,000 clusters that merging was most of the time of an update's checks).
+void fill_yaml(YAML::Node node, const json& j) {
   switch (j.type()) {
-    case json::value_t::object: {
-      YAML::Node n(YAML::NodeType::Map);
-      for (const auto& [key, value] : j.items()) n[key] = yaml_from_json(value);
-      return n;
-    }
+    case json::value_t::object:
+      node = YAML::Node(YAML::NodeType::Map);
+      for (const auto& [key, value] : j.items()) fill_yaml(node[key], value);
+      return;
     case json::value_t::array: {
-      YAML::Node n(YAML::NodeType::Sequence);
-      for (const json& value : j) n.push_back(yaml_from_json(value));
-      return n;
+      node = YAML::Node(YAML::NodeType::Sequence);
+      std::size_t i = 0;
+      for (const json& value : j) {
+        node.push_back(YAML::Node(YAML::NodeType::Null));
+        fill_yaml(node[i++], value);
+      }
+      return;
     }
-    case json::value_t::string: {
-      YAML::Node n(j.get<std::string>());
-      n.SetTag("!");  // as if quoted: "8080" stays a string
-      return n;
-    }
-    case json::value_t::boolean: return YAML::Node(j.get<bool>() ? "true" : "false");
-    case json::value_t::null: return YAML::Node(YAML::NodeType::Null);
-    default: return YAML::Node(j.dump());  // a number
+    case json::value_t::string:
+      node = j.get_ref<const std::string&>();
+      node.SetTag("!");  // as if quoted: "8080" stays a string
+      return;
+    case json::value_t::boolean: node = j.get<bool>() ? "true" : "false"; return;
+    case json::value_t::null: node = YAML::Node(YAML::NodeType::Null); return;
+    default: node = j.dump(); return;  // a number
   }
+}
+
+}  // namespace
+
+YAML::Node yaml_from_json(const json& j) {
+  YAML::Node root(YAML::NodeType::Null);  // a node of its own (a default Node has none, and a copy would not share it)
+  fill_yaml(root, j);
+  return root;
 }
 
 XdsAssembly assemble_xds(const YAML::Node& base, const XdsResources& r) {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <ctime>
 #include <random>
+#include <utility>
 
 #include "dpukit/core/log.h"
 #include "xds/xds_messages.h"
@@ -48,6 +49,13 @@ std::string now_rfc3339() {
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03lldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
                 tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(ms));
   return buf;
+}
+
+// This thread's CPU time (ns): what the checks of a response cost.
+int64_t thread_cpu() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
 // The name a resource is known by: ClusterLoadAssignment's is cluster_name.
@@ -230,57 +238,67 @@ std::vector<json> AdsClient::on_response(const json& response) {
     out.push_back(request(type));
     return out;
   }
-  config::XdsResources candidate = accepted_;
-  candidate.by_type[type] = set;
-
+  // The set is tried in place (the other types are not copied), and put back
+  // when it is refused.
+  std::map<std::string, json>& slot = accepted_.by_type[type];
+  std::map<std::string, json> previous = std::exchange(slot, std::move(set));
+  const auto refuse = [&](const std::string& why) {
+    slot = std::move(previous);
+    return nack(why);
+  };
+  const auto t0 = thread_cpu();
   config::XdsAssembly assembly;
   config::Bootstrap bootstrap;
   try {
-    assembly = config::assemble_xds(base_, candidate);
+    assembly = config::assemble_xds(base_, accepted_);
     bootstrap = config::parse_xds_assembly(assembly);
   } catch (const config::ConfigError& e) {
-    return nack(e.what());
+    return refuse(e.what());
   }
+  const auto t1 = thread_cpu();
+  const auto install_start = std::chrono::steady_clock::now();
   // Listeners wait for the clusters (and everything waits for what it names).
   const bool have_all = (!dynamic_.cds || types_[std::string(kClusterType)].received || type == kClusterType) &&
                         (!dynamic_.lds || types_[std::string(kListenerType)].received || type == kListenerType);
   const bool apply = assembly.complete() && have_all;
-  // A control plane resends every type of a new snapshot; what is already
-  // running is not installed again.
-  const bool changed = apply && candidate.by_type != installed_.by_type;
-  if (changed) {
-    if (std::string error = apply_(std::move(bootstrap)); !error.empty()) return nack(error);
-    installed_ = candidate;
-    std::lock_guard lock(mu_);
-    stand_ins_ = assembly.missing_clusters;
+  if (apply) {
+    if (std::string error = apply_(std::move(bootstrap)); !error.empty()) return refuse(error);
   }
+  const auto install_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - install_start).count();
 
   // Accepted.
   ++acks_;
-  accepted_ = std::move(candidate);
   st.version = version;
   st.received = true;
   {
     std::lock_guard lock(mu_);
+    if (apply) stand_ins_ = assembly.missing_clusters;
     auto& records = records_[type];
     std::map<std::string, ResourceRecord> next;
     const std::string now = now_rfc3339();
-    for (const auto& [name, resource] : set) {
+    for (const auto& [name, resource] : slot) {
       json with_type = resource;
       with_type["@type"] = type;
       auto it = records.find(name);
-      if (it != records.end() && it->second.resource == with_type) next.emplace(name, it->second);  // unchanged
-      else next.emplace(name, ResourceRecord{std::move(with_type), versions.contains(name) ? versions[name] : version, now});
+      if (it != records.end() && *it->second.resource == with_type) {
+        next.emplace(name, it->second);  // unchanged: its version and time stay
+        continue;
+      }
+      next.emplace(name, ResourceRecord{std::make_shared<const json>(std::move(with_type)),
+                                        versions.contains(name) ? versions[name] : version, now});
     }
     records = std::move(next);
     if (apply) {
-      active_ = records_;
+      active_ = records_;  // the records share their resources
       for (const auto& [t, s] : types_)
         if (s.received) active_versions_[t] = s.version;
     }
   }
-  log_info("mesh xDS: " + short_type(type) + " version " + version + " accepted (" + std::to_string(set.size()) +
-           " resources)" + (changed ? ", installed" : apply ? ", running already" : ", warming: waiting for what it names"));
+  log_info("mesh xDS: " + short_type(type) + " version " + version + " accepted (" + std::to_string(slot.size()) +
+           " resources)" + (apply ? ", installed" : ", warming: waiting for what it names") + " (checks: " +
+           std::to_string((t1 - t0) / 1000000) + " ms of CPU" +
+           (apply ? ", install: " + std::to_string(install_ms) + " ms" : "") + ")");
   out.push_back(request(type));
 
   // Subscriptions follow what the resources name: the endpoints of EDS
@@ -426,10 +444,10 @@ json AdsClient::config_dump(const json& running) const {
       clusters["static_clusters"].push_back({{"cluster", c}});
   for (const auto& [name, r] : records(kClusterType))
     clusters["dynamic_active_clusters"].push_back(
-        {{"version_info", r.version}, {"cluster", r.resource}, {"last_updated", r.last_updated}});
+        {{"version_info", r.version}, {"cluster", *r.resource}, {"last_updated", r.last_updated}});
   for (const ResourceRecord* r : warming(kClusterType))
     clusters["dynamic_warming_clusters"].push_back(
-        {{"version_info", r->version}, {"cluster", r->resource}, {"last_updated", r->last_updated}});
+        {{"version_info", r->version}, {"cluster", *r->resource}, {"last_updated", r->last_updated}});
 
   json listeners = {{"@type", "type.googleapis.com/envoy.admin.v3.ListenersConfigDump"},
                     {"version_info", version(kListenerType)},
@@ -440,10 +458,10 @@ json AdsClient::config_dump(const json& running) const {
   std::map<std::string, json> dynamic_listeners;
   for (const auto& [name, r] : records(kListenerType))
     dynamic_listeners[name]["active_state"] = {
-        {"version_info", r.version}, {"listener", r.resource}, {"last_updated", r.last_updated}};
+        {"version_info", r.version}, {"listener", *r.resource}, {"last_updated", r.last_updated}};
   for (const ResourceRecord* r : warming(kListenerType))
-    dynamic_listeners[resource_name(std::string(kListenerType), r->resource)]["warming_state"] = {
-        {"version_info", r->version}, {"listener", r->resource}, {"last_updated", r->last_updated}};
+    dynamic_listeners[resource_name(std::string(kListenerType), *r->resource)]["warming_state"] = {
+        {"version_info", r->version}, {"listener", *r->resource}, {"last_updated", r->last_updated}};
   for (auto& [name, l] : dynamic_listeners) {
     l["name"] = name;
     listeners["dynamic_listeners"].push_back(l);
@@ -452,12 +470,12 @@ json AdsClient::config_dump(const json& running) const {
   json routes = {{"@type", "type.googleapis.com/envoy.admin.v3.RoutesConfigDump"}, {"dynamic_route_configs", json::array()}};
   for (const auto& [name, r] : records(kRouteType))
     routes["dynamic_route_configs"].push_back(
-        {{"version_info", r.version}, {"route_config", r.resource}, {"last_updated", r.last_updated}});
+        {{"version_info", r.version}, {"route_config", *r.resource}, {"last_updated", r.last_updated}});
   json endpoints = {{"@type", "type.googleapis.com/envoy.admin.v3.EndpointsConfigDump"},
                     {"dynamic_endpoint_configs", json::array()}};
   for (const auto& [name, r] : records(kEndpointType))
     endpoints["dynamic_endpoint_configs"].push_back(
-        {{"version_info", r.version}, {"endpoint_config", r.resource}, {"last_updated", r.last_updated}});
+        {{"version_info", r.version}, {"endpoint_config", *r.resource}, {"last_updated", r.last_updated}});
 
   return {{"configs",
            {{{"@type", "type.googleapis.com/envoy.admin.v3.BootstrapConfigDump"}, {"bootstrap", bootstrap}},

@@ -42,7 +42,7 @@ struct TypeState {
 
 // A resource as accepted: what /config_dump shows.
 struct ResourceRecord {
-  nlohmann::json resource;  // proto-JSON with "@type"
+  std::shared_ptr<const nlohmann::json> resource;  // proto-JSON with "@type" (shared by the running copy)
   std::string version;      // version_info of the response that last changed it
   std::string last_updated;  // RFC 3339, UTC
 };
@@ -93,8 +93,7 @@ class AdsClient {
   Apply apply_;
 
   std::map<std::string, TypeState> types_;
-  config::XdsResources accepted_;   // the last good set (what a NACK keeps)
-  config::XdsResources installed_;  // the set that runs
+  config::XdsResources accepted_;  // the last good set (what a NACK keeps)
 
   mutable std::mutex mu_;  // guards what config_dump reads, and ctx_
   std::map<std::string, std::map<std::string, ResourceRecord>> records_;  // accepted, by type and name
