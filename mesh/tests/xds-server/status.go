@@ -55,6 +55,7 @@ type TypeStatus struct {
 // NodeStatus is one node's xDS streams and resource types.
 type NodeStatus struct {
 	Cluster       string                 `json:"cluster"` // node.cluster as the proxy sent it
+	Delta         bool                   `json:"delta"`   // its last stream is incremental (delta) xDS
 	StreamsOpened int                    `json:"streams_opened"`
 	StreamsOpen   int                    `json:"streams_open"`
 	Types         map[string]*TypeStatus `json:"types"`
@@ -72,11 +73,16 @@ type Status struct {
 	sent       map[int64]map[string]map[string]string
 	// The version last sent per node and type, for holdOnNack.
 	lastSent map[string]map[string]string
+	// The same for delta streams, numbered apart from the others (a delta
+	// request names its node only on the stream's first message).
+	deltaNode map[int64]string
+	deltaSent map[int64]map[string]map[string]string
 }
 
 func newStatus() *Status {
 	return &Status{nodes: map[string]*NodeStatus{}, streamNode: map[int64]string{},
-		sent: map[int64]map[string]map[string]string{}, lastSent: map[string]map[string]string{}}
+		sent: map[int64]map[string]map[string]string{}, lastSent: map[string]map[string]string{},
+		deltaNode: map[int64]string{}, deltaSent: map[int64]map[string]map[string]string{}}
 }
 
 func (s *Status) node(id string) *NodeStatus {
@@ -120,6 +126,7 @@ func (s *Status) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) erro
 		n.StreamsOpened++
 		n.StreamsOpen++
 		n.Cluster = req.GetNode().GetCluster()
+		n.Delta = false
 	}
 	t := n.typ(req.GetTypeUrl())
 	t.Requests++
@@ -154,10 +161,87 @@ func (s *Status) OnStreamResponse(_ context.Context, id int64, req *discovery.Di
 		s.sent[id][resp.GetTypeUrl()] = map[string]string{}
 	}
 	s.sent[id][resp.GetTypeUrl()][resp.GetNonce()] = resp.GetVersionInfo()
+	s.setLastSent(nodeID, resp.GetTypeUrl(), resp.GetVersionInfo())
+}
+
+func (s *Status) setLastSent(nodeID, typeURL, version string) {
 	if s.lastSent[nodeID] == nil {
 		s.lastSent[nodeID] = map[string]string{}
 	}
-	s.lastSent[nodeID][resp.GetTypeUrl()] = resp.GetVersionInfo()
+	s.lastSent[nodeID][typeURL] = version
+}
+
+func (s *Status) OnDeltaStreamOpen(context.Context, int64, string) error { return nil }
+
+func (s *Status) OnDeltaStreamClosed(id int64, _ *core.Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if node, ok := s.deltaNode[id]; ok {
+		s.node(node).StreamsOpen--
+	}
+	delete(s.deltaNode, id)
+	delete(s.deltaSent, id)
+}
+
+// OnStreamDeltaRequest: a delta request carries no version; its nonce names
+// the response it ACKs or NACKs, whose system_version_info was recorded.
+func (s *Status) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	nodeID, known := s.deltaNode[id]
+	if !known {
+		nodeID = req.GetNode().GetId()
+		s.deltaNode[id] = nodeID
+	}
+	n := s.node(nodeID)
+	if !known {
+		n.StreamsOpened++
+		n.StreamsOpen++
+		n.Cluster = req.GetNode().GetCluster()
+		n.Delta = true
+	}
+	t := n.typ(req.GetTypeUrl())
+	t.Requests++
+	names := map[string]bool{}
+	for _, r := range t.Subscribed {
+		names[r] = true
+	}
+	for _, r := range req.GetResourceNamesSubscribe() {
+		names[r] = true
+	}
+	for _, r := range req.GetResourceNamesUnsubscribe() {
+		delete(names, r)
+	}
+	t.Subscribed = t.Subscribed[:0]
+	for r := range names {
+		t.Subscribed = append(t.Subscribed, r)
+	}
+	sort.Strings(t.Subscribed)
+	version := s.deltaSent[id][req.GetTypeUrl()][req.GetResponseNonce()]
+	switch {
+	case req.GetErrorDetail() != nil:
+		t.Nacks = append(t.Nacks, Nack{Version: version, KeptVersion: t.Acked, Nonce: req.GetResponseNonce(),
+			Code: req.GetErrorDetail().GetCode(), Message: req.GetErrorDetail().GetMessage()})
+	case req.GetResponseNonce() != "":
+		t.Acked, t.AckedNonce = version, req.GetResponseNonce()
+	}
+	return nil
+}
+
+func (s *Status) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	nodeID := s.deltaNode[id]
+	t := s.node(nodeID).typ(resp.GetTypeUrl())
+	t.Sent, t.SentNonce = resp.GetSystemVersionInfo(), resp.GetNonce()
+	if s.deltaSent[id] == nil {
+		s.deltaSent[id] = map[string]map[string]string{}
+	}
+	if s.deltaSent[id][resp.GetTypeUrl()] == nil {
+		s.deltaSent[id][resp.GetTypeUrl()] = map[string]string{}
+	}
+	s.deltaSent[id][resp.GetTypeUrl()][resp.GetNonce()] = resp.GetSystemVersionInfo()
+	s.setLastSent(nodeID, resp.GetTypeUrl(), resp.GetSystemVersionInfo())
 }
 
 // Snapshot of the status for the control endpoint's GET /status.
@@ -166,7 +250,7 @@ func (s *Status) copy() map[string]NodeStatus {
 	defer s.mu.Unlock()
 	out := make(map[string]NodeStatus, len(s.nodes))
 	for id, n := range s.nodes {
-		c := NodeStatus{Cluster: n.Cluster, StreamsOpened: n.StreamsOpened, StreamsOpen: n.StreamsOpen,
+		c := NodeStatus{Cluster: n.Cluster, Delta: n.Delta, StreamsOpened: n.StreamsOpened, StreamsOpen: n.StreamsOpen,
 			Types: map[string]*TypeStatus{}}
 		for name, t := range n.Types {
 			tc := *t
