@@ -10,6 +10,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -67,22 +68,28 @@ type Status struct {
 	server.CallbackFuncs
 	mu    sync.Mutex
 	nodes map[string]*NodeStatus
-	// Per stream: its node, and per type the version sent with each nonce
-	// (nonces are numbered per stream, so a NACK names its version here).
-	streamNode map[int64]string
-	sent       map[int64]map[string]map[string]string
+	// State of the world and delta streams (go-control-plane numbers them apart).
+	sotw, delta streams
 	// The version last sent per node and type, for holdOnNack.
 	lastSent map[string]map[string]string
-	// The same for delta streams, numbered apart from the others (a delta
-	// request names its node only on the stream's first message).
-	deltaNode map[int64]string
-	deltaSent map[int64]map[string]map[string]string
+}
+
+// streams are the open streams of one protocol: each one's node (a request
+// may name it only on a stream's first message), and per type the version
+// sent with each nonce (nonces are numbered per stream; a delta request
+// carries no version, and any ACK or NACK names its response by nonce).
+type streams struct {
+	node map[int64]string
+	sent map[int64]map[string]map[string]string
+}
+
+func newStreams() streams {
+	return streams{node: map[int64]string{}, sent: map[int64]map[string]map[string]string{}}
 }
 
 func newStatus() *Status {
-	return &Status{nodes: map[string]*NodeStatus{}, streamNode: map[int64]string{},
-		sent: map[int64]map[string]map[string]string{}, lastSent: map[string]map[string]string{},
-		deltaNode: map[int64]string{}, deltaSent: map[int64]map[string]map[string]string{}}
+	return &Status{nodes: map[string]*NodeStatus{}, sotw: newStreams(), delta: newStreams(),
+		lastSent: map[string]map[string]string{}}
 }
 
 func (s *Status) node(id string) *NodeStatus {
@@ -104,144 +111,116 @@ func (n *NodeStatus) typ(typeURL string) *TypeStatus {
 	return t
 }
 
-func (s *Status) OnStreamOpen(context.Context, int64, string) error { return nil }
-
-func (s *Status) OnStreamClosed(id int64, _ *core.Node) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if node, ok := s.streamNode[id]; ok {
-		s.node(node).StreamsOpen--
+// stream is the node of stream id; a stream seen for the first time is counted.
+func (s *Status) stream(st streams, id int64, node *core.Node, delta bool) *NodeStatus {
+	nodeID, known := st.node[id]
+	if !known {
+		nodeID = node.GetId()
+		st.node[id] = nodeID
 	}
-	delete(s.streamNode, id)
-	delete(s.sent, id)
-}
-
-func (s *Status) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	nodeID := req.GetNode().GetId()
 	n := s.node(nodeID)
-	if _, known := s.streamNode[id]; !known {
-		s.streamNode[id] = nodeID
+	if !known {
 		n.StreamsOpened++
 		n.StreamsOpen++
-		n.Cluster = req.GetNode().GetCluster()
-		n.Delta = false
+		n.Cluster = node.GetCluster()
+		n.Delta = delta
 	}
-	t := n.typ(req.GetTypeUrl())
-	t.Requests++
-	t.Subscribed = append([]string{}, req.GetResourceNames()...)
-	sort.Strings(t.Subscribed)
-	switch {
-	case req.GetErrorDetail() != nil:
-		t.Nacks = append(t.Nacks, Nack{
-			Version:     s.sent[id][req.GetTypeUrl()][req.GetResponseNonce()],
-			KeptVersion: req.GetVersionInfo(),
-			Nonce:       req.GetResponseNonce(),
-			Code:        req.GetErrorDetail().GetCode(),
-			Message:     req.GetErrorDetail().GetMessage(),
-		})
-	case req.GetResponseNonce() != "":
-		t.Acked = req.GetVersionInfo()
-		t.AckedNonce = req.GetResponseNonce()
-	}
-	return nil
+	return n
 }
 
-func (s *Status) OnStreamResponse(_ context.Context, id int64, req *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+func (s *Status) closed(st streams, id int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	nodeID := req.GetNode().GetId()
-	t := s.node(nodeID).typ(resp.GetTypeUrl())
-	t.Sent, t.SentNonce = resp.GetVersionInfo(), resp.GetNonce()
-	if s.sent[id] == nil {
-		s.sent[id] = map[string]map[string]string{}
+	if node, ok := st.node[id]; ok {
+		s.node(node).StreamsOpen--
 	}
-	if s.sent[id][resp.GetTypeUrl()] == nil {
-		s.sent[id][resp.GetTypeUrl()] = map[string]string{}
-	}
-	s.sent[id][resp.GetTypeUrl()][resp.GetNonce()] = resp.GetVersionInfo()
-	s.setLastSent(nodeID, resp.GetTypeUrl(), resp.GetVersionInfo())
+	delete(st.node, id)
+	delete(st.sent, id)
 }
 
-func (s *Status) setLastSent(nodeID, typeURL, version string) {
+// answer records what a request says of the response named by nonce: a NACK
+// of `version` (keeping `kept`) with its error_detail, or an ACK of `version`.
+func (t *TypeStatus) answer(nonce string, detail *rpcstatus.Status, version, kept string) {
+	t.Requests++
+	switch {
+	case detail != nil:
+		t.Nacks = append(t.Nacks, Nack{Version: version, KeptVersion: kept, Nonce: nonce, Code: detail.GetCode(),
+			Message: detail.GetMessage()})
+	case nonce != "":
+		t.Acked, t.AckedNonce = version, nonce
+	}
+}
+
+// sent records a response of stream id.
+func (s *Status) sent(st streams, id int64, typeURL, version, nonce string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	nodeID := st.node[id]
+	t := s.node(nodeID).typ(typeURL)
+	t.Sent, t.SentNonce = version, nonce
+	if st.sent[id] == nil {
+		st.sent[id] = map[string]map[string]string{}
+	}
+	if st.sent[id][typeURL] == nil {
+		st.sent[id][typeURL] = map[string]string{}
+	}
+	st.sent[id][typeURL][nonce] = version
 	if s.lastSent[nodeID] == nil {
 		s.lastSent[nodeID] = map[string]string{}
 	}
 	s.lastSent[nodeID][typeURL] = version
 }
 
-func (s *Status) OnDeltaStreamOpen(context.Context, int64, string) error { return nil }
+func (s *Status) OnStreamOpen(context.Context, int64, string) error { return nil }
 
-func (s *Status) OnDeltaStreamClosed(id int64, _ *core.Node) {
+func (s *Status) OnStreamClosed(id int64, _ *core.Node) { s.closed(s.sotw, id) }
+
+func (s *Status) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if node, ok := s.deltaNode[id]; ok {
-		s.node(node).StreamsOpen--
+	t := s.stream(s.sotw, id, req.GetNode(), false).typ(req.GetTypeUrl())
+	t.Subscribed = append([]string{}, req.GetResourceNames()...)
+	sort.Strings(t.Subscribed)
+	// An ACK's version_info is the version it takes; a NACK's, the one it keeps.
+	version := req.GetVersionInfo()
+	if req.GetErrorDetail() != nil {
+		version = s.sotw.sent[id][req.GetTypeUrl()][req.GetResponseNonce()]
 	}
-	delete(s.deltaNode, id)
-	delete(s.deltaSent, id)
+	t.answer(req.GetResponseNonce(), req.GetErrorDetail(), version, req.GetVersionInfo())
+	return nil
 }
 
-// OnStreamDeltaRequest: a delta request carries no version; its nonce names
-// the response it ACKs or NACKs, whose system_version_info was recorded.
+func (s *Status) OnStreamResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	s.sent(s.sotw, id, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce())
+}
+
+func (s *Status) OnDeltaStreamOpen(context.Context, int64, string) error { return nil }
+
+func (s *Status) OnDeltaStreamClosed(id int64, _ *core.Node) { s.closed(s.delta, id) }
+
 func (s *Status) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	nodeID, known := s.deltaNode[id]
-	if !known {
-		nodeID = req.GetNode().GetId()
-		s.deltaNode[id] = nodeID
-	}
-	n := s.node(nodeID)
-	if !known {
-		n.StreamsOpened++
-		n.StreamsOpen++
-		n.Cluster = req.GetNode().GetCluster()
-		n.Delta = true
-	}
-	t := n.typ(req.GetTypeUrl())
-	t.Requests++
+	t := s.stream(s.delta, id, req.GetNode(), true).typ(req.GetTypeUrl())
 	names := map[string]bool{}
-	for _, r := range t.Subscribed {
-		names[r] = true
-	}
-	for _, r := range req.GetResourceNamesSubscribe() {
+	for _, r := range append(t.Subscribed, req.GetResourceNamesSubscribe()...) {
 		names[r] = true
 	}
 	for _, r := range req.GetResourceNamesUnsubscribe() {
 		delete(names, r)
 	}
-	t.Subscribed = t.Subscribed[:0]
+	t.Subscribed = []string{}
 	for r := range names {
 		t.Subscribed = append(t.Subscribed, r)
 	}
 	sort.Strings(t.Subscribed)
-	version := s.deltaSent[id][req.GetTypeUrl()][req.GetResponseNonce()]
-	switch {
-	case req.GetErrorDetail() != nil:
-		t.Nacks = append(t.Nacks, Nack{Version: version, KeptVersion: t.Acked, Nonce: req.GetResponseNonce(),
-			Code: req.GetErrorDetail().GetCode(), Message: req.GetErrorDetail().GetMessage()})
-	case req.GetResponseNonce() != "":
-		t.Acked, t.AckedNonce = version, req.GetResponseNonce()
-	}
+	version := s.delta.sent[id][req.GetTypeUrl()][req.GetResponseNonce()]
+	t.answer(req.GetResponseNonce(), req.GetErrorDetail(), version, t.Acked)
 	return nil
 }
 
 func (s *Status) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	nodeID := s.deltaNode[id]
-	t := s.node(nodeID).typ(resp.GetTypeUrl())
-	t.Sent, t.SentNonce = resp.GetSystemVersionInfo(), resp.GetNonce()
-	if s.deltaSent[id] == nil {
-		s.deltaSent[id] = map[string]map[string]string{}
-	}
-	if s.deltaSent[id][resp.GetTypeUrl()] == nil {
-		s.deltaSent[id][resp.GetTypeUrl()] = map[string]string{}
-	}
-	s.deltaSent[id][resp.GetTypeUrl()][resp.GetNonce()] = resp.GetSystemVersionInfo()
-	s.setLastSent(nodeID, resp.GetTypeUrl(), resp.GetSystemVersionInfo())
+	s.sent(s.delta, id, resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce())
 }
 
 // Snapshot of the status for the control endpoint's GET /status.
