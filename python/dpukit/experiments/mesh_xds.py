@@ -44,6 +44,8 @@ ROUTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Route
 # The resource types of a snapshot, by the names of the server's control endpoint.
 RESOURCE_TYPES = ("listeners", "clusters", "routes", "endpoints")
 KINDS = ("envoy", "dpukit")  # the proxies an xDS server drives side by side
+# mesh.xds's protocols: (name, ads_config.api_type, the types an update waits for: None for all).
+PROTOCOLS = (("state of the world", "GRPC", None), ("delta", "DELTA_GRPC", ("routes",)))
 
 
 def xds_server_path() -> Path:
@@ -165,23 +167,26 @@ class XdsServer:
     def types(self, node: str) -> dict[str, Any]:
         return self.status().get(node, {}).get("types", {})
 
-    def wait_acked(self, node: str, snapshot: Snapshot, timeout: float = 30.0,
-                   proxy: Proc | None = None) -> None:
-        """Wait until ``node`` ACKed ``snapshot``'s version for each type it has; a NACK of it is an error."""
+    def wait_acked(self, node: str, snapshot: Snapshot, timeout: float = 30.0, proxy: Proc | None = None,
+                   types: Sequence[str] | None = None) -> None:
+        """Wait until ``node`` ACKed ``snapshot``'s version for each type it has
+        (or each of ``types``: over delta xDS only a type that changed is
+        sent); a NACK of it is an error."""
+        wanted = list(types) if types is not None else snapshot.types()
         deadline = time.monotonic() + timeout
         while True:
-            types = self.types(node)
-            nacks = [f"{t}: {n['message']}" for t in snapshot.types()
-                     for n in types.get(t, {}).get("nacks", []) if n["version"] == snapshot.version]
+            status = self.types(node)
+            nacks = [f"{t}: {n['message']}" for t in wanted
+                     for n in status.get(t, {}).get("nacks", []) if n["version"] == snapshot.version]
             if nacks:
                 raise DpukitError(f"{node} rejected snapshot {snapshot.version}: " + "; ".join(nacks))
-            if all(types.get(t, {}).get("acked") == snapshot.version for t in snapshot.types()):
+            if all(status.get(t, {}).get("acked") == snapshot.version for t in wanted):
                 return
             self.proc.check_alive()
             if proxy is not None:
                 proxy.check_alive()
             if time.monotonic() > deadline:
-                acked = {t: types.get(t, {}).get("acked") for t in snapshot.types()}
+                acked = {t: status.get(t, {}).get("acked") for t in wanted}
                 raise DpukitError(f"{node} did not ACK snapshot {snapshot.version} within {timeout:g} s "
                                   f"(acked: {acked})")
             time.sleep(0.002)
@@ -302,6 +307,7 @@ def config_dump_versions(admin_port: int) -> dict[str, dict[str, str]]:
 
 PROBE_PATH = "/probe"
 PROBE_PAUSE_S = 0.0005
+CPU_TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")  # /proc/PID/stat's unit of CPU time
 ROUTE = "main"
 
 
@@ -358,11 +364,13 @@ class Prober:
 
 
 def measure_updates(xds: XdsServer, proxy: XdsProxy, prober: Prober, *, first: int, updates: int, cpu_updates: int,
-                    clusters: int, listen_port: int, service_port: int) -> dict[str, Any]:
+                    clusters: int, listen_port: int, service_port: int,
+                    ack_types: Sequence[str] | None = None) -> dict[str, Any]:
     """Two phases of snapshot updates: (1) ``updates`` times from the POST to
     the first request served by the new route, probing; (2) the proxy's CPU
-    over ``cpu_updates`` more, each waited for by its ACKs only (no requests;
-    /proc counts CPU in 10 ms ticks, so this phase has more updates)."""
+    over ``cpu_updates`` more, each waited for by its ACKs (of ``ack_types``)
+    only (no requests; /proc counts CPU in 10 ms ticks, so this phase has
+    more updates)."""
     times = []
     version = first
     for _ in range(updates):
@@ -370,13 +378,13 @@ def measure_updates(xds: XdsServer, proxy: XdsProxy, prober: Prober, *, first: i
         t0 = time.monotonic()
         xds.post(proxy.node, snap)
         times.append((time.monotonic() - t0) + prober.wait_route(version))
-        xds.wait_acked(proxy.node, snap, proxy=proxy.proc)
+        xds.wait_acked(proxy.node, snap, proxy=proxy.proc, types=ack_types)
         version += 1
     snaps = [sized_snapshot(v, clusters, listen_port, service_port) for v in range(version, version + cpu_updates)]
     cpu0, wall0 = proxy.cpu_ns(), time.monotonic_ns()
     for snap in snaps:
         xds.post(proxy.node, snap)
-        xds.wait_acked(proxy.node, snap, proxy=proxy.proc)
+        xds.wait_acked(proxy.node, snap, proxy=proxy.proc, types=ack_types)
     cpu, wall = proxy.cpu_ns() - cpu0, time.monotonic_ns() - wall0
     return {"first_request_ms": [t * 1e3 for t in times],
             "first_request_ms_median": statistics.median(times) * 1e3,
@@ -407,8 +415,8 @@ def xds_record(ctx: Context, proxy: XdsProxy, xds: XdsServer, figures: dict[str,
         "wall_ns": figures["cpu_wall_ns"],
     }
     ctx.runs_dir.mkdir(parents=True, exist_ok=True)
-    path = ctx.runs_dir / f"{ctx.name}-{len(ctx.runs) + 1:03d}-{proxy.kind}-{parameters['clusters']}" \
-                          f"-r{parameters['round']}.json"
+    path = ctx.runs_dir / f"{ctx.name}-{len(ctx.runs) + 1:03d}-{proxy.kind}-{parameters['api_type']}" \
+                          f"-{parameters['clusters']}-r{parameters['round']}.json"
     path.write_text(json.dumps(record, indent=1) + "\n")
     ctx.runs.append(record)
     return record
@@ -430,9 +438,9 @@ def on_host_cpu() -> Iterator[None]:
 @experiment(
     "mesh.xds",
     title="mesh.xds: configuration from an xDS control plane",
-    description="dpukit-mesh and Envoy 1.40 driven by one go-control-plane server over ADS: time from a snapshot "
-                "update to the first request served by the new route, and the proxy's CPU per update at 100 "
-                "and 1,000 clusters.",
+    description="dpukit-mesh and Envoy 1.40 driven by one go-control-plane server over ADS (state of the world and "
+                "delta): time from a snapshot update to the first request served by the new route, and the "
+                "proxy's CPU per update at 100 and 1,000 clusters.",
     tools=[TOOL],
 )
 def xds_updates(ctx: Context) -> Section:
@@ -441,86 +449,97 @@ def xds_updates(ctx: Context) -> Section:
     updates, cpu_updates = (5, 20) if ctx.quick else (10, 30)
     busy = background_busy()
     work = Path(tempfile.mkdtemp(prefix="dpukit-mesh-xds-"))
-    results: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    steps, step = len(sizes) * rounds * len(KINDS), 0
+    results: dict[tuple[int, str, str], list[dict[str, Any]]] = {}
+    # Every proxy and protocol, interleaved; the order reversed every round.
+    setups = [(kind, proto) for proto in PROTOCOLS for kind in KINDS]
+    steps, step = len(sizes) * rounds * len(setups), 0
     try:
         with Group(work / "logs") as group:
             service = start_service(Chain(group, work))
             xds = XdsServer.start(group, cpus=HOST_CPU)
             for size in sizes:
                 proxies, ports, probers, versions = {}, {}, {}, {}
-                for kind in KINDS:
-                    node = f"{kind}-{size}"
-                    ports[kind] = free_port()
-                    proxies[kind] = start_xds_proxy(group, kind, node, xds.xds_port, work, cpus=DPU_CPU)
-                    first = sized_snapshot(0, size, ports[kind], service)
+                for kind, (_, api_type, _) in setups:
+                    key = (kind, api_type)
+                    node = f"{kind}-{api_type.lower()}-{size}"
+                    ports[key] = free_port()
+                    proxies[key] = start_xds_proxy(group, kind, node, xds.xds_port, work, cpus=DPU_CPU,
+                                                   api_type=api_type)
+                    first = sized_snapshot(0, size, ports[key], service)
                     xds.post(node, first)
-                    xds.wait_acked(node, first, timeout=120, proxy=proxies[kind].proc)
-                    probers[kind] = Prober(ports[kind])
-                    probers[kind].wait_route(0)
-                    versions[kind] = 1
-                # Paired, interleaved rounds, the order swapped every round.
+                    xds.wait_acked(node, first, timeout=120, proxy=proxies[key].proc)
+                    probers[key] = Prober(ports[key])
+                    probers[key].wait_route(0)
+                    versions[key] = 1
                 for rnd in range(1, rounds + 1):
-                    for kind in (KINDS if rnd % 2 else KINDS[::-1]):
+                    for kind, (proto, api_type, ack_types) in (setups if rnd % 2 else setups[::-1]):
+                        key = (kind, api_type)
                         step += 1
-                        ctx.progress(f"{size} clusters, {kind}, round {rnd}/{rounds}", step, steps)
+                        ctx.progress(f"{size} clusters, {kind}, {proto}, round {rnd}/{rounds}", step, steps)
                         started = datetime.now(timezone.utc)
                         with on_host_cpu():
-                            figures = measure_updates(xds, proxies[kind], probers[kind], first=versions[kind],
+                            figures = measure_updates(xds, proxies[key], probers[key], first=versions[key],
                                                       updates=updates, cpu_updates=cpu_updates, clusters=size,
-                                                      listen_port=ports[kind], service_port=service)
-                        versions[kind] = figures.pop("next_version")
-                        results.setdefault((size, kind), []).append(xds_record(
-                            ctx, proxies[kind], xds, figures,
-                            {"clusters": size, "round": rnd, "updates": updates, "cpu_updates": cpu_updates},
-                            started))
-                for kind in KINDS:
-                    probers[kind].close()
-                    proxies[kind].proc.stop()
+                                                      listen_port=ports[key], service_port=service,
+                                                      ack_types=ack_types)
+                        versions[key] = figures.pop("next_version")
+                        results.setdefault((size, kind, proto), []).append(xds_record(
+                            ctx, proxies[key], xds, figures,
+                            {"clusters": size, "api_type": api_type, "round": rnd, "updates": updates,
+                             "cpu_updates": cpu_updates}, started))
+                for key in proxies:
+                    probers[key].close()
+                    proxies[key].proc.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return xds_section(sizes, rounds, updates, cpu_updates, results, (busy, background_busy()))
 
 
 def xds_section(sizes: Sequence[int], rounds: int, updates: int, cpu_updates: int,
-                results: dict[tuple[int, str], list[dict[str, Any]]],
+                results: dict[tuple[int, str, str], list[dict[str, Any]]],
                 busy: tuple[float | None, float | None]) -> Section:
     sec = Section("mesh.xds: configuration from an xDS control plane")
     sec.paragraph(
-        "One `dpukit-xds-server` (go-control-plane v0.14 snapshot cache, ADS, state of the world) drives "
-        "dpukit-mesh (`--workers 1 --dpu-cpus 1`) and Envoy 1.40 (`--concurrency 1` under `taskset -c 1`), each "
-        "its own node id, with the same snapshots: N EDS clusters on one echo service, a route per cluster, and "
-        "the probe route. Every update is a new snapshot version (go-control-plane sends every type again, all "
-        "N clusters and load assignments); it moves `/probe` to another cluster with its path rewritten to the "
-        "version. First request: from just before the POST to the snapshot cache until a request on a "
-        "kept-alive connection is answered through the new route (the prober polls every 0.5 ms). CPU per "
-        f"update: the proxy's utime+stime (/proc/PID/stat, 10 ms ticks) over a second series of {cpu_updates} "
-        "updates, each waited for by its ACKs on every type, with no requests. "
-        + (f"{rounds} paired, interleaved rounds of {updates} timed updates per proxy (the order swapped every round); "
-           "a round's first-request figure is the median of its updates; cells give the median over the rounds "
-           "with their range."))
+        "One `dpukit-xds-server` (go-control-plane v0.14 snapshot cache, ADS) drives dpukit-mesh (`--workers 1 "
+        "--dpu-cpus 1`) and Envoy 1.40 (`--concurrency 1` under `taskset -c 1`), each its own node id, over "
+        "state-of-the-world xDS (`api_type: GRPC`) and over delta xDS (`DELTA_GRPC`), with the same snapshots: N "
+        "EDS clusters on one echo service, a route per cluster, and the probe route. Every update is a new "
+        "snapshot version that moves `/probe` to another cluster with its path rewritten to the version; over "
+        "state of the world go-control-plane sends every type again (all N clusters and load assignments), over "
+        "delta only the route configuration. First request: from just before the POST to the snapshot cache "
+        "until a request on a kept-alive connection is answered through the new route (the prober polls every "
+        "0.5 ms). CPU per update: the proxy's utime+stime (/proc/PID/stat, 10 ms ticks) over a second series of "
+        f"{cpu_updates} updates, each waited for by its ACKs (every type; over delta, the route configuration), "
+        f"with no requests. {rounds} paired, interleaved rounds of {updates} timed updates per proxy and protocol "
+        "(the order reversed every round); a round's first-request figure is the median of its updates; cells "
+        "give the median over the rounds with their range.")
     if all(b is not None for b in busy):
         sec.paragraph(f"Other work on the machine (all CPUs, from /proc/stat over 0.5 s while nothing of ours ran): "
                       f"{100 * busy[0]:.0f} % before, {100 * busy[1]:.0f} % after; both proxies share it alike "
                       "(paired rounds).")
     rows, ratio_rows = [], []
     for size in sizes:
-        for kind in KINDS:
-            runs = results[(size, kind)]
-            rows.append([fmt_int(size), kind, fmt_mr([r["figures"]["first_request_ms_median"] for r in runs]),
-                         fmt_sig(min(min(r["figures"]["first_request_ms"]) for r in runs)) + "–"
-                         + fmt_sig(max(max(r["figures"]["first_request_ms"]) for r in runs)),
-                         fmt_mr([r["figures"]["cpu_ms_per_update"] for r in runs])])
-        pairs = list(zip(results[(size, "dpukit")], results[(size, "envoy")]))
-        ratio_rows.append([fmt_int(size),
-                           fmt_mr([d["figures"]["first_request_ms_median"] / e["figures"]["first_request_ms_median"]
-                                   for d, e in pairs]),
-                           fmt_mr([d["figures"]["cpu_ms_per_update"] / e["figures"]["cpu_ms_per_update"]
-                                   for d, e in pairs])])
-    sec.table(["clusters", "proxy", "first request after an update, ms", "every update's, ms (min–max)",
+        for proto, _, _ in PROTOCOLS:
+            for kind in KINDS:
+                runs = results[(size, kind, proto)]
+                rows.append([fmt_int(size), proto, kind,
+                             fmt_mr([r["figures"]["first_request_ms_median"] for r in runs]),
+                             fmt_sig(min(min(r["figures"]["first_request_ms"]) for r in runs)) + "–"
+                             + fmt_sig(max(max(r["figures"]["first_request_ms"]) for r in runs)),
+                             fmt_mr([r["figures"]["cpu_ms_per_update"] for r in runs])])
+            pairs = list(zip(results[(size, "dpukit", proto)], results[(size, "envoy", proto)]))
+            ratio_rows.append([fmt_int(size), proto,
+                               fmt_mr([d["figures"]["first_request_ms_median"]
+                                       / e["figures"]["first_request_ms_median"] for d, e in pairs]),
+                               fmt_mr([d["figures"]["cpu_ms_per_update"] / max(e["figures"]["cpu_ms_per_update"],
+                                                                              CPU_TICK_MS / cpu_updates)
+                                       for d, e in pairs])])
+    sec.table(["clusters", "xDS", "proxy", "first request after an update, ms", "every update's, ms (min–max)",
                "proxy CPU ms per update"], rows,
               caption="Time from a snapshot update to the first request served by the new route, and the proxy's "
                       "CPU per update")
-    sec.table(["clusters", "first request × Envoy's", "CPU per update × Envoy's"], ratio_rows,
+    sec.table(["clusters", "xDS", "first request × Envoy's", "CPU per update × Envoy's"], ratio_rows,
               caption="dpukit-mesh against Envoy, paired by round (median, range)")
+    sec.paragraph(f"A CPU figure of 0 means less than one 10 ms tick over the {cpu_updates} updates; a ratio to it "
+                  "is taken against one tick (so it is then a lower bound).")
     return sec
