@@ -42,6 +42,19 @@ TEST(ConfigXds, DynamicResourcesParse) {
   EXPECT_EQ(b.node.cluster, "mesh");
 }
 
+TEST(ConfigXds, InitialFetchTimeout) {
+  using std::chrono::milliseconds;
+  EXPECT_EQ(parse_bootstrap(kXdsBootstrap).dynamic_resources->initial_fetch_timeout, milliseconds(15000));
+  EXPECT_EQ(parse_bootstrap(edit("cds_config: {ads: {}, resource_api_version: V3}",
+                                 "cds_config: {ads: {}, initial_fetch_timeout: 0s}"))
+                .dynamic_resources->initial_fetch_timeout,
+            milliseconds(0));  // 0: wait for ever
+  EXPECT_EQ(parse_bootstrap(edit("lds_config: {ads: {}, resource_api_version: V3}",
+                                 "lds_config: {ads: {}, initial_fetch_timeout: 30s}"))
+                .dynamic_resources->initial_fetch_timeout,
+            milliseconds(30000));
+}
+
 TEST(ConfigXds, DeltaIsTakenToo) {
   const Bootstrap b = parse_bootstrap(edit("api_type: GRPC", "api_type: DELTA_GRPC"));
   EXPECT_TRUE(b.dynamic_resources->delta);
@@ -206,6 +219,12 @@ TEST(ConfigXds, FaultsNameTheResourceAndThePath) {
   EXPECT_EQ(xds_fault(r),
             "Listener 'web': filter_chains[0].filters[0].typed_config.rds.config_source.path: path is not supported by "
             "dpukit-mesh");
+
+  r = full_set();
+  r.by_type[std::string(kClusterType)]["backend"]["eds_cluster_config"]["eds_config"]["initial_fetch_timeout"] = "1s";
+  EXPECT_EQ(xds_fault(r),
+            "Cluster 'backend': eds_cluster_config.eds_config.initial_fetch_timeout: not supported by dpukit-mesh here "
+            "(it is taken on dynamic_resources.lds_config and cds_config)");
 
   r = full_set();
   r.by_type[std::string(kListenerType)]["other"] = listener("other", 10000, rds("web-routes"));

@@ -6,10 +6,19 @@
 // resource with the parser's path while the last good set stays.
 #include <gtest/gtest.h>
 
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "config/bootstrap.h"
+#include "control/control_plane.h"
 #include "xds_bootstrap.h"
 #include "xds/xds_client.h"
 #include "xds/xds_messages.h"
@@ -301,6 +310,65 @@ TEST(MeshXds, ConfigDumpShowsDynamicResourcesWithVersions) {
   EXPECT_EQ(configs[2]["static_listeners"].size(), 0u);
   EXPECT_EQ(configs[3]["dynamic_route_configs"][0]["route_config"]["name"], "web-routes");
   EXPECT_EQ(configs[4]["dynamic_endpoint_configs"][0]["endpoint_config"]["cluster_name"], "backend");
+}
+
+uint16_t free_port() {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor a(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  return a.local_endpoint().port();
+}
+
+// The admin's /ready status (0 when it does not answer).
+unsigned ready_status(uint16_t port) {
+  namespace http = boost::beast::http;
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket sock(io);
+  boost::system::error_code ec;
+  sock.connect({boost::asio::ip::make_address("127.0.0.1"), port}, ec);
+  if (ec) return 0;
+  http::request<http::empty_body> req{http::verb::get, "/ready", 11};
+  req.set(http::field::host, "admin");
+  http::write(sock, req, ec);
+  boost::beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  if (!ec) http::read(sock, buffer, res, ec);
+  return ec ? 0 : res.result_int();
+}
+
+TEST(MeshXds, NotReadyUntilTheFirstSetThenLiveAfterInitialFetchTimeout) {
+  // A control plane that is not there (nothing listens on its port): the
+  // proxy is PRE_INITIALIZING, then after initial_fetch_timeout LIVE with its
+  // static part, as Envoy is.
+  const uint16_t admin = free_port();
+  std::string text = kBootstrap;
+  text.replace(text.find("port_value: 9901"), 16, "port_value: " + std::to_string(admin));
+  text.replace(text.find("port_value: 18000"), 17, "port_value: " + std::to_string(free_port()));
+  text.replace(text.find("cds_config: {ads: {}, resource_api_version: V3}"), 47,
+               "cds_config: {ads: {}, resource_api_version: V3, initial_fetch_timeout: 3s}");
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("mesh_xds_test_" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(path) << text;
+  config::Bootstrap b = config::load_bootstrap(path.string());
+  ASSERT_EQ(b.dynamic_resources->initial_fetch_timeout, std::chrono::seconds(15));  // lds_config keeps the default
+  text.replace(text.find("lds_config: {ads: {}, resource_api_version: V3}"), 47,
+               "lds_config: {ads: {}, resource_api_version: V3, initial_fetch_timeout: 2s}");
+  std::ofstream(path) << text;
+  b = config::load_bootstrap(path.string());
+  ASSERT_EQ(b.dynamic_resources->initial_fetch_timeout, std::chrono::seconds(3));  // the longer of the two
+
+  ProxyOptions options;
+  options.config_path = path.string();
+  ControlPlane cp(options, {}, 1);
+  cp.start(std::move(b));
+  std::thread loop([&] { cp.run(); });
+  EXPECT_EQ(ready_status(admin), 503u);
+  unsigned status = 0;
+  for (int i = 0; i < 3000 && (status = ready_status(admin)) != 200; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(status, 200u);
+  cp.stop();
+  loop.join();
+  std::filesystem::remove(path);
 }
 
 TEST(MeshXds, GrpcTargets) {

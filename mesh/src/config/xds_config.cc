@@ -2,6 +2,8 @@
 // the bootstrap parser checks as it checks a file.
 #include "config/xds_config.h"
 
+#include <algorithm>
+
 #include "config/bootstrap.h"
 #include "config/checked_yaml.h"
 
@@ -13,9 +15,18 @@ using json = nlohmann::json;
 constexpr std::string_view kHcmName = "envoy.filters.network.http_connection_manager";
 constexpr std::string_view kTcpProxyName = "envoy.filters.network.tcp_proxy";
 
-// A ConfigSource that is the ADS stream: {ads: {}} (resource_api_version V3 if given).
-void parse_ads_source(const At& at) {
-  const Fields f = at.fields("envoy.config.core.v3.ConfigSource", {"ads", "resource_api_version"});
+// A ConfigSource that is the ADS stream: {ads: {}} (resource_api_version V3
+// if given); its initial_fetch_timeout into `timeout` where one is taken
+// (lds_config, cds_config).
+void parse_ads_source(const At& at, std::chrono::milliseconds* timeout = nullptr) {
+  const Fields f =
+      at.fields("envoy.config.core.v3.ConfigSource", {"ads", "resource_api_version", "initial_fetch_timeout"});
+  if (f.has("initial_fetch_timeout")) {
+    if (!timeout)
+      f["initial_fetch_timeout"].fail(
+          "not supported by dpukit-mesh here (it is taken on dynamic_resources.lds_config and cds_config)");
+    *timeout = f["initial_fetch_timeout"].duration();
+  }
   if (!f.has("ads"))
     f.self().fail("only ads: {} is supported by dpukit-mesh (every resource comes over the ADS stream)");
   f["ads"].fields("envoy.config.core.v3.AggregatedConfigSource", {});
@@ -84,14 +95,19 @@ DynamicResources parse_dynamic_resources(const At& at) {
   const Fields envoy_grpc =
       service.required("envoy_grpc").fields("envoy.config.core.v3.GrpcService.EnvoyGrpc", {"cluster_name"});
   d.ads_cluster = envoy_grpc.required("cluster_name").nonempty_str();
+  std::chrono::milliseconds lds_timeout{15000}, cds_timeout{15000};
   if (f.has("lds_config")) {
-    parse_ads_source(f["lds_config"]);
+    parse_ads_source(f["lds_config"], &lds_timeout);
     d.lds = true;
   }
   if (f.has("cds_config")) {
-    parse_ads_source(f["cds_config"]);
+    parse_ads_source(f["cds_config"], &cds_timeout);
     d.cds = true;
   }
+  // The proxy is ready when both have their set or have timed out: the longer wait (0 never ends).
+  using std::chrono::milliseconds;
+  const milliseconds lds = d.lds ? lds_timeout : milliseconds(0), cds = d.cds ? cds_timeout : milliseconds(0);
+  d.initial_fetch_timeout = (d.lds && lds.count() == 0) || (d.cds && cds.count() == 0) ? milliseconds(0) : std::max(lds, cds);
   if (!d.lds && !d.cds) f.self().fail("lds_config or cds_config is required (ADS alone names no resources)");
   return d;
 }

@@ -5,6 +5,7 @@
 // pass the same parser and checks as a bootstrap file.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -27,6 +28,10 @@ struct DynamicResources {
   bool delta = false;       // api_type DELTA_GRPC (incremental xDS), else GRPC (state of the world)
   bool lds = false;         // lds_config: {ads: {}}
   bool cds = false;         // cds_config: {ads: {}}
+  // initial_fetch_timeout of lds_config/cds_config (Envoy's default 15 s; the
+  // longer of the two; 0: wait for ever): with no complete set from the
+  // control plane by then, the proxy goes LIVE with its static part, as Envoy does.
+  std::chrono::milliseconds initial_fetch_timeout{15000};
 };
 
 // Reads dynamic_resources; other api_types (REST), other transports and non-ADS sources are

@@ -312,7 +312,7 @@ class ControlPlane::HealthChecker : public std::enable_shared_from_this<ControlP
 
 ControlPlane::ControlPlane(ProxyOptions options, std::vector<int> dpu_cpus, unsigned workers)
     : options_(std::move(options)), dpu_cpus_(std::move(dpu_cpus)), stats_(workers), signals_(io_),
-      watch_timer_(io_), dns_timer_(io_) {
+      watch_timer_(io_), dns_timer_(io_), xds_init_timer_(io_) {
   for (unsigned i = 0; i < workers; ++i) workers_.push_back(std::make_unique<Worker>(i, stats_, options_.model));
 }
 
@@ -386,7 +386,19 @@ void ControlPlane::start(config::Bootstrap bootstrap) {
                                             [this](config::Bootstrap b) { return apply_from_xds(std::move(b)); });
   }
   start_services();
-  if (xds_) xds_->start();
+  if (xds_) {
+    xds_->start();
+    if (const auto timeout = snapshot->bootstrap.dynamic_resources->initial_fetch_timeout; timeout.count() > 0) {
+      xds_init_timer_.expires_after(timeout);
+      xds_init_timer_.async_wait([this, timeout](const boost::system::error_code& ec) {
+        if (ec || !awaiting_xds_) return;
+        log_warn("mesh xDS: no complete configuration from the control plane within initial_fetch_timeout (" +
+                 std::to_string(timeout.count()) + " ms): serving the static part, LIVE");
+        awaiting_xds_ = false;
+        if (*hc_pending_ == 0) ready_ = true;
+      });
+    }
+  }
 }
 
 // Health checks (and readiness once their first round is in), DNS refresh, the file watch.
@@ -394,6 +406,7 @@ void ControlPlane::start_services() {
   for (auto& h : health_) h->stop();
   health_.clear();
   auto pending = std::make_shared<size_t>(0);
+  hc_pending_ = pending;
   for (const auto& [name, c] : snapshot_->clusters)
     for (const auto& hc : c->config().health_checks) {
       health_.push_back(std::make_shared<HealthChecker>(*this, c, hc));
@@ -550,6 +563,7 @@ void ControlPlane::stop() {
     signals_.cancel(ignored);
     watch_timer_.cancel();
     dns_timer_.cancel();
+    xds_init_timer_.cancel();
     io_.stop();
   });
 }

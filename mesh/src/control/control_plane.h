@@ -78,6 +78,8 @@ class ControlPlane {
   std::atomic<bool> ready_{false};
   std::unique_ptr<xds::AdsClient> xds_;  // with dynamic_resources
   bool awaiting_xds_ = false;            // not ready until the first xDS set is installed (Envoy's init)
+  boost::asio::steady_timer xds_init_timer_;  // initial_fetch_timeout: then ready with the static part
+  std::shared_ptr<size_t> hc_pending_;        // health checks whose first round is still out
   uint64_t version_ = 0;
   int64_t file_mtime_ns_ = 0;
   bool stopped_ = false;
