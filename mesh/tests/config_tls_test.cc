@@ -126,6 +126,15 @@ TEST_F(ConfigTls, ReadsDownstreamUpstreamAndFilterChainMatch) {
   EXPECT_EQ(prefix.san_type, SanMatcher::Type::kUri);
   EXPECT_TRUE(prefix.matcher.matches("spiffe://cluster.local/ns/prod/sa/x"));
   EXPECT_FALSE(prefix.matcher.matches("spiffe://cluster.local/ns/default/sa/x"));
+  EXPECT_EQ(l.listener_filters_timeout, std::chrono::milliseconds(15000));  // Envoy's default
+  EXPECT_FALSE(l.continue_on_listener_filters_timeout);
+  EXPECT_EQ(mtls.transport_socket_connect_timeout, std::chrono::milliseconds(15000));
+  const Bootstrap timeouts = parse_bootstrap(config("    filter_chains:\n    - name: mtls\n",
+                                                    "    listener_filters_timeout: 0.5s\n    continue_on_listener_filters_timeout: true\n"
+                                                    "    filter_chains:\n    - name: mtls\n      transport_socket_connect_timeout: 2s\n"));
+  EXPECT_EQ(timeouts.listeners[0].listener_filters_timeout, std::chrono::milliseconds(500));
+  EXPECT_TRUE(timeouts.listeners[0].continue_on_listener_filters_timeout);
+  EXPECT_EQ(timeouts.listeners[0].filter_chains[0].transport_socket_connect_timeout, std::chrono::milliseconds(2000));
   EXPECT_FALSE(l.filter_chains[1].tls);
   EXPECT_EQ(l.filter_chains[1].match.transport_protocol, "raw_buffer");
   const Cluster& cl = b.clusters.at(0);

@@ -64,12 +64,15 @@ std::string config(const Pki& pki, int port) {
   const std::string inspector =
       "    listener_filters: [{name: envoy.filters.listener.tls_inspector, typed_config: {\"@type\": "
       "type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector}}]\n";
-  std::string text = "static_resources:\n  listeners:\n  - name: inbound\n" + address(port) + inspector +
+  // Silent clients: the inbound listener serves them as plaintext after 0.3 s, the TLS-only one closes them.
+  const std::string timeout = "    listener_filters_timeout: 0.3s\n";
+  std::string text = "static_resources:\n  listeners:\n  - name: inbound\n" + address(port) + inspector + timeout +
+                     "    continue_on_listener_filters_timeout: true\n" +
                      "    filter_chains:\n    - filter_chain_match: {transport_protocol: tls}\n" + tls +
                      hcm("in_tls", "direct_response: {status: 200, body: {inline_string: over-mtls}}") +
                      "    - filter_chain_match: {transport_protocol: raw_buffer}\n" +
                      hcm("in_plain", "direct_response: {status: 200, body: {inline_string: plaintext}}") +
-                     "  - name: tls_only\n" + address(port + 1) + inspector +
+                     "  - name: tls_only\n" + address(port + 1) + inspector + timeout +
                      "    filter_chains:\n    - filter_chain_match: {transport_protocol: tls}\n" + tls +
                      hcm("only", "direct_response: {status: 200, body: {inline_string: only}}") +
                      "  - name: outbound\n" + address(port + 2) + R"(    filter_chains:
@@ -346,6 +349,23 @@ TEST_F(MeshTls, InspectorPicksTheChain) {
   auto c = handshake(port_ + 1, "client");
   ASSERT_TRUE(c->ssl);
   EXPECT_NE(http_get(c->fd, c->ssl).find("only"), std::string::npos);
+}
+
+TEST_F(MeshTls, InspectorTimeout) {
+  // A client that says nothing (a server-first protocol): after listener_filters_timeout the
+  // inbound listener goes on with its plaintext chain (continue_on_listener_filters_timeout)...
+  int fd = connect_to(port_);
+  const auto plain_connections = [&] {
+    return metric("envoy_http_downstream_cx_total", "envoy_http_conn_manager_prefix=\"in_plain\"");
+  };
+  EXPECT_EQ(eventually(plain_connections, 1), 1u);
+  EXPECT_NE(http_get(fd, nullptr).find("plaintext"), std::string::npos);
+  ::close(fd);
+  // ... and the TLS-only listener closes the connection (recv sees the end, not its 10 s bound).
+  fd = connect_to(port_ + 1);
+  char b;
+  EXPECT_EQ(::recv(fd, &b, 1, 0), 0);
+  ::close(fd);
 }
 
 TEST_F(MeshTls, UpstreamMutualTlsWithSessionResumption) {

@@ -487,11 +487,14 @@ NetworkFilter parse_network_filter(const At& at) {
 
 FilterChain parse_filter_chain(const At& at) {
   const Fields chain =
-      at.fields("envoy.config.listener.v3.FilterChain", {"name", "filter_chain_match", "transport_socket", "filters"});
+      at.fields("envoy.config.listener.v3.FilterChain",
+                {"name", "filter_chain_match", "transport_socket", "filters", "transport_socket_connect_timeout"});
   FilterChain c;
   c.name = chain["name"].str_or("");
   if (chain.has("filter_chain_match")) c.match = parse_filter_chain_match(chain["filter_chain_match"]);
   if (chain.has("transport_socket")) c.tls = parse_downstream_transport_socket(chain["transport_socket"]);
+  if (chain.has("transport_socket_connect_timeout"))
+    c.transport_socket_connect_timeout = chain["transport_socket_connect_timeout"].duration();
   // Both filters we implement are terminal: the chain is exactly one of them.
   const At filters = chain.required("filters");
   for (const At& item : filters.items()) {
@@ -503,12 +506,15 @@ FilterChain parse_filter_chain(const At& at) {
 }
 
 Listener parse_listener(const At& at) {
-  const Fields f = at.fields("envoy.config.listener.v3.Listener", {"name", "address", "filter_chains", "listener_filters",
-                                                                   "per_connection_buffer_limit_bytes"});
+  const Fields f = at.fields("envoy.config.listener.v3.Listener",
+                             {"name", "address", "filter_chains", "listener_filters", "listener_filters_timeout",
+                              "continue_on_listener_filters_timeout", "per_connection_buffer_limit_bytes"});
   Listener l;
   l.name = f["name"].str_or("");  // proto3: absent and "" are the same; cross_check names it
   l.address = parse_bind_address(f.required("address"));
   if (f.has("listener_filters")) l.tls_inspector = parse_listener_filters(f["listener_filters"]);
+  l.listener_filters_timeout = f["listener_filters_timeout"].duration_or(l.listener_filters_timeout);
+  l.continue_on_listener_filters_timeout = f["continue_on_listener_filters_timeout"].boolean_or(false);
   const At chains_at = f.required("filter_chains");
   const std::vector<At> chains = chains_at.items();
   if (chains.empty()) chains_at.fail("at least one filter chain is required");

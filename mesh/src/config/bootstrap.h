@@ -232,6 +232,10 @@ struct FilterChain {
   FilterChainMatch match;
   std::optional<DownstreamTlsContext> tls;  // transport_socket: envoy.transport_sockets.tls
   std::vector<NetworkFilter> filters;
+  // transport_socket_connect_timeout: the TLS handshake's bound. Envoy has
+  // none by default; here 15 s, so that a client that stops mid-handshake
+  // does not hold a connection for ever.
+  Duration transport_socket_connect_timeout{15000};
 };
 
 struct Listener {
@@ -239,6 +243,8 @@ struct Listener {
   Address address;
   std::vector<FilterChain> filter_chains;
   bool tls_inspector = false;  // listener_filters: envoy.filters.listener.tls_inspector
+  Duration listener_filters_timeout{15000};        // Envoy's default; 0: no bound
+  bool continue_on_listener_filters_timeout = false;  // on the timeout: a chain as for plaintext, else close
   uint32_t per_connection_buffer_limit_bytes = 1024 * 1024;
 };
 

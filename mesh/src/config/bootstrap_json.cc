@@ -212,12 +212,15 @@ json listener(const Listener& l) {
     if (!c.name.empty()) chain["name"] = c.name;
     if (json m = to_json(c.match); !m.empty()) chain["filter_chain_match"] = m;
     if (c.tls) chain["transport_socket"] = to_json(*c.tls);
+    chain["transport_socket_connect_timeout"] = duration(c.transport_socket_connect_timeout);
     chains.push_back(chain);
   }
   json j = {{"name", l.name},
             {"address", address(l.address)},
             {"filter_chains", chains},
             {"per_connection_buffer_limit_bytes", l.per_connection_buffer_limit_bytes}};
+  j["listener_filters_timeout"] = duration(l.listener_filters_timeout);
+  if (l.continue_on_listener_filters_timeout) j["continue_on_listener_filters_timeout"] = true;
   if (l.tls_inspector)
     j["listener_filters"] = json::array(
         {{{"name", "envoy.filters.listener.tls_inspector"},

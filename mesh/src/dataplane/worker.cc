@@ -117,10 +117,6 @@ void Worker::accept_next(Acceptor& a) {
 }
 
 namespace {
-// Envoy's listener_filters_timeout (default 15 s): how long the tls_inspector waits for a ClientHello.
-constexpr auto kInspectTimeout = std::chrono::seconds(15);
-// How long a TLS handshake may take before the connection is closed.
-constexpr auto kHandshakeTimeout = std::chrono::seconds(15);
 
 // Keeps the chains that pass `fits`; when none does, those for which `fits_any` holds (the catch-alls).
 template <typename Fits, typename FitsAny>
@@ -156,13 +152,23 @@ void Worker::on_accept(const std::string& key, Socket sock) {
   }
   if (lr->cfg->tls_inspector) {
     auto in = std::make_shared<Inspection>(std::move(sock), snapshot_, *lr);
-    in->timer.expires_after(kInspectTimeout);
-    in->timer.async_wait([in](const boost::system::error_code& ec) {
-      if (ec || in->done) return;
-      in->done = true;  // no ClientHello in time: closed, as Envoy does without continue_on_listener_filters_timeout
-      boost::system::error_code ignored;
-      in->sock.close(ignored);
-    });
+    if (lr->cfg->listener_filters_timeout.count() > 0) {
+      in->timer.expires_after(lr->cfg->listener_filters_timeout);
+      in->timer.async_wait([this, in](const boost::system::error_code& ec) {
+        if (ec || in->done) return;
+        in->done = true;
+        // No ClientHello in time: closed, unless continue_on_listener_filters_timeout (then served as plaintext).
+        const ListenerRuntime* chain =
+            in->listener.cfg->continue_on_listener_filters_timeout ? select_chain(in->listener, nullptr) : nullptr;
+        boost::system::error_code ignored;
+        if (chain) {
+          in->sock.cancel(ignored);  // the inspector's wait ends before the socket moves on
+          serve(in->snapshot, *chain, std::move(in->sock));
+          return;
+        }
+        in->sock.close(ignored);
+      });
+    }
     inspect(std::move(in));
     return;
   }
@@ -279,7 +285,7 @@ void Worker::serve(std::shared_ptr<const Snapshot> snapshot, const ListenerRunti
   };
   SSL* ssl = chain.tls->new_ssl();
   auto hs = std::make_shared<Handshake>(DownstreamStream(std::move(sock), ssl), io_);
-  hs->timer.expires_after(kHandshakeTimeout);
+  hs->timer.expires_after(chain.chain->transport_socket_connect_timeout);
   hs->timer.async_wait([hs](const boost::system::error_code& ec) {
     if (ec) return;
     boost::system::error_code ignored;
