@@ -187,6 +187,18 @@ TEST(ConfigXds, WhatIsNamedButNotDeliveredIsWaitedFor) {
   ASSERT_EQ(b.clusters.size(), 3u);
   EXPECT_EQ(b.clusters[2].name, "elsewhere");
   EXPECT_TRUE(b.clusters[2].endpoints.empty());
+  // So does a tcp_proxy's, weighted or not.
+  r = full_set();
+  json tcp = listener("tcp", 10001, json::object());
+  const json weighted = {{"clusters", json::array({{{"name", "backend"}, {"weight", 1}}, {{"name", "spare"}, {"weight", 1}}})}};
+  const json tcp_proxy = {{"@type", "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy"},
+                          {"stat_prefix", "tcp"},
+                          {"weighted_clusters", weighted}};
+  tcp["filter_chains"][0]["filters"][0] = {{"name", "envoy.filters.network.tcp_proxy"}, {"typed_config", tcp_proxy}};
+  r.by_type[std::string(kListenerType)]["tcp"] = tcp;
+  a = assemble_xds(YAML::Load(kXdsBootstrap), r);
+  EXPECT_EQ(a.missing_clusters, std::set<std::string>{"spare"});
+  EXPECT_EQ(parse_xds_assembly(a).listeners.size(), 2u);
 }
 
 TEST(ConfigXds, FaultsNameTheResourceAndThePath) {
