@@ -9,10 +9,14 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/method_handler.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -369,6 +373,92 @@ TEST(MeshXds, NotReadyUntilTheFirstSetThenLiveAfterInitialFetchTimeout) {
   cp.stop();
   loop.join();
   std::filesystem::remove(path);
+}
+
+// An ADS server in this process (gRPC++, the service as generated code
+// registers one), whose stream handler the test writes step by step.
+class AdsServer : public grpc::Service {
+ public:
+  using Stream = grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
+  explicit AdsServer(std::function<grpc::Status(Stream&)> handler) : handler_(std::move(handler)) {
+    AddMethod(new grpc::internal::RpcServiceMethod(
+        "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources",
+        grpc::internal::RpcMethod::BIDI_STREAMING,
+        new grpc::internal::BidiStreamingHandler<AdsServer, grpc::ByteBuffer, grpc::ByteBuffer>(
+            [](AdsServer* self, grpc::ServerContext*, Stream* stream) { return self->handler_(*stream); }, this)));
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+  }
+  ~AdsServer() override { server_->Shutdown(std::chrono::system_clock::now()); }
+  int port() const { return port_; }
+
+  static json read(Stream& s) {
+    grpc::ByteBuffer buffer;
+    if (!s.Read(&buffer)) return nullptr;
+    return messages().to_json(kRequest, from_byte_buffer(buffer));
+  }
+  static void write(Stream& s, std::string_view type, const std::string& version, const std::string& nonce,
+                    const json& resources) {
+    const json r = {{"version_info", version}, {"type_url", type}, {"nonce", nonce}, {"resources", resources}};
+    s.Write(to_byte_buffer(messages().to_binary(kResponse, r)));
+  }
+
+ private:
+  std::function<grpc::Status(Stream&)> handler_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+TEST(MeshXds, AdsStreamOverGrpcAndReconnect) {
+  std::vector<json> first, second;  // what the server read on each stream
+  std::promise<void> second_stream;
+  int streams = 0;
+  AdsServer server([&](AdsServer::Stream& s) {
+    if (++streams == 1) {
+      // CDS, EDS, LDS, RDS, each ACKed; then the stream fails.
+      first.push_back(AdsServer::read(s));                                     // CDS
+      AdsServer::write(s, config::kClusterType, "1", "c1", {cluster()});
+      for (int i = 0; i < 3; ++i) first.push_back(AdsServer::read(s));         // CDS ACK, EDS, LDS
+      AdsServer::write(s, config::kEndpointType, "1", "e1", {load_assignment(18080)});
+      first.push_back(AdsServer::read(s));                                     // EDS ACK
+      AdsServer::write(s, config::kListenerType, "1", "l1", {listener()});
+      for (int i = 0; i < 2; ++i) first.push_back(AdsServer::read(s));         // LDS ACK, RDS
+      AdsServer::write(s, config::kRouteType, "1", "r1", {route_config("/")});
+      first.push_back(AdsServer::read(s));                                     // RDS ACK
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "control plane restarting");
+    }
+    // The client comes back and renews every subscription with what it holds.
+    for (int i = 0; i < 4; ++i) second.push_back(AdsServer::read(s));
+    second_stream.set_value();
+    while (AdsServer::read(s) != nullptr) {
+    }
+    return grpc::Status::OK;
+  });
+  std::string text = kBootstrap;
+  text.replace(text.find("port_value: 18000"), 17, "port_value: " + std::to_string(server.port()));
+  std::vector<config::Bootstrap> installed;
+  {
+    config::Bootstrap b = config::parse_bootstrap(text);
+    AdsClient client(YAML::Load(text), b, [&](config::Bootstrap applied) {
+      installed.push_back(std::move(applied));
+      return std::string();
+    });
+    client.start();
+    ASSERT_EQ(second_stream.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+    client.stop();
+  }
+  EXPECT_EQ(summary(first), (std::vector<std::string>{"Cluster v= n=", "Cluster v=1 n=c1",
+                                                      "ClusterLoadAssignment v= n= [\"backend\"]", "Listener v= n=",
+                                                      "ClusterLoadAssignment v=1 n=e1 [\"backend\"]",
+                                                      "Listener v=1 n=l1", "RouteConfiguration v= n= [\"web-routes\"]",
+                                                      "RouteConfiguration v=1 n=r1 [\"web-routes\"]"}));
+  EXPECT_EQ(first[0]["node"]["id"], "node-a");
+  ASSERT_EQ(installed.size(), 1u);
+  EXPECT_EQ(installed[0].listeners.at(0).name, "web");
+  EXPECT_EQ(summary(second), (std::vector<std::string>{"Cluster v=1 n=", "ClusterLoadAssignment v=1 n= [\"backend\"]",
+                                                       "Listener v=1 n=", "RouteConfiguration v=1 n= [\"web-routes\"]"}));
 }
 
 TEST(MeshXds, GrpcTargets) {

@@ -72,20 +72,6 @@ std::string short_type(const std::string& type) {
   return type;
 }
 
-grpc::ByteBuffer to_buffer(const std::string& bytes) {
-  grpc::Slice slice(bytes);
-  return grpc::ByteBuffer(&slice, 1);
-}
-
-std::string from_buffer(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  (void)buffer.Dump(&slices);
-  std::string out;
-  out.reserve(buffer.Length());
-  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return out;
-}
-
 }  // namespace
 
 std::string grpc_target(const config::Cluster& cluster) {
@@ -356,7 +342,7 @@ bool AdsClient::stream_once() {
   const Messages& m = messages();
   const auto send = [&](const std::vector<json>& requests) {
     for (const json& r : requests)
-      if (!stream->Write(to_buffer(m.to_binary(request_type, r)))) return false;
+      if (!stream->Write(to_byte_buffer(m.to_binary(request_type, r)))) return false;
     return true;
   };
   bool received = false;
@@ -365,7 +351,7 @@ bool AdsClient::stream_once() {
   while (open && stream->Read(&buffer)) {
     if (!received) log_info("mesh xDS: ADS stream to " + target_ + " is up");
     received = true;
-    const std::string bytes = from_buffer(buffer);
+    const std::string bytes = from_byte_buffer(buffer);
     std::vector<json> requests;
     try {
       requests = on_response(m.to_json(response_type, bytes));

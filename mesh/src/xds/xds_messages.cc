@@ -7,8 +7,10 @@
 #include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/type_resolver.h>
 #include <google/protobuf/util/type_resolver_util.h>
+#include <grpcpp/support/byte_buffer.h>
 
 #include <stdexcept>
+#include <vector>
 
 namespace dpukit::mesh::xds {
 
@@ -82,6 +84,20 @@ bool Messages::has_message(std::string_view type) const {
 }
 
 size_t Messages::file_count() const { return impl_->files; }
+
+grpc::ByteBuffer to_byte_buffer(const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+std::string from_byte_buffer(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  (void)buffer.Dump(&slices);
+  std::string out;
+  out.reserve(buffer.Length());
+  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
 
 const Messages& messages() {
   static const Messages instance;

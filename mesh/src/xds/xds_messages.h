@@ -11,7 +11,16 @@
 
 #include <nlohmann/json.hpp>
 
+namespace grpc {
+class ByteBuffer;
+}
+
 namespace dpukit::mesh::xds {
+
+// A message's bytes as gRPC carries them, and back (include
+// <grpcpp/support/byte_buffer.h> to call them).
+grpc::ByteBuffer to_byte_buffer(const std::string& bytes);
+std::string from_byte_buffer(const grpc::ByteBuffer& buffer);
 
 // The embedded FileDescriptorSet (binary).
 std::string_view descriptor_set();
