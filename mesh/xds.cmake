@@ -5,7 +5,8 @@
 # embedded in dpukit-mesh. No .proto file is copied here, and no protobuf
 # encoding is written by hand: the client reads xDS as DynamicMessage.
 pkg_check_modules(MESH_GRPC REQUIRED IMPORTED_TARGET grpc++ protobuf)
-find_program(GO_EXECUTABLE go REQUIRED)
+# Go where its installer puts it (as scripts/setup.sh looks), else on PATH.
+find_program(GO_EXECUTABLE go HINTS /usr/local/go/bin REQUIRED)
 
 set(MESH_XDS_DESCRIPTORS ${CMAKE_CURRENT_BINARY_DIR}/xds_descriptors.pb)
 file(GLOB MESH_XDS_DESCRIPTOR_INPUTS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/xds/descriptors/*)
