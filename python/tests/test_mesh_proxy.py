@@ -424,26 +424,53 @@ def test_malformed_config_is_refused(proxy_kind: str, tmp_path: Path):
         assert "conect_timeout" in proc.stderr and "clusters" in proc.stderr, proc.stderr
 
 
-def test_sighup_reload_keeps_connections(proxy_kind: str, echoes: Echoes, tmp_path: Path):
+TWO_CHAINS = """\
+    listener_filters:
+    - name: envoy.filters.listener.tls_inspector
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector
+    filter_chains:
+    - name: passthrough
+      filter_chain_match: {transport_protocol: tls}
+      filters:
+      - name: envoy.filters.network.tcp_proxy
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
+          stat_prefix: passthrough
+          cluster: a
+    - name: plaintext
+      filter_chain_match: {transport_protocol: raw_buffer}
+"""
+
+
+@pytest.mark.parametrize("chains", ["one", "two"])
+def test_sighup_reload_keeps_connections(proxy_kind: str, chains: str, echoes: Echoes, tmp_path: Path):
+    """A reload keeps established keep-alive connections, and their next
+    request takes the new routes — also when the listener has several filter
+    chains (chosen per connection by filter_chain_match), where the connection
+    must follow its own chain into the new configuration."""
     if proxy_kind == "envoy":
         pytest.skip("Envoy takes new routes through xDS, not SIGHUP: dpukit-mesh only")
     pa, pb = echoes.start("a"), echoes.start("b")
     port, admin = ports(2)
 
     def config(target: str) -> str:
-        return bootstrap(port=port, admin=admin, clusters=cluster("a", [pa]) + cluster("b", [pb]),
+        text = bootstrap(port=port, admin=admin, clusters=cluster("a", [pa]) + cluster("b", [pb]),
                          virtual_hosts=all_to(target))
+        return text.replace("    filter_chains:\n    - filters:\n", TWO_CHAINS + "      filters:\n") \
+            if chains == "two" else text
 
     proxy = start_proxy(echoes.group, proxy_kind, config("a"), tmp_path, port=port, admin=admin)
     kept = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
 
-    def on_kept() -> int:
+    def on_kept() -> str | None:
         kept.request("GET", "/", headers={"Host": "x"})
         r = kept.getresponse()
         r.read()
-        return r.status
+        assert r.status == 200
+        return r.getheader("x-served-by")
 
-    assert on_kept() == 200
+    assert on_kept() == "a"
     assert request(port).header("x-served-by") == "a"
     proxy.config.write_text(config("b"))
     os.kill(proxy.proc.pid, signal.SIGHUP)
@@ -451,7 +478,8 @@ def test_sighup_reload_keeps_connections(proxy_kind: str, echoes: Echoes, tmp_pa
     while request(port).header("x-served-by") != "b":
         assert time.monotonic() < deadline, "the new route did not take effect within 5 s"
         time.sleep(0.1)
-    assert on_kept() == 200  # the established keep-alive connection survived the reload
+    # The established keep-alive connection survived the reload and follows its chain's new routes.
+    assert on_kept() == "b"
     kept.close()
     proxy.proc.check_alive()
 

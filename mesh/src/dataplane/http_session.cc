@@ -131,17 +131,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   void on_head(http::RequestHead& head) override {
     int64_t t_parsed = mono_ns();
     w_.modules().add(Module::kParser, static_cast<uint64_t>(t_parsed - feed_start_ns_));
-    // A new request uses the newest configuration if its listener is still there.
-    if (w_.snapshot() != snapshot_) {
-      if (const ListenerRuntime* l = w_.snapshot()->listener(lr_->cfg->name); l && l->hcm) {
-        snapshot_ = w_.snapshot();
-        lr_ = l;
-        hcm_ = l->hcm.get();
-        stats_->downstream_cx_active.add(-1);
-        stats_ = hcm_->stats[w_.id()];
-        stats_->downstream_cx_active.add(1);
-      }
-    }
+    take_newest_config(w_.snapshot(), w_.id(), snapshot_, lr_, hcm_, stats_);
     if (head.version == 10 && !http10_allowed(head)) return;
     stream_.emplace();
     Stream& s = *stream_;

@@ -199,4 +199,18 @@ void apply_response_rules(const RouteDecision& d, const HcmRuntime& hcm, http::H
   apply_header_rules_response(hcm.routes->config().headers, headers);
 }
 
+void take_newest_config(const std::shared_ptr<const Snapshot>& newest, unsigned worker,
+                        std::shared_ptr<const Snapshot>& snapshot, const ListenerRuntime*& lr, const HcmRuntime*& hcm,
+                        HttpStats*& stats) {
+  if (newest == snapshot) return;
+  const ListenerRuntime* l = newest->successor(*lr);
+  if (!l || !l->hcm) return;
+  snapshot = newest;
+  lr = l;
+  hcm = l->hcm.get();
+  stats->downstream_cx_active.add(-1);
+  stats = hcm->stats[worker];
+  stats->downstream_cx_active.add(1);
+}
+
 }  // namespace dpukit::mesh

@@ -21,6 +21,14 @@ struct Draws {
   uint64_t rate_limit, cluster, lb, request_id_a, request_id_b;
 };
 
+// The configuration a connection's next request uses: `newest`'s successor of
+// the listener or filter chain that serves the connection (Snapshot::successor),
+// else the one it has (its listener or chain went away, or is no longer HTTP).
+// The connection's downstream_cx_active moves to the new statistics with it.
+void take_newest_config(const std::shared_ptr<const Snapshot>& newest, unsigned worker,
+                        std::shared_ptr<const Snapshot>& snapshot, const ListenerRuntime*& lr, const HcmRuntime*& hcm,
+                        HttpStats*& stats);
+
 struct RouteDecision {
   // kForward: send to `cluster` (load balancing on first use of an upstream);
   // kLocalReply: answer `status` with `body` here.

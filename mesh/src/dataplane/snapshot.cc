@@ -22,6 +22,25 @@ const ListenerRuntime* Snapshot::listener(const std::string& name) const {
   return nullptr;
 }
 
+const ListenerRuntime* Snapshot::successor(const ListenerRuntime& served) const {
+  const ListenerRuntime* l = listener(served.cfg->name);
+  if (!l || !served.chain) return l;
+  if (l->chains.empty()) {
+    // One chain now: the successor of a connection's chain if it is that chain (by name) or was the only one.
+    bool same = l->chain && (served.chain->name == l->chain->name || served.cfg->filter_chains.size() == 1);
+    return same ? l : nullptr;
+  }
+  if (!served.chain->name.empty()) {
+    for (const auto& c : l->chains)
+      if (c->chain->name == served.chain->name) return c.get();
+    return nullptr;
+  }
+  const auto& old_chains = served.cfg->filter_chains;
+  size_t index = static_cast<size_t>(served.chain - old_chains.data());
+  if (old_chains.size() != l->chains.size() || index >= l->chains.size()) return nullptr;
+  return l->chains[index]->chain->name.empty() ? l->chains[index].get() : nullptr;
+}
+
 std::shared_ptr<const Snapshot> Snapshot::build(config::Bootstrap bootstrap, StatsStore& stats,
                                                 const Snapshot* previous, uint64_t version, int64_t now_ns) {
   auto s = std::make_shared<Snapshot>();

@@ -61,6 +61,11 @@ struct Snapshot {
   static std::shared_ptr<const Snapshot> build(config::Bootstrap bootstrap, StatsStore& stats,
                                                const Snapshot* previous, uint64_t version, int64_t now_ns);
   const ListenerRuntime* listener(const std::string& name) const;
+  // What serves, in this snapshot, the connections that `served` (a listener
+  // or one of its filter chains, from an older snapshot) served: the same
+  // listener's same chain — by name, or by position where chains are unnamed
+  // and their number is unchanged. nullptr when it is gone.
+  const ListenerRuntime* successor(const ListenerRuntime& served) const;
 };
 
 std::string address_key(const config::Address& a);

@@ -165,19 +165,10 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
   Worker& w_;
   nghttp2_session* ng_ = nullptr;
   const std::string& peer() const { return peer_; }
-  // A new stream's configuration: the newest snapshot if its listener is still there.
+  // A new stream's configuration: the newest snapshot's successor of its listener or filter chain (take_newest_config).
   void current_config(std::shared_ptr<const Snapshot>& snap, const ListenerRuntime*& lr, const HcmRuntime*& hcm,
                       HttpStats*& stats) {
-    if (w_.snapshot() != snapshot_) {
-      if (const ListenerRuntime* l = w_.snapshot()->listener(lr_->cfg->name); l && l->hcm) {
-        snapshot_ = w_.snapshot();
-        lr_ = l;
-        hcm_ = l->hcm.get();
-        stats_->downstream_cx_active.add(-1);
-        stats_ = hcm_->stats[w_.id()];
-        stats_->downstream_cx_active.add(1);
-      }
-    }
+    take_newest_config(w_.snapshot(), w_.id(), snapshot_, lr_, hcm_, stats_);
     snap = snapshot_;
     lr = lr_;
     hcm = hcm_;
