@@ -519,6 +519,32 @@ TEST(HttpRequestParser, PipelinedRequestsInOneBuffer) {
   expect_request_split_invariant(all);
 }
 
+// RFC 9112 §2.2: empty lines before a request line are ignored (Envoy 1.40
+// answers "GET /1 ...\r\n\r\n\r\nGET /2 ..." twice on one connection).
+TEST(HttpRequestParser, EmptyLinesBeforeTheRequestLineAreIgnored) {
+  std::string a = "GET /1 HTTP/1.1\r\nHost: h\r\n\r\n";
+  std::string b = "\r\n\r\nGET /2 HTTP/1.1\r\nHost: h\r\n\r\n";
+  RequestParser p;
+  Recorder<RequestHead> rec;
+  std::string all = a + b;
+  size_t n = p.feed(all, rec);
+  ASSERT_EQ(n, a.size());
+  p.reset();
+  // A CR alone at the end of what has arrived waits for the byte after it.
+  EXPECT_EQ(p.feed(std::string_view(all).substr(n, 3), rec), 2u);
+  EXPECT_FALSE(p.in_message());
+  EXPECT_EQ(p.feed(std::string_view(all).substr(n + 2), rec), b.size() - 2);
+  ASSERT_FALSE(p.failure());
+  ASSERT_EQ(rec.heads.size(), 2u);
+  EXPECT_EQ(rec.heads[1].path, "/2");
+  // A bare CR is not an empty line: still refused.
+  RequestParser q;
+  Recorder<RequestHead> rec2;
+  q.feed("\rGET / HTTP/1.1\r\nHost: h\r\n\r\n", rec2);
+  EXPECT_TRUE(q.failure());
+  expect_request_split_invariant(b);
+}
+
 TEST(HttpRequestParser, ChunkedWithExtensionsAndTrailers) {
   std::string req = post("Transfer-Encoding: Chunked\r\n",
                          "5;name=\"v;x\"\r\nhello\r\n6 ; a=b;c\r\n world\r\nA\r\n0123456789\r\n0;last\r\n"

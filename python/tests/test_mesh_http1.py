@@ -323,6 +323,18 @@ def test_bare_lf_in_the_last_chunk_line_is_400_at_once(kind, echoes: Echoes, ser
 
 
 @pytest.mark.parametrize("kind", ["envoy", "mesh", "mesh-pipelined"])
+def test_empty_lines_before_a_request_line_are_ignored(kind, echoes: Echoes, servers, tmp_path: Path):
+    """RFC 9112 §2.2: a server SHOULD ignore an empty line (CRLF) before a
+    request line; Envoy does. dpukit-mesh answered the second request 400 and closed."""
+    up = python_upstream(servers, "tcp", tmp_path)
+    proxy = proxy_to(echoes, kind, tmp_path, up)
+    data = b"GET /1 HTTP/1.1\r\nHost: x\r\n\r\n\r\n\r\nGET /2 HTTP/1.1\r\nHost: x\r\n\r\n"
+    answers, closed = raw_exchange(proxy.port, data, responses=2, timeout=5)
+    assert [a.status for a in answers] == [200, 200], answers
+    assert not closed
+
+
+@pytest.mark.parametrize("kind", ["envoy", "mesh", "mesh-pipelined"])
 def test_a_head_with_a_bare_lf_sent_in_pieces_is_answered_at_once(kind, echoes: Echoes, servers, tmp_path: Path):
     """The same in the head: its last lines end in a bare LF and come after a
     pause. dpukit-mesh refuses it (400) while the client waits, with no

@@ -133,6 +133,19 @@ class Machine {
     if (failure_ || done_) return 0;
     events_ = &events;
     size_t used = 0;
+    if constexpr (isRequest) {
+      // Empty lines before a request line are ignored (RFC 9112 §2.2; Envoy
+      // does too): a client may end a body with an extra CRLF on a keep-alive
+      // connection. A lone CR at the end waits for the byte after it.
+      while (!consumed_any_ && used < data.size() && (data[used] == '\r' || data[used] == '\n')) {
+        if (data[used] == '\r') {
+          if (used + 1 == data.size()) return used;
+          if (data[used + 1] != '\n') break;  // a bare CR: Beast refuses the line
+          ++used;
+        }
+        ++used;
+      }
+    }
     while (used < data.size()) {
       std::string_view rest = data.substr(used);
       const bool in_head = !header_done_;
