@@ -175,6 +175,7 @@ class Chain:
     entry_port: int = 0
     admin_port: int = 0  # the node proxy's admin listener (0: none)
     configs: dict[str, str] = field(default_factory=dict)  # process name -> configuration text
+    l4_service: bool = False  # the service is an iperf3 server (start_iperf_server), not HTTP
 
     @property
     def url(self) -> str:
@@ -529,9 +530,11 @@ def run_chain(ctx: Context, topology: Topology, body: Callable[[Chain], None]) -
 
 def warm_up(chain: Chain) -> None:
     """A second of load that is not measured: connections, caches, Envoy's
-    upstream pool."""
-    proc, _ = run_measured(wrk_load(chain.url, 4, 1).argv, cpus=HOST_CPU, timeout=30,
-                           work_dir=chain.work_dir / "warmup")
+    upstream pool. In the service's protocol: HTTP load reaches an iperf3
+    server as hundreds of malformed tests, and the last of them can make the
+    next real test fail ("control socket has closed unexpectedly")."""
+    load = iperf3_load(chain.entry_port, 1, 1) if chain.l4_service else wrk_load(chain.url, 4, 1)
+    proc, _ = run_measured(load.argv, cpus=HOST_CPU, timeout=30, work_dir=chain.work_dir / "warmup")
     if proc.returncode != 0:
         raise DpukitError(f"warm-up load failed: {proc.stderr[-1000:]}")
 
@@ -997,6 +1000,7 @@ def start_iperf_server(chain: Chain) -> int:
     proc = chain.group.start([iperf3_path(), "-s", "-p", str(port), "-B", LOOPBACK], name="service",
                              cpus=HOST_CPU, place="host")
     proc.wait_port(port)
+    chain.l4_service = True
     return port
 
 

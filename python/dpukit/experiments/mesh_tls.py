@@ -25,12 +25,12 @@ from typing import Any, Callable, Sequence
 
 from dpukit.errors import DpukitError
 from dpukit.experiments import Context, experiment, mesh
-from dpukit.experiments.mesh import (DPU_CPU, HOST_CPU, LOOPBACK, TOOL, Chain, Load, Topology, add_chain_commands,
+from dpukit.experiments.mesh import (DPU_CPU, LOOPBACK, TOOL, Chain, Load, Topology, add_chain_commands,
                                      envoy_path, error_note, fmt_mr, fortio_load, goal_rows, iperf3_load,
                                      start_iperf_server, start_service, sweep, wait_ready, wrk_load)
 from dpukit.paths import tool_path
 from dpukit.plots import BarPanel, bars_plot
-from dpukit.procs import free_port, run_measured
+from dpukit.procs import free_port
 from dpukit.report import Section
 from dpukit.units import fmt_int, fmt_sig
 
@@ -575,7 +575,7 @@ def _handshake_rows(ctx: Context, seconds: int) -> tuple[list[list[str]], list[d
 
 def _bulk_rows(ctx: Context, streams: Sequence[int], seconds: int) -> tuple[list[list[str]], list[dict[str, Any]]]:
     tops = bulk_topologies()
-    runs = sweep(ctx, tops, streams, "streams", lambda chain, n: settled_iperf3_load(chain, n, seconds),
+    runs = sweep(ctx, tops, streams, "streams", lambda chain, n: iperf3_load(chain.entry_port, n, seconds),
                  lambda n: {"load": "iperf3", "streams": n, "seconds": seconds})
 
     def per_gb(r: dict[str, Any], place: str) -> float:
@@ -587,20 +587,6 @@ def _bulk_rows(ctx: Context, streams: Sequence[int], seconds: int) -> tuple[list
     return rows, [r for t in runs.values() for rs in t.values() for r in rs]
 
 
-_settled: set[Path] = set()
-
-
-def settled_iperf3_load(chain: Chain, streams: int, seconds: int) -> Load:
-    """iperf3_load, after one unmeasured second of iperf3 on a new chain:
-    mesh.run_chain's HTTP warm-up reaches the iperf3 server as hundreds of
-    malformed tests, and the last of them can make the next real test fail
-    ("control socket has closed unexpectedly"; seen with Envoy and with
-    dpukit-mesh in the chain)."""
-    if chain.work_dir not in _settled:
-        _settled.add(chain.work_dir)
-        run_measured(iperf3_load(chain.entry_port, 1, 1).argv, cpus=HOST_CPU, timeout=30,
-                     work_dir=chain.work_dir / "settle")
-    return iperf3_load(chain.entry_port, streams, seconds)
 
 
 def _met(cell: str, goal: float, at_least: bool) -> str:
