@@ -93,7 +93,9 @@ class Section:
         """Record one command line (argv) that produced numbers in this section."""
         # Paths inside the repository are shown relative to it, so that a
         # command reads the same on every machine.
-        self.commands.append([display_path(Path(a)) if str(a).startswith("/") else str(a) for a in argv])
+        command = [display_path(Path(a)) if str(a).startswith("/") else str(a) for a in argv]
+        if command not in self.commands:  # a command run once per round is listed once
+            self.commands.append(command)
         return self
 
     def add_runs(self, runs: Iterable[dict]) -> Section:

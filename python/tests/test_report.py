@@ -78,3 +78,13 @@ def test_write_creates_both_files(tmp_path):
     assert md == tmp_path / "report.md" and md.read_text().startswith("# Results")
     assert html == tmp_path / "report.html"
     assert re.search(r"<h2>core\.example: a &amp; b</h2>", html.read_text())
+
+
+def test_a_command_run_in_every_round_is_listed_once():
+    from dpukit.report import Section
+
+    sec = Section("title")
+    for _ in range(3):
+        sec.add_command(["wrk", "-c16", "http://127.0.0.1:1/"])
+    sec.add_command(["wrk", "-c4", "http://127.0.0.1:1/"])
+    assert sec.commands == [["wrk", "-c16", "http://127.0.0.1:1/"], ["wrk", "-c4", "http://127.0.0.1:1/"]]
