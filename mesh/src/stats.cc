@@ -189,6 +189,7 @@ void StatsStore::render(MetricsWriter& e, std::map<std::string, int64_t>* text,
     h.counter("downstream_rq_rx_reset", &H::downstream_rq_rx_reset);
     h.counter("downstream_rq_timeout", &H::downstream_rq_timeout);
     h.counter("downstream_cx_idle_timeout", &H::downstream_cx_idle_timeout);
+    h.counter("downstream_cx_drain_close", &H::downstream_cx_drain_close);
     h.counter("downstream_cx_destroy_remote_active_rq", &H::downstream_cx_destroy_remote_active_rq);
     h.counter("rq_direct_response", &H::rq_direct_response);
     h.counter("no_route", &H::no_route);

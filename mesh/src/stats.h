@@ -69,7 +69,8 @@ struct ClusterStats {
 struct HttpStats {
   Counter downstream_cx_total, downstream_rq_total, downstream_cx_protocol_error, downstream_rq_rx_reset,
       downstream_rq_timeout, downstream_cx_idle_timeout, rq_direct_response, no_route, no_cluster,
-      rl_enabled, rl_enforced, rl_rate_limited, rl_ok, downstream_cx_destroy_remote_active_rq;
+      rl_enabled, rl_enforced, rl_rate_limited, rl_ok, downstream_cx_destroy_remote_active_rq,
+      downstream_cx_drain_close;
   std::array<Counter, 5> downstream_rq_xx;
   Gauge downstream_cx_active, downstream_rq_active;
 };

@@ -1,5 +1,6 @@
 // dpukit-mesh: FlatProxy, the node-level service-mesh proxy (docs/mesh.md).
 //   dpukit-mesh run --config envoy.yaml [--model rtc|pipelined] [--workers N] [--dpu-cpus 1] [--watch] [--json OUT]
+//                   [--drain-time-s 600] [--drain-strategy immediate]
 //   dpukit-mesh validate --config envoy.yaml
 //   dpukit-mesh echo --listen 127.0.0.1:9001 --name a [--threads N] [--cpus 0]
 #include <cstdio>
@@ -21,7 +22,14 @@ int cmd_run(int argc, char** argv) {
   p.cpus_option("dpu-cpus", "CPUs of the dpu place, e.g. 1 or 1-3 (default: all but the first)");
   p.flag("watch", "reload the configuration when its file changes (SIGHUP always reloads)");
   p.option("json", "at exit, write a dpukit.result/1 JSON (CPU per place, stats) here");
+  p.option("drain-time-s", "seconds the connections of a removed listener may drain before they are closed (Envoy's)",
+           "600");
+  p.option("drain-strategy", "how draining connections are told: immediate (all at once; Envoy's gradual is not offered)",
+           "immediate");
   p.parse(argc, argv, 2);
+  if (p.str("drain-strategy") != "immediate")
+    p.fail("--drain-strategy: only immediate is offered (every draining connection is told at once), not " +
+           p.str("drain-strategy"));
   ProxyOptions o;
   o.config_path = p.str("config");
   try {
@@ -33,6 +41,9 @@ int cmd_run(int argc, char** argv) {
   o.dpu_cpus = p.str("dpu-cpus");
   o.watch = p.has("watch");
   o.json_out = p.str("json");
+  uint64_t drain = p.u64("drain-time-s");
+  if (drain > 24u * 3600) p.fail("--drain-time-s must be at most 86400");
+  o.drain_time_s = static_cast<unsigned>(drain);
   return run_proxy(o);
 }
 

@@ -24,6 +24,10 @@ struct ProxyOptions {
   std::string dpu_cpus;     // CPUs of the dpu place ("" : Placement's default)
   bool watch = false;       // reload when the config file changes (SIGHUP always reloads)
   std::string json_out;     // at exit, a dpukit.result/1 JSON with CPU per place and the stats
+  // Envoy's --drain-time-s: how long the connections of a listener that a
+  // reload or an xDS update removed may drain before what is left is closed.
+  // Every one is told at once (Envoy's --drain-strategy immediate).
+  unsigned drain_time_s = 600;
 };
 
 // Reads and checks a bootstrap; "" when it is accepted, otherwise

@@ -27,7 +27,8 @@ constexpr size_t kReadChunk = 64 * 1024;
 
 class HttpSession : public std::enable_shared_from_this<HttpSession>,
                     public http::RequestEvents,
-                    public RouterDownstream {
+                    public RouterDownstream,
+                    public DrainableConnection {
  public:
   HttpSession(Worker& w, DownstreamStream sock, const ListenerRuntime& lr)
       : w_(w), sock_(std::move(sock)), snapshot_(w.snapshot()), lr_(&lr), hcm_(lr.hcm.get()),
@@ -35,10 +36,28 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
         request_timer_(w.io()) {
     stats_->downstream_cx_total.inc();
     stats_->downstream_cx_active.add(1);
+    drain_id_ = w_.track(this);
   }
   ~HttpSession() override {
+    w_.untrack(drain_id_);
     if (stream_) stream_->router->detach();
     stats_->downstream_cx_active.add(-1);
+  }
+
+  // ---- DrainableConnection ----
+  const ListenerRuntime& served() const override { return *lr_; }
+  bool served_by(const ListenerRuntime& successor) const override { return successor.hcm != nullptr; }
+  // Envoy's drain of an HTTP/1.1 connection: the response in flight (or the
+  // next one: on_head sees draining()) says Connection: close and the
+  // connection closes after it. An idle one is left until the drain time
+  // ends, as Envoy 1.40 leaves it: closing it now could cross a request already on the wire.
+  void start_drain() override {
+    if (!closed_ && stream_) stream_->keep_alive = false;
+  }
+  void drain_close() override {
+    if (closed_) return;
+    auto self = shared_from_this();
+    close();
   }
 
   void start() {
@@ -141,7 +160,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     // No upgrade is configured (the filter refuses it, 403): the bytes after
     // the request may be the other protocol's, so the connection closes after
     // the answer, as Envoy's does.
-    s.keep_alive = head.keep_alive && !head.upgrade;
+    s.keep_alive = head.keep_alive && !head.upgrade && !w_.draining(drain_id_);
     answer_expect_continue(head);
     stats_->downstream_rq_total.inc();
     stats_->downstream_rq_active.add(1);
@@ -367,6 +386,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     bool keep = stream_->keep_alive;
     stream_.reset();
     generation_++;
+    if (!keep && w_.draining(drain_id_)) stats_->downstream_cx_drain_close.inc();
     if (!keep) {
       close_after_write_ = true;
       read_paused_ = true;  // nothing after a "Connection: close" request is served (RFC 9112 §9.6)
@@ -502,6 +522,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   bool head_started_ = false;  // a request's first byte came and its head did not end yet
   std::chrono::steady_clock::time_point request_start_{};  // when it came
   bool h2_sniff_ = false;  // the first bytes may be the HTTP/2 preface
+  uint64_t drain_id_ = 0;  // with the worker's drain manager
 };
 
 }  // namespace

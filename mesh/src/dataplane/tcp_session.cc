@@ -12,18 +12,31 @@ namespace {
 
 constexpr size_t kRelayChunk = 64 * 1024;
 
-class TcpSession : public std::enable_shared_from_this<TcpSession> {
+class TcpSession : public std::enable_shared_from_this<TcpSession>, public DrainableConnection {
  public:
   TcpSession(Worker& w, DownstreamStream sock, const ListenerRuntime& lr)
-      : w_(w), snapshot_(w.snapshot()), tcp_(lr.tcp.get()), stats_(tcp_->stats[w.id()]), down_(std::move(sock)),
+      : w_(w), snapshot_(w.snapshot()), lr_(&lr), tcp_(lr.tcp.get()), stats_(tcp_->stats[w.id()]), down_(std::move(sock)),
         up_(std::make_unique<ServiceStream>(w.io().get_executor())), timer_(w.io()), idle_timer_(w.io()) {
     stats_->downstream_cx_total.inc();
     stats_->downstream_cx_active.add(1);
+    drain_id_ = w_.track(this);
   }
-  ~TcpSession() {
+  ~TcpSession() override {
+    w_.untrack(drain_id_);
     stats_->downstream_cx_active.add(-1);
     if (host_) host_->active_requests.fetch_sub(1, std::memory_order_relaxed);
     if (holds_connection_) cluster_->release_connection();
+  }
+
+  // ---- DrainableConnection: a byte stream cannot be told to end, so it
+  // carries on until the drain time ends (as Envoy's tcp_proxy) ----
+  const ListenerRuntime& served() const override { return *lr_; }
+  bool served_by(const ListenerRuntime& successor) const override { return successor.tcp != nullptr; }
+  void start_drain() override {}
+  void drain_close() override {
+    if (closed_) return;
+    auto self = shared_from_this();
+    close();
   }
 
   void start() {
@@ -163,6 +176,7 @@ class TcpSession : public std::enable_shared_from_this<TcpSession> {
 
   Worker& w_;
   std::shared_ptr<const Snapshot> snapshot_;
+  const ListenerRuntime* lr_;  // in snapshot_
   const TcpProxyRuntime* tcp_;
   TcpStats* stats_;
   DownstreamStream down_;
@@ -174,6 +188,7 @@ class TcpSession : public std::enable_shared_from_this<TcpSession> {
   uint32_t attempts_ = 0;
   int64_t last_activity_ns_ = 0;
   bool connected_ = false, closed_ = false, holds_connection_ = false;
+  uint64_t drain_id_ = 0;  // with the worker's drain manager
 };
 
 }  // namespace

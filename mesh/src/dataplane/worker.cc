@@ -21,8 +21,9 @@ struct Worker::Acceptor {
   Acceptor(asio::io_context& io, std::string k) : key(std::move(k)), acceptor(io) {}
 };
 
-Worker::Worker(unsigned id, StatsStore& stats, ExecutionModel model)
-    : id_(id), stats_(stats), modules_(stats.modules(id)), rng_(0x6d657368u + id), model_(model) {}
+Worker::Worker(unsigned id, StatsStore& stats, ExecutionModel model, std::chrono::milliseconds drain_time)
+    : id_(id), stats_(stats), modules_(stats.modules(id)), rng_(0x6d657368u + id), model_(model),
+      drain_time_(drain_time) {}
 
 Worker::~Worker() {
   stop();
@@ -58,6 +59,7 @@ void Worker::start(std::vector<int> cpus) {
 void Worker::stop() {
   if (!guard_) return;
   asio::post(io_, [this] {
+    if (drain_timer_) drain_timer_->cancel();
     for (auto& [k, a] : acceptors_) a->acceptor.close();
     acceptors_.clear();
     for (auto& [h, conns] : idle_)
@@ -78,7 +80,8 @@ void Worker::join() {
 
 void Worker::install(std::shared_ptr<const Snapshot> snapshot, std::map<std::string, std::pair<int, int>> listen_fds) {
   snapshot_ = std::move(snapshot);
-  // Listeners whose address is gone stop accepting; their open connections carry on.
+  drain_removed();
+  // Listeners whose address is gone stop accepting; their open connections drain (drain_removed).
   for (auto it = acceptors_.begin(); it != acceptors_.end();) {
     if (!listen_fds.count(it->first)) {
       it->second->acceptor.close();
@@ -320,6 +323,58 @@ void Worker::start_session(const ListenerRuntime& chain, DownstreamStream stream
     }
   }
   start_http_session(*this, std::move(stream), chain);
+}
+
+uint64_t Worker::track(DrainableConnection* c) {
+  uint64_t id = next_connection_id_++;
+  connections_.emplace(id, c);
+  return id;
+}
+
+void Worker::untrack(uint64_t id) {
+  connections_.erase(id);
+  draining_ids_.erase(id);  // its deadline entry is skipped when due
+}
+
+void Worker::drain_removed() {
+  if (!snapshot_) return;
+  const int64_t deadline = mono_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(drain_time_).count();
+  std::vector<uint64_t> starting;
+  for (const auto& [id, c] : connections_) {
+    if (draining_ids_.count(id)) continue;
+    const ListenerRuntime& served = c->served();
+    const ListenerRuntime* next = snapshot_->successor(served);
+    // Moved to another address, or no longer the same kind of filter: that listener went away too.
+    if (next && next->address_key == served.address_key && c->served_by(*next)) continue;
+    starting.push_back(id);
+  }
+  if (starting.empty()) return;
+  for (uint64_t id : starting) {
+    draining_ids_.insert(id);
+    drain_deadlines_.emplace_back(deadline, id);
+  }
+  // Told after all are marked: a connection that closes at once unregisters meanwhile.
+  for (uint64_t id : starting)
+    if (auto it = connections_.find(id); it != connections_.end()) it->second->start_drain();
+  if (drain_deadlines_.size() == starting.size()) arm_drain_timer();  // else the timer is armed for an earlier one
+}
+
+void Worker::arm_drain_timer() {
+  while (!drain_deadlines_.empty() && !draining_ids_.count(drain_deadlines_.front().second)) drain_deadlines_.pop_front();
+  if (drain_deadlines_.empty()) return;
+  if (!drain_timer_) drain_timer_.emplace(io_);
+  drain_timer_->expires_after(std::chrono::nanoseconds(std::max<int64_t>(0, drain_deadlines_.front().first - mono_ns())));
+  drain_timer_->async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    const int64_t now = mono_ns();
+    while (!drain_deadlines_.empty() && drain_deadlines_.front().first <= now) {
+      uint64_t id = drain_deadlines_.front().second;
+      drain_deadlines_.pop_front();
+      auto it = connections_.find(id);
+      if (it != connections_.end() && draining_ids_.count(id)) it->second->drain_close();
+    }
+    arm_drain_timer();
+  });
 }
 
 std::shared_ptr<UpstreamConn> Worker::take_idle(const Host* host) {

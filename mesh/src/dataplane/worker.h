@@ -10,13 +10,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "dataplane/pipeline.h"
@@ -89,9 +92,26 @@ struct WriteQueue {
 // Nanoseconds on CLOCK_MONOTONIC (core's now_ns), signed: the clock of ejections, timeouts and token buckets.
 inline int64_t mono_ns() { return static_cast<int64_t>(now_ns()); }
 
+// A downstream connection as the worker's drain manager sees it: when an
+// install leaves its listener (or filter chain) without a successor, it is
+// told to drain, and closed when the drain time ends (Envoy's listener drain).
+class DrainableConnection {
+ public:
+  virtual ~DrainableConnection() = default;
+  // The listener or filter chain that serves it (in the snapshot it holds).
+  virtual const ListenerRuntime& served() const = 0;
+  // Whether `successor` (of served(), in a newer snapshot) can serve it on.
+  virtual bool served_by(const ListenerRuntime& successor) const = 0;
+  // Its listener went away: HTTP/1.1 closes after the response in flight
+  // (Connection: close) or now when idle; HTTP/2 sends GOAWAY; TCP waits.
+  virtual void start_drain() = 0;
+  // The drain time ended: whatever is left closes.
+  virtual void drain_close() = 0;
+};
+
 class Worker {
  public:
-  Worker(unsigned id, StatsStore& stats, ExecutionModel model);
+  Worker(unsigned id, StatsStore& stats, ExecutionModel model, std::chrono::milliseconds drain_time);
   ~Worker();
 
   // Starts the event loop thread, pinned to `cpus` (may be empty).
@@ -118,7 +138,18 @@ class Worker {
   void put_idle(std::shared_ptr<UpstreamConn> conn);
   void forget_idle(const UpstreamConn* conn);
 
+  // The drain manager: a downstream connection registers for its life (the
+  // id to unregister with); a draining one is told at once (start_drain) and
+  // closed when --drain-time-s ends.
+  uint64_t track(DrainableConnection* c);
+  void untrack(uint64_t id);
+  // Whether the connection `id` drains (its listener went away).
+  bool draining(uint64_t id) const { return draining_ids_.count(id) > 0; }
+
  private:
+  // After an install: the connections whose listener or chain has no successor start draining.
+  void drain_removed();
+  void arm_drain_timer();
   struct Acceptor;
   void accept_next(Acceptor& a);
   void on_accept(const std::string& key, Socket sock);
@@ -145,6 +176,14 @@ class Worker {
   std::unique_ptr<Pipeline> pipeline_;
   std::atomic<uint64_t> cpu_ns_{0};
   std::atomic<pid_t> tid_{0};
+  std::chrono::milliseconds drain_time_;
+  uint64_t next_connection_id_ = 1;
+  std::unordered_map<uint64_t, DrainableConnection*> connections_;
+  std::unordered_set<uint64_t> draining_ids_;
+  // (when its drain time ends in mono_ns, id), in order since every drain is
+  // as long; the timer is armed while it is not empty.
+  std::deque<std::pair<int64_t, uint64_t>> drain_deadlines_;
+  std::optional<asio::steady_timer> drain_timer_;
 
  public:
   // HTTP/2 upstream connections, one per host (http2/h2_upstream.h); declared

@@ -123,7 +123,7 @@ class H2Stream : public std::enable_shared_from_this<H2Stream>, public RouterDow
   bool counted_ = false, grpc_ = false, req_end_ = false, resp_paused_ = false, detached_ = false;
 };
 
-class H2Session : public std::enable_shared_from_this<H2Session> {
+class H2Session : public std::enable_shared_from_this<H2Session>, public DrainableConnection {
  public:
   H2Session(Worker& w, DownstreamStream sock, const ListenerRuntime& lr)
       : w_(w), sock_(std::move(sock)), snapshot_(w.snapshot()), lr_(&lr), hcm_(lr.hcm.get()),
@@ -145,11 +145,33 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
     nghttp2_option_del(opt);
     nghttp2_session_callbacks_del(cbs);
     h2::submit_settings(ng_, hcm_->cfg->http2_protocol_options, hcm_->limits.max_header_bytes, true);
+    drain_id_ = w_.track(this);
   }
-  ~H2Session() {
+  ~H2Session() override {
+    w_.untrack(drain_id_);
     close();
     nghttp2_session_del(ng_);
     stats_->downstream_cx_active.add(-1);
+  }
+
+  // ---- DrainableConnection ----
+  const ListenerRuntime& served() const override { return *lr_; }
+  bool served_by(const ListenerRuntime& successor) const override { return successor.hcm != nullptr; }
+  // Envoy's drain of an HTTP/2 connection: GOAWAY(NO_ERROR) naming the last
+  // stream taken, so the streams in flight finish and no new one starts; the
+  // connection closes when they are done (flush: nghttp2 then wants neither read nor write).
+  void start_drain() override {
+    if (closed_) return;
+    auto self = shared_from_this();
+    stats_->downstream_cx_drain_close.inc();
+    nghttp2_submit_goaway(ng_, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(ng_), NGHTTP2_NO_ERROR,
+                          nullptr, 0);
+    flush();
+  }
+  void drain_close() override {
+    if (closed_) return;
+    auto self = shared_from_this();
+    close();
   }
 
   void start(std::string_view first_bytes) {
@@ -403,6 +425,7 @@ class H2Session : public std::enable_shared_from_this<H2Session> {
   int64_t last_activity_ns_ = 0;
   size_t peak_streams_ = 0;  // since the memory was last given back
   bool reading_ = false, closed_ = false, in_ng_ = false, flush_posted_ = false;
+  uint64_t drain_id_ = 0;  // with the worker's drain manager
 };
 
 // ---- the stream ----

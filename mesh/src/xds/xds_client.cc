@@ -306,11 +306,34 @@ std::vector<json> AdsClient::on_response(const json& response) {
   return out;
 }
 
+namespace {
+// HTTP/2 keepalive on the ADS connection: a control plane host that vanishes
+// without a reset (powered off, partitioned) is noticed within time + timeout,
+// and the stream is redialled; the ADS stream is idle between updates, hence
+// the pings without calls or data. 30 s is go-control-plane's example
+// server's enforcement MinTime and Istio's interval; a server that enforces a
+// longer one answers GOAWAY too_many_pings and gRPC doubles the interval on
+// this channel (kept across streams for that reason).
+constexpr int kKeepaliveTimeMs = 30 * 1000;
+constexpr int kKeepaliveTimeoutMs = 10 * 1000;
+
+std::shared_ptr<grpc::Channel> ads_channel(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);  // a snapshot of many clusters is one message
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // else pings stop after two on an idle stream
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+}  // namespace
+
 void AdsClient::run() {
   std::mt19937_64 rng(std::random_device{}());
   auto backoff = kBackoffBase;
+  const auto channel = ads_channel(target_);
   while (!stopping_) {
-    if (stream_once()) backoff = kBackoffBase;  // a stream that worked starts the backoff over
+    if (stream_once(channel)) backoff = kBackoffBase;  // a stream that worked starts the backoff over
     if (stopping_) break;
     // Jittered: between half and one and a half times the step, so that many nodes do not come back at once.
     std::uniform_real_distribution<double> jitter(0.5, 1.5);
@@ -323,10 +346,7 @@ void AdsClient::run() {
   }
 }
 
-bool AdsClient::stream_once() {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);  // a snapshot of many clusters is one message
-  auto channel = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args);
+bool AdsClient::stream_once(const std::shared_ptr<grpc::Channel>& channel) {
   grpc::ClientContext ctx;
   {
     std::lock_guard lock(mu_);

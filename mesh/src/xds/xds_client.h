@@ -25,6 +25,10 @@
 
 #include "config/bootstrap.h"
 
+namespace grpc {
+class Channel;
+}
+
 namespace dpukit::mesh::xds {
 
 // The gRPC target of a cluster's first endpoint ("ipv4:127.0.0.1:18000",
@@ -78,7 +82,8 @@ class AdsClient {
 
  private:
   void run();
-  bool stream_once();  // true when a response was received
+  // One ADS stream on `channel`; true when a response was received.
+  bool stream_once(const std::shared_ptr<grpc::Channel>& channel);
   // An ACK (or, with `error`, a NACK) of the type's last response.
   nlohmann::json request(const std::string& type, const std::string& error = "") const;
   // A request for the type's subscription (its names now; delta: the change from `before`).
