@@ -28,7 +28,7 @@ import pytest
 from conftest import native_tool
 from dpukit.experiments.mesh_xds import (HCM_TYPE, Snapshot, XdsServer, eds_cluster, http_listener,
                                          load_assignment, route_config, to_cluster, virtual_host, xds_bootstrap_yaml)
-from dpukit.procs import Group, Proc, free_port
+from dpukit.procs import Group, Proc, free_port, http_get
 from mesh_support import Echoes, envoy_bin, read_response
 
 DRAIN_S = 4  # --drain-time-s of every proxy here
@@ -56,6 +56,7 @@ class Rig:
     http: int
     tcp: int
     kept: int
+    admin: int
     remove: Callable[[], None] = field(repr=False)
 
 
@@ -89,7 +90,7 @@ def xds_rig(group: Group, work: Path, kind: str, echo: int) -> Rig:
         xds.post(NODE, second)
         xds.wait_acked(NODE, second, proxy=proc)
 
-    return Rig(kind, proc, http, tcp, kept, remove)
+    return Rig(kind, proc, http, tcp, kept, admin, remove)
 
 
 def static_bootstrap(admin: int, echo: int, listeners: list[dict[str, Any]]) -> str:
@@ -124,7 +125,7 @@ def sighup_rig(group: Group, work: Path, echo: int) -> Rig:
             assert time.monotonic() < deadline, "the SIGHUP reload did not remove the listener"
             time.sleep(0.01)
 
-    return Rig("dpukit-sighup", proc, http, tcp, kept, remove)
+    return Rig("dpukit-sighup", proc, http, tcp, kept, admin, remove)
 
 
 def refused(port: int) -> bool:
@@ -214,6 +215,14 @@ def test_removed_listener_drains_its_connections(rig: Rig):
               f"no graceful GOAWAY on the HTTP/2 connection:\n{out}")
         check(":status: 200" in out and "x-echo-path: /h2" in out and h2.returncode == 0,
               f"the HTTP/2 stream in flight did not end well:\n{out}")
+
+        # Envoy's counter of the HTTP connections a drain closes: the two
+        # HTTP/1.1 ones that said Connection: close and the HTTP/2 one (read
+        # before the drain time ends: Envoy's stats of the listener go with it).
+        status, text = http_get(f"http://127.0.0.1:{rig.admin}/stats?filter=downstream_cx_drain_close")
+        stats = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+        check(status == 200 and stats.get("http.http.downstream_cx_drain_close") == "3",
+              f"http.http.downstream_cx_drain_close: {stats.get('http.http.downstream_cx_drain_close')}, not 3")
 
         # Closed after Connection: close (dpukit-mesh at once; Envoy 1.40 keeps
         # it until the client closes or the drain time ends); what stays idle
