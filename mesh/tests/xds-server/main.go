@@ -21,11 +21,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 )
 
 func main() {
@@ -52,7 +54,11 @@ func run(xdsAddr, controlAddr string, verbose bool, logger *log.Logger) error {
 	snapshots := cache.NewSnapshotCache(true, cache.IDHash{}, cacheLogger{logger, verbose})
 	xds := server.NewServer(ctx, holdOnNack{snapshots, status}, status)
 
-	grpcServer := grpc.NewServer()
+	// Proxies ping their ADS stream (dpukit-mesh every 30 s, also while no
+	// update flows): permit it, as go-control-plane's example server and
+	// istiod do; grpc-go's default (5 min) answers GOAWAY too_many_pings.
+	grpcServer := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+		MinTime: 15 * time.Second, PermitWithoutStream: true}))
 	discovery.RegisterAggregatedDiscoveryServiceServer(grpcServer, xds)
 	xdsListener, err := net.Listen("tcp", xdsAddr)
 	if err != nil {
