@@ -26,8 +26,10 @@ const ListenerRuntime* Snapshot::successor(const ListenerRuntime& served) const 
   const ListenerRuntime* l = listener(served.cfg->name);
   if (!l || !served.chain) return l;
   if (l->chains.empty()) {
-    // One chain now: the successor of a connection's chain if it is that chain (by name) or was the only one.
-    bool same = l->chain && (served.chain->name == l->chain->name || served.cfg->filter_chains.size() == 1);
+    // One chain now: the successor of a connection's chain if it was the only one, or has that chain's name
+    // (unnamed chains among several cannot be told apart: those connections drain).
+    bool same = l->chain && (served.cfg->filter_chains.size() == 1 ||
+                             (!served.chain->name.empty() && served.chain->name == l->chain->name));
     return same ? l : nullptr;
   }
   if (!served.chain->name.empty()) {
