@@ -195,6 +195,10 @@ void Duet::on_sketch_path(const FlowKey& key) {
   if (min_cnt + 1 >= config_.top) on_top(key, hashes(key), min_cnt + 1);
 }
 
+void Duet::on_sketch_path_burst(const FlowKey* const* keys, size_t n) {
+  for (size_t i = 0; i < n; ++i) on_sketch_path(*keys[i]);
+}
+
 // Lines 21-24, and what the paper leaves open: the flow's sketch count is
 // `count` (this packet included).
 void Duet::on_top(const FlowKey& key, const Hashes& h, uint64_t count) {

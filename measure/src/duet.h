@@ -70,6 +70,8 @@ class Duet {
   // Algorithm 1, lines 6-24: a packet that missed the hardware table, on the
   // dpu worker its flow is pinned to by RSS. Safe on any number of workers at once.
   void on_sketch_path(const FlowKey& key);
+  // The same for a worker's burst of packets, keys[0..n), in order.
+  void on_sketch_path_burst(const FlowKey* const* keys, size_t n);
 
   // The control path: applies the hardware table's outcomes (installed,
   // refused, aged). Returns how many events it applied. One thread at a time.

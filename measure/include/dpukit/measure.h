@@ -32,6 +32,10 @@ class Sketch {
   // Bytes of counters and key stores actually allocated (<= the budget).
   virtual size_t memory_bytes() const = 0;
   virtual void update(const FlowKey& key, uint32_t count = 1) = 0;
+  // One packet of each of keys[0..n): a dpu worker's burst. A sketch that
+  // hashes the burst first and prefetches its counters overrides it; the
+  // default updates them one at a time.
+  virtual void update_burst(const FlowKey* const* keys, size_t n);
   virtual double estimate(const FlowKey& key) const = 0;
   // Flows whose estimate is >= threshold. Sketches that keep keys (Elastic's
   // heavy part, UnivMon's and NitroSketch's heaps) answer from them and may

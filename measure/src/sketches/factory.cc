@@ -10,6 +10,10 @@
 
 namespace dpukit::measure {
 
+void Sketch::update_burst(const FlowKey* const* keys, size_t n) {
+  for (size_t i = 0; i < n; ++i) update(*keys[i], 1);
+}
+
 std::vector<std::pair<FlowKey, double>> Sketch::heavy_hitters(double threshold,
                                                               const std::vector<FlowKey>& candidates) const {
   std::vector<std::pair<FlowKey, double>> out;
