@@ -10,6 +10,8 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "dpukit/measure.h"
@@ -178,6 +180,86 @@ TEST_F(Gen, HeadersAreWellFormed) {
   EXPECT_EQ(n, 2000);
 }
 
+// A soak's wave: a tenth of the flows heavy with equal counts (their truth is
+// known), mice for the rest, packets shuffled across the whole wave.
+TEST_F(Gen, ChurnHeavyFlowsHaveEqualCountsAndSpanTheWave) {
+  GenOptions o;
+  o.preset = "churn";
+  o.flows = 1000;
+  o.packets = 50001;
+  o.heavy_share = 0.9;
+  generate_trace(o, path("w.pcap"));
+  Trace t = load_trace(path("w.pcap"));
+  ASSERT_EQ(t.packets.size(), 50001u);
+  GroundTruth truth = ground_truth(t.packets);
+  auto s = sizes(t);
+  // 45,001 heavy packets over 100 flows: one flow with 451, 99 with 450.
+  ASSERT_GT(s.size(), 100u);
+  EXPECT_EQ(s[0], 451u);
+  for (size_t i = 1; i < 100; ++i) EXPECT_EQ(s[i], 450u) << i;
+  EXPECT_LT(s[100], 40u);  // the largest mouse (about 5.6 packets on average)
+  uint64_t heavy = 0;
+  for (size_t i = 0; i < 100; ++i) heavy += s[i];
+  EXPECT_EQ(heavy, 45001u);
+  // Shuffled: every heavy flow has packets in the first and in the last tenth.
+  std::unordered_map<FlowKey, std::pair<size_t, size_t>, FlowKeyHash> span;
+  for (size_t i = 0; i < t.packets.size(); ++i) {
+    auto [it, fresh] = span.try_emplace(t.packets[i].key, i, i);
+    it->second.second = i;
+  }
+  for (const auto& [k, n] : truth) {
+    if (n < 450) continue;
+    EXPECT_LT(span[k].first, t.packets.size() / 10) << k.str();
+    EXPECT_GT(span[k].second, t.packets.size() * 9 / 10) << k.str();
+  }
+  // heavy_share moves the split; a single flow takes every packet.
+  o.heavy_share = 0.5;
+  generate_trace(o, path("h.pcap"));
+  EXPECT_EQ(sizes(load_trace(path("h.pcap")))[99], 250u);
+  EXPECT_EQ(sizes(make("churn", 1, 33)), std::vector<uint64_t>{33});
+}
+
+// Waves numbered apart share no flow, and the first wave is the trace as
+// written before first_flow existed (same options, same bytes).
+TEST_F(Gen, FirstFlowGivesEachWaveNewFlows) {
+  auto keys = [](const Trace& t) {
+    std::unordered_set<FlowKey, FlowKeyHash> k;
+    for (const auto& p : t.packets) k.insert(p.key);
+    return k;
+  };
+  GenOptions o;
+  o.preset = "churn";
+  o.flows = 2000;
+  o.packets = 20000;
+  std::vector<std::unordered_set<FlowKey, FlowKeyHash>> waves;
+  for (uint64_t w = 0; w < 4; ++w) {
+    o.first_flow = w * o.flows;
+    generate_trace(o, path("w" + std::to_string(w) + ".pcap"));
+    waves.push_back(keys(load_trace(path("w" + std::to_string(w) + ".pcap"))));
+    ASSERT_GT(waves.back().size(), 1000u);
+  }
+  for (size_t a = 0; a < waves.size(); ++a)
+    for (size_t b = a + 1; b < waves.size(); ++b)
+      for (const FlowKey& k : waves[a]) ASSERT_EQ(waves[b].count(k), 0u) << a << " and " << b << ": " << k.str();
+  // Overlapping ranges share flows (the offset is a rank, not a new key space).
+  o.first_flow = o.flows / 2;
+  generate_trace(o, path("half.pcap"));
+  auto half = keys(load_trace(path("half.pcap")));
+  size_t shared = 0;
+  for (const FlowKey& k : half) shared += waves[0].count(k) + waves[1].count(k);
+  EXPECT_GT(shared, half.size() / 2);
+  // Any preset: backbone with an offset brings new flows too.
+  Trace b0 = make("backbone", 500, 5000, 7, 0, "b0.pcap");
+  GenOptions ob;
+  ob.flows = 500;
+  ob.packets = 5000;
+  ob.seed = 7;
+  ob.first_flow = 500;
+  generate_trace(ob, path("b1.pcap"));
+  auto k0 = keys(b0), k1 = keys(load_trace(path("b1.pcap")));
+  for (const FlowKey& k : k1) ASSERT_EQ(k0.count(k), 0u) << k.str();
+}
+
 TEST_F(Gen, RejectsBadOptions) {
   GenOptions o;
   o.packets = 10;
@@ -191,6 +273,14 @@ TEST_F(Gen, RejectsBadOptions) {
   o.flows = 0;
   EXPECT_THROW(generate_trace(o, path("x.pcap")), std::invalid_argument);
   o.flows = 10;
+  o.heavy_share = 1.5;
+  EXPECT_THROW(generate_trace(o, path("x.pcap")), std::invalid_argument);
+  o.heavy_share = 0.9;
+  o.first_flow = (uint64_t{1} << 48) - 9;  // the last flow past the bijection's domain
+  EXPECT_THROW(generate_trace(o, path("x.pcap")), std::invalid_argument);
+  o.first_flow = (uint64_t{1} << 48) - 10;
+  EXPECT_NO_THROW(generate_trace(o, path("x.pcap")));
+  o.first_flow = 0;
   EXPECT_THROW(generate_trace(o, path("no/such/dir/x.pcap")), std::runtime_error);
 }
 

@@ -356,10 +356,13 @@ int cmd_compare(int argc, char** argv) {
 
 int cmd_gen(int argc, char** argv) {
   ArgParser p(std::string(kTool) + " gen", "Write a synthetic trace as a pcap file.");
-  p.option("preset", "backbone (heavy-tailed, many mice), datacenter (~80% of packets in few heavy flows) or zipf",
+  p.option("preset", "backbone (heavy-tailed, many mice), datacenter (~80% of packets in few heavy flows), zipf, "
+                     "or churn (a tenth of the flows heavy, with equal counts: a soak's wave)",
            "backbone");
   p.option("flows", "flows at most", "100000").option("packets", "packets", "2000000");
   p.option("skew", "Zipf exponent (default: the preset's)").option("seed", "random seed", "1");
+  p.option("first-flow", "number the flows from here: waves written with --first-flow K*flows share no flow", "0");
+  p.option("heavy-share", "churn: the heavy flows' share of the packets", "0.9");
   p.option("out", "output pcap", "", true);
   p.parse(argc, argv, 2);
   GenOptions g;
@@ -368,10 +371,16 @@ int cmd_gen(int argc, char** argv) {
   g.packets = p.u64("packets");
   g.skew = p.has("skew") ? p.number("skew") : 0;
   g.seed = p.u64("seed");
-  if (g.preset != "backbone" && g.preset != "datacenter" && g.preset != "zipf")
-    p.fail("--preset must be backbone, datacenter or zipf, not '" + g.preset + "'");
+  g.first_flow = p.u64("first-flow");
+  g.heavy_share = p.number("heavy-share");
+  if (g.preset != "backbone" && g.preset != "datacenter" && g.preset != "zipf" && g.preset != "churn")
+    p.fail("--preset must be backbone, datacenter, zipf or churn, not '" + g.preset + "'");
   if (g.flows == 0 || g.packets == 0) p.fail("--flows and --packets must be > 0");
-  generate_trace(g, p.str("out"));
+  try {
+    generate_trace(g, p.str("out"));
+  } catch (const std::invalid_argument& e) {  // the generator checks its options: bad input
+    p.fail(e.what());
+  }
   std::printf("wrote %s: %llu packets, preset %s, at most %llu flows, seed %llu\n", p.str("out").c_str(),
               (unsigned long long)g.packets, g.preset.c_str(), (unsigned long long)g.flows,
               (unsigned long long)g.seed);

@@ -103,11 +103,13 @@ class TraceError : public std::runtime_error {
 Trace load_trace(const std::string& path);
 
 struct GenOptions {
-  std::string preset = "backbone";  // backbone, datacenter, zipf
+  std::string preset = "backbone";  // backbone, datacenter, zipf, churn
   uint64_t flows = 100000;
   uint64_t packets = 2000000;
   double skew = 0;                  // Zipf exponent; 0 = the preset's own
   uint64_t seed = 1;
+  uint64_t first_flow = 0;          // flows are ranks first_flow.. (waves of new flows)
+  double heavy_share = 0.9;         // churn: the heavy tenth of the flows' share of the packets
 };
 // Writes a synthetic pcap (Ethernet + IPv4 + TCP/UDP). Throws on a bad preset or I/O error.
 void generate_trace(const GenOptions& options, const std::string& out_path);

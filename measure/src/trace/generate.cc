@@ -29,6 +29,18 @@
 //   zipf        Plain Zipf over ranks with exponent `skew` (default 1.0);
 //               otherwise as backbone (defaults: ~94k flows appear, ~46%
 //               with 1-3 packets, top 1% carry ~61%).
+//   churn       A wave of flows for a soak: the first tenth of the flows (at
+//               least 1) are heavy and carry `heavy_share` of the packets
+//               (default 0.9) in equal shares, their counts differing by at
+//               most one, so every heavy flow's true count is known; the other
+//               flows (mice) share the rest uniformly at random. Packets are
+//               interleaved at random (a shuffle), so every flow lasts about
+//               the whole wave and goes idle when it ends. Otherwise as
+//               backbone.
+//
+// `first_flow` numbers the flows from there instead of 0: traces with
+// disjoint ranges share no 5-tuple (the keyed bijection), so consecutive
+// waves written with first_flow = k * flows bring only new flows.
 //
 // Headers: Ethernet II (locally administered MACs derived from the
 // addresses), IPv4 (IHL 5, total length = frame - 14, DF, TTL 64, valid
@@ -94,7 +106,7 @@ class ZipfTable {
   double total_ = 0;
 };
 
-enum class Preset { kBackbone, kDatacenter, kZipf };
+enum class Preset { kBackbone, kDatacenter, kZipf, kChurn };
 
 struct Flow {
   uint32_t src_ip, dst_ip;
@@ -220,7 +232,28 @@ Preset parse_preset(const std::string& name) {
   if (name == "backbone") return Preset::kBackbone;
   if (name == "datacenter") return Preset::kDatacenter;
   if (name == "zipf") return Preset::kZipf;
-  throw std::invalid_argument("unknown trace preset '" + name + "' (backbone, datacenter, zipf)");
+  if (name == "churn") return Preset::kChurn;
+  throw std::invalid_argument("unknown trace preset '" + name + "' (backbone, datacenter, zipf, churn)");
+}
+
+// The churn preset's flow of every packet, relative to first_flow: heavy
+// ranks 0..heavy-1 each exactly their share, mice drawn uniformly, then
+// shuffled (Fisher-Yates), so that the heavy counts are exact and no flow
+// bunches at one end of the wave.
+std::vector<uint32_t> churn_ranks(uint64_t flows, uint64_t packets, double heavy_share, Rng& rng) {
+  const uint64_t heavy_flows = std::max<uint64_t>(1, flows / 10);
+  const uint64_t heavy_packets = heavy_flows >= flows
+                                     ? packets
+                                     : static_cast<uint64_t>(std::llround(heavy_share * static_cast<double>(packets)));
+  std::vector<uint32_t> ranks;
+  ranks.reserve(packets);
+  for (uint64_t r = 0; r < heavy_flows; ++r) {
+    uint64_t n = heavy_packets / heavy_flows + (r < heavy_packets % heavy_flows ? 1 : 0);
+    ranks.insert(ranks.end(), n, static_cast<uint32_t>(r));
+  }
+  while (ranks.size() < packets) ranks.push_back(static_cast<uint32_t>(heavy_flows + rng.below(flows - heavy_flows)));
+  for (uint64_t i = packets; i > 1; --i) std::swap(ranks[i - 1], ranks[rng.below(i)]);
+  return ranks;
 }
 
 struct DumperCloser {
@@ -238,6 +271,12 @@ void generate_trace(const GenOptions& o, const std::string& out_path) {
   if (o.flows == 0 && o.packets > 0) throw std::invalid_argument("flows must be >= 1");
   constexpr uint64_t kMaxFlows = uint64_t{1} << 26;  // the CDF table: 8 bytes per flow
   if (o.flows > kMaxFlows) throw std::invalid_argument("flows must be <= " + std::to_string(kMaxFlows));
+  if (o.first_flow > (uint64_t{1} << 48) - o.flows)  // the bijection's domain: 48 bits
+    throw std::invalid_argument("first_flow + flows must be <= 2^48");
+  if (!(o.heavy_share >= 0 && o.heavy_share <= 1)) throw std::invalid_argument("heavy_share must be in [0, 1]");
+  constexpr uint64_t kMaxChurnPackets = uint64_t{1} << 28;  // churn keeps 4 bytes per packet to shuffle
+  if (preset == Preset::kChurn && o.packets > kMaxChurnPackets)
+    throw std::invalid_argument("churn: packets must be <= " + std::to_string(kMaxChurnPackets));
 
   // Flow-size laws.
   const double skew = o.skew > 0 ? o.skew : (preset == Preset::kBackbone ? 1.1 : 1.0);
@@ -252,7 +291,7 @@ void generate_trace(const GenOptions& o, const std::string& out_path) {
       heavy_packets = static_cast<uint64_t>(std::llround(0.8 * static_cast<double>(o.packets)));
     }
     if (heavy_flows > 0) table = std::make_unique<ZipfTable>(heavy_flows, skew);
-  } else if (o.flows > 0) {
+  } else if (o.flows > 0 && preset != Preset::kChurn) {
     table = std::make_unique<ZipfTable>(o.flows, skew);
   }
   const double mean_gap_ns = preset == Preset::kDatacenter ? 500.0 : 1000.0;
@@ -272,7 +311,10 @@ void generate_trace(const GenOptions& o, const std::string& out_path) {
   }
   std::unique_ptr<pcap_dumper_t, DumperCloser> dumper(dumper_raw);  // closes `file`; declared after iobuf
 
-  Rng rng(mix64(o.seed) ^ 0x7472616365ull);
+  // A wave past the first draws its own order (traces from 0 stay as they were).
+  Rng rng(mix64(o.seed) ^ 0x7472616365ull ^ (o.first_flow ? mix64(o.first_flow) : 0));
+  std::vector<uint32_t> churn;
+  if (preset == Preset::kChurn && o.packets > 0) churn = churn_ranks(o.flows, o.packets, o.heavy_share, rng);
   uint64_t ts = 1700000000ull * 1000000000ull;
   uint8_t buf[kSnap];
   uint64_t heavy_left = heavy_packets;
@@ -290,9 +332,12 @@ void generate_trace(const GenOptions& o, const std::string& out_path) {
       } else {
         rank = heavy_flows + rng.below(o.flows - heavy_flows);
       }
+    } else if (preset == Preset::kChurn) {
+      rank = churn[i];
     } else {
       rank = table->sample(rng);
     }
+    rank += o.first_flow;
     Flow f = make_flow(preset, rank, o.seed);
     uint32_t len = frame_size(preset, heavy, rng);
     uint32_t cap = build_frame(buf, f, len, static_cast<uint16_t>(i), rank);
