@@ -12,7 +12,7 @@
 #include "dpukit/core/pacing.h"
 #include "dpukit/core/ring.h"
 #include "dpukit/measure.h"
-#include "duet.h"
+#include "measurer.h"
 #include "rss.h"
 
 namespace dpukit::measure {
@@ -98,16 +98,6 @@ void pin(const CpuSet& cpus, const char* what) {
   if (auto w = pin_current_thread(cpus); !w.empty()) log_warn(std::string(what) + ": " + w);
 }
 
-size_t default_records(uint64_t packets, uint64_t top, size_t hw_capacity, size_t memory_bytes) {
-  // At most packets/TOP flows can each bring TOP packets; a quarter of that
-  // bound covers the heavy flows of skewed traffic. Promotions beyond it stay
-  // in the sketch (counted as records_full). At most a quarter of the budget.
-  uint64_t bound = std::max<uint64_t>(1, packets / std::max<uint64_t>(top, 1));
-  uint64_t most = std::max<uint64_t>(1, Duet::records_in(memory_bytes / 4));
-  return static_cast<size_t>(
-      std::min(most, std::clamp<uint64_t>(bound / 4, 128, std::max<uint64_t>(128, hw_capacity))));
-}
-
 }  // namespace
 
 std::vector<std::string> algorithms() {
@@ -159,61 +149,26 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
   RunResult res;
   res.packets = n;
   res.passes = passes;
-  res.top = heavy_threshold_packets(cfg.heavy_threshold, n);
   for (size_t i = 0; i < n; ++i) res.bytes += cfg.packet_size ? cfg.packet_size : pkts[i].wire_len;
 
   // The algorithm: Duet with its flow table, one baseline sketch per worker,
   // or nothing (the datapath's own per-packet cost).
-  const bool is_duet = cfg.algo == "duet";
-  const bool is_none = cfg.algo == "none";
+  const AlgorithmConfig& algo = cfg.algorithm;
+  res.top = top_packets(algo, n);
   std::unordered_map<FlowKey, uint32_t, FlowKeyHash> flow_ids;  // for the table's installs
   std::unique_ptr<EmulatedFlowTable> table;
-  std::unique_ptr<Duet> duet;
-  std::vector<std::unique_ptr<Sketch>> sketches;
-  if (is_duet) {
-    EmulatedFlowTable::Config tc;
-    // At most packets/TOP flows can reach TOP in an epoch. A real eSwitch holds
-    // far more rules; the emulated table's slots cost the NIC thread cache
-    // misses, so by default it is sized to what Duet can use.
-    tc.capacity = cfg.hw_capacity ? cfg.hw_capacity
-                                  : std::bit_ceil(std::clamp<uint64_t>(2 * n / res.top, 1024, 65536));
-    tc.insert_rate = cfg.hw_insert_rate;
-    tc.insert_latency_ns = cfg.hw_insert_latency_ns;
-    tc.idle_timeout_ns = cfg.hw_idle_timeout_ns;
-    table = std::make_unique<EmulatedFlowTable>(tc);
+  if (algo.algo == "duet") {
+    table = std::make_unique<EmulatedFlowTable>(hw_table_config(algo, n, res.top));
     flow_ids.reserve(wire.flows.size());
     for (uint32_t i = 0; i < wire.flows.size(); ++i) flow_ids.emplace(wire.flows[i], i);
     table->index_flow_ids(wire.flows.size(), [&flow_ids](const FlowKey& k) {
       auto it = flow_ids.find(k);
       return it == flow_ids.end() ? EmulatedFlowTable::kNoFlowId : it->second;
     });
-    DuetConfig dc;
-    dc.memory_bytes = cfg.memory_bytes;
-    dc.top = res.top;
-    dc.records = cfg.duet_records ? cfg.duet_records : default_records(n, res.top, tc.capacity, cfg.memory_bytes);
-    dc.seed = cfg.sketch.seed;
-    dc.counter_bits = cfg.duet_counter_bits;
-    if (dc.counter_bits == 0) {
-      dc.counter_bits = res.top <= Duet::kMaxTop16 ? 16 : 32;
-      if (dc.counter_bits == 32)
-        log_warn("duet: TOP is " + std::to_string(res.top) + " packets, beyond 16-bit counters' " +
-                 std::to_string(Duet::kMaxTop16) + ": using 32-bit counters");
-    }
-    dc.single_writer = cfg.workers == 1;
-    try {
-      duet = std::make_unique<Duet>(dc, *table);
-    } catch (const std::invalid_argument& e) {
-      throw BudgetError(e.what());
-    }
-    res.memory_bytes = duet->memory_bytes();
-  } else if (!is_none) {
-    // Equal total memory: each worker's instance gets an equal share.
-    for (unsigned w = 0; w < cfg.workers; ++w) {
-      SketchOptions o = cfg.sketch;
-      sketches.push_back(make_sketch(cfg.algo, cfg.memory_bytes / cfg.workers, o));
-      res.memory_bytes += sketches.back()->memory_bytes();
-    }
   }
+  Measurer measurer(algo, cfg.workers, res.top, n, table.get());
+  res.memory_bytes = measurer.memory_bytes();
+  const bool duet = measurer.is_duet();
 
   RssQueues rss(cfg.workers);  // for the queries: which worker's sketch holds a flow
   std::vector<std::unique_ptr<WorkerQueue>> queues;
@@ -227,54 +182,34 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
       pin(cfg.placement.dpu.nth(w), "dpu worker");
       PlaceTimer t(res.cpu, Place::kDpu);
       WorkerQueue& q = *queues[w];
-      Sketch* sketch = is_duet || is_none ? nullptr : sketches[w].get();
       uint32_t idx[kPop];
+      const FlowKey* keys[kPop];
       uint64_t work = 0;  // wall time inside batches: the work, without polling and sleeping
-      uint64_t seen = 0;  // "none": the keys' bytes folded together, so that reading them is not optimised away
       // Duet's control path with polling workers: a thread sharing a polling
       // worker's core takes it for a whole scheduler slice (milliseconds: the
       // ring overflows), so worker 0 applies the table's outcomes between
       // batches instead, as a DPDK lcore runs a service function.
       const bool runs_control = duet && cfg.worker_poll && w == 0;
-      uint64_t next_control_ns = 0;
       auto control = [&] {
-        if (!runs_control) return;
-        uint64_t now = now_ns();
-        if (now < next_control_ns) return;
-        duet->apply_hw_events();
-        next_control_ns = now + kControlPollNs;
+        if (runs_control) measurer.poll_control(now_ns(), kControlPollNs);
       };
       while (q.wait(wire_done, cfg.worker_poll, control)) {
         uint64_t b0 = now_ns();
         size_t k;
         while ((k = q.consumer.try_pop(idx, kPop)) > 0) {
           control();
-          // Each packet's header is asked for kHeaderAhead packets before it is
-          // read, as a DPDK worker prefetches the mbufs ahead in its burst. A
-          // worker that reads every packet streams through the trace, which the
-          // hardware prefetcher follows; Duet's reads a third of them, scattered.
-          auto each_key = [&](auto&& handle) {
-            for (size_t i = 0; i < std::min(k, kHeaderAhead); ++i) __builtin_prefetch(&pkts[idx[i]]);
-            for (size_t i = 0; i < k; ++i) {
-              if (i + kHeaderAhead < k) __builtin_prefetch(&pkts[idx[i + kHeaderAhead]]);
-              handle(pkts[idx[i]].key);
-            }
-          };
-          if (duet) {
-            each_key([&](const FlowKey& key) { duet->on_sketch_path(key); });
-          } else if (sketch) {
-            each_key([&](const FlowKey& key) { sketch->update(key, 1); });
-          } else {
-            for (size_t i = 0; i < k; ++i) {
-              uint64_t lo, hi;
-              pkts[idx[i]].key.to_words(lo, hi);
-              seen += lo ^ hi;
-            }
+          // Every header of the burst is asked for before the burst is handed
+          // over, as a DPDK worker prefetches its mbufs: a worker that reads
+          // every packet streams through the trace, which the hardware
+          // prefetcher follows; Duet's reads a third of them, scattered.
+          for (size_t i = 0; i < k; ++i) {
+            __builtin_prefetch(&pkts[idx[i]]);
+            keys[i] = &pkts[idx[i]].key;
           }
+          measurer.update_burst(w, keys, k);
         }
         work += now_ns() - b0;
       }
-      asm volatile("" : : "r"(seen));
       dpu_work.fetch_add(work, std::memory_order_relaxed);
       sleeps.fetch_add(q.sleeps, std::memory_order_relaxed);
     });
@@ -284,11 +219,7 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
     control = std::thread([&] {
       pin(cfg.placement.dpu, "dpu control");
       PlaceTimer t(res.cpu, Place::kDpu);
-      while (!stop_control.load(std::memory_order_acquire)) {
-        if (table->wait_events(std::chrono::milliseconds(2))) duet->apply_hw_events();
-      }
-      while (duet->apply_hw_events() > 0) {  // every outcome, not just the first 4,096
-      }
+      measurer.control_loop(stop_control);
     });
   }
 
@@ -376,7 +307,7 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
         if (cfg.timeline_every && measured && i >= next_sample) {
           next_sample += cfg.timeline_every;
           res.timeline.push_back({(now_ns() - t0.load(std::memory_order_relaxed)) / 1e9, i,
-                                  table ? table->stats().entries : 0, duet ? duet->stats().promotions : 0,
+                                  table ? table->stats().entries : 0, duet ? measurer.duet_stats()->promotions : 0,
                                   drops.load(std::memory_order_relaxed)});
         }
       }
@@ -402,49 +333,29 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
     control.join();
   } else if (duet) {  // polled control path: the outcomes that came after the workers stopped
     PlaceTimer t(res.cpu, Place::kDpu);
-    while (duet->apply_hw_events() > 0) {
-    }
+    measurer.drain();
   }
   res.drops = drops.load();
   res.dpu_work_ns = dpu_work.load();
   res.worker_sleeps = sleeps.load();
 
   // Queries, with the datapath quiescent.
-  if (is_none) {
+  if (measurer.is_none()) {
     res.evaluated = false;
     return res;
   }
   const double hh_threshold = static_cast<double>(res.top) * passes;  // every pass counted the heavy flows again
-  std::vector<FlowKey> keys;
-  keys.reserve(truth.size());
-  for (const auto& [k, c] : truth) keys.push_back(k);
-  if (duet) {
-    for (const auto& k : keys) {
-      double e = duet->estimate(k);
-      res.estimates.emplace(k, e);
-      if (e >= hh_threshold) res.heavy_reported.push_back(k);
-    }
+  std::vector<std::vector<FlowKey>> routed(cfg.workers);  // which worker's queue carried each flow
+  for (const auto& [k, c] : truth) routed[cfg.workers == 1 ? 0 : rss.queue(k)].push_back(k);
+  Measurer::Answer answer = measurer.query(routed, hh_threshold);
+  res.estimates = std::move(answer.estimates);
+  res.heavy_reported = std::move(answer.heavy);
+  res.cardinality = measurer.cardinality();
+  res.entropy = measurer.entropy();
+  res.duet = measurer.duet_stats();
+  if (table) {
     res.hw = table->stats();
     res.hw_hits = res.hw->hits - hw_hits_before;
-    res.duet = duet->stats();
-  } else {
-    std::vector<std::vector<FlowKey>> routed(cfg.workers);
-    for (const auto& k : keys) {
-      unsigned w = rss.queue(k);
-      routed[w].push_back(k);
-      res.estimates.emplace(k, sketches[w]->estimate(k));
-    }
-    for (unsigned w = 0; w < cfg.workers; ++w)
-      for (auto& [k, e] : sketches[w]->heavy_hitters(hh_threshold, routed[w]))
-        res.heavy_reported.push_back(k);
-    if (cfg.workers == 1) {
-      res.cardinality = sketches[0]->cardinality();
-      res.entropy = sketches[0]->entropy();
-    } else if (sketches[0]->cardinality()) {
-      double sum = 0;  // RSS partitions the flows, so distinct counts add up
-      for (auto& s : sketches) sum += s->cardinality().value_or(0);
-      res.cardinality = sum;
-    }
   }
   if (passes == 1) {
     res.metrics = evaluate(truth, res.estimates, res.heavy_reported, static_cast<double>(res.top));

@@ -49,7 +49,7 @@ TEST(WirePlan, ARunRefusesAPlanForAnotherWorkerCountOrAShorterTrace) {
   Trace t = skewed_trace(5000, 500);
   GroundTruth truth = ground_truth(t.packets);
   RunConfig c;
-  c.algo = "cms";
+  c.algorithm.algo = "cms";
   c.workers = 2;
   WirePlan one = plan_wire(t.packets, 1);
   EXPECT_THROW(run(t, truth, c, &one), std::invalid_argument);
@@ -65,7 +65,7 @@ TEST(Datapath, NoneCarriesEveryPacketToTheWorkersAndEvaluatesNothing) {
   Trace t = skewed_trace(50000, 2000);
   GroundTruth truth = ground_truth(t.packets);
   RunConfig c;
-  c.algo = "none";
+  c.algorithm.algo = "none";
   c.workers = 2;
   RunResult r = run(t, truth, c);
   EXPECT_FALSE(r.evaluated);
@@ -81,10 +81,10 @@ TEST(Datapath, PacketSizeSetsTheBytesOnTheWireAndInTheHardwareTable) {
   Trace t = skewed_trace(60000, 1000);
   GroundTruth truth = ground_truth(t.packets);
   RunConfig c;
-  c.algo = "duet";
-  c.heavy_threshold = 200;
+  c.algorithm.algo = "duet";
+  c.algorithm.heavy_threshold = 200;
   c.packet_size = 1024;
-  c.hw_idle_timeout_ns = 0;
+  c.algorithm.hw_idle_timeout_ns = 0;
   RunResult r = run(t, truth, c);
   EXPECT_EQ(r.bytes, 1024u * t.packets.size());
   ASSERT_TRUE(r.hw.has_value());
@@ -95,18 +95,18 @@ TEST(Datapath, DuetCountersAre16BitsUnlessTopIsBeyondTheirReach) {
   Trace t = skewed_trace(40000, 1000);
   GroundTruth truth = ground_truth(t.packets);
   RunConfig c;
-  c.algo = "duet";
-  c.heavy_threshold = 100;
+  c.algorithm.algo = "duet";
+  c.algorithm.heavy_threshold = 100;
   RunResult r16 = run(t, truth, c);
   ASSERT_TRUE(r16.duet.has_value());
   EXPECT_EQ(r16.duet->counter_bits, 16u);
-  c.heavy_threshold = 20000;  // TOP beyond 16-bit counters' reach
+  c.algorithm.heavy_threshold = 20000;  // TOP beyond 16-bit counters' reach
   RunResult r32 = run(t, truth, c);
   EXPECT_EQ(r32.duet->counter_bits, 32u);
-  c.duet_counter_bits = 16;  // asked for explicitly: refused, not widened
+  c.algorithm.duet_counter_bits = 16;  // asked for explicitly: refused, not widened
   EXPECT_THROW(run(t, truth, c), BudgetError);
-  c.heavy_threshold = 100;
-  c.duet_counter_bits = 32;
+  c.algorithm.heavy_threshold = 100;
+  c.algorithm.duet_counter_bits = 32;
   EXPECT_EQ(run(t, truth, c).duet->counter_bits, 32u);
 }
 
@@ -114,7 +114,7 @@ TEST(ZeroLossSearch, BracketsTheRateWithEveryProbeJudgedByItsDropsAndOfferedRate
   Trace t = skewed_trace(1000000, 5000);
   GroundTruth truth = ground_truth(t.packets);
   RunConfig c;
-  c.algo = "cms";
+  c.algorithm.algo = "cms";
   c.ring_slots = 4096;  // small rings (still above a wake-up's 100 µs): an overloaded worker drops soon
   WirePlan w = plan_wire(t.packets, 1);
   ZeroLossSearch z = zero_loss_rate(t, truth, c, w, 0.05);
@@ -161,7 +161,7 @@ TEST(ZeroLossSearch, RefusesBadBounds) {
   Trace t = skewed_trace(1000, 100);
   GroundTruth truth = ground_truth(t.packets);
   RunConfig c;
-  c.algo = "cms";
+  c.algorithm.algo = "cms";
   WirePlan w = plan_wire(t.packets, 1);
   EXPECT_THROW(zero_loss_rate(t, truth, c, w, 0), std::invalid_argument);
   EXPECT_THROW(zero_loss_rate(t, truth, c, w, 0.02, 1000, 500), std::invalid_argument);

@@ -280,11 +280,11 @@ TEST(DuetDatapath, PromotedFlowsNeverLosePacketsWithTwoWorkers) {
   }
   GroundTruth truth = ground_truth(trace.packets);
   RunConfig cfg;
-  cfg.algo = "duet";
-  cfg.memory_bytes = 64 * 1024;  // collisions
+  cfg.algorithm.algo = "duet";
+  cfg.algorithm.memory_bytes = 64 * 1024;  // collisions
   cfg.workers = 2;
-  cfg.heavy_threshold = 500;
-  cfg.hw_insert_rate = 2000;  // slow: pending periods while traffic flows
+  cfg.algorithm.heavy_threshold = 500;
+  cfg.algorithm.hw_insert_rate = 2000;  // slow: pending periods while traffic flows
   RunResult r = run(trace, truth, cfg);
   EXPECT_EQ(r.drops, 0u);
   size_t heavy = 0;

@@ -52,9 +52,8 @@ void add_shared_options(ArgParser& p) {
   p.option("seed", "hash seed", "1");
 }
 
-// RunConfig or LiveConfig: the same fields.
-template <class Config>
-void read_shared_options(const ArgParser& p, Config& c) {
+// Into the AlgorithmConfig an offline run and a live one share.
+void read_shared_options(const ArgParser& p, AlgorithmConfig& c) {
   c.hw_insert_rate = p.number("hw-insert-rate");
   c.hw_insert_latency_ns = static_cast<uint64_t>(p.number("hw-insert-latency-us") * 1000);
   c.hw_idle_timeout_ns = static_cast<uint64_t>(p.number("hw-idle-timeout-ms") * 1e6);
@@ -93,26 +92,27 @@ void add_run_options(ArgParser& p) {
 
 RunConfig run_config(const ArgParser& p, const std::string& algo, size_t memory) {
   RunConfig c;
-  c.algo = algo;
-  c.memory_bytes = memory;
+  AlgorithmConfig& a = c.algorithm;
+  a.algo = algo;
+  a.memory_bytes = memory;
+  a.heavy_threshold = p.number("heavy-threshold");
+  a.hw_capacity = p.has("hw-capacity") ? p.u64("hw-capacity") : 0;
+  read_shared_options(p, a);
+  a.sketch.always_correct = p.has("always-correct");
+  a.sketch.top_k = p.u64("top-k");
   c.workers = static_cast<unsigned>(p.u64("workers"));
   c.rate_pps = p.has("rate") ? p.number("rate") : 0;
-  c.heavy_threshold = p.number("heavy-threshold");
-  c.hw_capacity = p.has("hw-capacity") ? p.u64("hw-capacity") : 0;
-  read_shared_options(p, c);
   c.packet_size = p.has("packet-size") ? static_cast<uint32_t>(p.bytes("packet-size")) : 0;
   if (p.has("packet-size") && (c.packet_size < 64 || c.packet_size > 65535))
     p.fail("--packet-size must be between 64 and 65535 bytes");
   c.worker_poll = p.has("poll");
   c.passes = static_cast<unsigned>(p.u64("passes"));
   if (c.passes < 1 || c.passes > 100) p.fail("--passes must be between 1 and 100");
-  c.sketch.always_correct = p.has("always-correct");
-  c.sketch.top_k = p.u64("top-k");
   c.packets_limit = p.has("packets") ? p.u64("packets") : 0;
   c.timeline_every = p.has("timeline-every") ? p.u64("timeline-every") : 0;
   if (c.workers == 0) p.fail("--workers must be at least 1");
-  if (!(c.heavy_threshold > 0)) p.fail("--heavy-threshold must be > 0");
-  if (p.has("hw-capacity") && c.hw_capacity == 0) p.fail("--hw-capacity must be > 0");
+  if (!(a.heavy_threshold > 0)) p.fail("--heavy-threshold must be > 0");
+  if (p.has("hw-capacity") && a.hw_capacity == 0) p.fail("--hw-capacity must be > 0");
   try {
     c.placement = Placement::plan(p.str("host-cpus"), p.str("dpu-cpus"), p.str("hw-cpus"));
     if (!p.has("hw-cpus")) c.placement.hw = c.placement.host;
@@ -143,7 +143,7 @@ RunResult run_checked(const Trace& trace, const GroundTruth& truth, const RunCon
   } catch (const BudgetError& e) {
     throw InputError(e.what());
   } catch (const std::invalid_argument& e) {
-    throw InputError(cfg.algo + ": " + e.what());
+    throw InputError(cfg.algorithm.algo + ": " + e.what());
   }
 }
 
@@ -186,8 +186,8 @@ nlohmann::json metrics_json(const Metrics& m) {
 nlohmann::json figures_json(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg, const RunResult& r) {
   const double replayed_packets = double(r.packets) * r.passes;  // CPU time covers every pass
   nlohmann::json f = {
-      {"algo", cfg.algo},
-      {"memory_bytes", cfg.memory_bytes},
+      {"algo", cfg.algorithm.algo},
+      {"memory_bytes", cfg.algorithm.memory_bytes},
       {"memory_used_bytes", r.memory_bytes},
       {"packets", r.packets},
       {"flows", truth.size()},
@@ -230,21 +230,22 @@ nlohmann::json figures_json(const Trace& trace, const GroundTruth& truth, const 
 }
 
 nlohmann::json parameters_json(const ArgParser& p, const RunConfig& c, const std::string& trace) {
+  const AlgorithmConfig& a = c.algorithm;
   return {{"trace", trace},
           {"workers", c.workers},
           {"rate_pps", c.rate_pps},
-          {"heavy_threshold", c.heavy_threshold},
+          {"heavy_threshold", a.heavy_threshold},
           {"packets_limit", c.packets_limit},
-          {"hw_capacity", c.hw_capacity ? nlohmann::json(c.hw_capacity) : nlohmann::json("auto")},
-          {"hw_insert_rate", c.hw_insert_rate},
-          {"hw_insert_latency_us", c.hw_insert_latency_ns / 1e3},
-          {"hw_idle_timeout_ms", c.hw_idle_timeout_ns / 1e6},
-          {"sample_p", c.sketch.sample_p},
-          {"always_correct", c.sketch.always_correct},
-          {"top_k", c.sketch.top_k},
-          {"seed", c.sketch.seed},
-          {"duet_records", p.has("duet-records") ? nlohmann::json(c.duet_records) : nlohmann::json("auto")},
-          {"duet_counter_bits", c.duet_counter_bits ? nlohmann::json(c.duet_counter_bits) : nlohmann::json("auto")},
+          {"hw_capacity", a.hw_capacity ? nlohmann::json(a.hw_capacity) : nlohmann::json("auto")},
+          {"hw_insert_rate", a.hw_insert_rate},
+          {"hw_insert_latency_us", a.hw_insert_latency_ns / 1e3},
+          {"hw_idle_timeout_ms", a.hw_idle_timeout_ns / 1e6},
+          {"sample_p", a.sketch.sample_p},
+          {"always_correct", a.sketch.always_correct},
+          {"top_k", a.sketch.top_k},
+          {"seed", a.sketch.seed},
+          {"duet_records", p.has("duet-records") ? nlohmann::json(a.duet_records) : nlohmann::json("auto")},
+          {"duet_counter_bits", a.duet_counter_bits ? nlohmann::json(a.duet_counter_bits) : nlohmann::json("auto")},
           {"packet_size", c.packet_size ? nlohmann::json(c.packet_size) : nlohmann::json("trace")},
           {"worker_poll", c.worker_poll},
           {"passes", c.passes}};
@@ -287,12 +288,12 @@ int cmd_run(int argc, char** argv) {
   out.set_placement(cfg.placement);
   out.parameters() = parameters_json(p, cfg, p.str("trace"));
   out.parameters()["algo"] = algo;
-  out.parameters()["memory_bytes"] = cfg.memory_bytes;
+  out.parameters()["memory_bytes"] = cfg.algorithm.memory_bytes;
   out.figures() = figures_json(trace, truth, cfg, r);
   out.set_cpu(r.cpu);
   out.set_wall_ns(static_cast<uint64_t>(r.seconds * 1e9));
   const Metrics& m = r.metrics;
-  std::printf("%s @ %zu B: %llu packets, %zu flows, %.2f Mpps, drops %llu; ", algo.c_str(), cfg.memory_bytes,
+  std::printf("%s @ %zu B: %llu packets, %zu flows, %.2f Mpps, drops %llu; ", algo.c_str(), cfg.algorithm.memory_bytes,
               (unsigned long long)r.packets, truth.size(), r.packets / r.seconds / 1e6, (unsigned long long)r.drops);
   if (r.evaluated)
     std::printf("ARE %.4f AAE %.3f RMSE %.3f WMRE %.4f HH F1 %.3f; ", m.are, m.aae, m.rmse, m.wmre, m.hh_f1);
@@ -424,7 +425,7 @@ int cmd_zero_loss(int argc, char** argv) {
   out.set_placement(cfg.placement);
   out.parameters() = parameters_json(p, cfg, p.str("trace"));
   out.parameters()["algo"] = algo;
-  out.parameters()["memory_bytes"] = cfg.memory_bytes;
+  out.parameters()["memory_bytes"] = cfg.algorithm.memory_bytes;
   out.parameters()["precision"] = precision;
   nlohmann::json probes = nlohmann::json::array();
   for (const auto& pr : z.probes)
@@ -483,20 +484,20 @@ int cmd_live(int argc, char** argv) {
   p.option("json", "write the result here");
   p.parse(argc, argv, 2);
   LiveConfig c;
+  AlgorithmConfig& a = c.algorithm;
   c.interface = p.str("iface");
-  c.algo = p.str("algo");
-  check_algo(c.algo);
-  c.memory_bytes = p.bytes("memory");
-  double top = p.number("heavy-threshold");
-  if (!(top >= 2)) p.fail("--heavy-threshold must be at least 2 packets");
-  c.top = static_cast<uint64_t>(top);
+  a.algo = p.str("algo");
+  check_algo(a.algo);
+  a.memory_bytes = p.bytes("memory");
+  a.heavy_threshold = p.number("heavy-threshold");
+  if (!(a.heavy_threshold >= 2)) p.fail("--heavy-threshold must be at least 2 packets");
   c.duration_s = p.has("duration") ? p.number("duration") : 0;
   c.packets = p.has("packets") ? p.u64("packets") : 0;
   c.native = p.has("native");
   c.pass_hits = p.has("pass-hits");
-  c.hw_capacity = p.u64("hw-capacity");
-  if (c.hw_capacity == 0) p.fail("--hw-capacity must be > 0");
-  read_shared_options(p, c);
+  a.hw_capacity = p.u64("hw-capacity");
+  if (a.hw_capacity == 0) p.fail("--hw-capacity must be > 0");
+  read_shared_options(p, a);
   if (p.has("bpf-object")) c.bpf_object = p.str("bpf-object");
   if (p.has("ipfix")) c.ipfix = p.str("ipfix");
   c.export_interval_s = p.number("export-interval");
@@ -521,12 +522,12 @@ int cmd_live(int argc, char** argv) {
   Result out(std::string(kTool) + " live", argc, argv);
   out.set_placement(c.placement);
   out.set_backend(std::string("xdp-") + r.xdp_mode);
-  out.parameters() = {{"iface", c.interface},       {"algo", c.algo},         {"memory_bytes", c.memory_bytes},
-                      {"top", c.top},               {"hw_capacity", c.hw_capacity},
-                      {"hw_insert_rate", c.hw_insert_rate}, {"xdp_mode", r.xdp_mode}, {"pass_hits", c.pass_hits}};
+  out.parameters() = {{"iface", c.interface},       {"algo", a.algo},         {"memory_bytes", a.memory_bytes},
+                      {"top", r.top},               {"hw_capacity", a.hw_capacity},
+                      {"hw_insert_rate", a.hw_insert_rate}, {"xdp_mode", r.xdp_mode}, {"pass_hits", c.pass_hits}};
   nlohmann::json heavy = nlohmann::json::array();
   for (const auto& k : r.heavy_reported) heavy.push_back({{"flow", k.str()}, {"estimate", r.estimates.at(k)}});
-  nlohmann::json f = {{"algo", c.algo},
+  nlohmann::json f = {{"algo", a.algo},
                       {"workers", r.workers},
                       {"seconds", r.seconds},
                       {"frames", r.frames},
@@ -554,7 +555,7 @@ int cmd_live(int argc, char** argv) {
   out.set_wall_ns(static_cast<uint64_t>(r.seconds * 1e9));
   std::printf("%s on %s (%s XDP, %u workers): %.1f s, %llu frames; %llu packets counted in hw (%.1f %%), %llu by the "
               "dpu workers, %llu not flows, %llu dropped; %zu flows, %zu heavy\n",
-              c.algo.c_str(), c.interface.c_str(), r.xdp_mode.c_str(), r.workers, r.seconds,
+              a.algo.c_str(), c.interface.c_str(), r.xdp_mode.c_str(), r.workers, r.seconds,
               (unsigned long long)r.frames, (unsigned long long)r.hw_packets, 100 * hw_share,
               (unsigned long long)r.dpu_packets, (unsigned long long)r.not_a_flow, (unsigned long long)r.drops,
               r.estimates.size(), r.heavy_reported.size());

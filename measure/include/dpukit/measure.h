@@ -154,12 +154,31 @@ struct WirePlan {
 };
 WirePlan plan_wire(std::span<const Packet> packets, unsigned workers);
 
-struct RunConfig {
-  std::string algo = "duet";        // algorithms(): a sketch, "duet", or "none" (the datapath alone)
+// What is measured and how: the same for an offline run and a live one.
+struct AlgorithmConfig {
+  std::string algo = "duet";        // algorithms(): a sketch, "duet", or "none" (the datapath alone; offline only)
   size_t memory_bytes = 500 * 1024;
+  // TOP and the heavy-hitter threshold: < 1 a fraction of the packets a run
+  // replays (offline only: a live run has no length), >= 1 packets.
+  double heavy_threshold = 0.0005;
+  // Duet's hardware flow table. Capacity 0: offline, twice the flows that can
+  // reach TOP (a power of two, 1,024 to 65,536); live, 65,536.
+  size_t hw_capacity = 0;
+  double hw_insert_rate = 77000;
+  uint64_t hw_insert_latency_ns = 20000;
+  uint64_t hw_idle_timeout_ns = 1000000000;
+  // 0 = sized from the number of flows that can reach TOP (live: the table's
+  // capacity), at most a quarter of the budget
+  size_t duet_records = 0;
+  // 16 or 32; 0 = 16, or 32 where TOP is beyond 16-bit counters' reach (with a warning)
+  unsigned duet_counter_bits = 0;
+  SketchOptions sketch;
+};
+
+struct RunConfig {
+  AlgorithmConfig algorithm;
   unsigned workers = 1;
   double rate_pps = 0;              // offered load; 0 = as fast as possible
-  double heavy_threshold = 0.0005;  // < 1: a fraction of the packets; >= 1: packets
   uint64_t packets_limit = 0;       // replay only the first N packets (0 = all)
   uint32_t packet_size = 0;         // every packet's bytes on the wire (0 = the trace's own)
   // The trace is replayed this many times; all but the last are warm-up,
@@ -170,15 +189,6 @@ struct RunConfig {
   // Workers poll their rings, as a DPDK worker does, instead of sleeping when
   // they find them empty: no wake-up latency or cost, a whole core each.
   bool worker_poll = false;
-  // Duet's hardware flow table
-  size_t hw_capacity = 0;  // 0 = twice the flows that can reach TOP (a power of two, 1,024 to 65,536)
-  double hw_insert_rate = 77000;
-  uint64_t hw_insert_latency_ns = 20000;
-  uint64_t hw_idle_timeout_ns = 1000000000;
-  size_t duet_records = 0;  // 0 = sized from the number of flows that can reach TOP, at most a quarter of the budget
-  // 16 or 32; 0 = 16, or 32 where TOP is beyond 16-bit counters' reach (with a warning)
-  unsigned duet_counter_bits = 0;
-  SketchOptions sketch;
   Placement placement;
   size_t ring_slots = 16384;  // per worker: room for a wake-up's latency at tens of Mpps
   uint64_t timeline_every = 0;  // sample hw occupancy every N packets (0 = no timeline)
@@ -270,21 +280,14 @@ ZeroLossSearch zero_loss_rate(const Trace& trace, const GroundTruth& truth, cons
 //
 // Needs root (CAP_BPF and CAP_NET_ADMIN); errors say what is missing.
 struct LiveConfig {
+  // TOP and the heavy-hitter threshold in packets (a live run has no length to take a share of).
+  LiveConfig() { algorithm.heavy_threshold = 1000; }
   std::string interface;
-  std::string algo = "duet";
-  size_t memory_bytes = 500 * 1024;
-  uint64_t top = 1000;     // TOP and the heavy-hitter threshold, in packets (a live run has no length to take a share of)
+  AlgorithmConfig algorithm;
   double duration_s = 0;   // stop after this long (0: no limit)
   uint64_t packets = 0;    // stop once this many flow packets were measured, hw and dpu (0: no limit)
   bool native = false;     // native (driver) XDP instead of generic (skb)
   bool pass_hits = false;  // a hit goes on to the kernel stack instead of being dropped after counting
-  size_t hw_capacity = 65536;
-  double hw_insert_rate = 77000;
-  uint64_t hw_insert_latency_ns = 20000;
-  uint64_t hw_idle_timeout_ns = 1000000000;
-  size_t duet_records = 0;        // 0: a quarter of the budget (at least 128, at most the table's capacity)
-  unsigned duet_counter_bits = 0;  // 0: 16, or 32 where TOP is beyond 16-bit counters' reach
-  SketchOptions sketch;
   Placement placement;
   std::string bpf_object;  // the compiled XDP program; empty: the one the build put beside the tools
   std::string ipfix;       // IPFIX collector host:port for the heavy flows; empty: none

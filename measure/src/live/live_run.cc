@@ -16,6 +16,7 @@
 #include "dpukit/core/prometheus.h"
 #include "dpukit/measure.h"
 #include "duet.h"
+#include "measurer.h"
 #include "export/ipfix.h"
 #include "live/xdp_flow_table.h"
 #include "live/xsk_receiver.h"
@@ -27,6 +28,7 @@ namespace {
 constexpr int kLinkEthernet = 1;  // DLT_EN10MB: AF_XDP hands over whole Ethernet frames
 constexpr int kPollMs = 20;       // a worker's longest sleep when its queue is idle
 constexpr size_t kTopFlows = 10;  // heavy flows shown in /metrics
+constexpr size_t kBurst = 64;     // flow packets a worker hands the measurer at once
 
 uint64_t wall_ms() {
   return static_cast<uint64_t>(
@@ -37,7 +39,6 @@ uint64_t wall_ms() {
 // One dpu worker's own state: only it writes; read once it has stopped, or
 // (the counters) by /metrics at any time.
 struct Worker {
-  std::unique_ptr<Sketch> sketch;             // baselines: one instance per worker
   std::unordered_set<FlowKey, FlowKeyHash> seen;  // flows to report estimates for (candidates)
   std::atomic<uint64_t> packets{0};
   // Flows met for the first time since the reporter last looked (a lock per
@@ -92,7 +93,8 @@ struct Reporter {
 };
 
 std::string metrics_text(const std::string& algo, const std::vector<std::unique_ptr<Worker>>& workers,
-                         const XdpFlowTable& table, const XskReceiver& rx, const Duet* duet, Reporter& reporter) {
+                         const XdpFlowTable& table, const XskReceiver& rx, const Measurer& measurer,
+                         Reporter& reporter) {
   MetricsWriter m;
   uint64_t dpu = 0;
   for (const auto& w : workers) dpu += w->packets.load(std::memory_order_relaxed);
@@ -109,8 +111,8 @@ std::string metrics_text(const std::string& algo, const std::vector<std::unique_
   m.counter("dpukit_measure_hw_refusals_total", "Insertions the hardware flow table refused",
             st.refused_table_full + st.refused_queue_full + st.refused_exists);
   m.counter("dpukit_measure_hw_aged_total", "Entries aged out of the hardware flow table", st.aged);
-  if (duet) {
-    const DuetStats ds = duet->stats();
+  if (const std::optional<DuetStats> duet = measurer.duet_stats()) {
+    const DuetStats& ds = *duet;
     m.counter("dpukit_measure_promotions_total", "Flows Duet promoted to the hardware table", ds.promotions);
     // A record is never freed: once all are used, flows that reach TOP stay in the sketch.
     m.gauge("dpukit_measure_duet_records_used", "Promoted-flow records in use", ds.records_used);
@@ -131,17 +133,13 @@ std::string metrics_text(const std::string& algo, const std::vector<std::unique_
 }  // namespace
 
 LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
-  const bool is_duet = cfg.algo == "duet";
-  if (cfg.algo == "none") throw std::invalid_argument("live: --algo none measures nothing");
-  if (cfg.top < 2) throw std::invalid_argument("live: the heavy threshold must be at least 2 packets");
+  const AlgorithmConfig& algo = cfg.algorithm;
+  if (algo.algo == "none") throw std::invalid_argument("live: --algo none measures nothing");
   LiveResult res;
-  res.top = cfg.top;
+  res.top = top_packets(algo, 0);
 
   XdpFlowTable::Options to;
-  to.table.capacity = cfg.hw_capacity;
-  to.table.insert_rate = cfg.hw_insert_rate;
-  to.table.insert_latency_ns = cfg.hw_insert_latency_ns;
-  to.table.idle_timeout_ns = cfg.hw_idle_timeout_ns;
+  to.table = hw_table_config(algo, 0, res.top);
   to.bpf_object = cfg.bpf_object;
   to.interface = cfg.interface;
   to.mode = cfg.native ? XdpMode::kNative : XdpMode::kGeneric;
@@ -155,44 +153,23 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
   res.workers = rx.queue_count();
   res.xdp_mode = to_string(to.mode);
 
-  std::unique_ptr<Duet> duet;
+  Measurer measurer(algo, res.workers, res.top, 0, &table);
+  res.memory_bytes = measurer.memory_bytes();
+  const bool is_duet = measurer.is_duet();
   std::vector<std::unique_ptr<Worker>> workers;
   for (unsigned w = 0; w < res.workers; ++w) workers.push_back(std::make_unique<Worker>());
-  if (is_duet) {
-    DuetConfig dc;
-    dc.memory_bytes = cfg.memory_bytes;
-    dc.top = cfg.top;
-    // A quarter of the budget for promoted-flow records, at most one per hardware entry.
-    dc.records = cfg.duet_records ? cfg.duet_records
-                                  : std::min<size_t>(std::max<size_t>(Duet::records_in(cfg.memory_bytes / 4), 128),
-                                                     cfg.hw_capacity);
-    dc.counter_bits = cfg.duet_counter_bits ? cfg.duet_counter_bits : (cfg.top <= Duet::kMaxTop16 ? 16 : 32);
-    dc.seed = cfg.sketch.seed;
-    dc.single_writer = res.workers == 1;
-    try {
-      duet = std::make_unique<Duet>(dc, table);
-    } catch (const std::invalid_argument& e) {
-      throw BudgetError(e.what());
-    }
-    res.memory_bytes = duet->memory_bytes();
-  } else {
-    for (auto& w : workers) {
-      w->sketch = make_sketch(cfg.algo, cfg.memory_bytes / res.workers, cfg.sketch);
-      res.memory_bytes += w->sketch->memory_bytes();
-    }
-  }
 
   Reporter reporter;
-  reporter.top = cfg.top;
+  reporter.top = res.top;
   if (!cfg.ipfix.empty()) reporter.ipfix = std::make_unique<IpfixExporter>(cfg.ipfix);
   // Duet's estimates may be read while its workers run (its counters and
   // records are atomics); a baseline's sketch belongs to its worker, so
   // baselines report once, at the end.
-  const bool by_interval = duet && cfg.export_interval_s > 0 && (reporter.ipfix || !cfg.metrics.empty());
+  const bool by_interval = is_duet && cfg.export_interval_s > 0 && (reporter.ipfix || !cfg.metrics.empty());
   std::unique_ptr<MetricsEndpoint> endpoint;
   if (!cfg.metrics.empty())
     endpoint = std::make_unique<MetricsEndpoint>(
-        cfg.metrics, [&] { return metrics_text(cfg.algo, workers, table, rx, duet.get(), reporter); });
+        cfg.metrics, [&] { return metrics_text(algo.algo, workers, table, rx, measurer, reporter); });
   res.metrics_port = endpoint ? endpoint->port() : 0;
   log_info("live: measuring " + cfg.interface + " (" + res.xdp_mode + " XDP, " + std::to_string(res.workers) +
            " dpu worker" + (res.workers == 1 ? "" : "s") + ")" +
@@ -208,30 +185,41 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
       if (auto why = pin_current_thread(cfg.placement.dpu.nth(w)); !why.empty()) log_warn("dpu worker: " + why);
       PlaceTimer t(res.cpu, Place::kDpu);
       Worker& me = *workers[w];
+      FlowKey burst[kBurst];
+      const FlowKey* keys[kBurst];
+      for (size_t i = 0; i < kBurst; ++i) keys[i] = &burst[i];
+      size_t n = 0;
+      auto flush = [&] {
+        if (n == 0) return;
+        measurer.update_burst(w, keys, n);  // Duet: Algorithm 1, lines 6-24
+        me.packets.store(me.packets.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+        n = 0;
+      };
       auto on_frame = [&](const uint8_t* frame, uint32_t len, unsigned) {
-        FlowKey key;
+        FlowKey& key = burst[n];
         // Not IPv4 TCP/UDP: the XDP program counted it (not_a_flow), whichever way it went.
         if (parse_frame(kLinkEthernet, frame, len, &key) != ParseResult::kOk) return;
-        if (duet) duet->on_sketch_path(key);  // Algorithm 1, lines 6-24
-        else me.sketch->update(key, 1);
         if (me.seen.insert(key).second && by_interval) {
           std::lock_guard lock(me.fresh_mu);
           me.fresh.push_back(key);
         }
-        me.packets.store(me.packets.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        if (++n == kBurst) flush();
       };
-      while (!done.load(std::memory_order_acquire)) rx.poll_queue(w, on_frame, kPollMs);
-      while (rx.poll_queue(w, on_frame, 0) > 0) {  // what is already in the ring
+      while (!done.load(std::memory_order_acquire)) {
+        rx.poll_queue(w, on_frame, kPollMs);
+        flush();
       }
+      while (rx.poll_queue(w, on_frame, 0) > 0) flush();  // what is already in the ring
+      flush();
     });
   }
+  std::atomic<bool> stop_control{false};
   std::thread control;
-  if (duet) {
+  if (is_duet) {
     control = std::thread([&] {
       if (auto why = pin_current_thread(cfg.placement.dpu); !why.empty()) log_warn("dpu control: " + why);
       PlaceTimer t(res.cpu, Place::kDpu);
-      while (!done.load(std::memory_order_acquire))
-        if (table.wait_events(std::chrono::milliseconds(2))) duet->apply_hw_events();
+      measurer.control_loop(stop_control);
     });
   }
 
@@ -241,7 +229,7 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
     reporter.gather(workers);
     std::vector<std::pair<FlowKey, double>> heavy;
     for (const FlowKey& k : reporter.candidates)
-      if (double e = duet->estimate(k); e >= cfg.top) heavy.emplace_back(k, e);
+      if (double e = measurer.estimate(0, k); e >= res.top) heavy.emplace_back(k, e);  // Duet's: any worker's
     reporter.report(std::move(heavy), table, wall_ms());
   };
   auto next_report = t0 + std::chrono::duration<double>(cfg.export_interval_s);
@@ -249,7 +237,7 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
   std::optional<PlaceTimer> report_time;  // the reporter is dpu work
   if (by_interval) report_time.emplace(res.cpu, Place::kDpu);
   for (;;) {
-    if (const DuetStats ds = duet && !warned_records_full ? duet->stats() : DuetStats{};
+    if (const DuetStats ds = !warned_records_full ? measurer.duet_stats().value_or(DuetStats{}) : DuetStats{};
         ds.records > 0 && ds.records_used >= ds.records) {
       warned_records_full = true;
       log_warn("duet: all " + std::to_string(ds.records) +
@@ -273,10 +261,8 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
   }
   done.store(true, std::memory_order_release);
   for (auto& t : threads) t.join();
-  if (control.joinable()) control.join();
-  if (duet)
-    while (duet->apply_hw_events() > 0) {
-    }
+  stop_control.store(true, std::memory_order_release);
+  if (control.joinable()) control.join();  // it drains the outcomes that came after the workers stopped
   report_time.reset();
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const uint64_t end_ms = wall_ms();
@@ -294,22 +280,15 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
   res.drops = rs.total.rx_dropped + rs.total.rx_ring_full;
   for (const auto& w : workers) res.dpu_packets += w->packets.load();
   res.hw = table.stats();
-  if (duet) res.duet = duet->stats();
+  res.duet = measurer.duet_stats();
 
   // Estimates for every flow a worker saw: a flow reaches the hardware table
   // only by promotion from a worker, so no flow is missed.
   std::vector<std::vector<FlowKey>> routed(res.workers);
-  for (unsigned w = 0; w < res.workers; ++w)
-    for (const FlowKey& k : workers[w]->seen) {
-      routed[w].push_back(k);
-      double e = duet ? duet->estimate(k) : workers[w]->sketch->estimate(k);
-      res.estimates.emplace(k, e);
-      if (duet && e >= cfg.top) res.heavy_reported.push_back(k);
-    }
-  if (!duet)
-    for (unsigned w = 0; w < res.workers; ++w)
-      for (auto& [k, e] : workers[w]->sketch->heavy_hitters(static_cast<double>(cfg.top), routed[w]))
-        res.heavy_reported.push_back(k);
+  for (unsigned w = 0; w < res.workers; ++w) routed[w].assign(workers[w]->seen.begin(), workers[w]->seen.end());
+  Measurer::Answer answer = measurer.query(routed, static_cast<double>(res.top));
+  res.estimates = std::move(answer.estimates);
+  res.heavy_reported = std::move(answer.heavy);
 
   // The last interval: what each heavy flow gained since its last record
   // (everything, for a baseline); bytes where the hardware table counted them

@@ -1,0 +1,168 @@
+#include "measurer.h"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+
+#include "dpukit/core/log.h"
+
+namespace dpukit::measure {
+
+namespace {
+
+size_t default_records(uint64_t packets, uint64_t top, size_t hw_capacity, size_t memory_bytes) {
+  // At most packets/TOP flows can each bring TOP packets; a quarter of that
+  // bound covers the heavy flows of skewed traffic. Promotions beyond it stay
+  // in the sketch (counted as records_full). Live, with no length known, as
+  // many as the hardware table holds. Never more than a quarter of the budget.
+  uint64_t most = std::max<uint64_t>(1, Duet::records_in(memory_bytes / 4));
+  if (packets == 0) return static_cast<size_t>(std::min<uint64_t>(most, hw_capacity));
+  uint64_t bound = std::max<uint64_t>(1, packets / std::max<uint64_t>(top, 1));
+  return static_cast<size_t>(
+      std::min(most, std::clamp<uint64_t>(bound / 4, 128, std::max<uint64_t>(128, hw_capacity))));
+}
+
+}  // namespace
+
+uint64_t top_packets(const AlgorithmConfig& config, uint64_t packets) {
+  if (packets == 0 && !(config.heavy_threshold >= 2))
+    throw std::invalid_argument("live: the heavy threshold must be at least 2 packets");
+  return heavy_threshold_packets(config.heavy_threshold, packets);
+}
+
+EmulatedFlowTable::Config hw_table_config(const AlgorithmConfig& config, uint64_t packets, uint64_t top) {
+  EmulatedFlowTable::Config tc;
+  // At most packets/TOP flows can reach TOP in an epoch. A real eSwitch holds
+  // far more rules; the emulated table's slots cost the wire cache misses, so
+  // by default it is sized to what Duet can use.
+  tc.capacity = config.hw_capacity          ? config.hw_capacity
+                : packets == 0 ? 65536
+                               : std::bit_ceil(std::clamp<uint64_t>(2 * packets / std::max<uint64_t>(top, 1), 1024, 65536));
+  tc.insert_rate = config.hw_insert_rate;
+  tc.insert_latency_ns = config.hw_insert_latency_ns;
+  tc.idle_timeout_ns = config.hw_idle_timeout_ns;
+  return tc;
+}
+
+Measurer::Measurer(const AlgorithmConfig& cfg, unsigned workers, uint64_t top, uint64_t packets, FlowTable* table)
+    : workers_(workers), top_(top), none_(cfg.algo == "none"), table_(table), sinks_(workers) {
+  if (workers == 0) throw std::invalid_argument("at least one dpu worker");
+  if (cfg.algo == "duet") {
+    if (!table) throw std::invalid_argument("duet needs a hardware flow table");
+    DuetConfig dc;
+    dc.memory_bytes = cfg.memory_bytes;
+    dc.top = top;
+    dc.records = cfg.duet_records ? cfg.duet_records
+                                  : default_records(packets, top, table->capacity(), cfg.memory_bytes);
+    dc.seed = cfg.sketch.seed;
+    dc.counter_bits = cfg.duet_counter_bits;
+    if (dc.counter_bits == 0) {
+      dc.counter_bits = top <= Duet::kMaxTop16 ? 16 : 32;
+      if (dc.counter_bits == 32)
+        log_warn("duet: TOP is " + std::to_string(top) + " packets, beyond 16-bit counters' " +
+                 std::to_string(Duet::kMaxTop16) + ": using 32-bit counters");
+    }
+    dc.single_writer = workers == 1;
+    try {
+      duet_ = std::make_unique<Duet>(dc, *table);
+    } catch (const std::invalid_argument& e) {
+      throw BudgetError(e.what());
+    }
+  } else if (!none_) {
+    // Equal total memory: each worker's instance gets an equal share.
+    for (unsigned w = 0; w < workers; ++w) sketches_.push_back(make_sketch(cfg.algo, cfg.memory_bytes / workers, cfg.sketch));
+  }
+}
+
+size_t Measurer::memory_bytes() const {
+  if (duet_) return duet_->memory_bytes();
+  size_t m = 0;
+  for (const auto& s : sketches_) m += s->memory_bytes();
+  return m;
+}
+
+void Measurer::update_burst(unsigned worker, const FlowKey* const* keys, size_t n) {
+  if (duet_) {
+    duet_->on_sketch_path_burst(keys, n);  // Algorithm 1, lines 6-24
+  } else if (!none_) {
+    sketches_[worker]->update_burst(keys, n);
+  } else {
+    uint64_t seen = sinks_[worker].seen;
+    for (size_t i = 0; i < n; ++i) {
+      uint64_t lo, hi;
+      keys[i]->to_words(lo, hi);
+      seen += lo ^ hi;
+    }
+    sinks_[worker].seen = seen;
+  }
+}
+
+size_t Measurer::control_step() {
+  if (!duet_) return 0;
+  // Duet's retired flows (records reclaimed once their flows aged out) are to
+  // be taken here, after the outcomes that retire them: their counts go to a
+  // per-flow sum offline (added in estimate()), or to the exporter live.
+  return duet_->apply_hw_events();
+}
+
+void Measurer::control_loop(const std::atomic<bool>& stop) {
+  if (!duet_) return;
+  while (!stop.load(std::memory_order_acquire))
+    if (table_->wait_events(std::chrono::milliseconds(2))) control_step();
+  drain();
+}
+
+void Measurer::poll_control(uint64_t now, uint64_t every_ns) {
+  if (!duet_ || now < next_control_ns_) return;
+  control_step();
+  next_control_ns_ = now + every_ns;
+}
+
+void Measurer::drain() {
+  while (control_step() > 0) {  // every outcome, not just one call's worth
+  }
+}
+
+double Measurer::estimate(unsigned worker, const FlowKey& key) const {
+  // Duet: Algorithm 2 plus the records (and, once records are reclaimed, the
+  // flow's retired counts).
+  if (duet_) return duet_->estimate(key);
+  if (none_) return 0;
+  return sketches_[worker]->estimate(key);
+}
+
+Measurer::Answer Measurer::query(const std::vector<std::vector<FlowKey>>& candidates, double threshold) const {
+  Answer a;
+  if (none_) return a;
+  for (unsigned w = 0; w < candidates.size(); ++w)
+    for (const FlowKey& k : candidates[w]) {
+      double e = estimate(w, k);
+      a.estimates.emplace(k, e);
+      if (duet_ && e >= threshold) a.heavy.push_back(k);
+    }
+  if (!duet_)  // sketches that keep keys answer from them
+    for (unsigned w = 0; w < candidates.size(); ++w)
+      for (auto& [k, e] : sketches_[w]->heavy_hitters(threshold, candidates[w])) a.heavy.push_back(k);
+  return a;
+}
+
+std::optional<double> Measurer::cardinality() const {
+  if (sketches_.empty() || !sketches_[0]->cardinality()) return std::nullopt;
+  double sum = 0;
+  for (const auto& s : sketches_) sum += s->cardinality().value_or(0);
+  return sum;
+}
+
+std::optional<double> Measurer::entropy() const {
+  if (sketches_.size() != 1) return std::nullopt;
+  return sketches_[0]->entropy();
+}
+
+std::optional<DuetStats> Measurer::duet_stats() const {
+  if (!duet_) return std::nullopt;
+  return duet_->stats();
+}
+
+}  // namespace dpukit::measure
