@@ -72,7 +72,8 @@ def test_measure_subcommand_help(measure_tool, run_dpukit):
 
 def test_experiments_are_registered_after_core():
     names = list(experiments.registry())
-    ours = ["measure.accuracy", "measure.speed", "measure.convergence", "measure.throughput", "measure.scaling"]
+    ours = ["measure.accuracy", "measure.speed", "measure.convergence", "measure.throughput", "measure.scaling",
+            "measure.soak"]
     start = names.index(ours[0])
     assert names[start:start + len(ours)] == ours
     assert all(n.startswith("core.") for n in names[:start])
@@ -357,12 +358,14 @@ def test_eval_quick_measure_end_to_end(measure_tool, tmp_path, run_dpukit):
     out = tmp_path / "results"
     proc = run_dpukit("eval", "--quick", "--only", "measure", "--out", str(out), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "[eval 1/5] measure.accuracy:" in proc.stderr
+    assert "[eval 1/6] measure.accuracy:" in proc.stderr
     run_dir = (out / "latest").resolve()
     md = (run_dir / "report.md").read_text()
     html = (run_dir / "report.html").read_text()
-    for name in ("measure.accuracy", "measure.speed", "measure.convergence", "measure.throughput", "measure.scaling"):
+    for name in ("measure.accuracy", "measure.speed", "measure.convergence", "measure.throughput", "measure.scaling",
+                 "measure.soak"):
         assert f"## {name}:" in md and name in html
+    assert "Skipped in quick mode (it runs for 30 minutes)" in md  # measure.soak: full mode only
     assert "FAILED" not in md
     for caption in ("backbone: ARE vs memory", "datacenter: HH F1 vs memory", "(a) As fast as possible",
                     "(b) Offered", "Relative error of the heavy flows", "Duet at", "Workers, backbone trace"):
