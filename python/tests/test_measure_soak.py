@@ -130,3 +130,17 @@ def test_a_wave_as_the_soak_prepares_it(measure_tool, tmp_path):
         assert min(truth.values()) >= 1.5 * ms.TOP  # each is promoted well before its wave ends
     assert not set(waves[0][1]) & set(waves[1][1])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["wave-0.pcap", "wave-1.pcap"]
+
+
+def test_health_checks_flag_records_running_out_and_missing_flows():
+    a = ("10.0.0.1", "10.0.0.2", 1, 2, 6)
+    healthy = [{"records_used": 0, "records_full": 0}, {"records_used": 900, "records_full": 0}]
+    ok = ms.health_checks(healthy, 2666, [(10.0, ms.wave_error({a: 98}, {a: 98}))])
+    assert [passed for _, _, passed in ok] == [True, True, True]
+    assert ok[0][1] == "at most 900 of 2,666"
+    before = [{"records_used": 2666, "records_full": 0}, {"records_used": 2666, "records_full": 4711}]
+    bad = ms.health_checks(before, 2666, [(10.0, ms.wave_error({a: 98}, {}))])
+    assert [passed for _, _, passed in bad] == [False, False, False]
+    assert bad[1][1] == "4,711 packets at the end" and bad[2][1] == "0 of 1"
+    # Without the gauges (an algorithm without records), only what can be checked.
+    assert [c for c, _, _ in ms.health_checks([{"rss_kib": 1}], None, [])] == ["every heavy flow is exported"]

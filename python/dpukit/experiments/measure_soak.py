@@ -194,6 +194,24 @@ def flatness(xs: Sequence[float], ys: Sequence[float], floor: float,
     return Flatness(s1 * 3600, s2 * 3600, change, tolerance, abs(change) <= tolerance)
 
 
+def health_checks(samples: Sequence[dict[str, Any]], records: float | None,
+                  errors: Sequence[tuple[float, WaveError]]) -> list[tuple[str, str, bool]]:
+    """(check, what was seen, passed): records in use below their number, the
+    records-full counter at 0, every heavy flow exported."""
+    used = [s["records_used"] for s in samples if s.get("records_used") is not None]
+    full = [s["records_full"] for s in samples if s.get("records_full") is not None]
+    missing = sum(e.missing for _, e in errors)
+    flows = sum(e.flows for _, e in errors)
+    out = []
+    if used and records:
+        out.append(("records in use stay below their number", f"at most {fmt_int(max(used))} of {fmt_int(records)}",
+                    max(used) < records))
+    if full:
+        out.append(("the records-full counter stays 0", f"{fmt_int(full[-1])} packets at the end", full[-1] == 0))
+    out.append(("every heavy flow is exported", f"{fmt_int(flows - missing)} of {fmt_int(flows)}", missing == 0))
+    return out
+
+
 # -- the run ----------------------------------------------------------------------
 
 
@@ -554,6 +572,9 @@ def describe(ctx: Context, sec: Section, run: SoakRun) -> None:
                 fmt_sig(fl.change), fmt_sig(fl.tolerance), "yes" if fl.flat else "NO"] if fl else
                [label, "n/a", "n/a", "n/a", "n/a", "too few samples"] for label, unit, fl in rows],
               caption="Flat or not: a least-squares line through each half of the run")
+    sec.table(["check", "seen", "passed"],
+              [[c, v, "yes" if ok else "NO"] for c, v, ok in health_checks(run.samples, records, errors)],
+              caption="What a run of any length must keep")
     rss = [s["rss_kib"] for s in run.samples]
     used = [s["records_used"] for s in run.samples if s.get("records_used") is not None]
     full = [s["records_full"] for s in run.samples if s.get("records_full") is not None]
