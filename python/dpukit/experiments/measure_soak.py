@@ -533,6 +533,7 @@ def describe(ctx: Context, sec: Section, run: SoakRun) -> None:
     f = run.live["figures"]
     duet, hw = f.get("duet", {}), f.get("hw", {})
     errors = [(w.end, wave_error(w.truth, run.exported)) for w in run.waves]
+    heavy_keys = {k for w in run.waves for k in w.truth}
     heavy_sent = sum(len(w.truth) for w in run.waves)
     packets_sent = sum(w.packets for w in run.waves)
     send_seconds = sum(run.replay_seconds)
@@ -553,13 +554,13 @@ def describe(ctx: Context, sec: Section, run: SoakRun) -> None:
         "directory), so that a rebuild during the soak does not change what runs.")
     sec.table(["seconds", "waves", "heavy flows sent", "packets sent", "sent packets/s", "frames seen",
                "drops", "promotions", "hw entries aged", "records", "records full (packets)", "IPFIX records",
-               "heavy flows exported"],
+               "heavy flows exported", "other flows exported"],
               [[fmt_int(f["seconds"]), fmt_int(len(run.waves)), fmt_int(heavy_sent), fmt_int(packets_sent),
                 fmt_int(packets_sent / send_seconds) if send_seconds else "n/a",
                 fmt_int(f["frames"] - f["not_a_flow"]), fmt_int(f["drops"]), fmt_int(duet.get("promotions", 0)),
                 fmt_int(hw.get("aged", 0)), fmt_int(records) if records else "n/a",
                 fmt_int(duet.get("records_full", 0)), fmt_int(f.get("ipfix_records", 0)),
-                fmt_int(len(run.exported))]],
+                fmt_int(len(heavy_keys & run.exported.keys())), fmt_int(len(run.exported.keys() - heavy_keys))]],
               caption="The soak run")
     if full_warned:
         sec.paragraph("The tool warned that all its promoted-flow records were in use: from then on flows that "
