@@ -144,3 +144,12 @@ def test_health_checks_flag_records_running_out_and_missing_flows():
     assert bad[1][1] == "4,711 packets at the end" and bad[2][1] == "0 of 1"
     # Without the gauges (an algorithm without records), only what can be checked.
     assert [c for c, _, _ in ms.health_checks([{"rss_kib": 1}], None, [])] == ["every heavy flow is exported"]
+
+
+def test_hw_shares_are_per_interval():
+    samples = [{"seconds": 0, "packets_hw": 0, "packets_dpu": 0},
+               {"seconds": 5, "packets_hw": 400, "packets_dpu": 600},
+               {"seconds": 10, "packets_hw": 400, "packets_dpu": 1600},   # nothing in hardware any more
+               {"seconds": 15, "packets_hw": 400, "packets_dpu": 1600},   # idle: no point
+               {"seconds": 20, "packets_hw": None, "packets_dpu": 1700}]  # a scrape without the counter
+    assert ms.hw_shares(samples) == [(5, 0.4), (10, 0.0)]

@@ -194,6 +194,19 @@ def flatness(xs: Sequence[float], ys: Sequence[float], floor: float,
     return Flatness(s1 * 3600, s2 * 3600, change, tolerance, abs(change) <= tolerance)
 
 
+def hw_shares(samples: Sequence[dict[str, Any]]) -> list[tuple[float, float]]:
+    """(seconds, share of the packets counted in hardware since the previous
+    sample) for each sample interval with packets in it."""
+    out = []
+    for a, b in zip(samples, samples[1:]):
+        if None in (a.get("packets_hw"), a.get("packets_dpu"), b.get("packets_hw"), b.get("packets_dpu")):
+            continue
+        hw, dpu = b["packets_hw"] - a["packets_hw"], b["packets_dpu"] - a["packets_dpu"]
+        if hw + dpu > 0:
+            out.append((b["seconds"], hw / (hw + dpu)))
+    return out
+
+
 def health_checks(samples: Sequence[dict[str, Any]], records: float | None,
                   errors: Sequence[tuple[float, WaveError]]) -> list[tuple[str, str, bool]]:
     """(check, what was seen, passed): records in use below their number, the
@@ -600,6 +613,7 @@ def describe(ctx: Context, sec: Section, run: SoakRun) -> None:
         f"an error of {ERROR_FLOOR:g}) over that half. A healthy soak has all of them flat, records in use "
         "below the limit and the records-full counter at 0. Here " + "; ".join(verdict) + ".")
 
+    shares = hw_shares(run.samples)
     path, rel = ctx.plot_path("series")
     plain = {"marker": None, "linewidth": 1.6}
     ts = [s["seconds"] for s in run.samples]
@@ -619,18 +633,23 @@ def describe(ctx: Context, sec: Section, run: SoakRun) -> None:
                                                     if s.get("hw_entries") is not None],
                                                    plain | {"color": "tab:green"})], ymin_zero=True),
         Panel("estimate error per wave", "|exported - true| / true", [
-            Line("median", ex, [e.median for _, e in errors], plain | {"color": "tab:purple"}),
-            Line("max", ex, [e.max for _, e in errors], plain | {"color": "tab:purple", "linestyle": ":"})],
+            Line("median", ex, [e.median for _, e in errors], plain | {"color": "tab:purple", "marker": "."}),
+            Line("max", ex, [e.max for _, e in errors],
+                 plain | {"color": "tab:purple", "linestyle": ":", "marker": "."})],
               ymin_zero=True),
         Panel("records full", "packets, cumulative", [
             Line("records full", [s["seconds"] for s in run.samples if s.get("records_full") is not None], full,
                  plain | {"color": "tab:orange"})], ymin_zero=True),
+        Panel("counted in hardware", "share of the packets since the last sample", [
+            Line("hw share", [t for t, _ in shares], [v for _, v in shares], plain | {"color": "tab:brown"})],
+              ylim=(0, 1)),
     ], title=f"Live Duet soak: {len(run.waves)} waves of new flows at {fmt_thousands(RATE)} packets/s",
         xlabel="seconds", ncols=3)
     sec.image(rel, "Duet live soak series over time",
               "Over the soak: the live process's RSS; Duet's records in use against their number; the hardware "
               "table's entries; each wave's heavy flows' median and max relative error (exported sum against the "
-              "true count, at the wave's end); the records-full counter.")
+              "true count, at the wave's end); the records-full counter; the share of the packets counted in hardware "
+              "between two samples.")
     sec.paragraph("The commands (`bin/dpukit-measure` is the copy of `" + display_path(tool_path(TOOL))
                   + "`; wave K is written with `--first-flow K*" + str(WAVE_FLOWS) + "` into `wave-K.pcap`, "
                   "its true counts read back by `run --algo none --dump-estimates`, then replayed):")
