@@ -34,7 +34,9 @@ from typing import Any, Iterator, Sequence
 
 from dpukit.bench_e2e import free_udp_port
 from dpukit.experiments import Context, experiment, skipped_in_quick_mode
+from dpukit.errors import DpukitError
 from dpukit.experiments.measure_traces import TOOL
+from dpukit.experiments.mesh import rss_kib
 from dpukit.native import validate_result
 from dpukit.paths import display_path, tool_path
 from dpukit.plots import Line, Panel, panels_plot
@@ -280,13 +282,6 @@ def veth_pair(tag: str) -> Iterator[tuple[str, str, str]]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise OSError(f"/proc/{pid}/status has no VmRSS")
-
-
 def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         return parse_metrics(r.read().decode())
@@ -409,7 +404,7 @@ def _run_soak_in(ctx: Context, seconds: int, work: Path) -> SoakRun:
                 while not stop.is_set():
                     try:
                         samples.append(sample(time.monotonic() - t0, live.pid, metrics_port))
-                    except (OSError, ValueError):
+                    except (OSError, ValueError, DpukitError):
                         if live.poll() is not None:
                             return
                     stop.wait(SAMPLE_S)
