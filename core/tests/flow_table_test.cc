@@ -321,5 +321,201 @@ TEST(FlowTable, QueriesFromAnotherThreadSeeConsistentCountersWhileTheNicWrites) 
   EXPECT_GT(found, 190000u);
 }
 
+
+// ---- wire contexts: one per RSS queue, matching concurrently with the control path
+
+TEST(FlowTableWires, ARemovedEntrysFinalCountsWaitForEveryWireToMoveOn) {
+  uint64_t now = now_ns();
+  auto c = cfg(64);
+  c.clock = [&now] { return now; };
+  EmulatedFlowTable t(c);
+  t.index_flow_ids(16, [](const FlowKey& k) { return k.src_ip() - 0x0a000000u; });
+  auto a = t.attach_wire(), b = t.attach_wire();
+  EXPECT_NE(a->id(), b->id());
+  EXPECT_NE(a->id(), 0u) << "0 is the default context";
+  t.request_insert(key(3), {10, 100}, 5);
+  t.service(now);
+  events(t);
+  uint32_t id = 3, missed[1];
+  EXPECT_EQ(a->match_burst_by_id(&id, 1, nullptr, 64, now, missed), 0u);
+  EXPECT_TRUE(b->match(key(3), 64, now));
+  t.request_remove(key(3), 6);
+  t.service(now);
+  EXPECT_FALSE(t.query(key(3)).has_value()) << "out of the index at once";
+  EXPECT_EQ(a->match_burst_by_id(&id, 1, nullptr, 64, now, missed), 1u) << "no longer matched";
+  EXPECT_EQ(t.stats().reclaiming, 1u) << "b has not ended a call since the entry left";
+  EXPECT_TRUE(events(t).empty()) << "the final counts are not known yet";
+  b->idle();
+  t.service(now);
+  auto ev = events(t);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, FlowEvent::Kind::kRemoved);
+  EXPECT_EQ(ev[0].cookie, 6u);
+  EXPECT_EQ(ev[0].counters.packets, 12u);
+  EXPECT_EQ(ev[0].counters.bytes, 228u);
+  EXPECT_EQ(t.stats().reclaiming, 0u);
+  auto st = t.stats();
+  EXPECT_EQ(st.lookups, 3u);
+  EXPECT_EQ(st.hits, 2u);
+  EXPECT_EQ(st.cross_queue_hits, 1u) << "b hit the entry a had hit first";
+}
+
+TEST(FlowTableWires, AttachingIsBoundedAndComesBeforeTheIdIndex) {
+  EmulatedFlowTable t(cfg(16));
+  std::vector<std::unique_ptr<EmulatedFlowTable::Wire>> wires;
+  for (unsigned i = 0; i < EmulatedFlowTable::kMaxWires; ++i) wires.push_back(t.attach_wire());
+  EXPECT_THROW(t.attach_wire(), std::length_error);
+  EXPECT_THROW(t.index_flow_ids(4, [](const FlowKey&) { return 0u; }), std::logic_error);
+  wires.pop_back();
+  EXPECT_NO_THROW(wires.push_back(t.attach_wire())) << "a detached context is reused";
+  wires.clear();
+  EXPECT_NO_THROW(t.index_flow_ids(4, [](const FlowKey&) { return 0u; }));
+}
+
+TEST(FlowTableWires, TwoWiresHittingOneEntryLoseNoCount) {
+  // RSS pins a flow to one queue; if a flow did reach two, both queues' hits
+  // must still be counted: the entry's owner adds with plain stores, the
+  // other wire with atomic adds on counters of its own.
+  EmulatedFlowTable t(cfg(16));
+  t.index_flow_ids(1, [](const FlowKey&) { return 0u; });
+  t.request_insert(key(0), {});
+  drain(t);
+  constexpr int kBursts = 100000;
+  constexpr size_t kN = 32;
+  // Both attached before either starts: a detached context's id is reused.
+  auto wx = t.attach_wire(), wy = t.attach_wire();
+  std::atomic<int> ready{0};
+  auto hammer = [&](EmulatedFlowTable::Wire* w) {
+    ready.fetch_add(1);
+    while (ready.load() < 2) {
+    }  // start together, so that the two really overlap
+    uint32_t ids[kN] = {}, missed[kN];
+    uint64_t now = now_ns();
+    for (int r = 0; r < kBursts; ++r) {
+      if (w->match_burst_by_id(ids, kN, nullptr, 3, now, missed) != 0) ADD_FAILURE() << "a miss";
+      if (!w->match(key(0), 5, now)) ADD_FAILURE() << "a miss by key";
+    }
+  };
+  std::thread x(hammer, wx.get()), y(hammer, wy.get());
+  x.join();
+  y.join();
+  const uint64_t per_wire = kBursts * (kN + 1);
+  auto q = t.query(key(0));
+  ASSERT_TRUE(q.has_value());
+  EXPECT_EQ(q->packets, 2 * per_wire);
+  EXPECT_EQ(q->bytes, 2 * kBursts * (kN * 3 + 5));
+  auto st = t.stats();
+  EXPECT_EQ(st.hits, 2 * per_wire);
+  EXPECT_EQ(st.cross_queue_hits, per_wire) << "every hit of the wire that did not hit first";
+}
+
+TEST(FlowTableWires, ConcurrentWiresWithInsertsRemovalsAndAgingCountEveryHitExactly) {
+  // Four wire contexts (one per RSS queue: flow f belongs to queue f % 4)
+  // match bursts by id and single packets by key as fast as they can, while
+  // the control path inserts, removes and ages entries under them. Every hit
+  // a wire saw must come back exactly once: in the final counts of an
+  // aged or removed entry, or in a query of one still installed.
+  constexpr uint32_t kFlows = 4096, kWires = 4;
+  EmulatedFlowTable t(cfg(1024, 0, 0, 2 * kMs));  // a small table: constant churn and full-table refusals
+  t.index_flow_ids(kFlows, [](const FlowKey& k) { return k.src_ip() - 0x0a000000u; });
+  struct Seen {
+    std::vector<uint64_t> packets = std::vector<uint64_t>(kFlows), bytes = std::vector<uint64_t>(kFlows);
+    uint64_t lookups = 0;
+  };
+  std::vector<Seen> seen(kWires);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> wires;
+  for (uint32_t q = 0; q < kWires; ++q) {
+    wires.emplace_back([&, q] {
+      auto w = t.attach_wire();
+      std::mt19937 rng(q);
+      Seen& s = seen[q];
+      uint32_t ids[EmulatedFlowTable::kMaxBurst], sizes[EmulatedFlowTable::kMaxBurst], missed[EmulatedFlowTable::kMaxBurst];
+      for (int round = 0; !stop.load(std::memory_order_relaxed); ++round) {
+        const size_t n = 1 + rng() % EmulatedFlowTable::kMaxBurst;
+        for (size_t i = 0; i < n; ++i) {
+          ids[i] = (rng() % (kFlows / kWires)) * kWires + q;
+          sizes[i] = 40 + rng() % 1460;
+        }
+        const uint64_t now = now_ns();
+        size_t m = w->match_burst_by_id(ids, n, sizes, 0, now, missed);
+        for (size_t i = 0, k = 0; i < n; ++i) {
+          if (k < m && missed[k] == i) {
+            ++k;
+            continue;
+          }
+          s.packets[ids[i]] += 1;
+          s.bytes[ids[i]] += sizes[i];
+        }
+        s.lookups += n;
+        const uint32_t f = (rng() % (kFlows / kWires)) * kWires + q;
+        if (w->match(key(f), 100, now)) {
+          s.packets[f] += 1;
+          s.bytes[f] += 100;
+        }
+        s.lookups += 1;
+        if (round % 64 == 0) w->idle();  // as a wire between bursts may
+      }
+    });
+  }
+  // The control path: requests keep coming; each insertion seeds the entry with {1, 7}.
+  std::mt19937 rng(99);
+  std::vector<FlowEvent> ev;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(600);
+  while (std::chrono::steady_clock::now() < end) {
+    for (int r = 0; r < 50; ++r) {
+      const uint32_t f = rng() % kFlows;
+      if (rng() % 4) t.request_insert(key(f), {1, 7});
+      else t.request_remove(key(f));
+    }
+    t.service(now_ns());
+    t.poll_events(ev, SIZE_MAX);
+  }
+  stop = true;
+  for (auto& w : wires) w.join();  // each detaches
+  t.service(now_ns());
+  t.poll_events(ev, SIZE_MAX);
+  EXPECT_EQ(t.stats().reclaiming, 0u) << "every wire has detached";
+
+  std::vector<uint64_t> packets(kFlows), bytes(kFlows);
+  uint64_t inserted = 0, aged = 0, removed = 0;
+  for (const FlowEvent& e : ev) {
+    const uint32_t f = e.key.src_ip() - 0x0a000000u;
+    if (e.kind == FlowEvent::Kind::kInserted) {
+      ++inserted;
+      packets[f] -= 1;  // the seed is not a hit
+      bytes[f] -= 7;
+    } else if (e.kind == FlowEvent::Kind::kAged || (e.kind == FlowEvent::Kind::kRemoved && e.reason == FlowEvent::Reason::kNone)) {
+      aged += e.kind == FlowEvent::Kind::kAged;
+      removed += e.kind == FlowEvent::Kind::kRemoved;
+      packets[f] += e.counters.packets;
+      bytes[f] += e.counters.bytes;
+    }
+  }
+  for (uint32_t f = 0; f < kFlows; ++f)
+    if (auto q = t.query(key(f))) {
+      packets[f] += q->packets;
+      bytes[f] += q->bytes;
+    }
+  uint64_t hits = 0, lookups = 0;
+  for (uint32_t f = 0; f < kFlows; ++f) {
+    const Seen& s = seen[f % kWires];
+    ASSERT_EQ(packets[f], s.packets[f]) << "flow " << f;
+    ASSERT_EQ(bytes[f], s.bytes[f]) << "flow " << f;
+    hits += s.packets[f];
+  }
+  for (const Seen& s : seen) lookups += s.lookups;
+  auto st = t.stats();
+  EXPECT_EQ(st.hits, hits);
+  EXPECT_EQ(st.lookups, lookups);
+  EXPECT_EQ(st.cross_queue_hits, 0u) << "each flow reached one wire only";
+  EXPECT_EQ(st.inserted, inserted);
+  EXPECT_EQ(st.aged, aged);
+  EXPECT_EQ(st.removed, removed);
+  EXPECT_GT(aged, 100u) << "too little aging to test";
+  EXPECT_GT(removed, 100u) << "too few removals to test";
+  EXPECT_GT(hits, 100000u) << "too few hits to test";
+}
+
 }  // namespace
 }  // namespace dpukit

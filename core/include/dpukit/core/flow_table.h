@@ -58,6 +58,13 @@ struct FlowTableStats {
   uint64_t lookups = 0;
   uint64_t hits = 0;
   uint64_t pending = 0;  // requests queued, not yet applied
+  // Emulated table: hits on an entry by a wire context other than the one
+  // that hit it first. RSS pins a flow to one queue, so nonzero means a flow
+  // reached two queues; those hits are still counted, with atomic adds.
+  uint64_t cross_queue_hits = 0;
+  // Emulated table: entries no longer matched whose final counts wait for
+  // every wire context to finish the burst it was in (see EmulatedFlowTable).
+  uint64_t reclaiming = 0;
 };
 
 class FlowTable {
@@ -141,14 +148,43 @@ struct FlowTableOutcomes {
   void fill(FlowTableStats& st) const;  // entries, inserted, refused_table_full, refused_exists, removed, aged
 };
 
-// The emulated eSwitch. Its packet path (`match`) and its firmware work
-// (`service`: applying due insertions and removals, aging) must run on ONE
-// thread — the thread that stands for the NIC, whose CPU time is hw time.
-// Everything in the FlowTable interface is safe from any other thread.
-// Time is passed in explicitly (CLOCK_MONOTONIC ns, see now_ns()) to the NIC
-// thread's calls, and requests are stamped by Config::clock, so a test that
-// drives a model clock gets a model that does not depend on scheduling.
+// The emulated eSwitch, shared by several wire contexts as one eSwitch is by
+// a NIC's queues.
+//
+// Concurrency model:
+// - The firmware work (`service`: applying due insertions and removals,
+//   aging) runs on ONE thread at a time: the control path.
+// - The packet path runs in wire contexts, any number of them at once, each
+//   a `Wire` from attach_wire(), used by one thread at a time (one per RSS
+//   queue). The table's own `match` / `match_burst_by_id` are the default
+//   context's, which belongs to the thread that calls `service` (the
+//   single-threaded NIC of a test or a one-queue wire).
+// - Lookups only read what the control path writes: an entry's counters live
+//   in a slot that never moves while the entry is installed (the hash index
+//   holds slot numbers, and only the index is reshuffled on removal), and
+//   the dense-id index is one word per flow. Key lookups retry across a
+//   removal (a seqlock on the index).
+// - Counters: an entry belongs to the first context that hits it, which adds
+//   to its counters with plain stores (one writer, nothing locked). Another
+//   context's hit goes to a second pair of counters with atomic adds and is
+//   counted in stats().cross_queue_hits, so no count is ever lost; under RSS
+//   it does not happen.
+// - Removal and aging take an entry out of the index at once; its slot and
+//   its final counts (the aging/removal event) follow once every attached
+//   context has ended the burst it was in (quiescent-state reclamation: each
+//   context publishes the table's epoch at the end of every match call; a
+//   context that stops matching for a while calls Wire::idle()). A packet
+//   that found the entry just before it left is thus in the final count.
+// - Lookup and hit statistics and the per-burst miss sinks are per context,
+//   each on its own cache lines; stats() sums them. Nothing is written per
+//   packet on a line that two contexts share.
+// Time is passed in explicitly (CLOCK_MONOTONIC ns, see now_ns()) to the
+// packet path and `service`, and requests are stamped by Config::clock, so a
+// test that drives a model clock gets a model that does not depend on
+// scheduling. Everything in the FlowTable interface is safe from any thread.
 class EmulatedFlowTable final : public FlowTable {
+  struct Context;
+
  public:
   struct Config {
     size_t capacity = 65536;
@@ -159,7 +195,7 @@ class EmulatedFlowTable final : public FlowTable {
     std::function<uint64_t()> clock;     // stamps requests; empty = now_ns()
   };
   explicit EmulatedFlowTable(const Config& config);
-  ~EmulatedFlowTable() override;
+  ~EmulatedFlowTable() override;  // every Wire must be gone
 
   std::string backend() const override { return "emulated"; }
   size_t capacity() const override { return config_.capacity; }
@@ -170,32 +206,62 @@ class EmulatedFlowTable final : public FlowTable {
   std::optional<FlowCounters> query(const FlowKey& key) const override;
   FlowTableStats stats() const override;
 
-  // --- the NIC thread only ---
-  // Packet path: on a hit, counts the packet and returns true.
-  bool match(const FlowKey& key, uint32_t bytes, uint64_t now);
-
   // Dense flow ids, for a packet source that numbered its flows ahead of
   // time (an emulated wire): the table then keeps an index from id to entry,
   // maintained as entries come and go, and matching by id is one array read,
   // as a hardware lookup costs the same whatever the table holds. `id_of`
   // gives a key's id (or kNoFlowId), and is asked only when an entry is
-  // installed. Call before any request is applied.
+  // installed. Call before any request is applied and any Wire attached.
   static constexpr uint32_t kNoFlowId = UINT32_MAX;
   void index_flow_ids(size_t ids, std::function<uint32_t(const FlowKey&)> id_of);
-  // A burst at once, as a NIC pipelines its lookups: every packet's entry
-  // is found before any is counted, and nothing branches on hit or miss (in
-  // a skewed trace a third of the packets miss, in no order a branch
-  // predictor follows): a miss is counted into a sink entry that no key owns, one for
-  // each place in the burst (one for all would chain every miss's count on
-  // the previous one's). Writes the positions (0..n-1) of the packets NOT
-  // counted to `missed`, in order, and returns how many there are; `missed`
-  // needs room for n (every place is written). bytes: one size for all, or
-  // per packet.
+
   static constexpr size_t kMaxBurst = 64;
+  static constexpr unsigned kMaxWires = 128;  // attached at once, besides the default context
+
+  // One wire context's packet path (one RSS queue's). From one thread at a
+  // time; several Wires run concurrently with each other and with `service`.
+  class Wire {
+   public:
+    ~Wire();  // detaches: holds no entry any more; its counts stay in stats()
+    Wire(const Wire&) = delete;
+    Wire& operator=(const Wire&) = delete;
+    // On a hit, counts the packet and returns true.
+    bool match(const FlowKey& key, uint32_t bytes, uint64_t now);
+    // A burst at once, as a NIC pipelines its lookups: every packet's entry
+    // is found before any is counted, and nothing branches on hit or miss (in
+    // a skewed trace a third of the packets miss, in no order a branch
+    // predictor follows): a miss is counted into a sink entry that no key
+    // owns, one for each place in the burst and context (one for all would
+    // chain every miss's count on the previous one's). Writes the positions
+    // (0..n-1) of the packets NOT counted to `missed`, in order, and returns
+    // how many there are; `missed` needs room for n (every place is written).
+    // bytes: one size for all, or per packet. n <= kMaxBurst.
+    size_t match_burst_by_id(const uint32_t* ids, size_t n, const uint32_t* bytes, uint32_t same_bytes, uint64_t now,
+                             uint32_t* missed);
+    // Says this context holds no entry until its next match: call before
+    // waiting long (a paced wire between bursts need not), or removed
+    // entries' final counts wait for it.
+    void idle();
+    unsigned id() const;  // 1..kMaxWires; 0 is the default context
+
+   private:
+    friend class EmulatedFlowTable;
+    Wire(EmulatedFlowTable& table, Context& ctx) : table_(table), ctx_(ctx) {}
+    EmulatedFlowTable& table_;
+    Context& ctx_;
+  };
+  // Throws std::length_error beyond kMaxWires attached at once.
+  std::unique_ptr<Wire> attach_wire();
+
+  // --- the default context: the thread that calls `service` only ---
+  bool match(const FlowKey& key, uint32_t bytes, uint64_t now);
   size_t match_burst_by_id(const uint32_t* ids, size_t n, const uint32_t* bytes, uint32_t same_bytes, uint64_t now,
                            uint32_t* missed);
-  // Applies what is due at `now`; returns the time the next request falls
-  // due (UINT64_MAX when nothing is queued), so a NIC thread can sleep.
+
+  // --- the control path: one thread at a time ---
+  // Applies what is due at `now`, ages idle entries and hands out the final
+  // counts of entries every context has let go of; returns when it wants to
+  // run next (UINT64_MAX when nothing is queued), so a NIC thread can sleep.
   uint64_t service(uint64_t now);
 
   // Sleeps until a request is queued or `timeout` passes; true if one is queued.
@@ -205,32 +271,58 @@ class EmulatedFlowTable final : public FlowTable {
 
  private:
   struct Slot;
+  struct Retired {
+    uint32_t slot;
+    uint64_t epoch;  // reclaimable once every attached context has published it
+    FlowEvent event;
+  };
   using Request = FlowRuleEngine::Request;
-  size_t find(const FlowKey& key) const;  // slot index or npos
+  static constexpr uint32_t kNoOwner = UINT32_MAX;
+
+  size_t find(const FlowKey& key, uint32_t& slot) const;  // index position or npos; the slot in `slot`
+  bool match_in(Context& c, const FlowKey& key, uint32_t bytes, uint64_t now);
+  size_t burst_in(Context& c, const uint32_t* ids, size_t n, const uint32_t* bytes, uint32_t same_bytes,
+                  uint64_t now, uint32_t* missed);
+  void count_hit(Slot& s, Context& c, uint32_t me, uint32_t bytes, uint64_t now);
+  void count_cross_queue(Slot& s, Context& c, uint32_t bytes);
+  void enter(Context& c);
+  void leave(Context& c);
+  void detach(Context& c);
   void apply(const Request& r, uint64_t now);
-  void erase_at(size_t idx);
+  void unpublish(size_t pos, FlowEvent e);
   void age(uint64_t now);
+  void reclaim();
   uint64_t request_time() const;
 
+  // Read by the packet path, written only at construction.
   Config config_;
   size_t mask_;
+  size_t sinks_;  // the first sink slot: context c's burst sinks are sinks_ + c * kMaxBurst
   std::unique_ptr<Slot[]> slots_;
-  // Structural changes (insert, erase) bump this seqlock so that readers on
-  // other threads retry instead of seeing a half-moved entry.
-  mutable std::atomic<uint64_t> version_{0};
+  std::unique_ptr<std::atomic<uint64_t>[]> index_;  // (hash tag << 32) | slot, or kEmpty
+  std::unique_ptr<std::atomic<uint32_t>[]> slot_of_id_;  // index_flow_ids: each id's slot or kNoFlowId
+  uint32_t ids_ = 0;
+  std::unique_ptr<Context[]> contexts_;  // [0] the default, [1..kMaxWires] the Wires'
 
-  FlowRuleEngine rules_;
-  std::vector<Request> due_;  // NIC thread's scratch
+  // Written by the control path on structural changes only (read-mostly).
+  // version_: a seqlock around index changes, for key lookups on other threads.
+  // epoch_: bumped after entries leave the index; contexts publish what they saw.
+  alignas(64) mutable std::atomic<uint64_t> version_{0};
+  std::atomic<uint64_t> epoch_{1};
 
-  // Written by the NIC thread only; read by stats().
+  // The control path's own.
+  alignas(64) FlowRuleEngine rules_;
+  std::vector<Request> due_;
   FlowTableOutcomes outcomes_;
-  std::atomic<uint64_t> lookups_{0}, hits_{0};
+  std::atomic<uint64_t> reclaiming_{0};
   uint64_t next_aging_ns_ = 0;
-  // index_flow_ids: entry slot of each flow id (kNoFlowId when not installed); NIC thread only.
   std::function<uint32_t(const FlowKey&)> id_of_;
-  std::vector<uint32_t> slot_of_id_;
-  // match_burst_by_id's sinks follow the table's slots, where no probe, query or aging pass reaches.
-  void count_hit(Slot& s, uint32_t bytes, uint64_t now);
+  std::vector<uint32_t> free_;       // slots free for an entry
+  std::vector<uint64_t> cookie_;     // per slot
+  std::vector<uint32_t> flow_id_;    // per slot, with index_flow_ids
+  std::deque<Retired> retired_;      // out of the index, not yet reclaimed, in epoch order
+  size_t unsealed_ = 0;              // retired_'s tail that has no epoch yet
+  std::mutex attach_mu_;
 };
 
 // Runs the table's firmware work (service) on a thread of its own, for users
