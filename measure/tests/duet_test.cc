@@ -7,20 +7,12 @@
 #include <unordered_map>
 
 #include "dpukit/core/flow_table.h"
+#include "duet_fixtures.h"
 
 namespace dpukit::measure {
 namespace {
 
-FlowKey flow(uint32_t i) { return FlowKey::from_tuple(0x0a000000u + i, 0xc0000000u + i * 13, 1024 + i % 60000, 80, 6); }
-
-EmulatedFlowTable::Config table_cfg(size_t capacity = 1024, double rate = 0, uint64_t latency = 0, uint64_t idle = 0) {
-  EmulatedFlowTable::Config c;
-  c.capacity = capacity;
-  c.insert_rate = rate;
-  c.insert_latency_ns = latency;
-  c.idle_timeout_ns = idle;
-  return c;
-}
+using namespace duet_fixtures;
 
 // The pipeline on one thread with a model clock: the hw stage matches, a miss
 // goes to Duet's sketch path, the NIC applies due rules, the control path
@@ -30,6 +22,7 @@ struct Harness {
   Duet duet;
   uint64_t now;
   std::unordered_map<FlowKey, uint64_t, FlowKeyHash> truth;
+  std::unordered_map<FlowKey, uint64_t, FlowKeyHash> retired;  // what the caller was handed, per flow
   Harness(EmulatedFlowTable::Config tc, const DuetConfig& dc) : table(on_model_clock(tc)), duet(dc, table), now(now_ns()) {}
   // Duet's requests are stamped with the model time too, whatever the scheduler does.
   EmulatedFlowTable::Config on_model_clock(EmulatedFlowTable::Config tc) {
@@ -41,23 +34,25 @@ struct Harness {
     ++truth[k];
     if (!table.match(k, 64, now)) duet.on_sketch_path(k);
     table.service(now);
-    duet.apply_hw_events();
+    control();
   }
   void settle(uint64_t ns) {
     now += ns;
     table.service(now);
+    control();
+  }
+  void control() {
     duet.apply_hw_events();
+    std::vector<RecordCount> out;
+    duet.take_retired(out);
+    for (const RecordCount& r : out) retired[r.key] += r.packets;
+  }
+  // A flow's count over the run: what retired with its records, and the estimate now.
+  double total(const FlowKey& k) const {
+    auto it = retired.find(k);
+    return duet.estimate(k) + double(it == retired.end() ? 0 : it->second);
   }
 };
-
-DuetConfig duet_cfg(size_t memory, uint64_t top, size_t records = 256, unsigned bits = 32) {
-  DuetConfig d;
-  d.memory_bytes = memory;
-  d.top = top;
-  d.records = records;
-  d.counter_bits = bits;
-  return d;
-}
 
 // The algorithm's behaviour with the paper's 32-bit counters and with 16-bit ones.
 class DuetAlgorithm : public ::testing::TestWithParam<unsigned> {
@@ -84,6 +79,7 @@ TEST_P(DuetAlgorithm, HeavyFlowsMoveToHardwareAndEveryCountIsExactWithoutCollisi
   for (auto& [k, c] : h.truth) EXPECT_EQ(h.duet.estimate(k), double(c)) << k.str();
   auto st = h.duet.stats();
   EXPECT_GE(st.installed, 5u);
+  EXPECT_EQ(st.records_retired, 0u) << "nothing aged or was refused";
   for (uint32_t i = 0; i < 5; ++i) {
     auto hw = h.duet.hw_count(flow(i));
     ASSERT_TRUE(hw.has_value()) << "heavy flow " << i << " is in the hardware table";
@@ -148,8 +144,11 @@ TEST_P(DuetAlgorithm, RefusedFlowsStayExactInSoftware) {
   EXPECT_EQ(st.installed, 1u);
   EXPECT_EQ(st.refused, 10u) << "flow 2 is promoted again at each TOP it reaches: 10, 20, ..., 100";
   EXPECT_EQ(st.promotions, 11u);
+  EXPECT_EQ(st.records_retired, 10u) << "each refusal retires flow 2's record";
+  EXPECT_EQ(st.records_used, 1u) << "flow 1's";
   EXPECT_EQ(h.duet.estimate(flow(1)), 100.0);
-  EXPECT_EQ(h.duet.estimate(flow(2)), 100.0);
+  EXPECT_EQ(h.retired[flow(2)], 100u) << "every refused promotion's count handed over";
+  EXPECT_EQ(h.total(flow(2)), 100.0);
 }
 
 TEST_P(DuetAlgorithm, AgingReturnsAnIdleHeavyFlowToTheSketchWithoutLosingItsCount) {
@@ -159,13 +158,18 @@ TEST_P(DuetAlgorithm, AgingReturnsAnIdleHeavyFlowToTheSketchWithoutLosingItsCoun
   h.settle(50'000'000);  // idle
   EXPECT_FALSE(h.duet.hw_count(flow(3)).has_value()) << "aged out of hardware";
   EXPECT_EQ(h.duet.stats().aged, 1u);
-  EXPECT_EQ(h.duet.estimate(flow(3)), 50.0);
+  EXPECT_EQ(h.duet.stats().records_used, 0u) << "its record is free again";
+  EXPECT_EQ(h.duet.stats().records_retired, 1u);
+  EXPECT_EQ(h.retired[flow(3)], 50u) << "TOP and the 40 the hardware counted, handed over";
+  EXPECT_EQ(h.duet.estimate(flow(3)), 0.0) << "nothing of it left in the sketch";
   for (int n = 0; n < 5; ++n) h.packet(flow(3));  // back as a light flow (Case 1)
   EXPECT_FALSE(h.duet.hw_count(flow(3)).has_value());
-  EXPECT_EQ(h.duet.estimate(flow(3)), 55.0);
-  for (int n = 0; n < 20; ++n) h.packet(flow(3));  // heavy again: a second promotion
+  EXPECT_EQ(h.total(flow(3)), 55.0);
+  for (int n = 0; n < 20; ++n) h.packet(flow(3));  // heavy again: a second promotion, into a new record
   EXPECT_EQ(h.duet.stats().promotions, 2u);
-  EXPECT_EQ(h.duet.estimate(flow(3)), 75.0);
+  EXPECT_EQ(h.duet.stats().records_used, 1u);
+  EXPECT_EQ(h.total(flow(3)), 75.0);
+  EXPECT_EQ(h.duet.estimate(flow(3)), 25.0) << "the second promotion's count";
 }
 
 // One counter per row, shared by every flow of two workers: each counter must
@@ -218,9 +222,15 @@ TEST(DuetEvents, APacketInFlightAtInstallAndAnEntryAgedBeforeItsInsertionWasSeen
   }
   EXPECT_EQ(duet.stats().installed, 1u);
   EXPECT_EQ(duet.stats().aged, 1u);
-  EXPECT_EQ(duet.estimate(k), 16.0) << "TOP + 5 in hardware + 1 in the sketch";
+  std::vector<RecordCount> retired;
+  ASSERT_EQ(duet.take_retired(retired), 1u);
+  EXPECT_EQ(retired[0].key, k);
+  EXPECT_EQ(retired[0].packets, 15u) << "TOP + 5 in hardware";
+  EXPECT_EQ(retired[0].bytes, 5u * 64) << "what the hardware counted";
+  EXPECT_EQ(duet.estimate(k), 1.0) << "the one in flight stays in the sketch";
   for (int n = 0; n < 3; ++n) duet.on_sketch_path(k);  // back on the sketch path
-  EXPECT_EQ(duet.estimate(k), 19.0);
+  EXPECT_EQ(duet.estimate(k), 4.0);
+  EXPECT_EQ(duet.take_retired(retired), 0u) << "taken once";
 }
 
 TEST(DuetCounters, SixteenBitCountersSaturateInsteadOfWrapping) {

@@ -208,10 +208,11 @@ struct DuetStats {
   uint64_t installed = 0;
   uint64_t refused = 0;          // refusals: the flow went back to the sketch path
   uint64_t aged = 0;
-  uint64_t moved_to_record = 0;  // a promoted flow reached TOP in the sketch again (pending, in flight, or refused)
+  uint64_t moved_to_record = 0;  // a promoted flow reached TOP in the sketch again (pending, or in flight when installed)
   uint64_t records_full = 0;     // packets that brought a flow to TOP when no record was left (it stays in the sketch)
-  uint64_t records = 0;          // promoted-flow records (DuetConfig::records); a record is never freed,
-  uint64_t records_used = 0;     // so once all are used no new flow is promoted
+  uint64_t records = 0;          // promoted-flow records (DuetConfig::records)
+  uint64_t records_used = 0;     // in use: flows pending or installed. A refused or aged flow's record is
+  uint64_t records_retired = 0;  // retired: its count handed to the caller (Duet::take_retired), the record freed
 };
 
 struct RunResult {
