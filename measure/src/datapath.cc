@@ -1,16 +1,35 @@
-// The measure datapath on the emulated DPU (the public header draws it).
+// The measure datapath on the emulated DPU (the public header draws it): one
+// wire per RSS queue, in its dpu worker's own loop.
+//
+// Why the wire runs in the worker's loop and not on threads of its own: a
+// NIC fills each queue's rx ring in hardware, beside the cores, and a core
+// only ever sees its own ring. A thread per queue would need a core per
+// queue besides the workers' (on this 2-core machine, two workers and their
+// wires cannot each have one, and a wire thread sharing a polling worker's
+// core takes it for whole scheduler slices), and one thread for all queues
+// is the central dispatch whose cost grows with every ring it feeds. In the
+// worker's loop, each queue's wire costs the same whatever the number of
+// queues, and it sees the ring exactly as a NIC does: packets arrive on the
+// wire's clock whether or not the worker is busy, and a packet that arrives
+// to a full ring is dropped. The wire's work (the hardware table's match,
+// putting packets in the ring) is the NIC's: it is timed, billed as hw, and
+// left out of the worker's clock, so that it neither costs dpu CPU nor
+// slows the worker (the arrivals are due on a clock that stops while the
+// wire works). What it cannot leave out is the cache the match shares with
+// the worker's sketch on one core.
 #include <algorithm>
-#include <array>
 #include <atomic>
+#include <barrier>
 #include <bit>
 #include <cmath>
+#include <ctime>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
 #include "dpukit/core/log.h"
-#include "dpukit/core/pacing.h"
-#include "dpukit/core/ring.h"
+#include "dpukit/core/ring.h"  // cpu_relax
 #include "dpukit/measure.h"
 #include "measurer.h"
 #include "rss.h"
@@ -19,83 +38,332 @@ namespace dpukit::measure {
 
 namespace {
 
-constexpr size_t kBurst = 32;  // packets the wire hands the NIC at once (<= EmulatedFlowTable::kMaxBurst)
-constexpr size_t kPop = 64;    // indices a worker takes at once
-constexpr size_t kHeaderAhead = 6;  // how far ahead in its batch a worker asks for a packet's header
-
-
-// One dpu worker's queue: an SPSC ring of packet indices (the analogue of
-// mbuf pointers: the worker reads the packet from the shared trace) with a
-// futex doorbell. A worker that finds its ring empty sleeps at once, and the
-// NIC rings it only once a batch has gathered or a moment has passed
-// (interrupt moderation), so a worker's CPU time is its work, not polling an
-// empty ring. It does not poll first: a measurement worker forwards nothing,
-// so a wake-up's latency costs nothing, and polling was measured to keep it
-// from ever sleeping (on this KVM guest even 64 PAUSEs outlast the 3 µs
-// between bursts at 10 M packets/s, so the worker burnt its whole core).
-constexpr size_t kWakeBatch = 2048;         // packets that justify a wake-up
-constexpr uint64_t kWakeDelayNs = 100'000;  // the most a packet waits for one
+constexpr size_t kBurst = 32;      // packets the wire matches at once (<= EmulatedFlowTable::kMaxBurst)
+constexpr size_t kPop = 64;        // packets a worker takes from its rx ring at once
+constexpr size_t kWireStep = 256;  // as fast as possible: the most the wire puts in the ring at once
+// A sleeping worker is woken (interrupt moderation) once a batch has arrived
+// or a moment after the first packet, so its CPU time is its work, not
+// polling an empty ring; polling was measured to keep a worker from ever
+// sleeping (on this KVM guest even 64 PAUSEs outlast the 3 µs between
+// bursts at 10 M packets/s).
+constexpr uint64_t kWakeBatch = 2048;        // packets that justify a wake-up
+constexpr uint64_t kWakeDelayNs = 100'000;   // the most a packet waits for one
 constexpr uint64_t kControlPollNs = 20'000;  // polled control path: how often worker 0 applies the table's outcomes
-
-struct WorkerQueue {
-  explicit WorkerQueue(size_t slots) : mem(slots), producer(mem.producer()), consumer(mem.consumer()) {}
-  HeapRing<uint32_t> mem;
-  SpscRing<uint32_t> producer, consumer;
-  alignas(kCacheLine) std::atomic<uint32_t> sleeping{0};
-  alignas(kCacheLine) std::atomic<uint32_t> bell{0};
-
-  uint64_t sleeps = 0;            // worker side: times it slept for want of work
-  uint64_t first_unwoken_ns = 0;  // NIC side: when the oldest packet not yet signalled arrived
-
-  // NIC side, after enqueueing: ring the worker if it sleeps and enough has gathered.
-  void maybe_wake(uint64_t now) {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (!sleeping.load(std::memory_order_relaxed)) {
-      first_unwoken_ns = 0;
-      return;
-    }
-    if (first_unwoken_ns == 0) first_unwoken_ns = now;
-    if (producer.size() >= kWakeBatch || now - first_unwoken_ns >= kWakeDelayNs) wake();
-  }
-  void wake() {
-    first_unwoken_ns = 0;
-    bell.fetch_add(1, std::memory_order_relaxed);
-    bell.notify_one();
-  }
-  // Worker side: waits for work; false once `done` is set and nothing is left.
-  // Polling, it never sleeps, so the NIC never has to ring it, and it runs
-  // `idle` while it waits.
-  template <class Idle>
-  bool wait(const std::atomic<bool>& done, bool poll, Idle&& idle) {
-    if (poll) {
-      for (;;) {
-        if (!consumer.empty()) return true;
-        if (done.load(std::memory_order_acquire)) return !consumer.empty();
-        idle();
-        cpu_relax();
-      }
-    }
-    for (;;) {
-      uint32_t seen = bell.load(std::memory_order_relaxed);
-      sleeping.store(1, std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-      if (!consumer.empty()) {
-        sleeping.store(0, std::memory_order_relaxed);
-        return true;
-      }
-      if (done.load(std::memory_order_acquire)) {
-        sleeping.store(0, std::memory_order_relaxed);
-        return !consumer.empty();
-      }
-      bell.wait(seen, std::memory_order_relaxed);
-      ++sleeps;
-      sleeping.store(0, std::memory_order_relaxed);
-    }
-  }
-};
+constexpr uint64_t kTimelinePollUs = 500;    // how often the timeline looks at the wires
+constexpr uint64_t kFirmwarePollNs = 2'000;  // the longest a new insertion request waits to be seen
 
 void pin(const CpuSet& cpus, const char* what) {
   if (auto w = pin_current_thread(cpus); !w.empty()) log_warn(std::string(what) + ": " + w);
+}
+
+// What a run's threads share.
+struct Shared {
+  const RunConfig& cfg;
+  const Packet* pkts;
+  const WirePlan& plan;
+  unsigned passes;
+  EmulatedFlowTable* table;  // Duet's; null otherwise
+  Measurer& measurer;
+  std::atomic<uint64_t> t0{0};  // the measured pass's start (0: not yet)
+  // Every wire begins the measured pass at once, and its clock starts then.
+  struct StartClock {
+    std::atomic<uint64_t>* t0;
+    void operator()() noexcept { t0->store(now_ns(), std::memory_order_release); }
+  };
+  std::barrier<StartClock> measured_start;
+  std::atomic<unsigned> running{0};  // workers not yet finished
+  // Each queue's own, on its own cache lines: the wire's progress in the
+  // measured pass (for the timeline) and its drops.
+  struct alignas(64) Progress {
+    std::atomic<uint64_t> sent{0}, drops{0};
+  };
+  std::unique_ptr<Progress[]> progress;
+  // Each worker's results.
+  struct alignas(64) Worker {  // written by its worker as it goes: lines of its own
+    RunResult::Queue queue;
+    // Wall time: in the worker's loops, the wire's part of it, and the
+    // worker's batches; CPU time: the thread's.
+    uint64_t loop_ns = 0, hw_ns = 0, work_ns = 0, cpu_ns = 0, sleeps = 0;
+  };
+  std::vector<Worker> workers;
+
+  // The table's firmware work (due insertions and removals, aging), as a
+  // NIC's rule engine does it beside its queues: run by whichever wire finds
+  // it due, one at a time, and billed with the wire's time as hw. A thread
+  // of its own would have to be scheduled in time on the machine the
+  // workers fill, and a run would then depend on when it was.
+  alignas(64) std::atomic<uint64_t> next_firmware_ns{0};
+  alignas(64) std::atomic_flag firmware_busy;
+  bool firmware_due(uint64_t now) const {
+    return table && now >= next_firmware_ns.load(std::memory_order_relaxed);
+  }
+  void run_firmware(uint64_t now) {
+    if (firmware_busy.test_and_set(std::memory_order_acquire)) return;
+    // service() says when it falls due next, but not when a request made
+    // after it will: it is looked at again within kFirmwarePollNs.
+    next_firmware_ns.store(std::min(table->service(now), now + kFirmwarePollNs), std::memory_order_relaxed);
+    firmware_busy.clear(std::memory_order_release);
+  }
+
+  Shared(const RunConfig& c, const Packet* p, const WirePlan& w, EmulatedFlowTable* t, Measurer& m)
+      : cfg(c), pkts(p), plan(w), passes(std::max(1u, c.passes)), table(t), measurer(m),
+        measured_start(c.workers, StartClock{&t0}), progress(new Progress[c.workers]), workers(c.workers) {}
+};
+
+// One RSS queue's wire: its packets, its share of the rate, its context of
+// the hardware table and its rx ring (indices into the trace: the wire is
+// the ring's only writer and the worker its only reader, on one thread).
+class QueueWire {
+ public:
+  QueueWire(Shared& s, unsigned q, size_t n)
+      : s_(s), pkt_(s.plan.queue_packets[q].data()), flow_id_(s.plan.queue_flow_ids[q].data()),
+        ring_(std::bit_ceil(std::max<size_t>(s.cfg.ring_slots, kWireStep))), mask_(ring_.size() - 1) {
+    // The queue's packets among the run's first n (a plan may cover a longer trace).
+    const auto& all = s.plan.queue_packets[q];
+    n_ = std::lower_bound(all.begin(), all.end(), n, [](uint32_t i, size_t v) { return i < v; }) - all.begin();
+    if (s.table) hw_ = s.table->attach_wire();
+  }
+
+  size_t packets() const { return n_; }
+  size_t sent() const { return sent_; }
+  bool done() const { return sent_ == n_ && head_ == tail_; }
+  void restart() { sent_ = 0; }
+  // Holds no hardware entry while the worker waits (the table reclaims behind it).
+  void idle() {
+    if (hw_) hw_->idle();
+  }
+
+  // Puts the queue's packets up to `due` on the wire: the hardware table
+  // counts its flows' packets, the others go to the ring, or, when it is
+  // full, are dropped (under a rate; unpaced, `due` leaves room for them).
+  // Returns the packets dropped.
+  uint64_t send(size_t due, uint64_t now, RunResult::Queue& q) {
+    uint64_t dropped = 0;
+    uint32_t sizes[kBurst], missed[kBurst];
+    while (sent_ < due) {
+      const size_t burst = std::min(kBurst, due - sent_);
+      const uint32_t* idx = pkt_ + sent_;
+      size_t m = burst;
+      if (hw_) {  // Algorithm 1, lines 2-4: a hit is counted in hardware and goes no further
+        if (!s_.cfg.packet_size)
+          for (size_t j = 0; j < burst; ++j) sizes[j] = s_.pkts[idx[j]].wire_len;
+        m = hw_->match_burst_by_id(flow_id_ + sent_, burst, s_.cfg.packet_size ? nullptr : sizes,
+                                   s_.cfg.packet_size, now, missed);
+        q.hw_hits += burst - m;
+      }
+      const size_t take = std::min(m, ring_.size() - (tail_ - head_));
+      for (size_t k = 0; k < take; ++k) ring_[tail_++ & mask_] = idx[hw_ ? missed[k] : k];
+      dropped += m - take;  // the Arm cores fell behind
+      sent_ += burst;
+    }
+    q.drops += dropped;
+    return dropped;
+  }
+  // As fast as possible: the wire waits for room in the ring, and sends
+  // only once the worker is near the end of what it has, so that the ring's
+  // live part stays small in the worker's cache.
+  size_t unpaced_due() const {
+    const size_t held = tail_ - head_;
+    if (held >= kPop) return sent_;
+    return std::min({n_, sent_ + kWireStep, sent_ + (ring_.size() - held) / kBurst * kBurst});
+  }
+  // Up to kPop packets from the ring.
+  size_t pop(uint32_t* out) {
+    const size_t k = std::min<size_t>(kPop, tail_ - head_);
+    for (size_t i = 0; i < k; ++i) out[i] = ring_[head_++ & mask_];
+    return k;
+  }
+
+ private:
+  Shared& s_;
+  const uint32_t* pkt_;
+  const uint32_t* flow_id_;
+  size_t n_ = 0, sent_ = 0;
+  std::vector<uint32_t> ring_;
+  size_t mask_, head_ = 0, tail_ = 0;
+  std::unique_ptr<EmulatedFlowTable::Wire> hw_;
+};
+
+// One pass of a queue's packets through its worker: the worker's loop, with
+// the wire in it. `clock` is the worker's: the wall clock minus the wire's
+// time (hw_ns). In the measured pass under a rate, packet j of the queue is
+// due at t0 + j / rate_q, whether or not the worker keeps up.
+void replay(Shared& s, unsigned w, QueueWire& wire, bool measured, Shared::Worker& me) {
+  const RunConfig& cfg = s.cfg;
+  const double rate = measured && cfg.rate_pps > 0 ? me.queue.rate_pps : 0;
+  const uint64_t t0 = s.t0.load(std::memory_order_relaxed);
+  const uint64_t hw_at_start = me.hw_ns;
+  auto clock = [&](uint64_t now) { return now - (me.hw_ns - hw_at_start); };  // since this pass began
+  auto due_at = [&](size_t j) { return t0 + static_cast<uint64_t>(std::ceil(j * 1e9 / rate)); };
+  const bool runs_control = s.measurer.is_duet() && cfg.worker_poll && w == 0;
+  uint32_t idx[kPop];
+  const FlowKey* keys[kPop];
+  wire.restart();
+  const uint64_t start = now_ns();
+  uint64_t now = start;
+  while (!wire.done()) {
+    // The wire: what is due now.
+    size_t due = wire.unpaced_due();
+    if (rate > 0) due = std::min<size_t>(wire.packets(), static_cast<size_t>((clock(now) - t0) * rate / 1e9) + 1);
+    const bool firmware = s.firmware_due(now);
+    if (due > wire.sent() || firmware) {
+      const uint64_t dropped = due > wire.sent() ? wire.send(due, now, me.queue) : 0;
+      if (firmware) s.run_firmware(now);
+      const uint64_t after = now_ns();
+      me.hw_ns += after - now;
+      now = after;
+      if (measured) {
+        s.progress[w].sent.store(wire.sent(), std::memory_order_relaxed);
+        if (dropped) s.progress[w].drops.fetch_add(dropped, std::memory_order_relaxed);
+        // The wire's last packet went out when it was due (a NIC's wire is
+        // never late; a worker that is late finds its ring full, or not);
+        // as fast as possible, when the wire found room for it.
+        if (wire.sent() == wire.packets())
+          me.queue.wire_seconds = ((rate > 0 ? due_at(wire.packets() - 1) : clock(now)) - t0) / 1e9;
+      }
+    }
+    if (runs_control) s.measurer.poll_control(now, kControlPollNs);
+    // The worker: a burst from its ring, handed over whole. Every header is
+    // asked for first, as a DPDK worker prefetches its mbufs.
+    if (size_t k = wire.pop(idx)) {
+      for (size_t i = 0; i < k; ++i) {
+        __builtin_prefetch(&s.pkts[idx[i]]);
+        keys[i] = &s.pkts[idx[i]].key;
+      }
+      s.measurer.update_burst(w, keys, k);
+      me.queue.delivered += measured ? k : 0;
+      const uint64_t after = now_ns();
+      me.work_ns += after - now;
+      now = after;
+      continue;
+    }
+    if (wire.done() || rate == 0) continue;
+    // Nothing to do until the next packet is due: poll, or sleep until an
+    // interrupt would wake the worker.
+    if (cfg.worker_poll) {
+      cpu_relax();
+    } else {
+      const uint64_t wake = std::min(due_at(wire.sent()) + kWakeDelayNs,
+                                     due_at(std::min<size_t>(wire.packets(), wire.sent() + kWakeBatch) - 1));
+      const uint64_t c = clock(now);
+      if (wake > c) {
+        wire.idle();
+        timespec ts{static_cast<time_t>((wake - c) / 1000000000), static_cast<long>((wake - c) % 1000000000)};
+        nanosleep(&ts, nullptr);
+        ++me.sleeps;
+      }
+    }
+    now = now_ns();
+  }
+  now = now_ns();
+  me.loop_ns += now - start;
+  if (measured) me.queue.seconds = (clock(now) - t0) / 1e9;
+}
+
+// The worker step: dpu worker w with its queue's wire, through every pass;
+// all but the last as fast as possible (warm-up), then the measured one,
+// begun by every worker at once. Its CPU time is dpu time, but for the
+// wire's, which is hw.
+void run_worker(Shared& s, unsigned w, size_t n) {
+  pin(s.cfg.placement.dpu.nth(w), "dpu worker");
+  const uint64_t cpu0 = thread_cpu_ns();
+  Shared::Worker& me = s.workers[w];
+  QueueWire wire(s, w, n);
+  me.queue.packets = wire.packets();
+  if (s.cfg.rate_pps > 0 && n > 0) me.queue.rate_pps = s.cfg.rate_pps * double(wire.packets()) / double(n);
+  for (unsigned pass = 0; pass < s.passes; ++pass) {
+    const bool measured = pass + 1 == s.passes;
+    if (measured) {
+      wire.idle();
+      me.queue = {me.queue.packets, 0, 0, 0, me.queue.rate_pps, 0, 0};  // the measured pass's own
+      s.measured_start.arrive_and_wait();
+    }
+    replay(s, w, wire, measured, me);
+  }
+  wire.idle();
+  me.cpu_ns = thread_cpu_ns() - cpu0;
+  s.running.fetch_sub(1, std::memory_order_release);
+}
+
+// The timeline: the table's occupancy every cfg.timeline_every packets of
+// the measured pass, looked at from the run's own thread as the wires go.
+void sample_timeline(Shared& s, RunResult& res) {
+  uint64_t next = s.cfg.timeline_every;
+  while (s.running.load(std::memory_order_acquire) > 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(kTimelinePollUs));
+    const uint64_t t0 = s.t0.load(std::memory_order_acquire);
+    if (t0 == 0) continue;
+    uint64_t sent = 0, drops = 0;
+    for (unsigned w = 0; w < s.cfg.workers; ++w) {
+      sent += s.progress[w].sent.load(std::memory_order_relaxed);
+      drops += s.progress[w].drops.load(std::memory_order_relaxed);
+    }
+    if (sent < next) continue;
+    next = (sent / s.cfg.timeline_every + 1) * s.cfg.timeline_every;
+    res.timeline.push_back({(now_ns() - t0) / 1e9, sent, s.table ? s.table->stats().entries : 0,
+                            s.measurer.is_duet() ? s.measurer.duet_stats()->promotions : 0, drops});
+  }
+}
+
+// The hardware table for Duet, numbered by the plan's flow ids.
+std::unique_ptr<EmulatedFlowTable> make_table(const RunConfig& cfg, const WirePlan& plan, size_t n, uint64_t top) {
+  if (cfg.algorithm.algo != "duet") return nullptr;
+  auto table = std::make_unique<EmulatedFlowTable>(hw_table_config(cfg.algorithm, n, top));
+  auto ids = std::make_shared<std::unordered_map<FlowKey, uint32_t, FlowKeyHash>>();
+  ids->reserve(plan.flows.size());
+  for (uint32_t i = 0; i < plan.flows.size(); ++i) ids->emplace(plan.flows[i], i);
+  table->index_flow_ids(plan.flows.size(), [ids](const FlowKey& k) {
+    auto it = ids->find(k);
+    return it == ids->end() ? EmulatedFlowTable::kNoFlowId : it->second;
+  });
+  return table;
+}
+
+// The collect step, with the datapath quiescent: what the workers did, and
+// the measurer's answers against the truth.
+void collect(Shared& s, const GroundTruth& truth, RunResult& res) {
+  uint64_t hw_hits = 0;
+  for (const Shared::Worker& me : s.workers) {
+    // The wire's share of the loop's time is the NIC's. A share of the CPU
+    // time, not the wall time itself: on a shared machine the thread may lose
+    // its CPU in the middle of either part.
+    const uint64_t hw = me.loop_ns ? static_cast<uint64_t>(double(me.cpu_ns) * std::min(1.0, double(me.hw_ns) / me.loop_ns)) : 0;
+    res.cpu.add(Place::kHw, hw);
+    res.cpu.add(Place::kDpu, me.cpu_ns - hw);
+    res.drops += me.queue.drops;
+    res.dpu_work_ns += me.work_ns;
+    res.worker_sleeps += me.sleeps;
+    res.wire_seconds = std::max(res.wire_seconds, me.queue.wire_seconds);
+    res.seconds = std::max(res.seconds, me.queue.seconds);
+    hw_hits += me.queue.hw_hits;
+    res.queues.push_back(me.queue);
+  }
+  if (s.table) {
+    res.hw = s.table->stats();
+    res.hw_hits = hw_hits;
+  }
+  res.duet = s.measurer.duet_stats();
+  if (s.measurer.is_none()) {
+    res.evaluated = false;
+    return;
+  }
+  const unsigned passes = s.passes;
+  const double hh_threshold = static_cast<double>(res.top) * passes;  // every pass counted the heavy flows again
+  RssQueues rss(s.cfg.workers);
+  std::vector<std::vector<FlowKey>> routed(s.cfg.workers);  // which worker's queue carried each flow
+  for (const auto& [k, c] : truth) routed[rss.queue(k)].push_back(k);
+  Measurer::Answer answer = s.measurer.query(routed, hh_threshold);
+  res.estimates = std::move(answer.estimates);
+  res.heavy_reported = std::move(answer.heavy);
+  res.cardinality = s.measurer.cardinality();
+  res.entropy = s.measurer.entropy();
+  if (passes == 1) {
+    res.metrics = evaluate(truth, res.estimates, res.heavy_reported, static_cast<double>(res.top));
+  } else {  // every pass counted every flow again
+    GroundTruth replayed = truth;
+    for (auto& [k, c] : replayed) c *= passes;
+    res.metrics = evaluate(replayed, res.estimates, res.heavy_reported, hh_threshold);
+  }
 }
 
 }  // namespace
@@ -114,13 +382,18 @@ WirePlan plan_wire(std::span<const Packet> packets, unsigned workers) {
   w.workers = workers;
   w.flow_id.resize(packets.size());
   w.queue.resize(packets.size());
+  w.queue_packets.resize(workers);
+  w.queue_flow_ids.resize(workers);
   RssQueues rss(workers);
   std::unordered_map<FlowKey, uint32_t, FlowKeyHash> ids;
   for (size_t i = 0; i < packets.size(); ++i) {
     auto [it, fresh] = ids.try_emplace(packets[i].key, static_cast<uint32_t>(w.flows.size()));
     if (fresh) w.flows.push_back(packets[i].key);
     w.flow_id[i] = it->second;
-    w.queue[i] = static_cast<uint16_t>(rss.queue(packets[i].key));
+    const unsigned q = rss.queue(packets[i].key);
+    w.queue[i] = static_cast<uint16_t>(q);
+    w.queue_packets[q].push_back(static_cast<uint32_t>(i));
+    w.queue_flow_ids[q].push_back(it->second);
   }
   return w;
 }
@@ -135,235 +408,53 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
   if (cfg.workers == 0 || cfg.workers > 128) throw std::invalid_argument("workers must be between 1 and 128");
   const size_t n = cfg.packets_limit ? std::min<size_t>(cfg.packets_limit, trace.packets.size()) : trace.packets.size();
   if (n > UINT32_MAX) throw std::invalid_argument("trace too long for one run (more than 2^32 packets)");
-  const Packet* pkts = trace.packets.data();
   WirePlan own_plan;
   if (!wire_plan) {
     own_plan = plan_wire(std::span<const Packet>(trace.packets).first(n), cfg.workers);
     wire_plan = &own_plan;
   }
-  if (wire_plan->workers != cfg.workers || wire_plan->flow_id.size() < n)
+  if (wire_plan->workers != cfg.workers || wire_plan->flow_id.size() < n ||
+      wire_plan->queue_packets.size() != cfg.workers)
     throw std::invalid_argument("the wire plan was made for another trace or worker count");
-  const WirePlan& wire = *wire_plan;
 
-  const unsigned passes = std::max(1u, cfg.passes);
   RunResult res;
   res.packets = n;
-  res.passes = passes;
-  for (size_t i = 0; i < n; ++i) res.bytes += cfg.packet_size ? cfg.packet_size : pkts[i].wire_len;
+  res.passes = std::max(1u, cfg.passes);
+  for (size_t i = 0; i < n; ++i) res.bytes += cfg.packet_size ? cfg.packet_size : trace.packets[i].wire_len;
+  res.top = top_packets(cfg.algorithm, n);
 
-  // The algorithm: Duet with its flow table, one baseline sketch per worker,
-  // or nothing (the datapath's own per-packet cost).
-  const AlgorithmConfig& algo = cfg.algorithm;
-  res.top = top_packets(algo, n);
-  std::unordered_map<FlowKey, uint32_t, FlowKeyHash> flow_ids;  // for the table's installs
-  std::unique_ptr<EmulatedFlowTable> table;
-  if (algo.algo == "duet") {
-    table = std::make_unique<EmulatedFlowTable>(hw_table_config(algo, n, res.top));
-    flow_ids.reserve(wire.flows.size());
-    for (uint32_t i = 0; i < wire.flows.size(); ++i) flow_ids.emplace(wire.flows[i], i);
-    table->index_flow_ids(wire.flows.size(), [&flow_ids](const FlowKey& k) {
-      auto it = flow_ids.find(k);
-      return it == flow_ids.end() ? EmulatedFlowTable::kNoFlowId : it->second;
-    });
-  }
-  Measurer measurer(algo, cfg.workers, res.top, n, table.get());
+  // The NIC: Duet's hardware table; the wires that match against it, and
+  // run its firmware, are in the workers' loops.
+  std::unique_ptr<EmulatedFlowTable> table = make_table(cfg, *wire_plan, n, res.top);
+  Measurer measurer(cfg.algorithm, cfg.workers, res.top, n, table.get());
   res.memory_bytes = measurer.memory_bytes();
-  const bool duet = measurer.is_duet();
 
-  RssQueues rss(cfg.workers);  // for the queries: which worker's sketch holds a flow
-  std::vector<std::unique_ptr<WorkerQueue>> queues;
-  for (unsigned w = 0; w < cfg.workers; ++w) queues.push_back(std::make_unique<WorkerQueue>(cfg.ring_slots));
-
-  std::atomic<bool> wire_done{false}, stop_hw{false}, stop_control{false};
-  std::atomic<uint64_t> drops{0}, dpu_work{0}, sleeps{0};
-  std::vector<std::thread> workers;
-  for (unsigned w = 0; w < cfg.workers; ++w) {
-    workers.emplace_back([&, w] {
-      pin(cfg.placement.dpu.nth(w), "dpu worker");
-      PlaceTimer t(res.cpu, Place::kDpu);
-      WorkerQueue& q = *queues[w];
-      uint32_t idx[kPop];
-      const FlowKey* keys[kPop];
-      uint64_t work = 0;  // wall time inside batches: the work, without polling and sleeping
-      // Duet's control path with polling workers: a thread sharing a polling
-      // worker's core takes it for a whole scheduler slice (milliseconds: the
-      // ring overflows), so worker 0 applies the table's outcomes between
-      // batches instead, as a DPDK lcore runs a service function.
-      const bool runs_control = duet && cfg.worker_poll && w == 0;
-      auto control = [&] {
-        if (runs_control) measurer.poll_control(now_ns(), kControlPollNs);
-      };
-      while (q.wait(wire_done, cfg.worker_poll, control)) {
-        uint64_t b0 = now_ns();
-        size_t k;
-        while ((k = q.consumer.try_pop(idx, kPop)) > 0) {
-          control();
-          // Every header of the burst is asked for before the burst is handed
-          // over, as a DPDK worker prefetches its mbufs: a worker that reads
-          // every packet streams through the trace, which the hardware
-          // prefetcher follows; Duet's reads a third of them, scattered.
-          for (size_t i = 0; i < k; ++i) {
-            __builtin_prefetch(&pkts[idx[i]]);
-            keys[i] = &pkts[idx[i]].key;
-          }
-          measurer.update_burst(w, keys, k);
-        }
-        work += now_ns() - b0;
-      }
-      dpu_work.fetch_add(work, std::memory_order_relaxed);
-      sleeps.fetch_add(q.sleeps, std::memory_order_relaxed);
-    });
-  }
+  Shared s(cfg, trace.packets.data(), *wire_plan, table.get(), measurer);
+  // Duet's control path: a thread on the dpu side, or, with polling workers,
+  // worker 0 between bursts (a thread sharing a polling worker's core takes
+  // it for a whole scheduler slice, and the ring overflows), as a DPDK lcore
+  // runs a service function.
+  std::atomic<bool> stop_control{false};
   std::thread control;
-  if (duet && !cfg.worker_poll) {
+  if (measurer.is_duet() && !cfg.worker_poll)
     control = std::thread([&] {
       pin(cfg.placement.dpu, "dpu control");
       PlaceTimer t(res.cpu, Place::kDpu);
       measurer.control_loop(stop_control);
     });
-  }
-
-  std::atomic<uint64_t> t0{now_ns()};  // the measured pass's start
-  uint64_t hw_hits_before = 0;       // hardware hits of the warm-up passes
-  std::thread nic([&] {
-    pin(cfg.placement.hw, "hw");
-    PlaceTimer t(res.cpu, Place::kHw);
-    // Each worker's packets of the burst: fixed arrays, filled without a branch per packet.
-    std::vector<std::array<uint32_t, kBurst>> staged(cfg.workers);
-    std::vector<size_t> staged_n(cfg.workers, 0);
-    uint64_t next_sample = cfg.timeline_every;
-    const uint32_t* flow_id = wire.flow_id.data();
-    const uint16_t* queue_of = wire.queue.data();
-    uint32_t sizes[kBurst], missed[kBurst];
-    // Stages the burst's packets first + at(k), k < m, for their RSS queues.
-    auto stage = [&](uint32_t first, size_t m, auto at) {
-      if (cfg.workers == 1) {
-        for (size_t k = 0; k < m; ++k) staged[0][k] = first + at(k);
-        staged_n[0] = m;
-        return;
-      }
-      for (size_t k = 0; k < m; ++k) {
-        const uint32_t j = first + at(k);
-        const uint16_t q = queue_of[j];
-        staged[q][staged_n[q]++] = j;
-      }
-    };
-    // One replay of the trace; only the last (measured) one is paced and timed.
-    auto replay = [&](bool measured) {
-      if (measured && passes > 1) {
-        // Warm-up over: let the workers catch up, then start the clock.
-        for (auto& q : queues)
-          while (!q->producer.empty()) {
-            if (q->sleeping.load(std::memory_order_relaxed)) q->wake();
-            if (table) table->service(now_ns());
-            cpu_relax();
-          }
-        if (table) hw_hits_before = table->stats().hits;
-        t0.store(now_ns(), std::memory_order_relaxed);
-      }
-      // Warm-up passes go as fast as possible, the wire waiting for the workers.
-      Pacer pacer(measured ? cfg.rate_pps : 0, kBurst);
-      const bool drop_when_full = measured && cfg.rate_pps > 0;
-      for (size_t i = 0; i < n;) {
-        uint64_t now;
-        size_t burst = pacer.acquire(static_cast<uint32_t>(std::min(kBurst, n - i)), now);
-        const uint32_t first = static_cast<uint32_t>(i);
-        if (table) {  // Algorithm 1, lines 2-4: a hit is counted in hardware and goes no further
-          if (!cfg.packet_size)
-            for (size_t j = 0; j < burst; ++j) sizes[j] = pkts[i + j].wire_len;
-          size_t m = table->match_burst_by_id(flow_id + i, burst, cfg.packet_size ? nullptr : sizes,
-                                              cfg.packet_size, now, missed);
-          stage(first, m, [&](size_t k) { return missed[k]; });
-        } else {
-          stage(first, burst, [](size_t k) { return static_cast<uint32_t>(k); });
-        }
-        i += burst;
-        for (unsigned w = 0; w < cfg.workers; ++w) {
-          const size_t size = staged_n[w];
-          if (size == 0) continue;
-          const uint32_t* s = staged[w].data();
-          WorkerQueue& q = *queues[w];
-          size_t pushed = q.producer.try_push(s, size);
-          if (pushed < size) {
-            if (drop_when_full) {
-              drops.fetch_add(size - pushed, std::memory_order_relaxed);  // the Arm cores fell behind
-            } else {
-              while (pushed < size) {  // as fast as possible: the wire waits
-                if (q.sleeping.load(std::memory_order_relaxed)) q.wake();
-                cpu_relax();
-                pushed += q.producer.try_push(s + pushed, size - pushed);
-              }
-            }
-          }
-          staged_n[w] = 0;
-        }
-        // A polling worker never sleeps; asking whether its ring is empty would
-        // read the consumer's index every burst and pull that line away from it.
-        if (!cfg.worker_poll)
-          for (auto& q : queues)
-            if (!q->producer.empty()) q->maybe_wake(now);
-        if (table) table->service(now);
-        if (measured && i == n) res.wire_seconds = (now_ns() - t0.load(std::memory_order_relaxed)) / 1e9;
-        if (cfg.timeline_every && measured && i >= next_sample) {
-          next_sample += cfg.timeline_every;
-          res.timeline.push_back({(now_ns() - t0.load(std::memory_order_relaxed)) / 1e9, i,
-                                  table ? table->stats().entries : 0, duet ? measurer.duet_stats()->promotions : 0,
-                                  drops.load(std::memory_order_relaxed)});
-        }
-      }
-    };
-    for (unsigned pass = 0; pass < passes; ++pass) replay(pass + 1 == passes);
-    wire_done.store(true, std::memory_order_release);
-    for (auto& q : queues) {
-      q->bell.fetch_add(1);
-      q->bell.notify_all();
-    }
-    // The NIC keeps applying rule insertions until the run is over.
-    while (table && !stop_hw.load(std::memory_order_acquire)) {
-      table->service(now_ns());
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-  });
-  for (auto& w : workers) w.join();
-  res.seconds = (now_ns() - t0.load()) / 1e9;
-  stop_hw.store(true, std::memory_order_release);
-  nic.join();
+  s.running.store(cfg.workers);
+  std::vector<std::thread> workers;
+  for (unsigned w = 0; w < cfg.workers; ++w) workers.emplace_back(run_worker, std::ref(s), w, n);
+  if (cfg.timeline_every) sample_timeline(s, res);
+  for (auto& t : workers) t.join();
   if (control.joinable()) {
     stop_control.store(true, std::memory_order_release);
-    control.join();
-  } else if (duet) {  // polled control path: the outcomes that came after the workers stopped
+    control.join();  // it drains the outcomes that came after the workers stopped
+  } else if (measurer.is_duet()) {
     PlaceTimer t(res.cpu, Place::kDpu);
     measurer.drain();
   }
-  res.drops = drops.load();
-  res.dpu_work_ns = dpu_work.load();
-  res.worker_sleeps = sleeps.load();
-
-  // Queries, with the datapath quiescent.
-  if (measurer.is_none()) {
-    res.evaluated = false;
-    return res;
-  }
-  const double hh_threshold = static_cast<double>(res.top) * passes;  // every pass counted the heavy flows again
-  std::vector<std::vector<FlowKey>> routed(cfg.workers);  // which worker's queue carried each flow
-  for (const auto& [k, c] : truth) routed[cfg.workers == 1 ? 0 : rss.queue(k)].push_back(k);
-  Measurer::Answer answer = measurer.query(routed, hh_threshold);
-  res.estimates = std::move(answer.estimates);
-  res.heavy_reported = std::move(answer.heavy);
-  res.cardinality = measurer.cardinality();
-  res.entropy = measurer.entropy();
-  res.duet = measurer.duet_stats();
-  if (table) {
-    res.hw = table->stats();
-    res.hw_hits = res.hw->hits - hw_hits_before;
-  }
-  if (passes == 1) {
-    res.metrics = evaluate(truth, res.estimates, res.heavy_reported, static_cast<double>(res.top));
-  } else {  // every pass counted every flow again
-    GroundTruth replayed = truth;
-    for (auto& [k, c] : replayed) c *= passes;
-    res.metrics = evaluate(replayed, res.estimates, res.heavy_reported, hh_threshold);
-  }
+  collect(s, truth, res);
   return res;
 }
 

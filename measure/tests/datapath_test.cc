@@ -2,6 +2,7 @@
 // sizes, Duet's counter width and the zero-loss search.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <map>
 #include <set>
@@ -165,6 +166,95 @@ TEST(ZeroLossSearch, RefusesBadBounds) {
   WirePlan w = plan_wire(t.packets, 1);
   EXPECT_THROW(zero_loss_rate(t, truth, c, w, 0), std::invalid_argument);
   EXPECT_THROW(zero_loss_rate(t, truth, c, w, 0.02, 1000, 500), std::invalid_argument);
+}
+
+// ------------------------------------------------------------ one wire per RSS queue
+
+size_t queue_packets(const WirePlan& plan, unsigned q) {
+  return static_cast<size_t>(std::count(plan.queue.begin(), plan.queue.end(), q));
+}
+
+// Count-Min with far more counters than flows is exact: a packet carried to
+// another worker than its queue's would be missing from its flow's
+// estimate, and one carried twice would be counted twice.
+TEST(PerQueueWire, EveryPacketReachesExactlyItsQueuesWorkerOnce) {
+  Trace t = skewed_trace(30000, 300);
+  GroundTruth truth = ground_truth(t.packets);
+  for (unsigned workers : {1u, 3u}) {
+    RunConfig c;
+    c.algorithm.algo = "cms";
+    c.algorithm.memory_bytes = 4 << 20;
+    c.workers = workers;
+    c.passes = 2;
+    WirePlan plan = plan_wire(t.packets, workers);
+    RunResult r = run(t, truth, c, &plan);
+    ASSERT_EQ(r.queues.size(), workers);
+    for (unsigned q = 0; q < workers; ++q) {
+      EXPECT_EQ(r.queues[q].packets, queue_packets(plan, q)) << q;
+      EXPECT_EQ(r.queues[q].delivered, r.queues[q].packets) << q;
+      EXPECT_EQ(r.queues[q].drops, 0u) << q;
+    }
+    for (const auto& [k, c] : truth) EXPECT_EQ(r.estimates.at(k), 2.0 * c) << k.str() << " with " << workers;
+  }
+}
+
+// Under a rate no worker can take, every queue's wire still sends its
+// packets on its clock: what finds the rx ring full is a counted drop, and
+// every packet is counted once, in hardware, by the worker, or as a drop.
+TEST(PerQueueWire, DropsAreCountedUnderAnImpossibleRate) {
+  Trace t = skewed_trace(60000, 1000);
+  GroundTruth truth = ground_truth(t.packets);
+  for (const char* algo : {"cms", "duet"}) {
+    RunConfig c;
+    c.algorithm.algo = algo;
+    c.algorithm.heavy_threshold = 100;
+    c.workers = 2;
+    c.passes = 2;  // Duet: the warm-up installs the heavy flows, the measured pass has hits
+    c.rate_pps = 1e12;
+    c.ring_slots = 256;
+    RunResult r = run(t, truth, c);
+    uint64_t drops = 0, hits = 0, delivered = 0;
+    for (const auto& q : r.queues) {
+      EXPECT_EQ(q.hw_hits + q.delivered + q.drops, q.packets) << algo;
+      drops += q.drops;
+      hits += q.hw_hits;
+      delivered += q.delivered;
+    }
+    EXPECT_GT(drops, (t.packets.size() - hits) / 2) << algo << ": rings of 256 slots take little of 60,000 packets";
+    EXPECT_EQ(drops, r.drops) << algo;
+    EXPECT_EQ(hits, r.hw_hits) << algo;
+    if (std::string(algo) == "duet") {
+      EXPECT_GT(hits, 0u) << "the hardware table counts at any rate";
+    } else {
+      double counted = 0;  // the first pass's packets, and what the measured pass delivered
+      for (const auto& [k, e] : r.estimates) counted += e;
+      EXPECT_EQ(counted, double(t.packets.size() + delivered)) << "no collisions at this size";
+    }
+  }
+}
+
+// Each queue's wire offers its share of the rate: the shares sum to the
+// rate, and no worker has its queue's last packet before that share allows.
+TEST(PerQueueWire, PerQueueRatesSumToTheOfferedRate) {
+  Trace t = skewed_trace(40000, 2000);
+  GroundTruth truth = ground_truth(t.packets);
+  RunConfig c;
+  c.algorithm.algo = "none";
+  c.workers = 3;
+  c.rate_pps = 2e6;
+  WirePlan plan = plan_wire(t.packets, c.workers);
+  RunResult r = run(t, truth, c, &plan);
+  ASSERT_EQ(r.queues.size(), 3u);
+  double sum = 0;
+  for (unsigned q = 0; q < 3; ++q) {
+    const auto& s = r.queues[q];
+    EXPECT_DOUBLE_EQ(s.rate_pps, c.rate_pps * double(queue_packets(plan, q)) / double(t.packets.size()));
+    EXPECT_GE(s.seconds, double(s.packets - 1) / s.rate_pps) << "queue " << q << " ran ahead of its share";
+    EXPECT_LE(s.wire_seconds, s.seconds) << q;
+    sum += s.rate_pps;
+  }
+  EXPECT_NEAR(sum, c.rate_pps, 1e-6 * c.rate_pps);
+  EXPECT_EQ(r.drops, 0u);
 }
 
 }  // namespace

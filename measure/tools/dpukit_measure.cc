@@ -86,7 +86,8 @@ void add_run_options(ArgParser& p) {
   p.option("timeline-every", "sample hw occupancy every N packets");
   p.cpus_option("host-cpus", "CPUs of the host side");
   p.cpus_option("dpu-cpus", "CPUs of the dpu workers");
-  p.cpus_option("hw-cpus", "CPU of the NIC thread (default: the host's, which has no other work here)");
+  p.cpus_option("hw-cpus", "CPU of the hardware side's threads: none in these runs, whose wires (one per RSS queue) "
+                          "run in the dpu workers' loops, billed as hw");
   p.option("json", "write the result here");
 }
 
@@ -219,6 +220,12 @@ nlohmann::json figures_json(const Trace& trace, const GroundTruth& truth, const 
                {"packets", r.hw->hits},        {"aged", r.hw->aged},           {"pending", r.hw->pending},
                {"share_of_packets", double(r.hw_hits) / r.packets}};
   if (r.duet) f["duet"] = duet_json(*r.duet);
+  nlohmann::json queues = nlohmann::json::array();  // one wire per RSS queue
+  for (const auto& q : r.queues)
+    queues.push_back({{"packets", q.packets}, {"hw_hits", q.hw_hits}, {"delivered", q.delivered},
+                      {"drops", q.drops}, {"rate_pps", q.rate_pps}, {"wire_seconds", q.wire_seconds},
+                      {"seconds", q.seconds}});
+  f["queues"] = queues;
   if (!r.timeline.empty()) {
     nlohmann::json t = nlohmann::json::array();
     for (const auto& p : r.timeline)

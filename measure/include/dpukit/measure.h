@@ -132,25 +132,35 @@ Metrics evaluate(const GroundTruth& truth, const std::unordered_map<FlowKey, dou
 
 // ------------------------------------------------------------------ the datapath on the emulated DPU
 //
-//   trace replay ──> hw stage ──> RSS ──> one SPSC ring per dpu worker ──> sketch
-//   (the wire)       (NIC thread: flow-table match for Duet, enqueue)        (dpu workers)
+//   queue 0's wire ──> hw table match ──> rx ring ──> dpu worker 0 ──> sketch
+//   queue 1's wire ──> (one table, shared) ──> rx ring ──> dpu worker 1 ──> sketch
+//   ...
 //
-// A full ring under an offered rate is a counted drop, as on a DPU whose Arm
-// cores cannot keep up; as fast as possible, the wire waits instead. Duet adds
-// a control thread on the dpu side that applies the flow table's outcomes.
+// One wire per RSS queue, as a NIC's queues are filled in parallel by its
+// hardware: the trace is split per queue when planned, and each queue's
+// packets go out at that queue's share of the offered rate. A queue's wire
+// runs in its worker's own loop, on a clock that leaves out the wire's own
+// time (the hardware's work, billed as hw), and there is no central
+// dispatch. A full rx ring under an offered rate is a counted drop, as on a
+// DPU whose Arm cores cannot keep up; as fast as possible, the wire waits
+// instead. Duet adds the table's firmware (insertions, aging) on the hw side
+// and a control path on the dpu side that applies its outcomes.
 
 // The wire's work on a trace, done once before any run. On a DPU the NIC's
 // parser, its flow-table match and RSS run in the hardware pipeline at line
-// rate; here a CPU thread stands for them, so their per-packet work is done
-// ahead of time: every packet's RSS queue (Toeplitz over the 5-tuple) and a
-// dense flow id that only the emulated hardware table uses (its match is then
-// one array read: O(1), as in hardware). The NIC thread only moves packet
-// indices, and the dpu workers still read and hash the real key.
+// rate; here, so that the wire costs what hardware costs, their per-packet
+// work is done ahead of time: every packet's RSS queue (Toeplitz over the
+// 5-tuple), the trace split per queue, and a dense flow id that only the
+// emulated hardware table uses (its match is then one array read: O(1), as
+// in hardware). The wires only move packet indices, and the dpu workers
+// still read and hash the real key.
 struct WirePlan {
   unsigned workers = 0;
   std::vector<uint32_t> flow_id;  // per packet
   std::vector<uint16_t> queue;    // per packet: its dpu worker
   std::vector<FlowKey> flows;     // by flow id
+  // Per queue, in trace order: its packets' indices and their flow ids.
+  std::vector<std::vector<uint32_t>> queue_packets, queue_flow_ids;
 };
 WirePlan plan_wire(std::span<const Packet> packets, unsigned workers);
 
@@ -186,11 +196,12 @@ struct RunConfig {
   // the hardware table), and only the last is timed and paced. Estimates
   // and metrics cover every pass.
   unsigned passes = 1;
-  // Workers poll their rings, as a DPDK worker does, instead of sleeping when
-  // they find them empty: no wake-up latency or cost, a whole core each.
+  // Workers poll their rx rings, as a DPDK worker does, instead of sleeping
+  // until an interrupt would wake them (a batch of packets arrived, or a
+  // moment passed): no wake-up latency or cost, a whole core each.
   bool worker_poll = false;
   Placement placement;
-  size_t ring_slots = 16384;  // per worker: room for a wake-up's latency at tens of Mpps
+  size_t ring_slots = 16384;  // each queue's rx ring: room for a wake-up's latency at tens of Mpps
   uint64_t timeline_every = 0;  // sample hw occupancy every N packets (0 = no timeline)
 };
 
@@ -222,11 +233,16 @@ struct RunResult {
   uint64_t hw_hits = 0;  // packets the hardware table counted in the measured pass
   uint64_t drops = 0;    // full ring under an offered rate
   uint64_t top = 0;      // the heavy threshold in packets
-  double seconds = 0;       // the measured pass, until the workers finished
-  double wire_seconds = 0;  // the measured pass, until the wire sent its last packet: the offered rate's time
+  // The measured pass, until the last worker finished, on the workers' clock:
+  // the wall clock with the wires' own time (the NIC's) left out.
+  double seconds = 0;
+  double wire_seconds = 0;  // the same, until the last wire sent its last packet: the offered rate's time
+  // dpu: the workers' time but their wires' share, and Duet's control path;
+  // hw: the wires' share of the workers' time (the table's match, the rx
+  // ring, the table's firmware)
   CpuAccount cpu;
-  uint64_t dpu_work_ns = 0;    // the workers' time inside packet batches (their CPU time also counts wake-ups)
-  uint64_t worker_sleeps = 0;  // times a worker found its ring empty and slept
+  uint64_t dpu_work_ns = 0;    // the workers' time inside packet batches (their CPU time also counts polling)
+  uint64_t worker_sleeps = 0;  // times a worker slept until its wire's packets would wake it
   size_t memory_bytes = 0;  // what the algorithm really allocated
   bool evaluated = true;    // false for "none": no estimates, no metrics
   std::unordered_map<FlowKey, double, FlowKeyHash> estimates;  // every true flow
@@ -236,6 +252,18 @@ struct RunResult {
   std::optional<FlowTableStats> hw;
   std::optional<DuetStats> duet;
   std::vector<TimelinePoint> timeline;
+  // Per RSS queue, in the measured pass: its wire's share of the rate and
+  // where its packets went (packets = hw_hits + delivered + drops).
+  struct Queue {
+    uint64_t packets = 0;
+    uint64_t hw_hits = 0;    // counted in the hardware table
+    uint64_t delivered = 0;  // reached the worker's sketch
+    uint64_t drops = 0;      // found the rx ring full
+    double rate_pps = 0;     // the share of the offered rate (0: as fast as possible)
+    double wire_seconds = 0;  // until its wire sent its last packet
+    double seconds = 0;       // until its worker had measured it
+  };
+  std::vector<Queue> queues;
 };
 
 // The heavy threshold in packets for a trace of `packets` packets.
@@ -254,9 +282,8 @@ std::vector<std::string> algorithms();  // the sketches, "duet" and "none"
 // config.rate_pps between `low` and `high` packets/s (high = 0: twice the
 // faster of two as-fast-as-possible runs), until the bracket is narrower
 // than `precision` of its top. A probe passes when a run drops nothing and
-// the wire offered at least 90 % of the rate (the emulated wire's pacing
-// falls a few % short; a NIC thread that cannot keep up offers less and
-// drops nothing); a failed probe is run once more before the rate is given
+// the wires offered at least 90 % of the rate (each keeps its queue's share
+// of the rate on its clock: what a worker cannot take is a drop); a failed probe is run once more before the rate is given
 // up. The rate found is the highest the wire really offered in a passing probe.
 struct ZeroLossSearch {
   double rate_pps = 0;      // the highest rate offered with no drops (what the wire offered, not the target)
