@@ -1,6 +1,6 @@
 #include "dpukit/core/flow_key.h"
 
-#include <xxhash.h>
+#include "dpukit/core/flow_hash.h"
 
 namespace dpukit {
 
@@ -40,8 +40,6 @@ std::string FlowKey::str() const {
          "/" + std::to_string(proto());
 }
 
-uint64_t flow_hash(const FlowKey& key, uint64_t seed) {
-  return XXH3_64bits_withSeed(key.bytes.data(), key.bytes.size(), seed);
-}
+uint64_t flow_hash(const FlowKey& key, uint64_t seed) { return flow_hash64(key, seed); }
 
 }  // namespace dpukit

@@ -123,7 +123,7 @@ TEST(SketchNitro, WeightIsExactlyOneOverP) {
     // numbers add up to the slots the sampler selected.
     double units = 0;
     for (int r = 0; r < 3; ++r) {
-      const float c = ncm.rows().counter(r, ncm.rows().index(k, r));
+      const float c = ncm.rows().counter(r, ncm.index(k, r));
       const double u = double(c) / double(w);
       ASSERT_NEAR(u, std::round(u), float_drift_units(c, w, std::round(u)))
           << "counter " << c << " is not a multiple of " << w;
@@ -195,9 +195,9 @@ TEST(SketchNitro, CountMinRowsAreUnbiasedForTheVanillaRows) {
     for (size_t r : tracked) {
       const FlowKey& k = z.flows[r];
       for (int row = 0; row < 3; ++row) {
-        ASSERT_EQ(ncm.rows().index(k, row), cm.index(k, row));
+        ASSERT_EQ(ncm.index(k, row), cm.index(k, row));
         const double v = cm.counter(row, cm.index(k, row));
-        sum_diff += ncm.rows().counter(row, ncm.rows().index(k, row)) - v;
+        sum_diff += ncm.rows().counter(row, ncm.index(k, row)) - v;
         sum_var += v * (1 - 0.1) / 0.1;  // Var of Binomial(v, p) / p
         ++n;
       }
@@ -264,7 +264,7 @@ TEST(SketchNitro, AlwaysCorrectSplitsAnUpdateThatStraddlesTheSwitch) {
   EXPECT_EQ(ncm.rows().packets(), 1095u);
   double sampled_units = 0;
   for (int r = 0; r < 3; ++r) {
-    const double c = ncm.rows().counter(r, ncm.rows().index(k, r));
+    const double c = ncm.rows().counter(r, ncm.index(k, r));
     const double u = (c - 100.0) / double(ncm.rows().weight());
     EXPECT_NEAR(u, std::round(u), float_drift_units(float(c), ncm.rows().weight(), std::round(u) + 100));
     sampled_units += std::round(u);

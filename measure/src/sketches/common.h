@@ -1,6 +1,6 @@
-// Small pieces every sketch shares: index and sign derivation from a seeded
-// flow hash, seed derivation, a fast PRNG, NitroSketch's geometric sampler,
-// and budget checks. Internal to measure (not part of the public header).
+// Small pieces every sketch shares: the one hash per packet and its rows,
+// seed derivation, a fast PRNG, NitroSketch's geometric sampler, and budget
+// checks. Internal to measure (not part of the public header).
 #pragma once
 
 #include <bit>
@@ -12,35 +12,92 @@
 #include <string>
 #include <utility>
 
+#include "dpukit/core/flow_hash.h"
 #include "dpukit/core/flow_key.h"
 #include "dpukit/core/random.h"
 #include "dpukit/measure.h"
 
 namespace dpukit::measure::sketches {
 
-// Maps a 64-bit hash onto [0, n) with a multiply-high (Lemire's "fastrange"):
-// uses the hash's high bits, no division, uniform for any n.
-inline uint32_t bucket_of(uint64_t h, uint32_t n) {
-  return static_cast<uint32_t>((static_cast<unsigned __int128>(h) * n) >> 64);
+using dpukit::mix64;
+using dpukit::SplitMix64;
+
+// Maps a 32-bit word onto [0, n) with a multiply-high (Lemire's "fastrange"):
+// no division; bucket sizes differ by at most one word in 2^32, a relative
+// skew of n / 2^32 (1e-5 at 500 KB's 42,666 counters a row).
+inline uint32_t bucket_of(uint32_t word, uint32_t n) {
+  return static_cast<uint32_t>((uint64_t{word} * n) >> 32);
 }
 
-// A Count Sketch sign from the same row hash: its lowest bit. bucket_of()
-// reads the highest bits, so for a well-mixed hash (XXH3) the two are
-// independent.
-inline int32_t sign_of(uint64_t h) { return (h & 1) ? 1 : -1; }
+// One hash per packet for every row of a 3-row sketch: one XXH3-128 of the
+// key (inline, flow_hash128), split. Row r's counter comes from 32-bit word r
+// (bits 32r..32r+31), and the fourth word holds the rest: Count Sketch's
+// signs (bit r for row r), UnivMon's level, Elastic's heavy bucket, Duet's
+// record slot.
+//
+// Why the rows stay independent, which the sketches' error bounds need (a
+// row's collisions independent of another's, so that the minimum or the
+// median of 3 rows concentrates): XXH3-128's output bits are independent and
+// uniform for distinct keys (it passes SMHasher's tests at 128 bits, where
+// any dependence between output bits fails them), and disjoint bits of
+// independent bits are independent. Per row, two keys collide with
+// probability 1/width (up to the n / 2^32 skew above), as with a hash of
+// their own. It is not double hashing (h1 + i*h2): there, two keys that
+// collide in two rows collide in the third almost surely. RowHashTest checks
+// the joint distribution of the rows' counters and of the words.
+struct RowHash {
+  static constexpr int kRows = 3;
+  uint64_t lo = 0, hi = 0;
+
+  [[gnu::always_inline]] static RowHash of(const FlowKey& key, uint64_t seed) {
+    const FlowHash128 h = flow_hash128(key, seed);
+    return {h.lo, h.hi};
+  }
+  // Row r's word, r in [0, 3).
+  uint32_t word(int r) const { return static_cast<uint32_t>(r == 0 ? lo : r == 1 ? lo >> 32 : hi); }
+  // The fourth word.
+  uint32_t spare() const { return static_cast<uint32_t>(hi >> 32); }
+  // Row r's counter in a row of n.
+  uint32_t index(int r, uint32_t n) const { return bucket_of(word(r), n); }
+  // Count Sketch's sign for row r: +1 or -1 from bit r of the spare word.
+  bool plus(int r) const { return (spare() >> r) & 1; }
+  int32_t sign(int r) const { return plus(r) ? 1 : -1; }
+  // One 64-bit hash of the key for a hash table beside the rows (the top-k
+  // heap's index): uniform, which is all such a table needs.
+  uint64_t table_hash() const { return lo ^ hi; }
+
+  // Another 128 independent-looking bits for the same key, number k >= 1
+  // (UnivMon's levels below the first): SplitMix64's outputs k and k + 64
+  // from the state `lo`, a bijective mixer of distinct inputs, which is how
+  // SplitMix64 makes independent streams. They depend on `lo` only, never on
+  // the fourth word, so they are independent of the bits kept there (the
+  // level).
+  RowHash derived(uint32_t k) const {
+    constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ULL;
+    return {mix64(lo + k * kGamma), mix64(lo + (k + 64) * kGamma)};
+  }
+};
+
+// Batched updates (Sketch::update_burst): a dpu worker's burst is taken a
+// chunk of packets at a time: hash the chunk and ask for (prefetch) every
+// counter it will touch, then update them. The counters' cache misses then
+// overlap, where one packet at a time waits for each in turn. A chunk's
+// prefetches (3 a packet) stay within what the core keeps in flight.
+inline constexpr size_t kBurstChunk = 16;
+template <class F>
+inline void for_each_chunk(size_t n, F&& chunk) {
+  for (size_t b = 0; b < n; b += kBurstChunk) chunk(b, b + kBurstChunk < n ? b + kBurstChunk : n);
+}
 
 // Independent seeds for the hash functions of a sketch, derived from the
 // user's seed. `purpose` separates families (rows, levels, samplers); the same
 // (seed, purpose, index) always gives the same seed, so a vanilla sketch and
 // its NitroSketch variant built with the same SketchOptions::seed hash flows
 // to the same counters.
-enum class SeedPurpose : uint64_t { kRow = 1, kLevelSample = 2, kHeavy = 3, kLight = 4, kSampler = 5 };
+enum class SeedPurpose : uint64_t { kRow = 1, kLight = 4, kSampler = 5 };
 inline uint64_t derive_seed(uint64_t seed, SeedPurpose purpose, uint64_t index) {
   return mix64(seed * 0x9e3779b97f4a7c15ULL + mix64(static_cast<uint64_t>(purpose) << 32 | index));
 }
-
-using dpukit::mix64;
-using dpukit::SplitMix64;
 
 // NitroSketch's geometric sampling: over a stream of slots, each slot is
 // selected independently with probability p. Instead of a coin per slot we

@@ -25,27 +25,40 @@ uint32_t nitro_width(const std::string& algo, size_t budget, const SketchOptions
   return static_cast<uint32_t>(w);
 }
 
-std::array<uint64_t, 3> row_seeds(uint64_t seed) {
-  return {derive_seed(seed, SeedPurpose::kRow, 0), derive_seed(seed, SeedPurpose::kRow, 1),
-          derive_seed(seed, SeedPurpose::kRow, 2)};
-}
-
 }  // namespace
 
 template <NitroKind K>
 NitroSketch<K>::NitroSketch(size_t budget_bytes, const SketchOptions& options)
-    : rows_(nitro_width(K == NitroKind::kCountMin ? "nitro-cms" : "nitro-cs", budget_bytes, options),
-            row_seeds(options.seed), derive_seed(options.seed, SeedPurpose::kSampler, 0), options.sample_p,
-            switch_rule(options), options.always_correct_packets),
-      // The heap hashes keys with row 0's seed, so update() hands it h[0].
-      heap_(options.top_k, derive_seed(options.seed, SeedPurpose::kRow, 0)) {}
+    : seed_(derive_seed(options.seed, SeedPurpose::kRow, 0)),
+      rows_(nitro_width(K == NitroKind::kCountMin ? "nitro-cms" : "nitro-cs", budget_bytes, options),
+            derive_seed(options.seed, SeedPurpose::kSampler, 0), options.sample_p, switch_rule(options),
+            options.always_correct_packets),
+      heap_(options.top_k, seed_) {}
+
+// A chunk whose packets the sampler all passes over (at p = 0.01 most of
+// them) costs one step: no packet is hashed or read. A chunk with a selected
+// slot is taken packet by packet, hashing only the packets touched. (Hashing
+// the touched packets first and prefetching their counters was measured
+// slower: 21.7 against 16.2 ns a packet at p = 0.1, `measure_bench`.)
+template <NitroKind K>
+void NitroSketch<K>::update_burst(const FlowKey* const* keys, size_t n) {
+  size_t i = 0;
+  for (; i < n && !rows_.sampling(); ++i) update(*keys[i], 1);  // AlwaysCorrect's exact phase
+  for_each_chunk(n - i, [&](size_t begin, size_t end) {
+    if (rows_.unselected_slots() >= (end - begin) * Rows::kRows) {
+      rows_.pass(end - begin);
+      return;
+    }
+    for (size_t j = i + begin; j < i + end; ++j) update(*keys[j], 1);
+  });
+}
 
 template <NitroKind K>
 std::vector<std::pair<FlowKey, double>> NitroSketch<K>::heavy_hitters(double threshold,
                                                                       const std::vector<FlowKey>&) const {
   std::vector<std::pair<FlowKey, double>> out;
   for (size_t i = 0; i < heap_.size(); ++i) {
-    const double e = rows_.estimate(heap_.key(i));
+    const double e = estimate(heap_.key(i));
     if (e >= threshold) out.emplace_back(heap_.key(i), e);
   }
   return out;

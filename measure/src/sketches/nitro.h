@@ -40,34 +40,45 @@ class NitroSketch final : public Sketch {
   std::string name() const override { return K == NitroKind::kCountMin ? "nitro-cms" : "nitro-cs"; }
   size_t memory_bytes() const override { return rows_.memory_bytes() + heap_.memory_bytes(); }
   void update(const FlowKey& key, uint32_t count = 1) override {
-    uint64_t h[Rows::kRows];
-    const uint32_t mask = rows_.update(key, count, h);
-    if (!mask) return;
-    if constexpr (K == NitroKind::kCountMin) {
-      // The estimate is a minimum over rows, so any hashed row bounds it: when
-      // that bound cannot beat a full heap's minimum, offer() would change
-      // nothing; skip hashing the other rows.
-      if (heap_.full()) {
-        double bound = std::numeric_limits<double>::infinity();
-        for (int r = 0; r < Rows::kRows; ++r) {
-          if (mask & (1u << r)) bound = std::min(bound, rows_.row_read(r, h[r]));
-        }
-        if (!(static_cast<float>(bound) > heap_.min_value())) return;
-      }
-    }
-    rows_.hash_missing(key, h, mask);
-    heap_.offer(key, h[0], static_cast<float>(rows_.estimate_hashed(h)));
+    RowHash h;
+    const uint32_t mask = rows_.update(count, [&] { return hash(key); }, h);
+    if (mask) offer(key, h, mask);
   }
-  double estimate(const FlowKey& key) const override { return rows_.estimate(key); }
+  // While sampling: the sampler picks the burst's touched packets first (no
+  // hash), then only those are hashed and their counters asked for, then
+  // updated and offered to the heap in order: the same as update() per packet.
+  void update_burst(const FlowKey* const* keys, size_t n) override;
+  double estimate(const FlowKey& key) const override { return rows_.estimate_hashed(hash(key)); }
   // From the heap's keys, re-estimated now.
   std::vector<std::pair<FlowKey, double>> heavy_hitters(double threshold,
                                                         const std::vector<FlowKey>& candidates) const override;
 
+  RowHash hash(const FlowKey& key) const { return RowHash::of(key, seed_); }
+  uint32_t index(const FlowKey& key, int r) const { return rows_.index(hash(key), r); }
   const Rows& rows() const { return rows_; }
   Rows& rows() { return rows_; }
   const TopK& heap() const { return heap_; }
 
  private:
+  // The heap is offered a packet's key with its fresh estimate once the
+  // packet updated a row (`mask`: the rows it updated).
+  void offer(const FlowKey& key, const RowHash& h, uint32_t mask) {
+    if constexpr (K == NitroKind::kCountMin) {
+      // The estimate is a minimum over rows, so any updated row bounds it:
+      // when that bound cannot beat a full heap's minimum, offer() would
+      // change nothing; skip reading the other rows' counters.
+      if (heap_.full()) {
+        double bound = std::numeric_limits<double>::infinity();
+        for (int r = 0; r < Rows::kRows; ++r) {
+          if (mask & (1u << r)) bound = std::min(bound, rows_.row_read(r, h));
+        }
+        if (!(static_cast<float>(bound) > heap_.min_value())) return;
+      }
+    }
+    heap_.offer(key, h.table_hash(), static_cast<float>(rows_.estimate_hashed(h)));
+  }
+
+  uint64_t seed_;
   Rows rows_;
   TopK heap_;
 };

@@ -40,6 +40,11 @@
 //   A sketch can also be switched from outside (SwitchRule::kExternal):
 //   nitro-univmon uses it to switch all levels together on a packet count.
 //
+// Hashing: the rows' counters and signs come from one RowHash of the packet's
+// key (common.h), which the owner supplies. A packet that touches no row is
+// never hashed: the sampler decides which rows of which packets are updated
+// without looking at the key, so only the selected packets pay for the hash.
+//
 // Float counters (4 bytes, as the other sketches' counters, for equal
 // memory): a counter is a whole number of weights up to float rounding, which
 // is exact below 2^24 ~ 1.7e7 and drifts by at most half an ulp per addition
@@ -70,12 +75,10 @@ enum class SwitchRule {
 template <NitroKind K>
 class NitroRows {
  public:
-  static constexpr int kRows = 3;
+  static constexpr int kRows = RowHash::kRows;
 
-  NitroRows(uint32_t width, const std::array<uint64_t, kRows>& row_seeds, uint64_t sampler_seed, double p,
-            SwitchRule rule, uint64_t switch_packets = 0)
+  NitroRows(uint32_t width, uint64_t sampler_seed, double p, SwitchRule rule, uint64_t switch_packets = 0)
       : width_(width),
-        seeds_(row_seeds),
         p_(p),
         rule_(rule),
         switch_packets_(switch_packets),
@@ -88,37 +91,65 @@ class NitroRows {
 
   static constexpr uint32_t kAllRows = (1u << kRows) - 1;
 
-  // Adds `count` packets of `key`. Returns the mask of the rows whose hash
-  // (flow_hash with the row's seed) it computed into `h`: zero when no row was
-  // updated, else at least the updated rows (hash_missing() completes `h`).
-  uint32_t update(const FlowKey& key, uint32_t count, uint64_t (&h)[kRows]) {
+  // Adds `count` packets of a key. `hash()` gives the key's RowHash; it is
+  // called at most once, and only when a row is updated. Returns the mask of
+  // the rows updated; when it is not zero, `h` holds the key's hash.
+  template <class HashFn>
+  uint32_t update(uint32_t count, HashFn&& hash, RowHash& h) {
     if (count == 0) return 0;
-    if (sampling_) return sampled_update(key, count, h, 0);
+    if (sampling_) return sampled_update(count, hash, h, 0);
     uint32_t exact = count;
     if (rule_ == SwitchRule::kPackets) exact = uint32_t(std::min<uint64_t>(count, switch_packets_ - packets_));
-    hash_all(key, h);
+    h = hash();
     exact_update(h, exact);
     if (rule_ == SwitchRule::kPackets ? packets_ >= switch_packets_
                                       : rule_ == SwitchRule::kL2 && f2_estimate() >= f2_threshold_) {
       start_sampling();
     }
-    if (exact < count) sampled_update(key, count - exact, h, kAllRows);
+    if (exact < count) sampled_update(count - exact, hash, h, kAllRows);
     return kAllRows;
   }
-  void hash_missing(const FlowKey& key, uint64_t (&h)[kRows], uint32_t mask) const {
-    for (int r = 0; r < kRows; ++r) {
-      if (!(mask & (1u << r))) h[r] = flow_hash(key, seeds_[r]);
+
+  // Batched updates while sampling. `n` packets (of count 1) that the
+  // sampler passes over whole, known from unselected_slots() >= 3n: one step
+  // instead of one a packet.
+  uint64_t unselected_slots() const { return skip_; }
+  void pass(uint64_t n) {
+    packets_ += n;
+    skip_ -= n * kRows;
+  }
+  // Otherwise one packet at a time in two steps: the
+  // rows the sampler selects for the next packet (advancing it; no hash
+  // needed), then, for a packet with some, add_selected() with its hash.
+  // Together they do what update(1, ..) does.
+  uint32_t select_one() {
+    ++packets_;
+    if (skip_ >= kRows) {  // the common case at small p: no row touched
+      skip_ -= kRows;
+      return 0;
     }
+    uint32_t mask = 0;
+    uint64_t pos = skip_;
+    do {
+      mask |= 1u << pos;
+      ++selected_;
+      pos += sampler_.next_gap();
+    } while (pos < kRows);
+    skip_ = pos - kRows;
+    return mask;
+  }
+  void add_selected(const RowHash& h, uint32_t mask) {
+    for (int r = 0; r < kRows; ++r)
+      if (mask & (1u << r)) add_weight(r, h);
+  }
+  // Asks for the counters a packet's estimate reads.
+  void prefetch(const RowHash& h) const {
+    for (int r = 0; r < kRows; ++r) __builtin_prefetch(&counters_[size_t(r) * width_ + h.index(r, width_)], 1);
   }
 
-  double estimate(const FlowKey& key) const {
-    uint64_t h[kRows];
-    hash_all(key, h);
-    return estimate_hashed(h);
-  }
-  double estimate_hashed(const uint64_t (&h)[kRows]) const {
+  double estimate_hashed(const RowHash& h) const {
     double v[kRows];
-    for (int r = 0; r < kRows; ++r) v[r] = row_read(r, h[r]);
+    for (int r = 0; r < kRows; ++r) v[r] = row_read(r, h);
     if constexpr (K == NitroKind::kCountMin) {
       return std::min({v[0], v[1], v[2]});
     } else {
@@ -166,57 +197,56 @@ class NitroRows {
   uint64_t packets() const { return packets_; }      // packets seen
   uint64_t selected() const { return selected_; }    // slots updated while sampling
   uint32_t width() const { return width_; }
-  uint64_t row_hash(const FlowKey& key, int r) const { return flow_hash(key, seeds_[r]); }
-  uint32_t index(const FlowKey& key, int r) const { return bucket_of(row_hash(key, r), width_); }
+  uint32_t index(const RowHash& h, int r) const { return h.index(r, width_); }
   float counter(int r, uint32_t i) const { return counters_[size_t(r) * width_ + i]; }
-  double row_read(int r, uint64_t h) const {
-    const float c = counters_[size_t(r) * width_ + bucket_of(h, width_)];
+  double row_read(int r, const RowHash& h) const {
+    const float c = counters_[size_t(r) * width_ + h.index(r, width_)];
     if constexpr (K == NitroKind::kCountMin) {
       return c;
     } else {
-      return double(sign_of(h)) * c;
+      return double(h.sign(r)) * c;
     }
   }
   size_t memory_bytes() const { return counters_.size() * sizeof(float); }
 
  private:
-  void hash_all(const FlowKey& key, uint64_t (&h)[kRows]) const {
-    for (int r = 0; r < kRows; ++r) h[r] = flow_hash(key, seeds_[r]);
-  }
-
   // p = 1: every row, weight 1 per packet: the vanilla sketch.
-  void exact_update(const uint64_t (&h)[kRows], uint32_t n) {
+  void exact_update(const RowHash& h, uint32_t n) {
     packets_ += n;
     f1_ += n;
     for (int r = 0; r < kRows; ++r) {
-      float& c = counters_[size_t(r) * width_ + bucket_of(h[r], width_)];
-      const double delta = (K == NitroKind::kCountSketch && !(h[r] & 1)) ? -double(n) : double(n);
+      float& c = counters_[size_t(r) * width_ + h.index(r, width_)];
+      const double delta = (K == NitroKind::kCountSketch && !h.plus(r)) ? -double(n) : double(n);
       sumsq_[r] += (2.0 * c + delta) * delta;  // (c + d)^2 - c^2
       c = static_cast<float>(c + delta);
     }
   }
 
-  // Hashes only the rows it selects (the common touched packet updates one).
-  uint32_t sampled_update(const FlowKey& key, uint32_t n, uint64_t (&h)[kRows], uint32_t mask) {
+  // One selected slot of row r: the weight, with the row's sign (Count Sketch).
+  void add_weight(int r, const RowHash& h) {
+    float& c = counters_[size_t(r) * width_ + h.index(r, width_)];
+    if constexpr (K == NitroKind::kCountMin) {
+      c += weight_;
+    } else {
+      c += h.plus(r) ? weight_ : -weight_;
+    }
+  }
+
+  // Hashes the key only when the sampler selects one of its slots.
+  template <class HashFn>
+  uint32_t sampled_update(uint32_t n, HashFn&& hash, RowHash& h, uint32_t mask) {
     packets_ += n;
     const uint64_t slots = uint64_t(n) * kRows;
     if (skip_ >= slots) {  // the common case at small p: no row touched
       skip_ -= slots;
       return mask;
     }
+    if (!mask) h = hash();
     uint64_t pos = skip_;
     do {
       const int r = static_cast<int>(pos % kRows);
-      if (!(mask & (1u << r))) {
-        h[r] = flow_hash(key, seeds_[r]);
-        mask |= 1u << r;
-      }
-      float& c = counters_[size_t(r) * width_ + bucket_of(h[r], width_)];
-      if constexpr (K == NitroKind::kCountMin) {
-        c += weight_;
-      } else {
-        c += (h[r] & 1) ? weight_ : -weight_;
-      }
+      mask |= 1u << r;
+      add_weight(r, h);
       ++selected_;
       pos += sampler_.next_gap();
     } while (pos < slots);
@@ -225,7 +255,6 @@ class NitroRows {
   }
 
   uint32_t width_;
-  std::array<uint64_t, kRows> seeds_;
   double p_;
   SwitchRule rule_;
   uint64_t switch_packets_;

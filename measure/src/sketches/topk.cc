@@ -32,7 +32,7 @@ std::pair<uint32_t, bool> TopK::find(const FlowKey& key, uint64_t hash) const {
   return {s, false};
 }
 
-bool TopK::contains(const FlowKey& key) const { return find(key, flow_hash(key, seed_)).second; }
+bool TopK::contains(const FlowKey& key) const { return find(key, key_hash(key)).second; }
 
 // Backward-shift deletion: walk the cluster after `slot` and pull back every
 // entry whose home is not cyclically within (slot, j], so that no lookup ever
@@ -43,7 +43,7 @@ void TopK::erase_slot(uint32_t slot) {
   for (;;) {
     j = next_slot(j);
     if (table_[j] == 0) break;
-    const uint32_t k = home(flow_hash(keys_[table_[j] - 1], seed_));
+    const uint32_t k = home(key_hash(keys_[table_[j] - 1]));
     const bool stays = hole <= j ? (hole < k && k <= j) : (hole < k || k <= j);
     if (stays) continue;
     table_[hole] = table_[j];

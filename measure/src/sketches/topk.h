@@ -10,12 +10,13 @@
 #include <vector>
 
 #include "dpukit/core/flow_key.h"
+#include "sketches/common.h"
 
 namespace dpukit::measure::sketches {
 
 class TopK {
  public:
-  // `hash_seed`: the seed of flow_hash() the caller uses for offer(key, hash, ..).
+  // `hash_seed`: the seed of the RowHash the caller hands to offer(key, hash, ..).
   TopK(size_t capacity, uint64_t hash_seed);
 
   // Bytes a TopK of this capacity allocates: per entry the key (13 B), its
@@ -34,9 +35,11 @@ class TopK {
   // heap has room or `value` beats the smallest entry (which is evicted).
   // When the heap is full and `value` does not beat the smallest entry,
   // nothing changes, not even a resident's value (it keeps its last, higher
-  // estimate). `hash` must be flow_hash(key, hash_seed()).
+  // estimate). `hash` must be key_hash(key): RowHash::of(key, hash_seed()).table_hash(),
+  // which a sketch hashing its rows with the same seed already has.
   void offer(const FlowKey& key, uint64_t hash, float value);
-  void offer(const FlowKey& key, float value) { offer(key, flow_hash(key, seed_), value); }
+  void offer(const FlowKey& key, float value) { offer(key, key_hash(key), value); }
+  uint64_t key_hash(const FlowKey& key) const { return RowHash::of(key, seed_).table_hash(); }
 
   bool contains(const FlowKey& key) const;
   // Entries in heap order (index 0 holds the smallest value).
@@ -45,7 +48,6 @@ class TopK {
 
  private:
   uint32_t home(uint64_t hash) const {
-    // Low hash bits (the sketches' counters use the high ones).
     return static_cast<uint32_t>((static_cast<uint64_t>(static_cast<uint32_t>(hash >> 1)) * table_size_) >> 32);
   }
   uint32_t next_slot(uint32_t s) const { return s + 1 == table_size_ ? 0 : s + 1; }

@@ -68,7 +68,7 @@ UnivMonLayout univmon_layout(const std::string& algo, size_t budget, size_t top_
 template <bool kNitro>
 UnivMon<kNitro>::UnivMon(size_t budget_bytes, const SketchOptions& options)
     : layout_(univmon_layout(kNitro ? "nitro-univmon" : "univmon", budget_bytes, options.top_k)),
-      sample_seed_(derive_seed(options.seed, SeedPurpose::kLevelSample, 0)) {
+      seed_(derive_seed(options.seed, SeedPurpose::kRow, 0)) {
   SwitchRule rule = SwitchRule::kLineRate;
   if constexpr (kNitro) {
     check_sample_p(options.sample_p);
@@ -81,59 +81,116 @@ UnivMon<kNitro>::UnivMon(size_t budget_bytes, const SketchOptions& options)
   levels_.reserve(kLevels);
   heaps_.reserve(kLevels);
   for (int j = 0; j < kLevels; ++j) {
-    std::array<uint64_t, 3> seeds;
-    for (int r = 0; r < 3; ++r) seeds[r] = derive_seed(options.seed, SeedPurpose::kRow, 3 * j + r);
     if constexpr (kNitro) {
-      levels_.emplace_back(layout_.widths[j], seeds, derive_seed(options.seed, SeedPurpose::kSampler, j),
-                           options.sample_p, rule);
+      levels_.emplace_back(layout_.widths[j], derive_seed(options.seed, SeedPurpose::kSampler, j), options.sample_p,
+                           rule);
     } else {
-      levels_.emplace_back(layout_.widths[j], seeds);
+      levels_.emplace_back(layout_.widths[j]);
     }
-    // The heap hashes keys with the level's row-0 seed: update() hands it h[0].
-    heaps_.emplace_back(layout_.heap_capacity[j], seeds[0]);
+    // Every level's heap indexes keys by the packet's own hash: update() hands it that.
+    heaps_.emplace_back(layout_.heap_capacity[j], seed_);
     memory_ += levels_.back().memory_bytes() + heaps_.back().memory_bytes();
   }
 }
 
 template <bool kNitro>
-int UnivMon<kNitro>::level_of(const FlowKey& key) const {
-  return std::min(std::countr_one(flow_hash(key, sample_seed_)), kLevels - 1);
-}
-
-template <bool kNitro>
-void UnivMon<kNitro>::update_levels(const FlowKey& key, int depth, uint32_t count) {
+void UnivMon<kNitro>::update_levels(const FlowKey& key, const RowHash& h, int depth, uint32_t count) {
   for (int j = 0; j <= depth; ++j) {
-    uint64_t h[3];
+    RowHash hj;
     Level& lv = levels_[j];
-    const uint32_t mask = lv.update(key, count, h);
-    if (!mask) continue;
-    lv.hash_missing(key, h, mask);
-    heaps_[j].offer(key, h[0], static_cast<float>(lv.estimate_hashed(h)));
+    if (!lv.update(count, [&] { return level_hash(h, j); }, hj)) continue;
+    heaps_[j].offer(key, h.table_hash(), static_cast<float>(lv.estimate_hashed(hj)));
   }
 }
 
 template <bool kNitro>
 void UnivMon<kNitro>::update(const FlowKey& key, uint32_t count) {
   if (count == 0) return;
-  const int depth = level_of(key);
+  const RowHash h = hash(key);
+  const int depth = level_of(h);
   if constexpr (kNitro) {
     if (switch_at_ > 0 && !switched_) {
       const uint32_t exact = static_cast<uint32_t>(std::min<uint64_t>(count, switch_at_ - packets_));
-      update_levels(key, depth, exact);
+      update_levels(key, h, depth, exact);
       packets_ += exact;
       if (packets_ >= switch_at_) {
         switched_ = true;
         for (Level& lv : levels_) lv.start_sampling();
       }
       if (exact < count) {
-        update_levels(key, depth, count - exact);
+        update_levels(key, h, depth, count - exact);
         packets_ += count - exact;
       }
       return;
     }
   }
-  update_levels(key, depth, count);
+  update_levels(key, h, depth, count);
   packets_ += count;
+}
+
+template <bool kNitro>
+void UnivMon<kNitro>::update_burst(const FlowKey* const* keys, size_t n) {
+  size_t i = 0;
+  if constexpr (kNitro) {
+    for (; i < n && switch_at_ > 0 && !switched_; ++i) update(*keys[i], 1);  // exact until the switch
+    burst_sampled(keys + i, n - i);
+  } else {
+    burst_vanilla(keys, n);
+  }
+}
+
+template <bool kNitro>
+void UnivMon<kNitro>::burst_vanilla(const FlowKey* const* keys, size_t n) {
+  for_each_chunk(n, [&](size_t begin, size_t end) {
+    RowHash h[kBurstChunk];
+    int depth[kBurstChunk];
+    for (size_t i = begin; i < end; ++i) {
+      h[i - begin] = hash(*keys[i]);
+      depth[i - begin] = level_of(h[i - begin]);
+      for (int j = 0; j <= depth[i - begin]; ++j) levels_[j].prefetch(level_hash(h[i - begin], j));
+    }
+    for (size_t i = begin; i < end; ++i) update_levels(*keys[i], h[i - begin], depth[i - begin], 1);
+  });
+  packets_ += n;
+}
+
+// NitroSketch-UnivMon: every packet is hashed (its levels depend on it), and
+// then the chunk is taken level by level: a level's sampler and counters see
+// only that level's packets, in order, so level by level ends as packet by
+// packet does. A level whose sampler passes over all of the chunk's packets
+// at that level (the common case at small p) costs one step; otherwise its
+// packets are updated one by one (the level's hash derived only for those
+// it touches). This replaces a loop over each packet's levels, whose varying
+// length the branch predictor cannot follow.
+template <bool kNitro>
+void UnivMon<kNitro>::burst_sampled(const FlowKey* const* keys, size_t n) {
+  if constexpr (kNitro) {
+    for_each_chunk(n, [&](size_t begin, size_t end) {
+      const size_t m = end - begin;
+      RowHash h[kBurstChunk];
+      uint8_t depth[kBurstChunk];
+      std::array<uint32_t, kLevels> at_level{};  // the chunk's packets at level j or deeper
+      for (size_t i = 0; i < m; ++i) {
+        h[i] = hash(*keys[begin + i]);
+        depth[i] = static_cast<uint8_t>(level_of(h[i]));
+        ++at_level[depth[i]];
+      }
+      for (int j = kLevels - 2; j >= 0; --j) at_level[j] += at_level[j + 1];
+      for (int j = 0; j < kLevels && at_level[j] > 0; ++j) {
+        Level& lv = levels_[j];
+        if (lv.sampling() && lv.unselected_slots() >= uint64_t{at_level[j]} * Level::kRows) {
+          lv.pass(at_level[j]);
+          continue;
+        }
+        for (size_t i = 0; i < m; ++i) {
+          RowHash hj;
+          if (depth[i] < j || !lv.update(1, [&] { return level_hash(h[i], j); }, hj)) continue;
+          heaps_[j].offer(*keys[begin + i], h[i].table_hash(), static_cast<float>(lv.estimate_hashed(hj)));
+        }
+      }
+    });
+    packets_ += n;
+  }
 }
 
 template <bool kNitro>
@@ -142,7 +199,7 @@ std::vector<std::pair<FlowKey, double>> UnivMon<kNitro>::heavy_hitters(double th
   std::vector<std::pair<FlowKey, double>> out;
   const TopK& hp = heaps_[0];
   for (size_t i = 0; i < hp.size(); ++i) {
-    const double e = levels_[0].estimate(hp.key(i));
+    const double e = level_estimate(hp.key(i), 0);
     if (e >= threshold) out.emplace_back(hp.key(i), e);
   }
   return out;
@@ -163,8 +220,9 @@ template <bool kNitro>
 double UnivMon<kNitro>::flow_size(const FlowKey& key, int level, const std::array<double, kLevels>& f2) const {
   double est[kLevels];
   double m = std::numeric_limits<double>::infinity();
+  const RowHash h = hash(key);
   for (int j = 0; j <= level; ++j) {
-    est[j] = levels_[j].estimate(key);
+    est[j] = levels_[j].estimate_hashed(level_hash(h, j));
     m = std::min(m, std::max(est[j], 0.0));
   }
   double num = 0, den = 0;

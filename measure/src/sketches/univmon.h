@@ -41,6 +41,11 @@
 //           by level, as the sub-streams do, entropy came out 10-30% low at
 //           300-500 KB; equal widths (classic UnivMon) starve level 0; a level-0
 //           share of 1/4 was the best of 1/16, 0.15, 1/4, 0.35 and halving.
+// Hashing: one XXH3-128 per packet (RowHash, common.h). Level 0's rows and
+// signs are its words 0-2 and bits 0-2 of the fourth word; the flow's level
+// is the number of trailing one bits of the fourth word above bit 2 (the
+// sampling hash, independent of every level's rows); level j >= 1 hashes its
+// rows with RowHash::derived(j), which is independent of that word too.
 // NitroSketch-UnivMon samples inside every level's Count Sketch (nitro_rows.h);
 // a level's heap is offered the key when the packet touched at least one of
 // that level's rows. AlwaysCorrect: with always_correct_packets = N all levels
@@ -51,7 +56,9 @@
 // are never seen (the NitroSketch paper's point about AlwaysCorrect UnivMon).
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -61,6 +68,7 @@
 
 #include "dpukit/measure.h"
 #include "sketches/common.h"
+#include "sketches/count_sketch.h"
 #include "sketches/nitro_rows.h"
 #include "sketches/topk.h"
 
@@ -80,30 +88,23 @@ UnivMonLayout univmon_layout(const std::string& algo, size_t budget, size_t top_
 // A vanilla Count Sketch level with the interface of NitroRows.
 class CsLevel {
  public:
-  static constexpr int kRows = 3;
-  CsLevel(uint32_t width, const std::array<uint64_t, kRows>& seeds) : width_(width), seeds_(seeds) {
-    counters_.assign(size_t(kRows) * width_, 0);
-  }
+  static constexpr int kRows = RowHash::kRows;
+  explicit CsLevel(uint32_t width) : width_(width) { counters_.assign(size_t(kRows) * width_, 0); }
   static constexpr uint32_t kAllRows = (1u << kRows) - 1;
-  uint32_t update(const FlowKey& key, uint32_t count, uint64_t (&h)[kRows]) {
-    for (int r = 0; r < kRows; ++r) {
-      h[r] = flow_hash(key, seeds_[r]);
-      int32_t& c = counters_[size_t(r) * width_ + bucket_of(h[r], width_)];
-      const uint32_t delta = (h[r] & 1) ? count : 0u - count;
-      c = static_cast<int32_t>(static_cast<uint32_t>(c) + delta);
-    }
+  template <class HashFn>
+  uint32_t update(uint32_t count, HashFn&& hash, RowHash& h) {
+    h = hash();
+    int32_t* row = counters_.data();
+    for (int r = 0; r < kRows; ++r, row += width_) add_signed(row[h.index(r, width_)], h.plus(r), count);
     return kAllRows;
   }
-  void hash_missing(const FlowKey&, uint64_t (&)[kRows], uint32_t) const {}
-  double estimate_hashed(const uint64_t (&h)[kRows]) const {
-    double v[kRows];
-    for (int r = 0; r < kRows; ++r) v[r] = double(sign_of(h[r])) * counters_[size_t(r) * width_ + bucket_of(h[r], width_)];
-    return median3(v[0], v[1], v[2]);
+  void prefetch(const RowHash& h) const {
+    for (int r = 0; r < kRows; ++r) __builtin_prefetch(&counters_[size_t(r) * width_ + h.index(r, width_)], 1);
   }
-  double estimate(const FlowKey& key) const {
-    uint64_t h[kRows];
-    for (int r = 0; r < kRows; ++r) h[r] = flow_hash(key, seeds_[r]);
-    return estimate_hashed(h);
+  double estimate_hashed(const RowHash& h) const {
+    double v[kRows];
+    for (int r = 0; r < kRows; ++r) v[r] = double(h.sign(r)) * counters_[size_t(r) * width_ + h.index(r, width_)];
+    return median3(v[0], v[1], v[2]);
   }
   uint32_t width() const { return width_; }
   size_t memory_bytes() const { return counters_.size() * sizeof(int32_t); }
@@ -121,7 +122,6 @@ class CsLevel {
 
  private:
   uint32_t width_;
-  std::array<uint64_t, kRows> seeds_;
   std::vector<int32_t> counters_;
 };
 
@@ -136,7 +136,11 @@ class UnivMon final : public Sketch {
   std::string name() const override { return kNitro ? "nitro-univmon" : "univmon"; }
   size_t memory_bytes() const override { return memory_; }
   void update(const FlowKey& key, uint32_t count = 1) override;
-  double estimate(const FlowKey& key) const override { return levels_[0].estimate(key); }
+  // Hash the burst (one hash a packet gives its levels too), ask for the
+  // counters it will touch, then update in order: the same as update() per
+  // packet. NitroSketch-UnivMon asks only for the sampled levels' counters.
+  void update_burst(const FlowKey* const* keys, size_t n) override;
+  double estimate(const FlowKey& key) const override { return level_estimate(key, 0); }
   std::vector<std::pair<FlowKey, double>> heavy_hitters(double threshold,
                                                         const std::vector<FlowKey>& candidates) const override;
   std::optional<double> cardinality() const override;
@@ -146,18 +150,25 @@ class UnivMon final : public Sketch {
   const Level& level(int j) const { return levels_[j]; }
   Level& level(int j) { return levels_[j]; }
   const TopK& heap(int j) const { return heaps_[j]; }
-  int level_of(const FlowKey& key) const;  // deepest level the flow belongs to
+  int level_of(const FlowKey& key) const { return level_of(hash(key)); }  // deepest level the flow belongs to
+  RowHash hash(const FlowKey& key) const { return RowHash::of(key, seed_); }
+  // Level j's hash of a key whose (level 0) hash is `h`.
+  static RowHash level_hash(const RowHash& h, int j) { return j == 0 ? h : h.derived(static_cast<uint32_t>(j)); }
+  double level_estimate(const FlowKey& key, int j) const { return levels_[j].estimate_hashed(level_hash(hash(key), j)); }
   uint64_t packets() const { return packets_; }
   const UnivMonLayout& layout() const { return layout_; }
 
  private:
-  void update_levels(const FlowKey& key, int depth, uint32_t count);
+  static int level_of(const RowHash& h) { return std::min(std::countr_one(h.spare() >> RowHash::kRows), kLevels - 1); }
+  void update_levels(const FlowKey& key, const RowHash& h, int depth, uint32_t count);
+  void burst_vanilla(const FlowKey* const* keys, size_t n);
+  void burst_sampled(const FlowKey* const* keys, size_t n);
   enum class G { kCount, kXLogX };
   double gsum(G g) const;
   double flow_size(const FlowKey& key, int level, const std::array<double, kLevels>& f2) const;
 
   UnivMonLayout layout_;
-  uint64_t sample_seed_;
+  uint64_t seed_;
   std::vector<Level> levels_;
   std::vector<TopK> heaps_;
   size_t memory_ = 0;

@@ -38,7 +38,8 @@ struct FlowKey {
   friend bool operator==(const FlowKey&, const FlowKey&) = default;
 };
 
-// XXH3 over the 13 bytes; seeded so that independent rows use independent hashes.
+// XXH3 over the 13 bytes, seeded. For per-packet use in many rows, the
+// inline one-call hashes of flow_hash.h (flow_hash128).
 uint64_t flow_hash(const FlowKey& key, uint64_t seed = 0);
 
 struct FlowKeyHash {
