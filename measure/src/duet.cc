@@ -11,13 +11,40 @@
 namespace dpukit::measure {
 
 namespace {
-// A record's state. Pending and installed: the flow's insertion is under way
-// or done. Refused and aged: the flow is back on the sketch path and is
-// promoted again at its next TOP.
-enum State : uint64_t { kPending = 0, kInstalled = 1, kRefused = 2, kAged = 3 };
+// Reclamation: a record is freed by the control path (its flow's insertion
+// refused, or its entry aged out) while a dpu worker may hold it on the rare
+// path, between looking it up and adding to it, and another worker may
+// claim the freed slot for another flow at once. Generation counts, not
+// epochs: the mutable part of a record (state and base) is one word that
+// also carries the record's generation, and it changes only by
+// compare-and-swap. Freeing bumps the generation, so a worker's update made
+// on a look-up from before the free fails, and the worker looks again
+// instead of adding its flow's count to whichever flow has the slot now.
+// The key is read like a seqlock, checked against the generation. Nothing is
+// added to the per-packet path, and nobody waits: epochs would have every
+// worker announce itself before each rare-path look-up and the control path
+// wait for all of them before a free, and a worker stalled mid-look-up would
+// hold every free back.
+//
+// The word: generation (22 bits) | state (2) | base (40, packets). 2^40
+// packets is beyond what a flow sends through the sketch in one record's
+// life (base saturates there). A stale update could succeed only if the slot
+// were freed 2^22 times, and found again at the same state and base, while
+// one worker sits between two instructions.
+enum State : uint64_t { kFree = 0, kClaiming = 1, kPending = 2, kInstalled = 3 };
+constexpr int kStateShift = 40, kGenShift = 42;
+constexpr uint64_t kBaseMax = (uint64_t{1} << kStateShift) - 1;
+constexpr uint64_t kGenMask = (uint64_t{1} << (64 - kGenShift)) - 1;
 
-constexpr uint64_t kOccupied = 1ull << 63;
-constexpr uint64_t kClaiming = 1ull << 62;  // k1 while the claiming worker writes the key
+inline uint64_t gen_of(uint64_t w) { return w >> kGenShift; }
+inline State state_of(uint64_t w) { return static_cast<State>((w >> kStateShift) & 3); }
+inline uint64_t base_of(uint64_t w) { return w & kBaseMax; }
+inline bool is_live(uint64_t w) { return state_of(w) >= kPending; }
+inline uint64_t make_word(uint64_t gen, State s, uint64_t base) {
+  return (gen & kGenMask) << kGenShift | uint64_t{s} << kStateShift | std::min(base, kBaseMax);
+}
+
+constexpr uint64_t kOccupied = 1ull << 63;  // in k1: the slot has held a key (0: never used)
 
 inline uint32_t fastrange(uint32_t x, size_t n) { return static_cast<uint32_t>((uint64_t(x) * n) >> 32); }
 
@@ -25,12 +52,22 @@ inline void pack(const FlowKey& key, uint64_t& a, uint64_t& b) {
   key.to_words(a, b);
   b |= kOccupied;
 }
+inline uint64_t record_id(size_t slot, uint64_t word) { return gen_of(word) << 32 | slot; }
+
+inline FlowKey unpack(uint64_t a, uint64_t b) {
+  FlowKey k;
+  uint32_t mid = static_cast<uint32_t>(b);
+  std::memcpy(k.bytes.data(), &a, 8);
+  std::memcpy(k.bytes.data() + 8, &mid, 4);
+  k.bytes[12] = static_cast<uint8_t>(b >> 32);
+  return k;
+}
 }  // namespace
 
 struct Duet::Record {
-  std::atomic<uint64_t> k0{0}, k1{0};  // the key; k1 == 0: free, kClaiming: being written
-  std::atomic<uint64_t> state{kPending};
-  std::atomic<uint64_t> base{0};  // packets counted neither in the sketch nor by the hw counter above TOP
+  std::atomic<uint64_t> k0{0}, k1{0};  // the key, written only while the slot is being claimed
+  std::atomic<uint64_t> word{0};       // generation | state | base, changed only by compare-and-swap
+  uint64_t spare = 0;                  // a record is half a cache line
 };
 static_assert(sizeof(std::atomic<uint64_t>) * 4 == Duet::kRecordBytes);
 
@@ -86,40 +123,122 @@ Duet::Hashes Duet::hashes(const FlowKey& key) const {
   return out;
 }
 
-Duet::Record* Duet::find_record(const FlowKey& key, uint32_t start) const {
+uint32_t Duet::record_start(const FlowKey& key) const { return hashes(key).rec; }
+
+Duet::Held Duet::find_record(const FlowKey& key, uint32_t start) const {
   uint64_t a, b;
   pack(key, a, b);
-  // Records are never freed, so a key stays where it was claimed: no further
-  // from its start than the longest probe any claim made. Bounded by that,
-  // a miss costs a few probes even once every record is taken.
-  const size_t probes = std::min(longest_probe_.load(std::memory_order_relaxed) + 1, record_slots_);
+  // A claim takes the first free slot from the key's start, and a record
+  // never moves, so a record lies no further from its start than the longest
+  // probe any claim made: bounded by that, a miss costs a few probes even
+  // once every record is taken. A freed slot stays on the probe path (a
+  // tombstone: records claimed past it are still found); a slot that never
+  // held a key ends it, since every claim passed only slots holding records.
+  const size_t probes = std::min(longest_probe_.load(std::memory_order_acquire) + 1, record_slots_);
   for (size_t n = 0, i = start; n < probes; ++n, i = (i + 1 == record_slots_ ? 0 : i + 1)) {
     Record& r = records_[i];
-    uint64_t k1 = r.k1.load(std::memory_order_acquire);
-    if (k1 == 0) return nullptr;  // a free slot ends the probe too
-    if (k1 == b && r.k0.load(std::memory_order_relaxed) == a) return &r;
+    const uint64_t w = r.word.load(std::memory_order_acquire);
+    if (!is_live(w)) {
+      if (state_of(w) == kFree && r.k1.load(std::memory_order_relaxed) == 0) return {};
+      continue;
+    }
+    if (r.k1.load(std::memory_order_relaxed) != b || r.k0.load(std::memory_order_relaxed) != a) continue;
+    // The key read is the record's only if no free came between: same generation, still live.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    const uint64_t now = r.word.load(std::memory_order_relaxed);
+    if (gen_of(now) == gen_of(w) && is_live(now)) return {&r, now};
   }
-  return nullptr;
+  return {};
 }
 
-Duet::Record* Duet::claim_record(const FlowKey& key, uint32_t start) {
+// Claims a free slot for `key` and publishes it pending with base `count`.
+// The caller has reserved one of config_.records.
+Duet::Record* Duet::claim_record(const FlowKey& key, uint32_t start, uint64_t count) {
   uint64_t a, b;
   pack(key, a, b);
   for (size_t n = 0, i = start; n < record_slots_; ++n, i = (i + 1 == record_slots_ ? 0 : i + 1)) {
     Record& r = records_[i];
-    uint64_t expected = 0;
-    if (r.k1.load(std::memory_order_relaxed) == 0 &&
-        r.k1.compare_exchange_strong(expected, kClaiming, std::memory_order_acq_rel)) {
-      r.k0.store(a, std::memory_order_relaxed);
-      // Before the record is published: whoever later looks this key up (this
-      // worker, or the control path after the insert request) probes this far.
-      size_t longest = longest_probe_.load(std::memory_order_relaxed);
-      while (n > longest && !longest_probe_.compare_exchange_weak(longest, n, std::memory_order_relaxed)) {
-      }
-      return &r;  // the caller fills it, then publishes k1 = b
+    uint64_t w = r.word.load(std::memory_order_relaxed);
+    if (state_of(w) != kFree ||
+        !r.word.compare_exchange_strong(w, make_word(gen_of(w), kClaiming, 0), std::memory_order_acq_rel))
+      continue;
+    // The seqlock's writer side: a reader that sees the new key sees the claim.
+    std::atomic_thread_fence(std::memory_order_release);
+    r.k0.store(a, std::memory_order_relaxed);
+    r.k1.store(b, std::memory_order_relaxed);
+    // Before the record is published: whoever later looks this key up (this
+    // worker, or the control path after the insert request) probes this far.
+    size_t longest = longest_probe_.load(std::memory_order_relaxed);
+    while (n > longest && !longest_probe_.compare_exchange_weak(longest, n, std::memory_order_release)) {
     }
+    r.word.store(make_word(gen_of(w), kPending, count), std::memory_order_release);
+    return &r;
   }
   return nullptr;
+}
+
+// Adds `count` to a record's base if it is still the one the look-up found
+// (same generation, live); false if it was retired since.
+bool Duet::add_to_record(Held held, uint64_t count) {
+  uint64_t w = held.word;
+  const uint64_t gen = gen_of(w);
+  while (gen_of(w) == gen && is_live(w))
+    if (held.rec->word.compare_exchange_weak(w, make_word(gen, state_of(w), base_of(w) + count),
+                                             std::memory_order_acq_rel))
+      return true;
+  return false;
+}
+
+// The control path only. Frees the record (the next generation) and hands
+// its count over; the compare-and-swap that frees it fixes the base, so a
+// worker's add either made it in or fails and finds no record.
+void Duet::retire(Held held, const FlowKey& key, uint64_t hw_packets_above_top, uint64_t hw_bytes) {
+  uint64_t w = held.word;
+  const uint64_t gen = gen_of(w);
+  do {
+    if (gen_of(w) != gen || !is_live(w)) return;  // only this thread frees: not reached
+  } while (!held.rec->word.compare_exchange_weak(w, make_word(gen + 1, kFree, 0), std::memory_order_acq_rel));
+  {
+    std::lock_guard lock(retired_mu_);
+    retired_flows_.push_back(
+        {key, base_of(w) + hw_packets_above_top, hw_bytes, record_id(held.rec - records_.get(), w)});
+  }
+  retired_.fetch_add(1, std::memory_order_relaxed);
+  records_used_.fetch_sub(1, std::memory_order_release);
+}
+
+size_t Duet::take_retired(std::vector<RecordCount>& out) {
+  std::lock_guard lock(retired_mu_);
+  out.insert(out.end(), retired_flows_.begin(), retired_flows_.end());
+  size_t n = retired_flows_.size();
+  retired_flows_.clear();
+  return n;
+}
+
+// A live record's count now: base, and the hardware's count above TOP once installed.
+RecordCount Duet::count_of(const Record& r, uint64_t word) const {
+  RecordCount c{unpack(r.k0.load(std::memory_order_relaxed), r.k1.load(std::memory_order_relaxed)), base_of(word), 0,
+                record_id(&r - records_.get(), word)};
+  if (state_of(word) == kInstalled)
+    if (auto hw = hw_.query(c.key)) {
+      c.packets += hw->packets - std::min(hw->packets, config_.top);  // lines 2-3
+      c.bytes = hw->bytes;
+    }
+  return c;
+}
+
+void Duet::for_each_record(const std::function<void(const RecordCount&)>& f) const {
+  for (size_t i = 0; i < record_slots_; ++i) {
+    const Record& r = records_[i];
+    const uint64_t w = r.word.load(std::memory_order_acquire);
+    if (!is_live(w)) continue;
+    RecordCount c = count_of(r, w);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    const uint64_t now = r.word.load(std::memory_order_relaxed);
+    if (gen_of(now) != gen_of(w) || !is_live(now)) continue;  // retired meanwhile: its count went to take_retired
+    c.packets += base_of(now) - base_of(w);  // moved in while reading
+    f(c);
+  }
 }
 
 template <class T>
@@ -222,47 +341,42 @@ void Duet::on_sketch_path_burst(const FlowKey* const* keys, size_t n) {
 // Lines 21-24, and what the paper leaves open: the flow's sketch count is
 // `count` (this packet included).
 void Duet::on_top(const FlowKey& key, const Hashes& h, uint64_t count) {
-  Record* rec = find_record(key, h.rec);
-  if (rec) {
-    uint64_t s = rec->state.load(std::memory_order_acquire);
-    if (s == kPending || s == kInstalled ||
-        !rec->state.compare_exchange_strong(s, kPending, std::memory_order_acq_rel)) {
-      // Its insertion is under way (or the packet was in flight when it was
-      // installed): move what the sketch holds of it into the record.
-      rec->base.fetch_add(count, std::memory_order_relaxed);
+  for (;;) {
+    const Held held = find_record(key, h.rec);
+    if (!held.rec) break;
+    // Its insertion is under way (or the packet was in flight when it was
+    // installed): move what the sketch holds of it into the record.
+    if (add_to_record(held, count)) {
       reset_counters(h, count);
       moved_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    // Refused or aged, and heavy again: a new promotion.
-  } else {
-    // Reserve one of config_.records first: the slots outnumber the records,
-    // so the slots running out no longer stops two workers from both taking
-    // the last record.
-    size_t used = records_used_.load(std::memory_order_relaxed);
-    do {
-      if (used >= config_.records) {
-        // No record left: the flow stays in the sketch (already counted).
-        records_full_.fetch_add(1, std::memory_order_relaxed);
-        return;
-      }
-    } while (!records_used_.compare_exchange_weak(used, used + 1, std::memory_order_relaxed));
-    rec = claim_record(key, h.rec);  // finds a slot: there are more slots than records
-    if (!rec) {
-      records_used_.fetch_sub(1, std::memory_order_relaxed);
+    // Retired between the look-up and the update (and the slot perhaps
+    // another flow's by now): look again; there is no record for this flow.
+  }
+  // Reserve one of config_.records first: the slots outnumber the records,
+  // so the slots running out no longer stops two workers from both taking
+  // the last record.
+  size_t used = records_used_.load(std::memory_order_relaxed);
+  do {
+    if (used >= config_.records) {
+      // No record left: the flow stays in the sketch (already counted), and
+      // its next packet tries again.
       records_full_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    rec->state.store(kPending, std::memory_order_relaxed);
-    uint64_t a, b;
-    pack(key, a, b);
-    rec->k1.store(b, std::memory_order_release);
+  } while (!records_used_.compare_exchange_weak(used, used + 1, std::memory_order_acquire));
+  // The promotion, with the flow's whole sketch count in base: TOP, as the
+  // paper inserts it, or more for a flow that waited for a record.
+  Record* rec = claim_record(key, h.rec, count);
+  if (!rec) {  // not reached: there are more slots than records
+    records_used_.fetch_sub(1, std::memory_order_relaxed);
+    records_full_.fetch_add(1, std::memory_order_relaxed);
+    return;
   }
-  // Promotion with count TOP (the hw counter's first TOP are in base), then
-  // the counter reset.
-  rec->base.fetch_add(config_.top, std::memory_order_relaxed);
   reset_counters(h, count);
   promotions_.fetch_add(1, std::memory_order_relaxed);
+  // The hw counter starts at TOP; what it counts above TOP is the flow's.
   hw_.request_insert(key, {config_.top, 0}, static_cast<uint64_t>(rec - records_.get()));
 }
 
@@ -270,29 +384,32 @@ size_t Duet::apply_hw_events() {
   events_.clear();
   hw_.poll_events(events_, 4096);
   for (const FlowEvent& e : events_) {
-    Record* rec = find_record(e.key, hashes(e.key).rec);
-    if (!rec) continue;  // not a promotion of ours
-    uint64_t pending = kPending, installed = kInstalled;
+    Held held = find_record(e.key, record_start(e.key));
+    if (!held.rec) continue;  // not a promotion of ours
     switch (e.kind) {
       case FlowEvent::Kind::kInserted:
-        if (rec->state.compare_exchange_strong(pending, kInstalled, std::memory_order_acq_rel))
-          installed_.fetch_add(1, std::memory_order_relaxed);
+        // pending -> installed, keeping whatever a worker moves into base meanwhile
+        for (uint64_t w = held.word; gen_of(w) == gen_of(held.word) && state_of(w) == kPending;)
+          if (held.rec->word.compare_exchange_weak(w, make_word(gen_of(w), kInstalled, base_of(w)),
+                                                   std::memory_order_acq_rel)) {
+            installed_.fetch_add(1, std::memory_order_relaxed);
+            break;
+          }
         break;
       case FlowEvent::Kind::kRefused:
-        // The table is full or busy: the flow stays on the sketch path, its
-        // TOP packets kept in base, and is promoted again at its next TOP.
-        if (rec->state.compare_exchange_strong(pending, kRefused, std::memory_order_acq_rel))
-          refused_.fetch_add(1, std::memory_order_relaxed);
+        // The table is full or busy: the flow goes back to the sketch path
+        // and its count to the caller; it is promoted again at its next TOP.
+        if (state_of(held.word) != kPending) break;
+        retire(held, e.key, 0, 0);
+        refused_.fetch_add(1, std::memory_order_relaxed);
         break;
       case FlowEvent::Kind::kAged:
       case FlowEvent::Kind::kRemoved:
         if (e.reason == FlowEvent::Reason::kNotFound) break;
-        // Case 5: the hardware count above TOP goes into base; later packets
-        // go to the sketch again.
-        if (rec->state.compare_exchange_strong(installed, kAged, std::memory_order_acq_rel)) {
-          rec->base.fetch_add(e.counters.packets - config_.top, std::memory_order_relaxed);
-          aged_.fetch_add(1, std::memory_order_relaxed);
-        }
+        // Case 5: the flow goes back to the sketch path, and its count, with
+        // the hardware's above TOP, to the caller.
+        retire(held, e.key, e.counters.packets - std::min(e.counters.packets, config_.top), e.counters.bytes);
+        aged_.fetch_add(1, std::memory_order_relaxed);
         break;
     }
   }
@@ -304,11 +421,7 @@ size_t Duet::apply_hw_events() {
 double Duet::estimate(const FlowKey& key) const {
   const Hashes h = hashes(key);
   uint64_t est = sketch_min(h);
-  if (const Record* rec = find_record(key, h.rec)) {
-    est += rec->base.load(std::memory_order_relaxed);
-    if (rec->state.load(std::memory_order_acquire) == kInstalled)
-      if (auto c = hw_.query(key)) est += c->packets - config_.top;  // lines 2-3
-  }
+  if (const Held held = find_record(key, h.rec); held.rec) est += count_of(*held.rec, held.word).packets;
   return static_cast<double>(est);
 }
 
@@ -323,6 +436,7 @@ Duet::Stats Duet::stats() const {
   s.records_full = records_full_.load();
   s.records = config_.records;
   s.records_used = records_used_.load();
+  s.records_retired = retired_.load();
   return s;
 }
 

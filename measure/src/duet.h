@@ -10,18 +10,32 @@
 // flight: every promoted flow gets a record, touched only on the rare path
 // (a flow reaching TOP) and by the control path, so a packet on the sketch
 // path costs what a Count-Min update costs. Packets of a promoted flow that
-// still reach a worker — while its insertion is pending, in flight in a ring
-// when it was installed, or after a refusal — are counted in the sketch; when
-// they bring the flow to TOP again, that count moves into the record and the
-// counters are reset again, so nothing is lost or counted twice:
+// still reach a worker — while its insertion is pending, or in flight in a
+// ring when it was installed — are counted in the sketch; when they bring
+// the flow to TOP again, that count moves into the record and the counters
+// are reset again, so nothing is lost or counted twice:
 //   estimate = sketch minimum + record base + (hw counter - TOP, if installed).
-// A refused flow is promoted again at its next TOP. Aging (Case 5) moves the
-// hardware count into the record and returns the flow to the sketch.
+// A promotion puts the flow's whole sketch count in base: TOP, as the paper
+// inserts it, or more for a flow that waited for a free record.
+//
+// Records are reclaimed, so a run of any length keeps promoting: when a
+// flow's insertion is refused, or its hardware entry ages out (Case 5), the
+// control path retires its record. It hands the flow's count held outside the
+// sketch (base + hw counter above TOP) to the caller (take_retired: the
+// measurer exports it, or sums it as a collector would) and frees the record
+// for the next promotion. The flow is back on the sketch path and is promoted
+// again, into a new record, at its next TOP. Over a run, a flow's count is
+//   sum of its retired counts + estimate().
+// The paper's alternative, folding the count back into the sketch (Algorithm
+// 2 then answers it), is not taken: a heavy flow's count in 16-bit counters
+// saturates at 65,535 and would inflate every light flow sharing them.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "dpukit/core/flow_key.h"
@@ -29,6 +43,17 @@
 #include "dpukit/measure.h"
 
 namespace dpukit::measure {
+
+// What a record counted of a flow: its packets outside the sketch (the
+// promotion's count, those moved in while its insertion was under way, and
+// the hardware counter above TOP), and the bytes the hardware counted (a
+// sketch counts packets only).
+struct RecordCount {
+  FlowKey key;
+  uint64_t packets = 0;
+  uint64_t bytes = 0;
+  uint64_t record = 0;  // which promotion: the record's slot and generation (an exporter's delta key)
+};
 
 struct DuetConfig {
   size_t memory_bytes = 500 * 1024;  // the dpu side's budget: Count-Min counters + promoted-flow records
@@ -68,16 +93,29 @@ class Duet {
   ~Duet();
 
   // Algorithm 1, lines 6-24: a packet that missed the hardware table, on the
-  // dpu worker its flow is pinned to by RSS. Safe on any number of workers at once.
+  // dpu worker its flow is pinned to by RSS. Safe on any number of workers at
+  // once, each with its own flows (a flow's packets on one worker, as RSS
+  // and the paper have it: its record is claimed by that worker alone).
   void on_sketch_path(const FlowKey& key);
   // The same for a worker's burst of packets, keys[0..n), in order.
   void on_sketch_path_burst(const FlowKey* const* keys, size_t n);
 
   // The control path: applies the hardware table's outcomes (installed,
-  // refused, aged). Returns how many events it applied. One thread at a time.
+  // refused, aged); a refusal or aging retires the flow's record. Returns how
+  // many events it applied. One thread at a time.
   size_t apply_hw_events();
+  // Moves the flows retired since the last call into `out` (appending) and
+  // returns how many. Their records are already free: the caller now holds
+  // these counts, and a flow may retire many times. From any thread; call it
+  // regularly (they are kept until taken).
+  size_t take_retired(std::vector<RecordCount>& out);
+  // Every live record (pending or installed) and what it counts now. From
+  // any thread, while the datapath runs: the heavy flows of the moment,
+  // without a set of every flow seen.
+  void for_each_record(const std::function<void(const RecordCount&)>& f) const;
 
-  // Algorithm 2, plus the records. Exact for heavy flows; call with the datapath quiescent.
+  // Algorithm 2, plus the flow's live record, if any (its retired counts are
+  // the caller's). Exact for heavy flows; call with the datapath quiescent.
   double estimate(const FlowKey& key) const;
   // What the hardware table holds for a key, if anything.
   std::optional<FlowCounters> hw_count(const FlowKey& key) const { return hw_.query(key); }
@@ -90,14 +128,25 @@ class Duet {
   uint64_t top() const { return config_.top; }
 
  private:
+  friend class DuetTestPeer;  // measure/tests/duet_reclaim_test.cc: a worker stalled between look-up and update
   struct Record;
+  // A record as a look-up found it: the record and its word then (which
+  // carries the generation the caller's updates must still find).
+  struct Held {
+    Record* rec = nullptr;
+    uint64_t word = 0;
+  };
   struct Hashes {
     uint32_t idx[kRows];
     uint32_t rec;
   };
   Hashes hashes(const FlowKey& key) const;
-  Record* find_record(const FlowKey& key, uint32_t start) const;
-  Record* claim_record(const FlowKey& key, uint32_t start);
+  uint32_t record_start(const FlowKey& key) const;  // where the key's records are probed from
+  Held find_record(const FlowKey& key, uint32_t start) const;
+  Record* claim_record(const FlowKey& key, uint32_t start, uint64_t count);
+  bool add_to_record(Held held, uint64_t count);
+  void retire(Held held, const FlowKey& key, uint64_t hw_packets_above_top, uint64_t hw_bytes);
+  RecordCount count_of(const Record& r, uint64_t word) const;
   uint64_t sketch_min(const Hashes& h) const;
   size_t counter_bytes() const { return config_.counter_bits / 8; }
   template <class T>
@@ -122,10 +171,13 @@ class Duet {
   std::unique_ptr<std::atomic<uint16_t>[]> counters16_;
   size_t record_slots_;  // record_slots(config_.records)
   std::unique_ptr<Record[]> records_;
-  std::atomic<uint64_t> promotions_{0}, installed_{0}, refused_{0}, aged_{0}, moved_{0}, records_full_{0};
-  std::atomic<size_t> records_used_{0};
-  std::atomic<size_t> longest_probe_{0};  // the furthest any record sits from its key's start
+  std::atomic<uint64_t> promotions_{0}, installed_{0}, refused_{0}, aged_{0}, moved_{0}, records_full_{0},
+      retired_{0};
+  std::atomic<size_t> records_used_{0};   // reserved or live: goes down when a record is retired
+  std::atomic<size_t> longest_probe_{0};  // the furthest any claim placed a record from its key's start
   std::vector<FlowEvent> events_;  // control path scratch
+  std::mutex retired_mu_;          // the control path appends, the caller takes
+  std::vector<RecordCount> retired_flows_;
 };
 
 }  // namespace dpukit::measure
