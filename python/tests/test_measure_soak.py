@@ -153,3 +153,19 @@ def test_hw_shares_are_per_interval():
                {"seconds": 15, "packets_hw": 400, "packets_dpu": 1600},   # idle: no point
                {"seconds": 20, "packets_hw": None, "packets_dpu": 1700}]  # a scrape without the counter
     assert ms.hw_shares(samples) == [(5, 0.4), (10, 0.0)]
+
+
+def test_flat_rows_leave_out_the_drain_after_the_last_wave():
+    """Records and entries go to 0 once the waves stop, as they should: that is not a trend."""
+    a = ("10.0.0.1", "10.0.0.2", 1, 2, 6)
+    samples = [{"seconds": float(t), "rss_kib": 20000, "records_used": 450 + (t % 2) * 20,
+                "hw_entries": 400 + (t % 2) * 10} for t in range(0, 300, 3)]
+    samples.append({"seconds": 305.0, "rss_kib": 20000, "records_used": 0, "hw_entries": 0})
+    waves = [ms.Wave(k, k * ms.WAVE_FLOWS, 10.0 * k, 10.0 * k + 10, 60000, {a: 98}) for k in range(30)]
+    run = ms.SoakRun(300, waves, samples, {a: 98}, {}, "", [], [])
+    rows = {label: fl for label, _, fl in ms.flat_rows(run, [(w.end, ms.wave_error(w.truth, run.exported))
+                                                            for w in waves])}
+    assert rows["Duet records in use"].flat and rows["hardware entries"].flat, rows
+    assert rows["live process RSS"].flat and rows["median relative error per wave"].flat
+    # With the drain counted, the same run would look like a fall.
+    assert not ms.flatness([s["seconds"] for s in samples], [s["records_used"] for s in samples], 100).flat

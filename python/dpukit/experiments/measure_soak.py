@@ -54,7 +54,7 @@ WAVE_FLOWS = 5500        # flows a wave may use; a tenth (550) heavy, ~98 packet
 HEAVY_SHARE = 0.9        # the heavy flows' share of a wave's packets
 IDLE_TIMEOUT_MS = 500    # --hw-idle-timeout-ms: a finished wave's entries age out quickly
 EXPORT_INTERVAL_S = 1.0  # --export-interval
-SAMPLE_S = 5.0           # RSS and /metrics every this many seconds
+SAMPLE_S = 3.0           # RSS and /metrics: not a divisor of a wave's 10 s, so samples move across its phases
 # After the last wave: aging, the control path's reclamation and two reports.
 DRAIN_S = IDLE_TIMEOUT_MS / 1000 + 3 * EXPORT_INTERVAL_S + 1
 SEED = 1
@@ -490,8 +490,10 @@ def fmt_per_hour(x: float, unit: str) -> str:
 
 def flat_rows(run: SoakRun, errors: list[tuple[float, WaveError]]) -> list[tuple[str, str, Flatness | None]]:
     rows: list[tuple[str, str, Flatness | None]] = []
+    # While waves were sent: after the last one, records and entries drain to 0 as they should.
+    until = run.waves[-1].end if run.waves else float("inf")
     for key, label, unit, floor in SERIES:
-        pts = [(s["seconds"], s[key]) for s in run.samples if s.get(key) is not None]
+        pts = [(s["seconds"], s[key]) for s in run.samples if s.get(key) is not None and s["seconds"] <= until]
         rows.append((label, unit, flatness([x for x, _ in pts], [y for _, y in pts], floor) if pts else None))
     xs = [t for t, _ in errors]
     rows.append(("median relative error per wave", "", flatness(xs, [e.median for _, e in errors], ERROR_FLOOR)))
