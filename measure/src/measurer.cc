@@ -101,10 +101,32 @@ void Measurer::update_burst(unsigned worker, const FlowKey* const* keys, size_t 
 
 size_t Measurer::control_step() {
   if (!duet_) return 0;
-  // Duet's retired flows (records reclaimed once their flows aged out) are to
-  // be taken here, after the outcomes that retire them: their counts go to a
-  // per-flow sum offline (added in estimate()), or to the exporter live.
-  return duet_->apply_hw_events();
+  // Under the lock from the outcomes to the sums: an estimate() meanwhile
+  // (the table ages flows out while a run is queried) sees a retired flow's
+  // count either in its record or in its sum, never in neither.
+  std::lock_guard lock(retired_mu_);
+  const size_t n = duet_->apply_hw_events();
+  // The flows those outcomes retired: their counts to their sums (offline),
+  // and for take_retired() (live).
+  if (duet_->take_retired(retired_scratch_) > 0) {
+    if (keep_retired_sums_)
+      for (const RecordCount& r : retired_scratch_) retired_sums_[r.key] += r.packets;
+    if (hand_over_) handed_over_.insert(handed_over_.end(), retired_scratch_.begin(), retired_scratch_.end());
+    retired_scratch_.clear();
+  }
+  return n;
+}
+
+size_t Measurer::take_retired(std::vector<RecordCount>& out) {
+  std::lock_guard lock(retired_mu_);
+  const size_t n = handed_over_.size();
+  out.insert(out.end(), handed_over_.begin(), handed_over_.end());
+  handed_over_.clear();
+  return n;
+}
+
+void Measurer::for_each_record(const std::function<void(const RecordCount&)>& f) const {
+  if (duet_) duet_->for_each_record(f);
 }
 
 void Measurer::control_loop(const std::atomic<bool>& stop) {
@@ -126,9 +148,12 @@ void Measurer::drain() {
 }
 
 double Measurer::estimate(unsigned worker, const FlowKey& key) const {
-  // Duet: Algorithm 2 plus the records (and, once records are reclaimed, the
-  // flow's retired counts).
-  if (duet_) return duet_->estimate(key);
+  // Duet: Algorithm 2 plus the flow's record, and what its retired records counted.
+  if (duet_) {
+    std::lock_guard lock(retired_mu_);
+    auto it = retired_sums_.find(key);
+    return duet_->estimate(key) + (it == retired_sums_.end() ? 0.0 : static_cast<double>(it->second));
+  }
   if (none_) return 0;
   return sketches_[worker]->estimate(key);
 }

@@ -13,8 +13,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "dpukit/core/flow_table.h"
@@ -63,6 +66,20 @@ class Measurer {
   // Every outcome still pending (after the workers stopped).
   void drain();
 
+  // ---- Duet's retired flows: a record is retired, its count handed over,
+  // when its flow's insertion is refused or its entry ages out (duet.h). By
+  // default the measurer keeps their per-flow sums and estimate() adds them,
+  // as a collector would (offline: a run's flows are known). A live run
+  // exports them: hand_over_retired() before the run (keep_sums: the sums
+  // too, for estimates of every flow at the end), then take_retired()
+  // regularly, and for_each_record() for the heavy flows holding records now.
+  void hand_over_retired(bool keep_sums) {
+    hand_over_ = true;
+    keep_retired_sums_ = keep_sums;
+  }
+  size_t take_retired(std::vector<RecordCount>& out);
+  void for_each_record(const std::function<void(const RecordCount&)>& f) const;
+
   // ---- query
   // The estimate of a flow that worker `worker`'s queue carries. Duet's may
   // be read while its workers run; a baseline's with its worker stopped.
@@ -91,6 +108,11 @@ class Measurer {
   };
   std::vector<Sink> sinks_;
   uint64_t next_control_ns_ = 0;
+  bool keep_retired_sums_ = true, hand_over_ = false;
+  std::vector<RecordCount> retired_scratch_;  // control path
+  mutable std::mutex retired_mu_;             // the control path adds, a live reporter reads and takes
+  std::unordered_map<FlowKey, uint64_t, FlowKeyHash> retired_sums_;
+  std::vector<RecordCount> handed_over_;
 };
 
 }  // namespace dpukit::measure

@@ -313,5 +313,39 @@ TEST(DuetReclaimRun, HundredThousandHeavyFlowsThroughTwentySixHundredRecords) {
   EXPECT_EQ(outside, 0u) << "flows outside the sketch's error; the worst is " << worst << ", bound " << bound;
 }
 
+// The offline run through the real datapath (wire, workers, control path):
+// waves of heavy flows that go idle and age out of a 0.5 ms idle timeout, so
+// their records retire and are reused many times. A run's estimate of a
+// flow adds what its retired records counted to Duet's estimate: no heavy
+// flow ends below its true count (without the retired sums, a retired
+// flow's estimate is what it left in the sketch, below TOP).
+TEST(DuetReclaimRun, AnOfflineRunAddsWhatRetiredRecordsCountedToItsEstimates) {
+  Trace trace;
+  std::mt19937 rng(3);
+  constexpr uint32_t kWaves = 40, kPerWave = 40, kPerFlow = 200;
+  for (uint32_t w = 0; w < kWaves; ++w) {
+    std::vector<uint32_t> wave;
+    for (uint32_t f = w * kPerWave; f < (w + 1) * kPerWave; ++f) wave.insert(wave.end(), kPerFlow, f);
+    std::shuffle(wave.begin(), wave.end(), rng);
+    for (uint32_t f : wave) trace.packets.push_back({flow(f), 64, 0});
+  }
+  GroundTruth truth = ground_truth(trace.packets);
+  RunConfig cfg;
+  cfg.algorithm.algo = "duet";
+  cfg.algorithm.memory_bytes = 256 * 1024;
+  cfg.algorithm.heavy_threshold = 50;
+  cfg.algorithm.duet_records = 64;
+  cfg.algorithm.hw_idle_timeout_ns = 500'000;
+  RunResult r = run(trace, truth, cfg);
+  ASSERT_EQ(r.drops, 0u);
+  ASSERT_TRUE(r.duet.has_value());
+  EXPECT_GT(r.duet->records_retired, 2 * cfg.algorithm.duet_records) << "records reused";
+  size_t below = 0;
+  for (const auto& [k, c] : truth)
+    if (r.estimates.at(k) < double(c) && ++below <= 5)
+      ADD_FAILURE() << k.str() << ": " << r.estimates.at(k) << " for " << c << " packets";
+  EXPECT_EQ(below, 0u) << "flows whose estimate lost packets";
+}
+
 }  // namespace
 }  // namespace dpukit::measure

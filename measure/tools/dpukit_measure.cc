@@ -168,7 +168,7 @@ nlohmann::json duet_json(const DuetStats& d) {
           {"installed", d.installed},         {"refused", d.refused},
           {"aged", d.aged},                   {"moved_to_record", d.moved_to_record},
           {"records_full", d.records_full},   {"records", d.records},
-          {"records_used", d.records_used}};
+          {"records_used", d.records_used}, {"records_retired", d.records_retired}};
 }
 
 nlohmann::json metrics_json(const Metrics& m) {
@@ -478,6 +478,8 @@ int cmd_live(int argc, char** argv) {
   p.flag("native", "native (driver) XDP instead of generic (skb) mode");
   p.flag("pass-hits", "let packets counted in the hardware table go on to the kernel stack (default: drop them: "
                       "a monitoring port)");
+  p.flag("all-flows", "duet: keep every flow seen and report each one's estimate at the end (memory grows with "
+                      "the flows; by default only the promoted-flow records, for a run of any length)");
   p.option("hw-capacity", "hardware flow-table entries (the BPF map's size)", "65536");
   add_shared_options(p);
   p.cpus_option("dpu-cpus", "CPUs of the dpu workers and control");
@@ -502,6 +504,7 @@ int cmd_live(int argc, char** argv) {
   c.packets = p.has("packets") ? p.u64("packets") : 0;
   c.native = p.has("native");
   c.pass_hits = p.has("pass-hits");
+  c.all_flows = p.has("all-flows");
   a.hw_capacity = p.u64("hw-capacity");
   if (a.hw_capacity == 0) p.fail("--hw-capacity must be > 0");
   read_shared_options(p, a);

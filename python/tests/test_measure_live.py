@@ -129,7 +129,7 @@ def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
     live_json = tmp_path / "live.json"
     live = subprocess.Popen([str(exe), "live", "--iface", measured, "--algo", "duet", "--heavy-threshold", str(TOP),
                              "--duration", "120", "--ipfix", f"127.0.0.1:{port}", "--export-interval", "0.3",
-                             "--metrics", "127.0.0.1:0",
+                             "--metrics", "127.0.0.1:0", "--all-flows",
                              "--json", str(live_json)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         metrics_port = wait_attached(live)
@@ -145,7 +145,7 @@ def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
         drops = samples["dpukit_measure_drops_total"]
         assert hw + dpu + drops == PACKETS, body
         assert samples["dpukit_measure_hw_entries"] > 0 and samples["dpukit_measure_promotions_total"] > 0
-        # Records are never freed: what is used of them, and what found none, for an alert.
+        # Records in use (freed as flows age out), and what found none, for an alert.
         assert 0 < samples["dpukit_measure_duet_records_used"] <= samples["dpukit_measure_duet_records"], body
         assert samples["dpukit_measure_duet_records_full_total"] == 0, body
         top_flows = {name: v for name, v in samples.items() if name.startswith("dpukit_measure_top_flow_packets{")}
@@ -202,8 +202,8 @@ def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
 
 
 def test_live_duet_says_when_its_records_run_out(veth, tmp_path):
-    """A record is never freed: with 2 of them, the third flow to reach TOP
-    stays in the sketch, the tool says so once, and the result counts it."""
+    """With 2 records and flows that do not go idle, the third flow to reach
+    TOP stays in the sketch, the tool says so once, and the result counts it."""
     _, _, measured = veth
     exe = native_tool("dpukit-measure")
     pcap = tmp_path / "trace.pcap"

@@ -324,6 +324,11 @@ struct LiveConfig {
   // sketches belong to their workers, once at the end.
   double export_interval_s = 10;
   std::string metrics;     // bind address of a Prometheus /metrics endpoint during the run; empty: none
+  // Duet: keep every flow seen, to give each an estimate at the end (and
+  // export each heavy flow's whole estimate). Memory grows with the flows;
+  // without it Duet keeps nothing per flow beyond its records, and a run can
+  // last any time. The baselines always keep them (their sketches cannot list keys).
+  bool all_flows = false;
 };
 
 struct LiveResult {
@@ -344,7 +349,8 @@ struct LiveResult {
   // refuses BPF_ENABLE_STATS (before 5.8, or without CAP_SYS_ADMIN).
   bool xdp_run_time_measured = false;
   uint64_t xdp_run_ns = 0, xdp_runs = 0;
-  std::unordered_map<FlowKey, double, FlowKeyHash> estimates;  // every flow a worker saw
+  // every flow a worker saw (Duet without all_flows: the flows holding records at the end)
+  std::unordered_map<FlowKey, double, FlowKeyHash> estimates;
   std::vector<FlowKey> heavy_reported;
   std::optional<FlowTableStats> hw;
   std::optional<DuetStats> duet;

@@ -39,49 +39,79 @@ uint64_t wall_ms() {
 // One dpu worker's own state: only it writes; read once it has stopped, or
 // (the counters) by /metrics at any time.
 struct Worker {
-  std::unordered_set<FlowKey, FlowKeyHash> seen;  // flows to report estimates for (candidates)
+  // Flows to give estimates for at the end: the baselines' (their sketches
+  // cannot list keys), and Duet's with --all-flows. Grows with the flows.
+  std::unordered_set<FlowKey, FlowKeyHash> seen;
   std::atomic<uint64_t> packets{0};
-  // Flows met for the first time since the reporter last looked (a lock per
-  // new flow, not per packet).
-  std::mutex fresh_mu;
-  std::vector<FlowKey> fresh;
 };
 
-// Exports by interval: each heavy flow's packets (and hardware bytes) since
-// its last record, so that a collector's sum over the run is the estimate.
-// Also keeps the largest flows for /metrics.
+// Exports: each heavy flow's packets (and hardware bytes) since its last
+// record, so that a collector's sum over the run is what was measured. Also
+// keeps the largest flows for /metrics.
+//
+// Duet reports from its records, every interval and at the end: a record's
+// count (its flow's packets outside the sketch) since the record's last
+// export, and a retired record's rest once. State is kept per record, and a
+// record's goes when it retires: the reporter holds at most the records,
+// however many flows a run sees. The packets a flow leaves in the sketch
+// after its last record retired (fewer than TOP) are not exported, unless
+// every flow is kept (by_flow), where the end reports each heavy flow's
+// whole estimate.
 struct Reporter {
-  uint64_t top = 0;
   uint64_t interval_start_ms = 0;
-  std::unordered_set<FlowKey, FlowKeyHash> candidates;
-  std::unordered_map<FlowKey, std::pair<uint64_t, uint64_t>, FlowKeyHash> exported;  // packets, bytes
+  bool by_flow = false;  // also keep what each flow exported (the baselines, --all-flows)
+  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> by_record;             // packets, bytes
+  std::unordered_map<FlowKey, std::pair<uint64_t, uint64_t>, FlowKeyHash> exported;  // by_flow: packets, bytes
   std::unique_ptr<IpfixExporter> ipfix;
   std::mutex top_mu;
   std::vector<std::pair<FlowKey, double>> largest;
+  std::vector<RecordCount> retired;  // scratch
 
-  void gather(std::vector<std::unique_ptr<Worker>>& workers) {
-    for (auto& w : workers) {
-      std::vector<FlowKey> fresh;
-      {
-        std::lock_guard lock(w->fresh_mu);
-        fresh.swap(w->fresh);
-      }
-      candidates.insert(fresh.begin(), fresh.end());
+  void add(std::vector<FlowRecord>& out, const FlowKey& k, uint64_t packets, uint64_t bytes, uint64_t now_ms) {
+    out.push_back({k, packets, bytes, interval_start_ms, now_ms});
+    if (by_flow) {
+      auto& [p, b] = exported[k];
+      p += packets;
+      b += bytes;
     }
   }
-  // `heavy`: the flows at or above TOP with their estimates now.
-  void report(std::vector<std::pair<FlowKey, double>> heavy, const FlowTable& table, uint64_t now_ms) {
+  // One record's count now: what it gained since its last export.
+  void add_record(std::vector<FlowRecord>& out, const RecordCount& c, bool retired_now, uint64_t now_ms) {
+    auto it = by_record.try_emplace(c.record).first;
+    auto& [packets, bytes] = it->second;
+    if (c.packets > packets || c.bytes > bytes)
+      add(out, c.key, c.packets - std::min(c.packets, packets), c.bytes - std::min(c.bytes, bytes), now_ms);
+    packets = std::max(packets, c.packets);
+    bytes = std::max(bytes, c.bytes);
+    if (retired_now) by_record.erase(it);
+  }
+  // Duet: the records retired since the last report, then every record now.
+  void report_records(Measurer& measurer, uint64_t now_ms) {
+    std::vector<FlowRecord> records;
+    retired.clear();
+    measurer.take_retired(retired);
+    for (const RecordCount& r : retired) add_record(records, r, true, now_ms);
+    std::vector<std::pair<FlowKey, double>> heavy;
+    measurer.for_each_record([&](const RecordCount& c) {
+      add_record(records, c, false, now_ms);
+      heavy.emplace_back(c.key, measurer.estimate(0, c.key));  // Duet's: any worker's
+    });
+    send(records, std::move(heavy), now_ms);
+  }
+  // `heavy`: flows at or above TOP with their estimates now; each exports
+  // what its estimate gained since its last record (by_flow).
+  void report_flows(std::vector<std::pair<FlowKey, double>> heavy, const FlowTable& table, uint64_t now_ms) {
     std::vector<FlowRecord> records;
     for (const auto& [k, e] : heavy) {
-      auto& [packets, bytes] = exported[k];
+      const auto [packets, bytes] = exported[k];
       uint64_t total = static_cast<uint64_t>(e + 0.5);
       uint64_t hw_bytes = 0;
       if (auto hw = table.query(k)) hw_bytes = hw->bytes;
-      if (total <= packets) continue;
-      records.push_back({k, total - packets, hw_bytes > bytes ? hw_bytes - bytes : 0, interval_start_ms, now_ms});
-      packets = total;
-      bytes = std::max(bytes, hw_bytes);
+      if (total > packets) add(records, k, total - packets, hw_bytes > bytes ? hw_bytes - bytes : 0, now_ms);
     }
+    send(records, std::move(heavy), now_ms);
+  }
+  void send(const std::vector<FlowRecord>& records, std::vector<std::pair<FlowKey, double>> heavy, uint64_t now_ms) {
     if (ipfix) ipfix->send(records);
     interval_start_ms = now_ms;
     std::partial_sort(heavy.begin(), heavy.begin() + std::min(kTopFlows, heavy.size()), heavy.end(),
@@ -114,7 +144,10 @@ std::string metrics_text(const std::string& algo, const std::vector<std::unique_
   if (const std::optional<DuetStats> duet = measurer.duet_stats()) {
     const DuetStats& ds = *duet;
     m.counter("dpukit_measure_promotions_total", "Flows Duet promoted to the hardware table", ds.promotions);
-    // A record is never freed: once all are used, flows that reach TOP stay in the sketch.
+    m.counter("dpukit_measure_duet_records_retired_total",
+              "Promoted-flow records retired (the flow aged out or was refused): count exported, record freed",
+              ds.records_retired);
+    // Records are freed as flows age out; while all are used, flows that reach TOP stay in the sketch.
     m.gauge("dpukit_measure_duet_records_used", "Promoted-flow records in use", ds.records_used);
     m.gauge("dpukit_measure_duet_records", "Promoted-flow records (--duet-records)", ds.records);
     m.counter("dpukit_measure_duet_records_full_total",
@@ -160,10 +193,13 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
   for (unsigned w = 0; w < res.workers; ++w) workers.push_back(std::make_unique<Worker>());
 
   Reporter reporter;
-  reporter.top = res.top;
+  // Duet's retired flows go to the reporter, not to per-flow sums.
+  const bool keep_seen = !is_duet || cfg.all_flows;
+  if (is_duet) measurer.hand_over_retired(cfg.all_flows);
+  reporter.by_flow = keep_seen;
   if (!cfg.ipfix.empty()) reporter.ipfix = std::make_unique<IpfixExporter>(cfg.ipfix);
-  // Duet's estimates may be read while its workers run (its counters and
-  // records are atomics); a baseline's sketch belongs to its worker, so
+  // Duet's records may be read while its workers run (their words and its
+  // counters are atomics); a baseline's sketch belongs to its worker, so
   // baselines report once, at the end.
   const bool by_interval = is_duet && cfg.export_interval_s > 0 && (reporter.ipfix || !cfg.metrics.empty());
   std::unique_ptr<MetricsEndpoint> endpoint;
@@ -199,10 +235,7 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
         FlowKey& key = burst[n];
         // Not IPv4 TCP/UDP: the XDP program counted it (not_a_flow), whichever way it went.
         if (parse_frame(kLinkEthernet, frame, len, &key) != ParseResult::kOk) return;
-        if (me.seen.insert(key).second && by_interval) {
-          std::lock_guard lock(me.fresh_mu);
-          me.fresh.push_back(key);
-        }
+        if (keep_seen) me.seen.insert(key);
         if (++n == kBurst) flush();
       };
       while (!done.load(std::memory_order_acquire)) {
@@ -225,13 +258,7 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
 
   // The run lasts until asked to stop, for the duration, or until enough
   // packets were measured; Duet reports every interval meanwhile.
-  auto duet_report = [&] {
-    reporter.gather(workers);
-    std::vector<std::pair<FlowKey, double>> heavy;
-    for (const FlowKey& k : reporter.candidates)
-      if (double e = measurer.estimate(0, k); e >= res.top) heavy.emplace_back(k, e);  // Duet's: any worker's
-    reporter.report(std::move(heavy), table, wall_ms());
-  };
+  auto duet_report = [&] { reporter.report_records(measurer, wall_ms()); };
   auto next_report = t0 + std::chrono::duration<double>(cfg.export_interval_s);
   bool warned_records_full = false;
   std::optional<PlaceTimer> report_time;  // the reporter is dpu work
@@ -241,8 +268,8 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
         ds.records > 0 && ds.records_used >= ds.records) {
       warned_records_full = true;
       log_warn("duet: all " + std::to_string(ds.records) +
-               " promoted-flow records are used, and records are never freed: flows that reach TOP from now on "
-               "stay in the sketch (raise --duet-records, or restart the measurement)");
+               " promoted-flow records are used: flows that reach TOP stay in the sketch until aging frees one "
+               "(raise --duet-records, or shorten --hw-idle-timeout-ms)");
     }
     if (by_interval && std::chrono::steady_clock::now() >= next_report) {
       duet_report();
@@ -282,20 +309,30 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
   res.hw = table.stats();
   res.duet = measurer.duet_stats();
 
-  // Estimates for every flow a worker saw: a flow reaches the hardware table
-  // only by promotion from a worker, so no flow is missed.
+  // The last interval: Duet's records (the retired ones' rest, and what the
+  // others gained).
+  if (is_duet) reporter.report_records(measurer, end_ms);
+  // Estimates for every flow a worker saw (a flow reaches the hardware table
+  // only by promotion from a worker, so no flow is missed); Duet without
+  // --all-flows: the flows holding records.
   std::vector<std::vector<FlowKey>> routed(res.workers);
-  for (unsigned w = 0; w < res.workers; ++w) routed[w].assign(workers[w]->seen.begin(), workers[w]->seen.end());
+  if (keep_seen)
+    for (unsigned w = 0; w < res.workers; ++w) routed[w].assign(workers[w]->seen.begin(), workers[w]->seen.end());
+  else
+    measurer.for_each_record([&](const RecordCount& c) { routed[0].push_back(c.key); });  // Duet's: any worker's
   Measurer::Answer answer = measurer.query(routed, static_cast<double>(res.top));
   res.estimates = std::move(answer.estimates);
   res.heavy_reported = std::move(answer.heavy);
 
-  // The last interval: what each heavy flow gained since its last record
-  // (everything, for a baseline); bytes where the hardware table counted them
-  // (a sketch counts packets only).
-  std::vector<std::pair<FlowKey, double>> heavy;
-  for (const FlowKey& k : res.heavy_reported) heavy.emplace_back(k, res.estimates.at(k));
-  reporter.report(std::move(heavy), table, end_ms);
+  // Where every flow is kept: what each heavy flow's estimate gained since
+  // its last record (everything, for a baseline; for Duet, what it left in
+  // the sketch); bytes where the hardware table counted them (a sketch
+  // counts packets only).
+  if (keep_seen) {
+    std::vector<std::pair<FlowKey, double>> heavy;
+    for (const FlowKey& k : res.heavy_reported) heavy.emplace_back(k, res.estimates.at(k));
+    reporter.report_flows(std::move(heavy), table, end_ms);
+  }
   if (reporter.ipfix) {
     res.ipfix_records = reporter.ipfix->stats().records;
     res.ipfix_errors = reporter.ipfix->stats().send_errors;
