@@ -201,6 +201,64 @@ def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
     assert exported == {k: int(v + 0.5) for k, v in live_heavy.items()}
 
 
+def test_live_duet_exports_from_its_records_alone(veth, tmp_path):
+    """Without --all-flows a Duet live run keeps nothing per flow beyond its
+    records. Flows age out of the hardware table during the run (a 100 ms idle
+    timeout), their records retire and their counts are exported; the
+    collector's sum for every heavy flow is its true count, less what it left
+    in the sketch after its last record retired (fewer than TOP) and the drops."""
+    _, _, measured = veth
+    exe = native_tool("dpukit-measure")
+    pcap = tmp_path / "trace.pcap"
+    subprocess.run([str(exe), "gen", "--preset", "backbone", "--flows", "2000", "--packets", str(PACKETS),
+                    "--seed", "5", "--out", str(pcap)], check=True, capture_output=True, timeout=60)
+    offline_json, offline_csv = tmp_path / "offline.json", tmp_path / "offline.csv"
+    subprocess.run([str(exe), "run", "--trace", str(pcap), "--algo", "duet", "--heavy-threshold", str(TOP),
+                    "--json", str(offline_json), "--dump-estimates", str(offline_csv)],
+                   check=True, capture_output=True, timeout=120)
+    truth = read_csv_truth(offline_csv)
+
+    flows_dir = tmp_path / "flows"
+    flows_dir.mkdir()
+    port = free_udp_port()
+    nfcapd = subprocess.Popen(["nfcapd", "-w", str(flows_dir), "-b", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    live_json = tmp_path / "live.json"
+    live = subprocess.Popen([str(exe), "live", "--iface", measured, "--algo", "duet", "--heavy-threshold", str(TOP),
+                             "--duration", "120", "--ipfix", f"127.0.0.1:{port}", "--export-interval", "0.3",
+                             "--hw-idle-timeout-ms", "100", "--metrics", "127.0.0.1:0",
+                             "--json", str(live_json)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_attached(live)
+        replay(veth, pcap)
+        stop(live)
+    finally:
+        if live.poll() is None:
+            live.kill()
+        time.sleep(0.5)
+        nfcapd.send_signal(signal.SIGTERM)
+        nfcapd.wait(timeout=30)
+
+    res = json.loads(live_json.read_text())["figures"]
+    duet = res["duet"]
+    assert duet["records_retired"] > 0 and duet["records_full"] == 0, duet
+    # Estimates only for the flows holding records at the end, not for every flow seen.
+    assert res["flows"] <= duet["records"], (res["flows"], duet)
+    dump = subprocess.run(["nfdump", "-R", str(flows_dir), "-N", "-q", "-o", "fmt:%sa,%da,%sp,%dp,%pr,%pkt"],
+                          capture_output=True, text=True, timeout=60)
+    assert dump.returncode == 0, dump.stderr
+    exported: dict[str, int] = {}
+    for line in dump.stdout.splitlines():
+        sa, da, sp, dp, pr, pkt = [x.strip() for x in line.split(",")]
+        proto = {"TCP": "6", "UDP": "17"}.get(pr, pr)
+        key = f"{sa}:{sp}->{da}:{dp}/{proto}"
+        exported[key] = exported.get(key, 0) + int(pkt)
+    true_heavy = {k: c for k, (c, _) in truth.items() if c >= TOP}
+    assert true_heavy
+    for k, c in true_heavy.items():
+        assert c - TOP - res["drops"] <= exported.get(k, 0) <= c + 0.01 * c + 2, (k, c, exported.get(k))
+
+
 def test_live_duet_says_when_its_records_run_out(veth, tmp_path):
     """With 2 records and flows that do not go idle, the third flow to reach
     TOP stays in the sketch, the tool says so once, and the result counts it."""
