@@ -61,7 +61,7 @@ def test_wave_error_is_relative_and_counts_a_missing_flow_as_one():
     truth = {a: 100, b: 100, c: 50, d: 98}
     exported = {a: 100, b: 110, c: 45, ("9.9.9.9", "1.1.1.1", 1, 2, 6): 1000}  # d never exported
     e = ms.wave_error(truth, exported)
-    assert e.flows == 4 and e.missing == 1
+    assert e.flows == 4 and e.missing == 1 and e.above_tenth == 1  # 0.1 itself is not above
     assert e.max == 1.0
     assert e.median == pytest.approx((0.1 + 0.1) / 2)  # errors 0, 0.1, 0.1, 1
     assert ms.wave_error({a: 100}, {a: 100}).max == 0
