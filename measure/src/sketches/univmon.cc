@@ -158,10 +158,11 @@ void UnivMon<kNitro>::burst_vanilla(const FlowKey* const* keys, size_t n) {
 // then the chunk is taken level by level: a level's sampler and counters see
 // only that level's packets, in order, so level by level ends as packet by
 // packet does. A level whose sampler passes over all of the chunk's packets
-// at that level (the common case at small p) costs one step; otherwise its
-// packets are updated one by one (the level's hash derived only for those
-// it touches). This replaces a loop over each packet's levels, whose varying
-// length the branch predictor cannot follow.
+// at that level (the common case at small p) costs one step; otherwise the
+// packets it skips are passed over together and only those it selects are
+// updated (the level's hash derived only for them). This replaces a loop over
+// each packet's levels, whose varying length the branch predictor cannot
+// follow.
 template <bool kNitro>
 void UnivMon<kNitro>::burst_sampled(const FlowKey* const* keys, size_t n) {
   if constexpr (kNitro) {
@@ -182,10 +183,24 @@ void UnivMon<kNitro>::burst_sampled(const FlowKey* const* keys, size_t n) {
           lv.pass(at_level[j]);
           continue;
         }
-        for (size_t i = 0; i < m; ++i) {
+        // From packet i on: pass over the whole packets the sampler skips
+        // (none while exact), then update the next packet at this level.
+        for (size_t i = 0;;) {
+          const uint64_t skipped = lv.sampling() ? lv.unselected_slots() / Level::kRows : 0;
+          uint64_t seen = 0;  // packets at this level from i on, up to the one to update
+          for (; i < m; ++i) {
+            seen += depth[i] >= j;
+            if (seen > skipped) break;
+          }
+          if (i == m) {  // the chunk ends first
+            lv.pass(seen);
+            break;
+          }
+          lv.pass(skipped);
           RowHash hj;
-          if (depth[i] < j || !lv.update(1, [&] { return level_hash(h[i], j); }, hj)) continue;
-          heaps_[j].offer(*keys[begin + i], h[i].table_hash(), static_cast<float>(lv.estimate_hashed(hj)));
+          if (lv.update(1, [&] { return level_hash(h[i], j); }, hj))
+            heaps_[j].offer(*keys[begin + i], h[i].table_hash(), static_cast<float>(lv.estimate_hashed(hj)));
+          ++i;
         }
       }
     });
