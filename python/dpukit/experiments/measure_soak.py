@@ -9,12 +9,13 @@ entries age out, and Duet should give their records back. Every few seconds
 the soak reads the live process's RSS and, from ``/metrics``, the records in
 use, the records-full counter and the hardware entries. At the end the heavy
 flows' IPFIX records, collected by ``nfcapd`` and summed per flow by
-``nfdump``, are compared with each wave's true counts. The four series are
+``nfdump``, are compared with each wave's true counts. The series are
 plotted over time, and each is judged flat or not.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -53,10 +54,11 @@ WAVE_SECONDS = 10        # one wave's pcap lasts this long at RATE
 WAVE_FLOWS = 5500        # flows a wave may use; a tenth (550) heavy, ~98 packets each
 HEAVY_SHARE = 0.9        # the heavy flows' share of a wave's packets
 # --hw-idle-timeout-ms: a finished wave's entries age out within a second. A
-# heavy flow's packets are ~100 ms apart, so a gap of 1 s inside a wave is
-# rare (e^-10 a gap); at 500 ms a quarter of the flows aged mid-wave, and in
-# the records-only live mode what they sent after that (below TOP, in the
-# sketch) is never exported.
+# heavy flow's packets are ~100 ms apart (exponential gaps, as a random
+# shuffle gives), so a gap of 1 s inside a wave is rare (e^-10 a gap). At
+# 500 ms (e^-5 a gap, ~48 gaps after promotion) about a quarter of the flows
+# would age mid-wave, and in live's records-only mode what such a flow sends
+# afterwards stays in the sketch below TOP and is never exported.
 IDLE_TIMEOUT_MS = 1000
 EXPORT_INTERVAL_S = 1.0  # --export-interval
 SAMPLE_S = 3.0           # RSS and /metrics: not a divisor of a wave's 10 s, so samples move across its phases
@@ -123,8 +125,6 @@ def parse_nfdump(text: str) -> dict[FlowTuple, int]:
 
 def read_truth(path: Path, top: int) -> dict[FlowTuple, int]:
     """The flows of a ``run --dump-estimates`` CSV with at least ``top`` packets: their true counts."""
-    import csv
-
     out: dict[FlowTuple, int] = {}
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
