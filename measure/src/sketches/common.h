@@ -89,11 +89,13 @@ inline void for_each_chunk(size_t n, F&& chunk) {
   for (size_t b = 0; b < n; b += kBurstChunk) chunk(b, b + kBurstChunk < n ? b + kBurstChunk : n);
 }
 
-// Independent seeds for the hash functions of a sketch, derived from the
-// user's seed. `purpose` separates families (rows, levels, samplers); the same
-// (seed, purpose, index) always gives the same seed, so a vanilla sketch and
-// its NitroSketch variant built with the same SketchOptions::seed hash flows
-// to the same counters.
+// Independent seeds, derived from the user's seed. `purpose` separates
+// families (the packet hash of the rows, Elastic's, NitroSketch's samplers);
+// the same (seed, purpose, index) always gives the same seed, so a vanilla
+// sketch, its NitroSketch variant and Duet built with the same seed hash flows
+// to the same counters. (The numbers are those the families had when each
+// row had a hash of its own; 2 and 3 were UnivMon's level and Elastic's heavy
+// part, now bits of the packet hash.)
 enum class SeedPurpose : uint64_t { kRow = 1, kLight = 4, kSampler = 5 };
 inline uint64_t derive_seed(uint64_t seed, SeedPurpose purpose, uint64_t index) {
   return mix64(seed * 0x9e3779b97f4a7c15ULL + mix64(static_cast<uint64_t>(purpose) << 32 | index));
