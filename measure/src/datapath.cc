@@ -28,6 +28,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "dpukit/core/huge_pages.h"
 #include "dpukit/core/log.h"
 #include "dpukit/core/ring.h"  // cpu_relax
 #include "dpukit/measure.h"
@@ -59,7 +60,6 @@ void pin(const CpuSet& cpus, const char* what) {
 // What a run's threads share.
 struct Shared {
   const RunConfig& cfg;
-  const Packet* pkts;
   const WirePlan& plan;
   unsigned passes;
   EmulatedFlowTable* table;  // Duet's; null otherwise
@@ -98,29 +98,29 @@ struct Shared {
     return table && now >= next_firmware_ns.load(std::memory_order_relaxed);
   }
   void run_firmware(uint64_t now) {
-    if (firmware_busy.test_and_set(std::memory_order_acquire)) return;
+    // Looked at before it is taken: a worker that finds it taken then only
+    // reads the line, instead of writing it as every try to take it does.
+    if (firmware_busy.test(std::memory_order_relaxed) || firmware_busy.test_and_set(std::memory_order_acquire)) return;
     // service() says when it falls due next, but not when a request made
     // after it will: it is looked at again within kFirmwarePollNs.
     next_firmware_ns.store(std::min(table->service(now), now + kFirmwarePollNs), std::memory_order_relaxed);
     firmware_busy.clear(std::memory_order_release);
   }
 
-  Shared(const RunConfig& c, const Packet* p, const WirePlan& w, EmulatedFlowTable* t, Measurer& m)
-      : cfg(c), pkts(p), plan(w), passes(std::max(1u, c.passes)), table(t), measurer(m),
+  Shared(const RunConfig& c, const WirePlan& w, EmulatedFlowTable* t, Measurer& m)
+      : cfg(c), plan(w), passes(std::max(1u, c.passes)), table(t), measurer(m),
         measured_start(c.workers, StartClock{&t0}), progress(new Progress[c.workers]), workers(c.workers) {}
 };
 
 // One RSS queue's wire: its packets, its share of the rate, its context of
-// the hardware table and its rx ring (indices into the trace: the wire is
-// the ring's only writer and the worker its only reader, on one thread).
+// the hardware table and its rx ring (positions in the queue's own arrays:
+// the wire is the ring's only writer and the worker its only reader, on one
+// thread).
 class QueueWire {
  public:
   QueueWire(Shared& s, unsigned q, size_t n)
-      : s_(s), pkt_(s.plan.queue_packets[q].data()), flow_id_(s.plan.queue_flow_ids[q].data()),
+      : s_(s), queue_(s.plan.queues[q]), n_(queue_.packets_before(n)),
         ring_(std::bit_ceil(std::max<size_t>(s.cfg.ring_slots, kWireStep))), mask_(ring_.size() - 1) {
-    // The queue's packets among the run's first n (a plan may cover a longer trace).
-    const auto& all = s.plan.queue_packets[q];
-    n_ = std::lower_bound(all.begin(), all.end(), n, [](uint32_t i, size_t v) { return i < v; }) - all.begin();
     if (s.table) hw_ = s.table->attach_wire();
   }
 
@@ -139,20 +139,18 @@ class QueueWire {
   // Returns the packets dropped.
   uint64_t send(size_t due, uint64_t now, RunResult::Queue& q) {
     uint64_t dropped = 0;
-    uint32_t sizes[kBurst], missed[kBurst];
+    uint32_t missed[kBurst];
     while (sent_ < due) {
       const size_t burst = std::min(kBurst, due - sent_);
-      const uint32_t* idx = pkt_ + sent_;
       size_t m = burst;
       if (hw_) {  // Algorithm 1, lines 2-4: a hit is counted in hardware and goes no further
-        if (!s_.cfg.packet_size)
-          for (size_t j = 0; j < burst; ++j) sizes[j] = s_.pkts[idx[j]].wire_len;
-        m = hw_->match_burst_by_id(flow_id_ + sent_, burst, s_.cfg.packet_size ? nullptr : sizes,
+        m = hw_->match_burst_by_id(queue_.flow_ids.data() + sent_, burst,
+                                   s_.cfg.packet_size ? nullptr : queue_.wire_lens.data() + sent_,
                                    s_.cfg.packet_size, now, missed);
         q.hw_hits += burst - m;
       }
       const size_t take = std::min(m, ring_.size() - (tail_ - head_));
-      for (size_t k = 0; k < take; ++k) ring_[tail_++ & mask_] = idx[hw_ ? missed[k] : k];
+      for (size_t k = 0; k < take; ++k) ring_[tail_++ & mask_] = static_cast<uint32_t>(sent_ + (hw_ ? missed[k] : k));
       dropped += m - take;  // the Arm cores fell behind
       sent_ += burst;
     }
@@ -173,12 +171,12 @@ class QueueWire {
     for (size_t i = 0; i < k; ++i) out[i] = ring_[head_++ & mask_];
     return k;
   }
+  const FlowKey* key(uint32_t position) const { return &queue_.keys[position]; }
 
  private:
   Shared& s_;
-  const uint32_t* pkt_;
-  const uint32_t* flow_id_;
-  size_t n_ = 0, sent_ = 0;
+  const WirePlan::Queue& queue_;
+  size_t n_, sent_ = 0;
   std::vector<uint32_t> ring_;
   size_t mask_, head_ = 0, tail_ = 0;
   std::unique_ptr<EmulatedFlowTable::Wire> hw_;
@@ -196,7 +194,7 @@ void replay(Shared& s, unsigned w, QueueWire& wire, bool measured, Shared::Worke
   auto clock = [&](uint64_t now) { return now - (me.hw_ns - hw_at_start); };  // since this pass began
   auto due_at = [&](size_t j) { return t0 + static_cast<uint64_t>(std::ceil(j * 1e9 / rate)); };
   const bool runs_control = s.measurer.is_duet() && cfg.worker_poll && w == 0;
-  uint32_t idx[kPop];
+  uint32_t pos[kPop];
   const FlowKey* keys[kPop];
   wire.restart();
   const uint64_t start = now_ns();
@@ -225,10 +223,10 @@ void replay(Shared& s, unsigned w, QueueWire& wire, bool measured, Shared::Worke
     if (runs_control) s.measurer.poll_control(now, kControlPollNs);
     // The worker: a burst from its ring, handed over whole. Every header is
     // asked for first, as a DPDK worker prefetches its mbufs.
-    if (size_t k = wire.pop(idx)) {
+    if (size_t k = wire.pop(pos)) {
       for (size_t i = 0; i < k; ++i) {
-        __builtin_prefetch(&s.pkts[idx[i]]);
-        keys[i] = &s.pkts[idx[i]].key;
+        keys[i] = wire.key(pos[i]);
+        __builtin_prefetch(keys[i]);
       }
       s.measurer.update_burst(w, keys, k);
       me.queue.delivered += measured ? k : 0;
@@ -375,6 +373,10 @@ std::vector<std::string> algorithms() {
   return a;
 }
 
+size_t WirePlan::Queue::packets_before(size_t n) const {
+  return std::lower_bound(index.begin(), index.end(), n, [](uint32_t i, size_t v) { return i < v; }) - index.begin();
+}
+
 WirePlan plan_wire(std::span<const Packet> packets, unsigned workers) {
   if (workers == 0 || workers > 65535) throw std::invalid_argument("workers must be between 1 and 65535");
   if (packets.size() > UINT32_MAX) throw std::invalid_argument("trace too long for one run (more than 2^32 packets)");
@@ -382,18 +384,38 @@ WirePlan plan_wire(std::span<const Packet> packets, unsigned workers) {
   w.workers = workers;
   w.flow_id.resize(packets.size());
   w.queue.resize(packets.size());
-  w.queue_packets.resize(workers);
-  w.queue_flow_ids.resize(workers);
   RssQueues rss(workers);
+  std::vector<size_t> count(workers);
+  for (size_t i = 0; i < packets.size(); ++i) {
+    const unsigned q = rss.queue(packets[i].key);
+    w.queue[i] = static_cast<uint16_t>(q);
+    ++count[q];
+  }
+  // Each array sized once (no regrowth: no spare capacity) and, as the
+  // trace's packets are, in huge pages where the kernel gives them.
+  w.queues.resize(workers);
+  for (unsigned q = 0; q < workers; ++q) {
+    WirePlan::Queue& wq = w.queues[q];
+    wq.index.resize(count[q]);
+    wq.keys.resize(count[q]);
+    wq.flow_ids.resize(count[q]);
+    wq.wire_lens.resize(count[q]);
+    back_with_huge_pages(wq.keys.data(), wq.keys.size() * sizeof(FlowKey));
+    back_with_huge_pages(wq.flow_ids.data(), wq.flow_ids.size() * sizeof(uint32_t));
+    back_with_huge_pages(wq.wire_lens.data(), wq.wire_lens.size() * sizeof(uint32_t));
+  }
+  std::fill(count.begin(), count.end(), 0);
   std::unordered_map<FlowKey, uint32_t, FlowKeyHash> ids;
   for (size_t i = 0; i < packets.size(); ++i) {
     auto [it, fresh] = ids.try_emplace(packets[i].key, static_cast<uint32_t>(w.flows.size()));
     if (fresh) w.flows.push_back(packets[i].key);
     w.flow_id[i] = it->second;
-    const unsigned q = rss.queue(packets[i].key);
-    w.queue[i] = static_cast<uint16_t>(q);
-    w.queue_packets[q].push_back(static_cast<uint32_t>(i));
-    w.queue_flow_ids[q].push_back(it->second);
+    WirePlan::Queue& wq = w.queues[w.queue[i]];
+    const size_t j = count[w.queue[i]]++;
+    wq.index[j] = static_cast<uint32_t>(i);
+    wq.keys[j] = packets[i].key;
+    wq.flow_ids[j] = it->second;
+    wq.wire_lens[j] = packets[i].wire_len;
   }
   return w;
 }
@@ -414,7 +436,7 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
     wire_plan = &own_plan;
   }
   if (wire_plan->workers != cfg.workers || wire_plan->flow_id.size() < n ||
-      wire_plan->queue_packets.size() != cfg.workers)
+      wire_plan->queues.size() != cfg.workers)
     throw std::invalid_argument("the wire plan was made for another trace or worker count");
 
   RunResult res;
@@ -429,7 +451,7 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
   Measurer measurer(cfg.algorithm, cfg.workers, res.top, n, table.get());
   res.memory_bytes = measurer.memory_bytes();
 
-  Shared s(cfg, trace.packets.data(), *wire_plan, table.get(), measurer);
+  Shared s(cfg, *wire_plan, table.get(), measurer);
   // Duet's control path: a thread on the dpu side, or, with polling workers,
   // worker 0 between bursts (a thread sharing a polling worker's core takes
   // it for a whole scheduler slice, and the ring overflows), as a DPDK lcore

@@ -46,6 +46,33 @@ TEST(WirePlan, NumbersFlowsDenselyInOrderOfFirstPacketAndKeepsRssQueues) {
   EXPECT_EQ(queues.size(), 4u);
 }
 
+TEST(WirePlan, EachQueueHoldsItsOwnPacketsContiguouslyInTraceOrder) {
+  Trace t = skewed_trace(20000, 3000);
+  for (size_t i = 0; i < t.packets.size(); ++i) t.packets[i].wire_len = 64 + i % 1400;  // each its own
+  WirePlan w = plan_wire(t.packets, 4);
+  ASSERT_EQ(w.queues.size(), 4u);
+  size_t total = 0;
+  for (unsigned q = 0; q < 4; ++q) {
+    const WirePlan::Queue& wq = w.queues[q];
+    ASSERT_EQ(wq.keys.size(), wq.index.size());
+    ASSERT_EQ(wq.flow_ids.size(), wq.index.size());
+    ASSERT_EQ(wq.wire_lens.size(), wq.index.size());
+    total += wq.index.size();
+    for (size_t j = 0; j < wq.index.size(); ++j) {
+      const size_t i = wq.index[j];
+      if (j) ASSERT_LT(wq.index[j - 1], i) << "in trace order";
+      EXPECT_EQ(w.queue[i], q);
+      EXPECT_EQ(wq.keys[j], t.packets[i].key);
+      EXPECT_EQ(wq.flow_ids[j], w.flow_id[i]);
+      EXPECT_EQ(wq.wire_lens[j], t.packets[i].wire_len);
+    }
+    // A run of the trace's first n packets takes each queue's share of them.
+    const size_t n = 7777;
+    EXPECT_EQ(wq.packets_before(n), static_cast<size_t>(std::count(w.queue.begin(), w.queue.begin() + n, q)));
+  }
+  EXPECT_EQ(total, t.packets.size());
+}
+
 TEST(WirePlan, ARunRefusesAPlanForAnotherWorkerCountOrAShorterTrace) {
   Trace t = skewed_trace(5000, 500);
   GroundTruth truth = ground_truth(t.packets);

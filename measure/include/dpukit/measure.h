@@ -152,15 +152,27 @@ Metrics evaluate(const GroundTruth& truth, const std::unordered_map<FlowKey, dou
 // work is done ahead of time: every packet's RSS queue (Toeplitz over the
 // 5-tuple), the trace split per queue, and a dense flow id that only the
 // emulated hardware table uses (its match is then one array read: O(1), as
-// in hardware). The wires only move packet indices, and the dpu workers
-// still read and hash the real key.
+// in hardware). The wires only move positions in their queue's arrays, and
+// the dpu workers still read and hash the real key.
 struct WirePlan {
   unsigned workers = 0;
   std::vector<uint32_t> flow_id;  // per packet
   std::vector<uint16_t> queue;    // per packet: its dpu worker
   std::vector<FlowKey> flows;     // by flow id
-  // Per queue, in trace order: its packets' indices and their flow ids.
-  std::vector<std::vector<uint32_t>> queue_packets, queue_flow_ids;
+  // One RSS queue's packets, in trace order, each field contiguous: a worker
+  // reads only its own queue's memory, front to back, as a NIC's DMA fills a
+  // queue's buffers. Read through the trace's index list instead, a worker's
+  // share of N queues is 1/N of the trace scattered over all of it, and its
+  // per-packet cost grew with N (a line per packet, in an order the
+  // prefetcher does not follow). 25 bytes a packet.
+  struct Queue {
+    std::vector<uint32_t> index;      // each packet's place in the trace
+    std::vector<FlowKey> keys;
+    std::vector<uint32_t> flow_ids;   // the hardware table's match
+    std::vector<uint32_t> wire_lens;  // its byte counters
+    size_t packets_before(size_t n) const;  // of the trace's first n packets, how many are this queue's
+  };
+  std::vector<Queue> queues;
 };
 WirePlan plan_wire(std::span<const Packet> packets, unsigned workers);
 

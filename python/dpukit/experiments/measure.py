@@ -82,7 +82,7 @@ def polling_caveat(cms: dict[str, Any], duet: dict[str, Any]) -> str:
         return ""
     shown = ", ".join(f"{name} {100 * b:.0f} %" for name, b in busy.items())
     return (f" dpu CPU time over wall time: {shown}. Where it is near 100 % the worker never found its ring "
-            "empty: it was the slower side, and the NIC thread waited for it.")
+            "empty: it was the slower side, and its queue's wire waited for room in the ring.")
 
 
 def sketch_path_ns(run: dict[str, Any]) -> float:
@@ -340,7 +340,7 @@ def speed(ctx: Context) -> Section:
         f"{fmt_sig(cms_ns)} ns, measured side by side in this evaluation at {fmt_bytes(SPEED_MEMORY)} on the "
         f"backbone trace; this {verdict} the target of at most half of Count-Min's. Duet's hardware table "
         f"counted {fmt_sig(100 * free['duet'].figures.get('hw', {}).get('share_of_packets', float('nan')))} % "
-        "of the packets on the NIC thread, so they never reached a dpu worker; per packet that did reach it, "
+        "of the packets in the hardware table, so they never reached a dpu worker; per packet that did reach it, "
         f"Duet's dpu side spent {fmt_sig(sketch_path_ns(free['duet'].median))} ns (Count-Min: every packet "
         f"reaches its worker). Counting only the workers' time inside packet batches (`dpu work`: no "
         f"polling, no wake-ups), Duet spends {fmt_sig(duet_work)} ns per packet against Count-Min's "
@@ -348,18 +348,19 @@ def speed(ctx: Context) -> Section:
         + polling_caveat(free["cms"].median, free["duet"].median))
     sec.paragraph(
         f"(a) `{TOOL} run --algo A --memory 500KB` replays the backbone trace through the emulated datapath "
-        "(NIC thread: flow-table match for Duet, RSS, enqueue; one dpu worker updating the sketch) as fast as "
-        "possible, so a full ring makes the wire wait and nothing is dropped. `dpu CPU ns/packet` is the CPU "
-        "time of the dpu threads (the worker, and Duet's control thread) divided by every packet of the trace, "
-        "including the ones Duet counts in hardware; `hw CPU ns/packet` is the NIC thread's. A worker that "
-        "finds its ring empty sleeps on its doorbell at once, so its CPU time is its work plus its wake-ups; "
-        "throughput is set by the slower of the two threads. `dpu busy` is the dpu CPU time over the run's "
-        "wall time: near 100 % the worker never slept, because it was the slower side. "
+        "(one wire per RSS queue, in its dpu worker's own loop: the hardware flow-table match for Duet and the "
+        "rx ring; the worker updating the sketch) as fast as possible, so a full ring makes the wire wait and "
+        "nothing is dropped. `dpu CPU ns/packet` is the CPU time of the dpu threads (the worker, and Duet's "
+        "control thread) divided by every packet of the trace, including the ones Duet counts in hardware; "
+        "`hw CPU ns/packet` is the wire's share of the worker thread's time (its match and ring, the table's "
+        "firmware), which the worker's clock leaves out. A worker that finds its ring empty waits until an "
+        "interrupt would wake it, so its CPU time is its work plus its wake-ups. `dpu busy` is the dpu CPU "
+        "time over the run's wall time: near 100 % the worker never waited. "
         + repeats_note(reps, "dpu_cpu_ns_per_packet"))
     sec.paragraph(
         f"(b) The same runs with `--rate {rate}`: 1.5 times the rate one fully busy Count-Min worker sustains "
-        f"(1.5 × 10⁹ / {fmt_sig(cms_ns)} ns, rounded to two digits: {fmt_pps(rate)}). The NIC thread paces "
-        "the wire at that rate and a full ring is a counted drop, as on a DPU whose Arm cores fall behind; "
+        f"(1.5 × 10⁹ / {fmt_sig(cms_ns)} ns, rounded to two digits: {fmt_pps(rate)}). Each queue's wire sends "
+        "its share of that rate on its clock and a full ring is a counted drop, as on a DPU whose Arm cores fall behind; "
         "errors are against the ground truth of every offered packet, so drops show up as underestimates. "
         + repeats_note(reps, "drops"))
     sec.paragraph(trace_note([t], {"backbone": free["cms"].figures["flows"]}))
@@ -414,7 +415,7 @@ def speed(ctx: Context) -> Section:
     if short:
         sec.paragraph(
             "The wire rate (packets / run time) fell short of the offered rate for " + ", ".join(short)
-            + ": the NIC thread itself could not pace that fast, so the dpu side saw less than the offered load.")
+            + ": the wire could not pace that fast, so the dpu side saw less than the offered load.")
     path, rel = ctx.plot_path("drops")
     cats = list(RATE_ALGOS)
     bars_plot(path, [
@@ -508,7 +509,7 @@ def convergence(ctx: Context) -> Section:
         "deterministic apart from Duet's timed hardware insertions.")
     sec.paragraph(
         f"(b) One Duet run over the whole trace at an offered {fmt_pps(timeline_rate)} (so it lasts about "
-        f"{timeline_seconds:g} s) with `--timeline-every {every}`: the NIC thread samples the hardware table's "
+        f"{timeline_seconds:g} s) with `--timeline-every {every}`: the run's own thread samples the hardware table's "
         "occupancy and Duet's promotion count every that many packets. Rules enter the table no faster than "
         "the emulated insertion rate (77,000/s by default) and age out after 1 s idle.")
     sec.paragraph(trace_note([t], {"backbone": sweep[names[0]][prefixes[-1]][0]["flows"]}))
@@ -571,7 +572,7 @@ def convergence(ctx: Context) -> Section:
         ], title=f"Duet over time at {fmt_pps(timeline_rate)}, backbone trace", xlabel="seconds")
         sec.image(rel, "Duet hardware table occupancy over time",
                   "Hardware-table entries and cumulative promotions (left), packets replayed (middle: the slope "
-                  "is the wire rate) and cumulative drops (right) vs time, sampled by the NIC thread every "
+                  "is the wire rate) and cumulative drops (right) vs time, sampled as the wires pass every "
                   f"{fmt_int(every)} packets.")
     else:
         sec.paragraph(f"The timeline run returned no samples (`figures.timeline` is empty).")
@@ -678,7 +679,7 @@ def throughput(ctx: Context) -> Section:
                 f"{fmt_sig(100 * share)} % of the packets, which sets a limit of {fmt_sig(limit)} Mpps "
                 f"(1 / (1 − share) × Count-Min's rate): Duet reaches {fmt_ratio(mpps('duet', size) / limit)} of it")
     floor = mpps("none", PACKET_SIZES[0])
-    headline_text = ("Headline: " + "; ".join(headline) + ". The datapath with no sketch (`none`: the NIC thread "
+    headline_text = ("Headline: " + "; ".join(headline) + ". The datapath with no sketch (`none`: the wire "
                      f"and a worker that only reads each packet's key) takes {fmt_sig(floor)} Mpps.")
     duet_ns, cms_ns = handled_ns("duet", PACKET_SIZES[0]), handled_ns("cms", PACKET_SIZES[0])
     if duet_ns and cms_ns:
