@@ -8,9 +8,12 @@
 #include <benchmark/benchmark.h>
 
 #include <bit>
+#include <random>
 #include <string>
 
+#include "dpukit/core/flow_table.h"
 #include "dpukit/measure.h"
+#include "duet.h"
 #include "sketches/common.h"
 #include "zipf.h"
 
@@ -121,6 +124,39 @@ void BM_SketchFloorCounters(benchmark::State& state) {
                                                        benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_SketchFloorCounters);
+
+// Duet's sketch path in bursts: BM_DuetSketchPath's set-up (duet_bench.cc:
+// 2^16 keys of 50,000 light flows, 500 KB, TOP out of reach), the burst of
+// 64 handed to on_sketch_path_burst() as the datapath's worker does.
+void BM_DuetSketchPathBurst(benchmark::State& state) {
+  std::mt19937_64 rng(5);
+  std::vector<FlowKey> keys(1 << 16);
+  for (auto& x : keys) {
+    const uint32_t f = static_cast<uint32_t>(rng() % 50000);
+    x = FlowKey::from_tuple(0x0a000000u + f, 0xc0a80000u + f * 3, 1024 + f % 5000, 443, 6);
+  }
+  std::vector<const FlowKey*> ptrs;
+  for (const FlowKey& k : keys) ptrs.push_back(&k);
+  EmulatedFlowTable table(EmulatedFlowTable::Config{});
+  DuetConfig c;
+  c.memory_bytes = kBudget;
+  c.records = 500;
+  c.single_writer = state.range(0) == 1;
+  c.counter_bits = static_cast<unsigned>(state.range(1));
+  c.top = c.counter_bits == 16 ? Duet::kMaxTop16 : UINT32_MAX;
+  Duet duet(c, table);
+  size_t i = 0;
+  for (auto _ : state) {
+    for (size_t j = 0; j < kBurst; ++j) __builtin_prefetch(ptrs[i + j]);
+    duet.on_sketch_path_burst(&ptrs[i], kBurst);
+    if ((i += kBurst) == ptrs.size()) i = 0;
+  }
+  state.counters["ns_per_update"] = benchmark::Counter(double(state.iterations() * kBurst),
+                                                       benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.SetLabel(std::string(c.single_writer ? "single writer" : "atomic") + ", " + std::to_string(c.counter_bits) +
+                 "-bit counters");
+}
+BENCHMARK(BM_DuetSketchPathBurst)->Args({1, 32})->Args({0, 32})->Args({1, 16})->Args({0, 16});
 
 const bool registered = [] {
   using Fn = void (*)(benchmark::State&, const std::string&, double);

@@ -114,13 +114,20 @@ std::atomic<uint16_t>* Duet::counters<uint16_t>() const {
 // One hash per packet (RowHash, sketches/common.h), split as the Count-Min
 // baseline built with the same seed splits it, so that Duet's sketch is that
 // Count-Min minus what the hardware took over. The record's start slot comes
-// from the fourth word, which no row uses.
-Duet::Hashes Duet::hashes(const FlowKey& key) const {
-  const sketches::RowHash h = sketches::RowHash::of(key, hash_seed_);
+// from the fourth word, which no row uses. Inline on the sketch path: returned
+// from a call, the indices went through the stack as 32-bit stores read back
+// as one 64-bit load, a store-forwarding stall on every packet.
+template <class Hashes>
+[[gnu::always_inline]] inline Hashes split_hash(const FlowKey& key, uint64_t seed, size_t width, size_t slots) {
+  const sketches::RowHash h = sketches::RowHash::of(key, seed);
   Hashes out;
-  for (int r = 0; r < kRows; ++r) out.idx[r] = h.index(r, static_cast<uint32_t>(width_));
-  out.rec = fastrange(h.spare(), record_slots_);
+  for (int r = 0; r < sketches::RowHash::kRows; ++r) out.idx[r] = h.index(r, static_cast<uint32_t>(width));
+  out.rec = fastrange(h.spare(), slots);
   return out;
+}
+
+Duet::Hashes Duet::hashes(const FlowKey& key) const {
+  return split_hash<Hashes>(key, hash_seed_, width_, record_slots_);
 }
 
 uint32_t Duet::record_start(const FlowKey& key) const { return hashes(key).rec; }
@@ -303,7 +310,7 @@ template <bool kSingleWriter, class T>
 void Duet::on_sketch_path(const FlowKey& key) {
   // No record is read here: a promoted flow is looked up only on the rare
   // path, so a light flow's packet costs what a Count-Min update costs.
-  const Hashes h = hashes(key);
+  const Hashes h = split_hash<Hashes>(key, hash_seed_, width_, record_slots_);
   uint64_t min_cnt;
   if (config_.counter_bits == 16)
     min_cnt = config_.single_writer ? add_one<true, uint16_t>(h) : add_one<false, uint16_t>(h);
@@ -321,7 +328,7 @@ void Duet::sketch_path_burst(const FlowKey* const* keys, size_t n) {
   sketches::for_each_chunk(n, [&](size_t begin, size_t end) {
     Hashes h[sketches::kBurstChunk];
     for (size_t i = begin; i < end; ++i) {
-      h[i - begin] = hashes(*keys[i]);
+      h[i - begin] = split_hash<Hashes>(*keys[i], hash_seed_, width_, record_slots_);
       for (int r = 0; r < kRows; ++r) __builtin_prefetch(&c[r * width_ + h[i - begin].idx[r]], 1);
     }
     for (size_t i = begin; i < end; ++i) {
