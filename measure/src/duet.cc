@@ -338,11 +338,18 @@ void Duet::sketch_path_burst(const FlowKey* const* keys, size_t n) {
   });
 }
 
+// With several workers the increments are locked read-modify-writes, which
+// wait for their line anyway and keep no more than one in flight: there the
+// burst's prefetches only add work (measure_bench, 5 interleaved rounds: 18.1
+// ns a packet in bursts against 16.8 one at a time), so packet by packet.
 void Duet::on_sketch_path_burst(const FlowKey* const* keys, size_t n) {
-  if (config_.counter_bits == 16)
-    config_.single_writer ? sketch_path_burst<true, uint16_t>(keys, n) : sketch_path_burst<false, uint16_t>(keys, n);
-  else
-    config_.single_writer ? sketch_path_burst<true, uint32_t>(keys, n) : sketch_path_burst<false, uint32_t>(keys, n);
+  if (!config_.single_writer) {
+    for (size_t i = 0; i < n; ++i) on_sketch_path(*keys[i]);
+  } else if (config_.counter_bits == 16) {
+    sketch_path_burst<true, uint16_t>(keys, n);
+  } else {
+    sketch_path_burst<true, uint32_t>(keys, n);
+  }
 }
 
 // Lines 21-24, and what the paper leaves open: the flow's sketch count is
