@@ -23,6 +23,7 @@
 #include <bit>
 #include <cmath>
 #include <ctime>
+#include <sys/resource.h>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -52,6 +53,13 @@ constexpr uint64_t kWakeDelayNs = 100'000;   // the most a packet waits for one
 constexpr uint64_t kControlPollNs = 20'000;  // polled control path: how often worker 0 applies the table's outcomes
 constexpr uint64_t kTimelinePollUs = 500;    // how often the timeline looks at the wires
 constexpr uint64_t kFirmwarePollNs = 2'000;  // the longest a new insertion request waits to be seen
+
+// The calling thread's involuntary context switches so far.
+uint64_t involuntary_switches() {
+  rusage ru{};
+  getrusage(RUSAGE_THREAD, &ru);
+  return static_cast<uint64_t>(ru.ru_nivcsw);
+}
 
 void pin(const CpuSet& cpus, const char* what) {
   if (auto w = pin_current_thread(cpus); !w.empty()) log_warn(std::string(what) + ": " + w);
@@ -199,6 +207,14 @@ void replay(Shared& s, unsigned w, QueueWire& wire, bool measured, Shared::Worke
   wire.restart();
   const uint64_t start = now_ns();
   uint64_t now = start;
+  // The worker's part of the loop, on the wire's clock: its longest stretch
+  // is a burst, the polled control path, or the thread losing its CPU.
+  uint64_t longest_stall = 0;
+  auto worker_time = [&] {
+    const uint64_t after = now_ns();
+    longest_stall = std::max(longest_stall, after - now);
+    return after;
+  };
   while (!wire.done()) {
     // The wire: what is due now.
     size_t due = wire.unpaced_due();
@@ -230,7 +246,7 @@ void replay(Shared& s, unsigned w, QueueWire& wire, bool measured, Shared::Worke
       }
       s.measurer.update_burst(w, keys, k);
       me.queue.delivered += measured ? k : 0;
-      const uint64_t after = now_ns();
+      const uint64_t after = worker_time();
       me.work_ns += after - now;
       now = after;
       continue;
@@ -249,13 +265,18 @@ void replay(Shared& s, unsigned w, QueueWire& wire, bool measured, Shared::Worke
         timespec ts{static_cast<time_t>((wake - c) / 1000000000), static_cast<long>((wake - c) % 1000000000)};
         nanosleep(&ts, nullptr);
         ++me.sleeps;
+        now = now_ns();  // a sleep is not a stall
+        continue;
       }
     }
-    now = now_ns();
+    now = worker_time();
   }
   now = now_ns();
   me.loop_ns += now - start;
-  if (measured) me.queue.seconds = (clock(now) - t0) / 1e9;
+  if (measured) {
+    me.queue.seconds = (clock(now) - t0) / 1e9;
+    me.queue.longest_stall_seconds = longest_stall / 1e9;
+  }
 }
 
 // The worker step: dpu worker w with its queue's wire, through every pass;
@@ -271,12 +292,15 @@ void run_worker(Shared& s, unsigned w, size_t n) {
   if (s.cfg.rate_pps > 0 && n > 0) me.queue.rate_pps = s.cfg.rate_pps * double(wire.packets()) / double(n);
   for (unsigned pass = 0; pass < s.passes; ++pass) {
     const bool measured = pass + 1 == s.passes;
+    uint64_t switches = 0;
     if (measured) {
       wire.idle();
-      me.queue = {me.queue.packets, 0, 0, 0, me.queue.rate_pps, 0, 0};  // the measured pass's own
+      me.queue = {.packets = me.queue.packets, .rate_pps = me.queue.rate_pps};  // the measured pass's own
       s.measured_start.arrive_and_wait();
+      switches = involuntary_switches();
     }
     replay(s, w, wire, measured, me);
+    if (measured) me.queue.preemptions = involuntary_switches() - switches;
   }
   wire.idle();
   me.cpu_ns = thread_cpu_ns() - cpu0;
@@ -508,7 +532,12 @@ ZeroLossSearch zero_loss_rate(const Trace& trace, const GroundTruth& truth, cons
     for (int attempt = 0; attempt < 2; ++attempt) {
       RunResult r = run(trace, truth, c, &wire);
       double achieved = r.packets / std::max(r.wire_seconds, 1e-9);
-      z.probes.push_back({rate, r.drops, achieved});
+      ZeroLossSearch::Probe p{rate, r.drops, achieved};
+      for (const RunResult::Queue& q : r.queues) {
+        p.preemptions += q.preemptions;
+        p.longest_stall_seconds = std::max(p.longest_stall_seconds, q.longest_stall_seconds);
+      }
+      z.probes.push_back(p);
       if (r.drops == 0 && achieved >= rate * (1 - kWireShortfall)) {
         if (achieved > z.rate_pps) {  // what the wire really offered (its pacing falls a few % short)
           z.rate_pps = achieved;

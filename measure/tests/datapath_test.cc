@@ -279,6 +279,9 @@ TEST(PerQueueWire, PerQueueRatesSumToTheOfferedRate) {
     EXPECT_DOUBLE_EQ(s.rate_pps, c.rate_pps * double(queue_packets(plan, q)) / double(t.packets.size()));
     EXPECT_GE(s.seconds, double(s.packets - 1) / s.rate_pps) << "queue " << q << " ran ahead of its share";
     EXPECT_LE(s.wire_seconds, s.seconds) << q;
+    // The longest time its loop did not run: some, within the pass.
+    EXPECT_GT(s.longest_stall_seconds, 0) << q;
+    EXPECT_LE(s.longest_stall_seconds, s.seconds) << q;
     sum += s.rate_pps;
   }
   EXPECT_NEAR(sum, c.rate_pps, 1e-6 * c.rate_pps);

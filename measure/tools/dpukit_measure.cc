@@ -224,7 +224,8 @@ nlohmann::json figures_json(const Trace& trace, const GroundTruth& truth, const 
   for (const auto& q : r.queues)
     queues.push_back({{"packets", q.packets}, {"hw_hits", q.hw_hits}, {"delivered", q.delivered},
                       {"drops", q.drops}, {"rate_pps", q.rate_pps}, {"wire_seconds", q.wire_seconds},
-                      {"seconds", q.seconds}});
+                      {"seconds", q.seconds}, {"preemptions", q.preemptions},
+                      {"longest_stall_seconds", q.longest_stall_seconds}});
   f["queues"] = queues;
   if (!r.timeline.empty()) {
     nlohmann::json t = nlohmann::json::array();
@@ -436,7 +437,8 @@ int cmd_zero_loss(int argc, char** argv) {
   out.parameters()["precision"] = precision;
   nlohmann::json probes = nlohmann::json::array();
   for (const auto& pr : z.probes)
-    probes.push_back({{"rate_pps", pr.rate_pps}, {"drops", pr.drops}, {"achieved_pps", pr.achieved_pps}});
+    probes.push_back({{"rate_pps", pr.rate_pps}, {"drops", pr.drops}, {"achieved_pps", pr.achieved_pps},
+                      {"preemptions", pr.preemptions}, {"longest_stall_seconds", pr.longest_stall_seconds}});
   nlohmann::json f = {{"algo", algo},
                       {"zero_loss_pps", z.rate_pps},
                       {"zero_loss_mpps", z.rate_pps / 1e6},

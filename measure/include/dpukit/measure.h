@@ -274,6 +274,13 @@ struct RunResult {
     double rate_pps = 0;     // the share of the offered rate (0: as fast as possible)
     double wire_seconds = 0;  // until its wire sent its last packet
     double seconds = 0;       // until its worker had measured it
+    // Its worker's thread losing its CPU while its wire's clock runs on, as
+    // a NIC's does (what falls due beyond the ring's room is dropped): the
+    // involuntary context switches, and the longest stretch between two of
+    // the wire's turns outside the wire's own time (a burst of the worker's,
+    // Duet's polled control path, or a time the CPU was taken away).
+    uint64_t preemptions = 0;
+    double longest_stall_seconds = 0;
   };
   std::vector<Queue> queues;
 };
@@ -306,6 +313,12 @@ struct ZeroLossSearch {
     double rate_pps;
     uint64_t drops;
     double achieved_pps;
+    // Over the queues: their workers' involuntary context switches and the
+    // longest stall. A drop with a stall longer than the ring's room at the
+    // queue's rate (ring_slots / rate) is the host taking the worker's CPU,
+    // not the rate.
+    uint64_t preemptions = 0;
+    double longest_stall_seconds = 0;
   };
   std::vector<Probe> probes;
 };
