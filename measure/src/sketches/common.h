@@ -84,9 +84,9 @@ struct RowHash {
 // overlap, where one packet at a time waits for each in turn. A chunk's
 // prefetches (3 a packet) stay within what the core keeps in flight.
 inline constexpr size_t kBurstChunk = 16;
-template <class F>
+template <size_t kChunk = kBurstChunk, class F>
 inline void for_each_chunk(size_t n, F&& chunk) {
-  for (size_t b = 0; b < n; b += kBurstChunk) chunk(b, b + kBurstChunk < n ? b + kBurstChunk : n);
+  for (size_t b = 0; b < n; b += kChunk) chunk(b, b + kChunk < n ? b + kChunk : n);
 }
 
 // Independent seeds, derived from the user's seed. `purpose` separates

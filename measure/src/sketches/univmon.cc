@@ -165,11 +165,14 @@ void UnivMon<kNitro>::burst_vanilla(const FlowKey* const* keys, size_t n) {
 // follow.
 template <bool kNitro>
 void UnivMon<kNitro>::burst_sampled(const FlowKey* const* keys, size_t n) {
+  // Larger chunks than the others': nothing is prefetched, and the more
+  // packets a level's one step passes over, the fewer steps.
+  constexpr size_t kSampledChunk = 64;
   if constexpr (kNitro) {
-    for_each_chunk(n, [&](size_t begin, size_t end) {
+    for_each_chunk<kSampledChunk>(n, [&](size_t begin, size_t end) {
       const size_t m = end - begin;
-      RowHash h[kBurstChunk];
-      uint8_t depth[kBurstChunk];
+      RowHash h[kSampledChunk];
+      uint8_t depth[kSampledChunk];
       std::array<uint32_t, kLevels> at_level{};  // the chunk's packets at level j or deeper
       for (size_t i = 0; i < m; ++i) {
         h[i] = hash(*keys[begin + i]);
