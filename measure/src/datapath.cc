@@ -208,8 +208,10 @@ void replay(Shared& s, unsigned w, QueueWire& wire, bool measured, Shared::Worke
   const uint64_t start = now_ns();
   uint64_t now = start;
   // The worker's part of the loop, on the wire's clock: its longest stretch
-  // is a burst, the polled control path, or the thread losing its CPU.
-  uint64_t longest_stall = 0;
+  // is a burst, the polled control path, or the thread losing its CPU. The
+  // first is from the start of the wire's clock (a worker woken late from
+  // the start barrier finds its due packets waiting).
+  uint64_t longest_stall = measured ? start - std::min(start, t0) : 0;
   auto worker_time = [&] {
     const uint64_t after = now_ns();
     longest_stall = std::max(longest_stall, after - now);
