@@ -169,3 +169,25 @@ def test_flat_rows_leave_out_the_drain_after_the_last_wave():
     assert rows["live process RSS"].flat and rows["median relative error per wave"].flat
     # With the drain counted, the same run would look like a fall.
     assert not ms.flatness([s["seconds"] for s in samples], [s["records_used"] for s in samples], 100).flat
+
+
+def test_wave_peaks_judge_a_sawtooth_by_its_peaks():
+    a = ("10.0.0.1", "10.0.0.2", 1, 2, 6)
+    waves = [ms.Wave(k, k * ms.WAVE_FLOWS, 10.1 * k, 10.1 * k + 10, 60000, {a: 98}) for k in range(40)]
+    # Records climb to 550 in each wave and fall as it ages; samples every 3 s land on
+    # different phases of it, so the sampled series wanders while its peaks do not.
+    def records(t, grow=0.0):
+        phase = t % 10.1
+        return (550 + grow * t) * min(phase, 10) / 10
+    samples = [{"seconds": float(t), "records_used": records(t)} for t in range(0, 404, 3)]
+    peaks = ms.wave_peaks(samples, waves, "records_used")
+    assert len(peaks) == 40 and peaks[0][0] == 10
+    assert ms.flatness([x for x, _ in peaks], [y for _, y in peaks], 100).flat
+    # Peaks that climb (records not given back) are not flat.
+    leaking = [{"seconds": float(t), "records_used": records(t, grow=1.0)} for t in range(0, 404, 3)]
+    peaks = ms.wave_peaks(leaking, waves, "records_used")
+    assert not ms.flatness([x for x, _ in peaks], [y for _, y in peaks], 100).flat
+    # The rows carry both.
+    run = ms.SoakRun(404, waves, samples, {a: 98}, {}, "", [], [])
+    labels = [label for label, _, _ in ms.flat_rows(run, [])]
+    assert "Duet records in use, peak per wave" in labels and "hardware entries, peak per wave" in labels

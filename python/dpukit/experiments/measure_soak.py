@@ -202,6 +202,18 @@ def flatness(xs: Sequence[float], ys: Sequence[float], floor: float,
     return Flatness(s1 * 3600, s2 * 3600, change, tolerance, abs(change) <= tolerance)
 
 
+def wave_peaks(samples: Sequence[dict[str, Any]], waves: Sequence[Wave], key: str) -> list[tuple[float, float]]:
+    """(wave end, the largest ``key`` sampled during the wave or one sample
+    period after it): a sawtooth that rises with each wave, judged by its
+    peaks, not by where 3-s samples happen to fall on it."""
+    out = []
+    for w in waves:
+        v = [s[key] for s in samples if s.get(key) is not None and w.start <= s["seconds"] <= w.end + SAMPLE_S]
+        if v:
+            out.append((w.end, max(v)))
+    return out
+
+
 def hw_shares(samples: Sequence[dict[str, Any]]) -> list[tuple[float, float]]:
     """(seconds, share of the packets counted in hardware since the previous
     sample) for each sample interval with packets in it."""
@@ -502,6 +514,10 @@ def flat_rows(run: SoakRun, errors: list[tuple[float, WaveError]]) -> list[tuple
     for key, label, unit, floor in SERIES:
         pts = [(s["seconds"], s[key]) for s in run.samples if s.get(key) is not None and s["seconds"] <= until]
         rows.append((label, unit, flatness([x for x, _ in pts], [y for _, y in pts], floor) if pts else None))
+        if key != "rss_kib":
+            peaks = wave_peaks(run.samples, run.waves, key)
+            rows.append((label + ", peak per wave", unit,
+                         flatness([x for x, _ in peaks], [y for _, y in peaks], floor) if peaks else None))
     xs = [t for t, _ in errors]
     rows.append(("median relative error per wave", "", flatness(xs, [e.median for _, e in errors], ERROR_FLOOR)))
     rows.append(("max relative error per wave", "", flatness(xs, [e.max for _, e in errors], ERROR_FLOOR)))
