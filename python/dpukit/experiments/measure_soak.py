@@ -28,14 +28,14 @@ import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from dpukit.bench_e2e import free_udp_port
 from dpukit.experiments import Context, experiment, skipped_in_quick_mode
 from dpukit.errors import DpukitError
+from dpukit.experiments.measure_queues import LiveUnavailable, veth_queues
 from dpukit.experiments.measure_traces import TOOL
 from dpukit.experiments.mesh import rss_kib
 from dpukit.native import validate_result
@@ -276,30 +276,6 @@ def _run(argv: Sequence[str], cwd: Path, timeout: float = 120) -> subprocess.Com
     return subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
-@contextmanager
-def veth_pair(tag: str) -> Iterator[tuple[str, str, str]]:
-    """(namespace, sender, measured): a veth pair, the sender's end in a namespace of its own."""
-    ns, sender, measured = f"dkss{tag}", f"dksa{tag}", f"dksb{tag}"
-    made_ns = False
-    try:
-        p = subprocess.run(["ip", "netns", "add", ns], capture_output=True, text=True)
-        if p.returncode != 0:
-            raise SoakSkipped(f"cannot create a network namespace: {p.stderr.strip()}")
-        made_ns = True
-        for argv in (["ip", "link", "add", sender, "type", "veth", "peer", "name", measured],
-                     ["ip", "link", "set", sender, "netns", ns],
-                     ["ip", "netns", "exec", ns, "ip", "link", "set", sender, "up"],
-                     ["ip", "link", "set", measured, "up"]):
-            p = subprocess.run(argv, capture_output=True, text=True)
-            if p.returncode != 0:
-                raise SoakSkipped(f"`{' '.join(argv)}` failed: {p.stderr.strip()}")
-        yield ns, sender, measured
-    finally:
-        subprocess.run(["ip", "link", "del", measured], capture_output=True)
-        if made_ns:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-
-
 def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         return parse_metrics(r.read().decode())
@@ -396,7 +372,7 @@ def _run_soak_in(ctx: Context, seconds: int, work: Path) -> SoakRun:
     flows_dir = work / "flows"
     flows_dir.mkdir()
     commands: list[list[str]] = []
-    with veth_pair(tag) as (ns, sender, measured):
+    with veth_queues(tag, 1) as (ns, sender, measured):
         port = free_udp_port()
         nfcapd_argv = ["nfcapd", "-w", "flows", "-b", "127.0.0.1", "-p", str(port)]
         nfcapd = subprocess.Popen(nfcapd_argv, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -546,7 +522,7 @@ def soak(ctx: Context) -> Section:
         return sec
     try:
         run = run_soak(ctx, seconds)
-    except SoakSkipped as e:
+    except (SoakSkipped, LiveUnavailable) as e:
         sec.paragraph(f"Skipped: {e}.")
         return sec
     write_series(ctx, run)
