@@ -43,6 +43,46 @@ void BM_DuetSketchPath(benchmark::State& state) {
 }
 BENCHMARK(BM_DuetSketchPath)->Args({1, 32})->Args({0, 32})->Args({1, 16})->Args({0, 16});
 
+// The sketch epoch's cost per packet (DuetConfig::epoch_ns: each counter two
+// halves, the previous epoch's beside the current one's), paired with the
+// same run without one. Args: single writer (1) or atomic (0), counter bits,
+// epoch (1) or none (0), packets per call (1: on_sketch_path; 32:
+// on_sketch_path_burst, as the datapath hands a worker's burst over).
+void BM_DuetEpochSketchPath(benchmark::State& state) {
+  EmulatedFlowTable table(EmulatedFlowTable::Config{});
+  DuetConfig c;
+  c.memory_bytes = 500 * 1024;
+  c.records = 500;
+  c.single_writer = state.range(0) == 1;
+  c.counter_bits = static_cast<unsigned>(state.range(1));
+  c.top = c.counter_bits == 16 ? Duet::kMaxTop16 : UINT32_MAX;  // out of reach: light flows only
+  c.epoch_ns = state.range(2) ? 10'000'000'000 : 0;             // never rotated here: the per-packet cost only
+  Duet duet(c, table);
+  const auto k = keys();
+  std::vector<const FlowKey*> ptrs(k.size());
+  for (size_t j = 0; j < k.size(); ++j) ptrs[j] = &k[j];
+  const size_t burst = static_cast<size_t>(state.range(3));  // a divisor of 65,536
+  size_t i = 0;
+  for (auto _ : state) {
+    if (burst == 1)
+      duet.on_sketch_path(k[i]);
+    else
+      duet.on_sketch_path_burst(&ptrs[i], burst);
+    i = (i + burst) & 0xffff;
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(burst));
+  state.SetLabel(std::string(c.single_writer ? "single writer" : "atomic") + ", " + std::to_string(c.counter_bits) +
+                 "-bit" + (c.epoch_ns ? " epoch halves" : " counters") +
+                 (burst > 1 ? ", bursts of " + std::to_string(burst) : ""));
+}
+BENCHMARK(BM_DuetEpochSketchPath)
+    ->Args({1, 16, 0, 1})
+    ->Args({1, 16, 1, 1})
+    ->Args({0, 16, 0, 1})
+    ->Args({0, 16, 1, 1})
+    ->Args({1, 16, 0, 32})
+    ->Args({1, 16, 1, 32});
+
 // Every record taken, and flows at TOP that found none: each of their
 // packets looks for a record again (it stays in the sketch). What that
 // lookup costs once the record table is as full as it gets.

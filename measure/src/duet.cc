@@ -91,10 +91,11 @@ Duet::Duet(const DuetConfig& config, FlowTable& hw) : config_(config), hw_(hw) {
                                 " bytes leave no counter per row after the records");
   if (width_ > UINT32_MAX) throw std::invalid_argument("duet: budget too large");
   hash_seed_ = sketches::derive_seed(config.seed, sketches::SeedPurpose::kRow, 0);
+  const size_t halves = windowed() ? 2 : 1;
   if (config.counter_bits == 16)
-    counters16_ = std::make_unique<std::atomic<uint16_t>[]>(kRows * width_);
+    counters16_ = std::make_unique<std::atomic<uint16_t>[]>(kRows * width_ * halves);
   else
-    counters32_ = std::make_unique<std::atomic<uint32_t>[]>(kRows * width_);
+    counters32_ = std::make_unique<std::atomic<uint32_t>[]>(kRows * width_ * halves);
   records_ = std::make_unique<Record[]>(record_slots_);
 }
 
@@ -109,6 +110,17 @@ std::atomic<uint32_t>* Duet::counters<uint32_t>() const {
 template <>
 std::atomic<uint16_t>* Duet::counters<uint16_t>() const {
   return counters16_.get();
+}
+
+template <class F>
+decltype(auto) Duet::with_counters(F&& f) {
+  const bool one = config_.single_writer, bits16 = config_.counter_bits == 16;
+  if (windowed()) {
+    if (one) return bits16 ? f.template operator()<true, true, uint16_t>() : f.template operator()<true, true, uint32_t>();
+    return bits16 ? f.template operator()<false, true, uint16_t>() : f.template operator()<false, true, uint32_t>();
+  }
+  if (one) return bits16 ? f.template operator()<true, false, uint16_t>() : f.template operator()<true, false, uint32_t>();
+  return bits16 ? f.template operator()<false, false, uint16_t>() : f.template operator()<false, false, uint32_t>();
 }
 
 // One hash per packet (RowHash, sketches/common.h), split as the Count-Min
@@ -252,6 +264,14 @@ template <class T>
 uint64_t Duet::sketch_min(const Hashes& h) const {
   uint64_t m = std::numeric_limits<uint64_t>::max();
   const std::atomic<T>* c = counters<T>();
+  if (windowed()) {  // both halves: the last one to two epochs
+    for (int i = 0; i < kRows; ++i) {
+      const std::atomic<T>* cell = c + 2 * (i * width_ + h.idx[i]);
+      m = std::min<uint64_t>(
+          m, uint64_t{cell[0].load(std::memory_order_relaxed)} + cell[1].load(std::memory_order_relaxed));
+    }
+    return m;
+  }
   for (int i = 0; i < kRows; ++i) m = std::min<uint64_t>(m, c[i * width_ + h.idx[i]].load(std::memory_order_relaxed));
   return m;
 }
@@ -260,17 +280,31 @@ uint64_t Duet::sketch_min(const Hashes& h) const {
   return config_.counter_bits == 16 ? sketch_min<uint16_t>(h) : sketch_min<uint32_t>(h);
 }
 
+// Takes up to `amount` from one counter (or half); returns what it took.
+template <class T>
+uint64_t take_from(std::atomic<T>& c, uint64_t amount) {
+  T v = c.load(std::memory_order_relaxed);
+  while (!c.compare_exchange_weak(v, v > amount ? static_cast<T>(v - amount) : T{0}, std::memory_order_relaxed)) {
+  }
+  return std::min<uint64_t>(v, amount);
+}
+
 // Counter reset: take the flow's own count out of its counters (never below
-// zero), so that it stops inflating the light flows it collides with.
+// zero), so that it stops inflating the light flows it collides with. With
+// an epoch, from the previous half first: those packets are the ones the
+// next rotation would drop anyway, and the current half keeps the rest.
 template <class T>
 void Duet::reset_counters(const Hashes& h, uint64_t amount) {
   std::atomic<T>* counter = counters<T>();
-  for (int i = 0; i < kRows; ++i) {
-    auto& c = counter[i * width_ + h.idx[i]];
-    T v = c.load(std::memory_order_relaxed);
-    while (!c.compare_exchange_weak(v, v > amount ? static_cast<T>(v - amount) : T{0}, std::memory_order_relaxed)) {
+  if (windowed()) {
+    const uint32_t cur = current_half_.load(std::memory_order_acquire);
+    for (int i = 0; i < kRows; ++i) {
+      std::atomic<T>* cell = counter + 2 * (i * width_ + h.idx[i]);
+      take_from(cell[cur], amount - take_from(cell[cur ^ 1], amount));
     }
+    return;
   }
+  for (int i = 0; i < kRows; ++i) take_from(counter[i * width_ + h.idx[i]], amount);
 }
 
 void Duet::reset_counters(const Hashes& h, uint64_t amount) {
@@ -282,27 +316,45 @@ void Duet::reset_counters(const Hashes& h, uint64_t amount) {
 // flow turns out to reach TOP, the reset takes the increment back with the
 // flow's count, so the counters end as Algorithm 1 leaves them (read, then
 // update or promote) after one memory pass instead of two.
-template <bool kSingleWriter, class T>
-[[gnu::always_inline]] inline uint64_t Duet::add_one(const Hashes& h) {
+//
+// With an epoch (kEpoch), a counter is two halves side by side: `half` is
+// the current epoch's, which the packet increments; the other is the
+// previous epoch's, and the counter's value is their sum. Both are in the
+// bytes one counter took, so the update touches the same lines as without
+// an epoch. The rotation (rotate_epoch) empties the previous half and then
+// makes it the current one: it never writes the half a worker increments, so
+// a single worker's plain load-and-store stays exact while the control path
+// rotates. Moving the current half into the previous one instead (one word,
+// [previous | current], rotated by compare-and-swap) would write that half:
+// a single worker's store from a load before the rotation would undo it.
+// Two separate half-size sketches would read a second line per row.
+template <bool kSingleWriter, bool kEpoch, class T>
+[[gnu::always_inline]] inline uint64_t Duet::add_one(const Hashes& h, uint32_t half) {
   constexpr T kMax = std::numeric_limits<T>::max();
-  T m = kMax;
+  constexpr size_t kHalves = kEpoch ? 2 : 1;
+  uint64_t m = std::numeric_limits<uint64_t>::max();
   std::atomic<T>* row = counters<T>();
-  for (int r = 0; r < kRows; ++r, row += width_) {
-    auto& c = row[h.idx[r]];
+  for (int r = 0; r < kRows; ++r, row += kHalves * width_) {
+    std::atomic<T>* cell = row + kHalves * h.idx[r];
+    auto& c = cell[kEpoch ? half : 0];
     T old;
     if constexpr (kSingleWriter) {
       // One worker: nobody else writes, so a plain (non-locked) increment is exact.
       old = c.load(std::memory_order_relaxed);
       if (old != kMax) c.store(old + 1, std::memory_order_relaxed);
-    } else if constexpr (sizeof(T) == 4) {
+    } else if constexpr (sizeof(T) == 4 && !kEpoch) {
       old = c.fetch_add(1, std::memory_order_relaxed);  // sync_fetch_and_add (2^32 packets in one counter: not here)
     } else {
-      // A 16-bit counter can fill: a compare-and-swap that stops at the top.
+      // A 16-bit counter can fill (and an epoch's half, of either width, must
+      // stop at its top rather than wrap): a compare-and-swap that stops there.
       old = c.load(std::memory_order_relaxed);
       while (old != kMax && !c.compare_exchange_weak(old, old + 1, std::memory_order_relaxed)) {
       }
     }
-    m = std::min(m, old);
+    if constexpr (kEpoch)
+      m = std::min<uint64_t>(m, uint64_t{old} + cell[half ^ 1].load(std::memory_order_relaxed));
+    else
+      m = std::min<uint64_t>(m, old);
   }
   return m;
 }
@@ -311,28 +363,30 @@ void Duet::on_sketch_path(const FlowKey& key) {
   // No record is read here: a promoted flow is looked up only on the rare
   // path, so a light flow's packet costs what a Count-Min update costs.
   const Hashes h = split_hash<Hashes>(key, hash_seed_, width_, record_slots_);
-  uint64_t min_cnt;
-  if (config_.counter_bits == 16)
-    min_cnt = config_.single_writer ? add_one<true, uint16_t>(h) : add_one<false, uint16_t>(h);
-  else
-    min_cnt = config_.single_writer ? add_one<true, uint32_t>(h) : add_one<false, uint32_t>(h);
+  const uint64_t min_cnt = with_counters([&]<bool kSingleWriter, bool kEpoch, class T>() {
+    return add_one<kSingleWriter, kEpoch, T>(h, kEpoch ? current_half_.load(std::memory_order_acquire) : 0);
+  });
   if (min_cnt + 1 >= config_.top) on_top(key, h, min_cnt + 1);
 }
 
 // A chunk of the burst at a time: hash it and ask for its counters, then
 // each packet in order as on_sketch_path() does it (the same atomic
 // increments, and its own TOP check on the minimum its increments returned).
-template <bool kSingleWriter, class T>
+template <bool kSingleWriter, bool kEpoch, class T>
 void Duet::sketch_path_burst(const FlowKey* const* keys, size_t n) {
   const std::atomic<T>* c = counters<T>();
+  constexpr size_t kHalves = kEpoch ? 2 : 1;
   sketches::for_each_chunk(n, [&](size_t begin, size_t end) {
     Hashes h[sketches::kBurstChunk];
     for (size_t i = begin; i < end; ++i) {
       h[i - begin] = split_hash<Hashes>(*keys[i], hash_seed_, width_, record_slots_);
-      for (int r = 0; r < kRows; ++r) __builtin_prefetch(&c[r * width_ + h[i - begin].idx[r]], 1);
+      for (int r = 0; r < kRows; ++r) __builtin_prefetch(&c[kHalves * (r * width_ + h[i - begin].idx[r])], 1);
     }
+    // A chunk that straddles a rotation counts in the half that was current
+    // when it began: the packets stay in the window, one epoch less long.
+    const uint32_t half = kEpoch ? current_half_.load(std::memory_order_acquire) : 0;
     for (size_t i = begin; i < end; ++i) {
-      const uint64_t min_cnt = add_one<kSingleWriter, T>(h[i - begin]);
+      const uint64_t min_cnt = add_one<kSingleWriter, kEpoch, T>(h[i - begin], half);
       if (min_cnt + 1 >= config_.top) on_top(*keys[i], h[i - begin], min_cnt + 1);
     }
   });
@@ -345,11 +399,35 @@ void Duet::sketch_path_burst(const FlowKey* const* keys, size_t n) {
 void Duet::on_sketch_path_burst(const FlowKey* const* keys, size_t n) {
   if (!config_.single_writer) {
     for (size_t i = 0; i < n; ++i) on_sketch_path(*keys[i]);
-  } else if (config_.counter_bits == 16) {
-    sketch_path_burst<true, uint16_t>(keys, n);
-  } else {
-    sketch_path_burst<true, uint32_t>(keys, n);
+    return;
   }
+  with_counters([&]<bool kSingleWriter, bool kEpoch, class T>() {
+    if constexpr (kSingleWriter) sketch_path_burst<true, kEpoch, T>(keys, n);
+  });
+}
+
+template <class T>
+double Duet::rotate_epoch() {
+  std::atomic<T>* c = counters<T>();
+  const uint32_t cur = current_half_.load(std::memory_order_relaxed);
+  const size_t n = kRows * width_;
+  uint64_t sum = 0;
+  // First the previous epoch's half is emptied, while the workers still
+  // increment the other; then the release below makes it the current one,
+  // and a worker that sees the new half sees it empty. A worker still on
+  // the old half counts there: its packet stays for one epoch more.
+  for (size_t i = 0; i < n; ++i) {
+    sum += c[2 * i + cur].load(std::memory_order_relaxed);
+    c[2 * i + (cur ^ 1)].store(0, std::memory_order_relaxed);
+  }
+  current_half_.store(cur ^ 1, std::memory_order_release);
+  epochs_.fetch_add(1, std::memory_order_relaxed);
+  return static_cast<double>(sum) / static_cast<double>(n);
+}
+
+double Duet::rotate_epoch() {
+  if (!windowed()) return 0;
+  return config_.counter_bits == 16 ? rotate_epoch<uint16_t>() : rotate_epoch<uint32_t>();
 }
 
 // Lines 21-24, and what the paper leaves open: the flow's sketch count is
@@ -451,6 +529,7 @@ Duet::Stats Duet::stats() const {
   s.records = config_.records;
   s.records_used = records_used_.load();
   s.records_retired = retired_.load();
+  s.epochs = epochs_.load();
   return s;
 }
 

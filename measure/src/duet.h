@@ -29,6 +29,18 @@
 // The paper's alternative, folding the count back into the sketch (Algorithm
 // 2 then answers it), is not taken: a heavy flow's count in 16-bit counters
 // saturates at 65,535 and would inflate every light flow sharing them.
+//
+// A measurement epoch (DuetConfig::epoch_ns), beyond the paper: a light
+// flow never reaches TOP, so without one its packets stay in the sketch for
+// good, and the noise every counter carries grows with the stream
+// (Count-Min's additive error is about N/w) until every new flow reaches TOP
+// on its first packet. With an epoch, each counter is two halves side by
+// side, the current epoch's and the previous one's; a packet increments the
+// current half, and TOP is checked (and Algorithm 2 answers) on the sum of
+// both. rotate_epoch(), from the control path once an epoch has passed,
+// empties the older half and makes it the current one: the sketch holds the
+// light traffic of the last one to two epochs, and a flow is promoted when
+// it sends TOP packets within that window.
 #pragma once
 
 #include <atomic>
@@ -68,6 +80,11 @@ struct DuetConfig {
   // Exactly one dpu worker updates the sketch: increments need no lock
   // prefix. With several workers they are atomic fetch-adds (the paper's).
   bool single_writer = false;
+  // The sketch's measurement epoch (see above): 0 = none, every packet stays
+  // in the sketch (the paper's). Otherwise each counter takes twice its
+  // bytes (two halves of counter_bits), so the same budget has half as many
+  // counters per row; the caller calls rotate_epoch() every epoch_ns.
+  uint64_t epoch_ns = 0;
 };
 
 class Duet {
@@ -117,6 +134,17 @@ class Duet {
   // Algorithm 2, plus the flow's live record, if any (its retired counts are
   // the caller's). Exact for heavy flows; call with the datapath quiescent.
   double estimate(const FlowKey& key) const;
+
+  // With an epoch (config epoch_ns > 0; a no-op returning 0 without one):
+  // ends the current epoch. The previous epoch's counts leave the sketch,
+  // and the current half becomes the previous one. The control path, one
+  // thread at a time, while the workers update: it never writes the half
+  // they increment, so no increment is lost. Returns the mean count per
+  // counter of the epoch that ended (light packets in a counter: the noise
+  // an epoch adds; near TOP, the epoch is too long for the traffic).
+  double rotate_epoch();
+  bool windowed() const { return config_.epoch_ns > 0; }
+  uint64_t epoch_ns() const { return config_.epoch_ns; }
   // What the hardware table holds for a key, if anything.
   std::optional<FlowCounters> hw_count(const FlowKey& key) const { return hw_.query(key); }
 
@@ -148,15 +176,21 @@ class Duet {
   void retire(Held held, const FlowKey& key, uint64_t hw_packets_above_top, uint64_t hw_bytes);
   RecordCount count_of(const Record& r, uint64_t word) const;
   uint64_t sketch_min(const Hashes& h) const;
-  size_t counter_bytes() const { return config_.counter_bits / 8; }
+  // A counter's bytes: both halves with an epoch.
+  size_t counter_bytes() const { return config_.counter_bits / 8 * (windowed() ? 2 : 1); }
   template <class T>
   std::atomic<T>* counters() const;
-  template <bool kSingleWriter, class T>
-  uint64_t add_one(const Hashes& h);  // increments the flow's counters; returns the minimum before
-  template <bool kSingleWriter, class T>
+  // Calls f.template operator()<kSingleWriter, kEpoch, T>() for this configuration.
+  template <class F>
+  decltype(auto) with_counters(F&& f);
+  template <bool kSingleWriter, bool kEpoch, class T>
+  uint64_t add_one(const Hashes& h, uint32_t half);  // increments the flow's counters; returns the minimum before
+  template <bool kSingleWriter, bool kEpoch, class T>
   void sketch_path_burst(const FlowKey* const* keys, size_t n);
   template <class T>
   uint64_t sketch_min(const Hashes& h) const;
+  template <class T>
+  double rotate_epoch();
   template <class T>
   void reset_counters(const Hashes& h, uint64_t amount);
   void reset_counters(const Hashes& h, uint64_t amount);
@@ -166,13 +200,15 @@ class Duet {
   FlowTable& hw_;
   size_t width_;
   uint64_t hash_seed_;  // the rows' RowHash seed: the Count-Min baseline's with the same seed
-  // kRows x width_, one of the two by config_.counter_bits
+  // With an epoch: which half of each counter is the current epoch's (0 or 1).
+  std::atomic<uint32_t> current_half_{0};
+  // kRows x width_ (x 2 halves with an epoch), one of the two by config_.counter_bits
   std::unique_ptr<std::atomic<uint32_t>[]> counters32_;
   std::unique_ptr<std::atomic<uint16_t>[]> counters16_;
   size_t record_slots_;  // record_slots(config_.records)
   std::unique_ptr<Record[]> records_;
   std::atomic<uint64_t> promotions_{0}, installed_{0}, refused_{0}, aged_{0}, moved_{0}, records_full_{0},
-      retired_{0};
+      retired_{0}, epochs_{0};
   std::atomic<size_t> records_used_{0};   // reserved or live: goes down when a record is retired
   std::atomic<size_t> longest_probe_{0};  // the furthest any claim placed a record from its key's start
   std::vector<FlowEvent> events_;  // control path scratch

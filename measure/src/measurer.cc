@@ -65,6 +65,7 @@ Measurer::Measurer(const AlgorithmConfig& cfg, unsigned workers, uint64_t top, u
                  std::to_string(Duet::kMaxTop16) + ": using 32-bit counters");
     }
     dc.single_writer = workers == 1;
+    dc.epoch_ns = epoch_ns_ = cfg.sketch_epoch_ns;
     try {
       duet_ = std::make_unique<Duet>(dc, *table);
     } catch (const std::invalid_argument& e) {
@@ -131,15 +132,44 @@ void Measurer::for_each_record(const std::function<void(const RecordCount&)>& f)
 
 void Measurer::control_loop(const std::atomic<bool>& stop) {
   if (!duet_) return;
-  while (!stop.load(std::memory_order_acquire))
+  auto now = [] {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count());
+  };
+  while (!stop.load(std::memory_order_acquire)) {
     if (table_->wait_events(std::chrono::milliseconds(2))) control_step();
+    rotate_epoch_if_due(now());
+  }
   drain();
 }
 
 void Measurer::poll_control(uint64_t now, uint64_t every_ns) {
   if (!duet_ || now < next_control_ns_) return;
   control_step();
+  rotate_epoch_if_due(now);
   next_control_ns_ = now + every_ns;
+}
+
+void Measurer::rotate_epoch_if_due(uint64_t now) {
+  if (!duet_ || epoch_ns_ == 0) return;
+  if (epoch_ends_ns_ == 0) {
+    epoch_ends_ns_ = now + epoch_ns_;
+    return;
+  }
+  if (now < epoch_ends_ns_) return;
+  const double fill = duet_->rotate_epoch();
+  // A control path late by more than an epoch starts the next one now, rather than rotate twice in a row.
+  epoch_ends_ns_ += epoch_ns_;
+  if (epoch_ends_ns_ <= now) epoch_ends_ns_ = now + epoch_ns_;
+  // An epoch's light packets in a counter are the noise every flow's count
+  // carries: near TOP, light flows start to reach it.
+  if (!warned_epoch_ && fill > static_cast<double>(top_) / 4) {
+    warned_epoch_ = true;
+    log_warn("duet: an epoch of light traffic put " + std::to_string(static_cast<uint64_t>(fill)) +
+             " packets in the average sketch counter, more than a quarter of TOP (" + std::to_string(top_) +
+             "): shorten --sketch-epoch, or raise --memory");
+  }
 }
 
 void Measurer::drain() {

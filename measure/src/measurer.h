@@ -63,6 +63,11 @@ class Measurer {
   void control_loop(const std::atomic<bool>& stop);
   // A polling worker's control path: at most every `every_ns`.
   void poll_control(uint64_t now, uint64_t every_ns);
+  // Duet's sketch epoch (AlgorithmConfig::sketch_epoch_ns): ends an epoch
+  // once its time has passed, `now` in ns of any steady clock (the first
+  // call starts the first epoch). From the control path; the control loop
+  // and poll_control call it.
+  void rotate_epoch_if_due(uint64_t now);
   // Every outcome still pending (after the workers stopped).
   void drain();
 
@@ -108,6 +113,8 @@ class Measurer {
   };
   std::vector<Sink> sinks_;
   uint64_t next_control_ns_ = 0;
+  uint64_t epoch_ns_ = 0, epoch_ends_ns_ = 0;
+  bool warned_epoch_ = false;
   bool keep_retired_sums_ = true, hand_over_ = false;
   std::vector<RecordCount> retired_scratch_;  // control path
   mutable std::mutex retired_mu_;             // the control path adds, a live reporter reads and takes

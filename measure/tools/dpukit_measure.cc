@@ -22,6 +22,16 @@ namespace {
 
 const char* kTool = "dpukit-measure";
 
+// Live, Duet's sketch epoch by default (--sketch-epoch): a live run has no
+// end, and without an epoch its counters fill with light flows until every
+// new flow reaches TOP at once. 10 s: a flow is heavy if it sends TOP packets
+// within about 10 s (100 packets/s at the default TOP of 1,000), the same
+// as --export-interval's default. Two epochs of light traffic put
+// 2 x 10 s x rate / w packets in a counter; at 500 KB (w about 32,700 per
+// row with an epoch) that stays below TOP up to about 1.6 M light packets/s
+// (60 s: 270,000).
+constexpr int kLiveSketchEpochS = 10;
+
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
@@ -48,12 +58,16 @@ void add_shared_options(ArgParser& p) {
   p.option("duet-records", "promoted-flow records inside Duet's budget; a record is never freed, so a run promotes "
                            "at most this many flows (default: run sizes it from the trace, live takes a quarter of "
                            "the budget, at most --hw-capacity)");
+  p.option("sketch-epoch", "seconds: Duet's sketch counters hold only the last one to two epochs of light traffic, "
+                           "so their noise stays bounded on a run of any length; a flow must reach TOP within about "
+                           "an epoch; 0 = never reset (default: run 0, live " + std::to_string(kLiveSketchEpochS) + ")");
   p.option("sample-p", "NitroSketch sampling probability", "0.1");
   p.option("seed", "hash seed", "1");
 }
 
-// Into the AlgorithmConfig an offline run and a live one share.
-void read_shared_options(const ArgParser& p, AlgorithmConfig& c) {
+// Into the AlgorithmConfig an offline run and a live one share;
+// `sketch_epoch_s` is --sketch-epoch's default.
+void read_shared_options(const ArgParser& p, AlgorithmConfig& c, double sketch_epoch_s) {
   c.hw_insert_rate = p.number("hw-insert-rate");
   c.hw_insert_latency_ns = static_cast<uint64_t>(p.number("hw-insert-latency-us") * 1000);
   c.hw_idle_timeout_ns = static_cast<uint64_t>(p.number("hw-idle-timeout-ms") * 1e6);
@@ -65,6 +79,9 @@ void read_shared_options(const ArgParser& p, AlgorithmConfig& c) {
   c.sketch.sample_p = p.number("sample-p");
   if (!(c.sketch.sample_p > 0 && c.sketch.sample_p <= 1)) p.fail("--sample-p must be in (0, 1]");
   c.sketch.seed = p.u64("seed");
+  const double epoch_s = p.has("sketch-epoch") ? p.number("sketch-epoch") : sketch_epoch_s;
+  if (!(epoch_s >= 0 && epoch_s <= 1e6)) p.fail("--sketch-epoch must be between 0 and 1e6 seconds");
+  c.sketch_epoch_ns = static_cast<uint64_t>(epoch_s * 1e9);
 }
 
 void add_run_options(ArgParser& p) {
@@ -98,7 +115,7 @@ RunConfig run_config(const ArgParser& p, const std::string& algo, size_t memory)
   a.memory_bytes = memory;
   a.heavy_threshold = p.number("heavy-threshold");
   a.hw_capacity = p.has("hw-capacity") ? p.u64("hw-capacity") : 0;
-  read_shared_options(p, a);
+  read_shared_options(p, a, 0);  // offline: no epoch, so the accuracy figures stay those of the paper's Duet
   a.sketch.always_correct = p.has("always-correct");
   a.sketch.top_k = p.u64("top-k");
   c.workers = static_cast<unsigned>(p.u64("workers"));
@@ -168,7 +185,8 @@ nlohmann::json duet_json(const DuetStats& d) {
           {"installed", d.installed},         {"refused", d.refused},
           {"aged", d.aged},                   {"moved_to_record", d.moved_to_record},
           {"records_full", d.records_full},   {"records", d.records},
-          {"records_used", d.records_used}, {"records_retired", d.records_retired}};
+          {"records_used", d.records_used}, {"records_retired", d.records_retired},
+          {"epochs", d.epochs}};
 }
 
 nlohmann::json metrics_json(const Metrics& m) {
@@ -254,6 +272,7 @@ nlohmann::json parameters_json(const ArgParser& p, const RunConfig& c, const std
           {"seed", a.sketch.seed},
           {"duet_records", p.has("duet-records") ? nlohmann::json(a.duet_records) : nlohmann::json("auto")},
           {"duet_counter_bits", a.duet_counter_bits ? nlohmann::json(a.duet_counter_bits) : nlohmann::json("auto")},
+          {"sketch_epoch_s", a.sketch_epoch_ns / 1e9},
           {"packet_size", c.packet_size ? nlohmann::json(c.packet_size) : nlohmann::json("trace")},
           {"worker_poll", c.worker_poll},
           {"passes", c.passes}};
@@ -509,7 +528,7 @@ int cmd_live(int argc, char** argv) {
   c.all_flows = p.has("all-flows");
   a.hw_capacity = p.u64("hw-capacity");
   if (a.hw_capacity == 0) p.fail("--hw-capacity must be > 0");
-  read_shared_options(p, a);
+  read_shared_options(p, a, kLiveSketchEpochS);
   if (p.has("bpf-object")) c.bpf_object = p.str("bpf-object");
   if (p.has("ipfix")) c.ipfix = p.str("ipfix");
   c.export_interval_s = p.number("export-interval");
@@ -536,7 +555,8 @@ int cmd_live(int argc, char** argv) {
   out.set_backend(std::string("xdp-") + r.xdp_mode);
   out.parameters() = {{"iface", c.interface},       {"algo", a.algo},         {"memory_bytes", a.memory_bytes},
                       {"top", r.top},               {"hw_capacity", a.hw_capacity},
-                      {"hw_insert_rate", a.hw_insert_rate}, {"xdp_mode", r.xdp_mode}, {"pass_hits", c.pass_hits}};
+                      {"hw_insert_rate", a.hw_insert_rate}, {"xdp_mode", r.xdp_mode}, {"pass_hits", c.pass_hits},
+                      {"sketch_epoch_s", a.sketch_epoch_ns / 1e9}};
   nlohmann::json heavy = nlohmann::json::array();
   for (const auto& k : r.heavy_reported) heavy.push_back({{"flow", k.str()}, {"estimate", r.estimates.at(k)}});
   nlohmann::json f = {{"algo", a.algo},

@@ -194,6 +194,9 @@ struct AlgorithmConfig {
   size_t duet_records = 0;
   // 16 or 32; 0 = 16, or 32 where TOP is beyond 16-bit counters' reach (with a warning)
   unsigned duet_counter_bits = 0;
+  // Duet's sketch epoch: its counters hold the light traffic of the last one
+  // to two epochs (DuetConfig::epoch_ns). 0 = none (every packet stays).
+  uint64_t sketch_epoch_ns = 0;
   SketchOptions sketch;
 };
 
@@ -236,6 +239,7 @@ struct DuetStats {
   uint64_t records = 0;          // promoted-flow records (DuetConfig::records)
   uint64_t records_used = 0;     // in use: flows pending or installed. A refused or aged flow's record is
   uint64_t records_retired = 0;  // retired: its count handed to the caller (Duet::take_retired), the record freed
+  uint64_t epochs = 0;           // sketch epochs ended (Duet::rotate_epoch)
 };
 
 struct RunResult {
