@@ -61,6 +61,10 @@ HEAVY_SHARE = 0.9        # the heavy flows' share of a wave's packets
 # afterwards stays in the sketch below TOP and is never exported.
 IDLE_TIMEOUT_MS = 1000
 EXPORT_INTERVAL_S = 1.0  # --export-interval
+# --sketch-epoch (live's default, given so the commands show it): Duet's
+# counters hold one to two epochs of light traffic, so their noise does not
+# grow over the soak; a heavy flow reaches TOP ~5 s into its 10-s wave.
+SKETCH_EPOCH_S = 10
 SAMPLE_S = 3.0           # RSS and /metrics: not a divisor of a wave's 10 s, so samples move across its phases
 # After the last wave: aging, the control path's reclamation and two reports.
 DRAIN_S = IDLE_TIMEOUT_MS / 1000 + 3 * EXPORT_INTERVAL_S + 1
@@ -381,7 +385,7 @@ def _run_soak_in(ctx: Context, seconds: int, work: Path) -> SoakRun:
         live_json.unlink(missing_ok=True)
         live_argv = [str(exe), "live", "--iface", measured, "--algo", "duet", "--heavy-threshold", str(TOP),
                      "--hw-idle-timeout-ms", str(IDLE_TIMEOUT_MS), "--export-interval", f"{EXPORT_INTERVAL_S:g}",
-                     "--ipfix", f"127.0.0.1:{port}", "--metrics", "127.0.0.1:0",
+                     "--sketch-epoch", str(SKETCH_EPOCH_S), "--ipfix", f"127.0.0.1:{port}", "--metrics", "127.0.0.1:0",
                      "--duration", str(seconds + 300), "--json", str(live_json)]
         stderr_path = work / "live.stderr"
         with open(stderr_path, "w") as err:
