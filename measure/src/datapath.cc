@@ -522,13 +522,15 @@ ZeroLossSearch zero_loss_rate(const Trace& trace, const GroundTruth& truth, cons
     z.unpaced_pps = std::max(z.unpaced_pps, unpaced.packets / std::max(unpaced.seconds, 1e-9));
   }
   double hi = high > 0 ? high : 2 * z.unpaced_pps, lo = low;
-  // A probe passes when nothing dropped and the wire offered at least 90 % of
-  // the rate: a NIC thread that cannot keep up offers less, and drops nothing.
-  // The rate reported is the one it offered.
+  // A probe passes when nothing dropped and the wires offered at least 90 % of
+  // the rate. Each queue's wire keeps its clock (a packet is due whether or
+  // not its worker runs), so a probe is in practice decided by its drops; the
+  // rate reported is the one the wires offered.
   constexpr double kWireShortfall = 0.1;
   // A failed probe is tried again before the rate is given up: on a shared
   // VM a worker can lose its CPU for milliseconds, which no ring absorbs,
-  // and that says nothing about the rate.
+  // and that says nothing about the rate (each probe records its longest
+  // stall, so a reader can tell).
   auto probe = [&](double rate) {
     c.rate_pps = rate;
     for (int attempt = 0; attempt < 2; ++attempt) {
