@@ -105,27 +105,64 @@ def read_csv_truth(path: Path) -> dict[str, tuple[int, float]]:
     return out
 
 
-def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
-    _, _, measured = veth
-    exe = native_tool("dpukit-measure")
+def make_pcap(exe: Path, tmp_path: Path, packets: int) -> Path:
+    """A backbone pcap of ``packets`` packets over 2,000 flows."""
     pcap = tmp_path / "trace.pcap"
-    subprocess.run([str(exe), "gen", "--preset", "backbone", "--flows", "2000", "--packets", str(PACKETS),
+    subprocess.run([str(exe), "gen", "--preset", "backbone", "--flows", "2000", "--packets", str(packets),
                     "--seed", "5", "--out", str(pcap)], check=True, capture_output=True, timeout=60)
-    # The offline run of the same pcap at the rate tcpreplay sends it (how many
-    # packets a flow sends while its insertion is under way depends on it):
-    # the exact counts and its hardware share.
-    offline_json, offline_csv = tmp_path / "offline.json", tmp_path / "offline.csv"
-    subprocess.run([str(exe), "run", "--trace", str(pcap), "--algo", "duet", "--heavy-threshold", str(TOP),
-                    "--rate", str(RATE), "--json", str(offline_json), "--dump-estimates", str(offline_csv)],
-                   check=True, capture_output=True, timeout=120)
-    offline = json.loads(offline_json.read_text())["figures"]
-    truth = read_csv_truth(offline_csv)
+    return pcap
 
+
+def offline_duet(exe: Path, pcap: Path, tmp_path: Path, *extra: str) -> tuple[dict, dict[str, tuple[int, float]]]:
+    """The offline Duet run of ``pcap``: its figures and, per flow, (true count, estimate)."""
+    offline_json, offline_csv = tmp_path / "offline.json", tmp_path / "offline.csv"
+    subprocess.run([str(exe), "run", "--trace", str(pcap), "--algo", "duet", "--heavy-threshold", str(TOP), *extra,
+                    "--json", str(offline_json), "--dump-estimates", str(offline_csv)],
+                   check=True, capture_output=True, timeout=120)
+    return json.loads(offline_json.read_text())["figures"], read_csv_truth(offline_csv)
+
+
+def start_nfcapd(tmp_path: Path) -> tuple[subprocess.Popen, Path, int]:
+    """An IPFIX collector on a free local port: the process, its directory, the port."""
     flows_dir = tmp_path / "flows"
     flows_dir.mkdir()
     port = free_udp_port()
     nfcapd = subprocess.Popen(["nfcapd", "-w", str(flows_dir), "-b", "127.0.0.1", "-p", str(port)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return nfcapd, flows_dir, port
+
+
+def stop_nfcapd(nfcapd: subprocess.Popen) -> None:
+    time.sleep(0.5)  # the last datagrams
+    nfcapd.send_signal(signal.SIGTERM)
+    nfcapd.wait(timeout=30)
+
+
+def nfdump_sums(flows_dir: Path) -> tuple[dict[str, int], int]:
+    """What the collector holds, as nfdump reads it: packets per flow over every record, and the records."""
+    dump = subprocess.run(["nfdump", "-R", str(flows_dir), "-N", "-q", "-o", "fmt:%sa,%da,%sp,%dp,%pr,%pkt"],
+                          capture_output=True, text=True, timeout=60)
+    assert dump.returncode == 0, dump.stderr
+    exported: dict[str, int] = {}
+    records = 0
+    for line in dump.stdout.splitlines():
+        sa, da, sp, dp, pr, pkt = [x.strip() for x in line.split(",")]
+        proto = {"TCP": "6", "UDP": "17"}.get(pr, pr)
+        key = f"{sa}:{sp}->{da}:{dp}/{proto}"
+        exported[key] = exported.get(key, 0) + int(pkt)
+        records += 1
+    return exported, records
+
+
+def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
+    _, _, measured = veth
+    exe = native_tool("dpukit-measure")
+    pcap = make_pcap(exe, tmp_path, PACKETS)
+    # The offline run of the same pcap at the rate tcpreplay sends it (how many
+    # packets a flow sends while its insertion is under way depends on it):
+    # the exact counts and its hardware share.
+    offline, truth = offline_duet(exe, pcap, tmp_path, "--rate", str(RATE))
+    nfcapd, flows_dir, port = start_nfcapd(tmp_path)
     live_json = tmp_path / "live.json"
     live = subprocess.Popen([str(exe), "live", "--iface", measured, "--algo", "duet", "--heavy-threshold", str(TOP),
                              "--duration", "120", "--ipfix", f"127.0.0.1:{port}", "--export-interval", "0.3",
@@ -154,9 +191,7 @@ def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
     finally:
         if live.poll() is None:
             live.kill()
-        time.sleep(0.5)
-        nfcapd.send_signal(signal.SIGTERM)
-        nfcapd.wait(timeout=30)
+        stop_nfcapd(nfcapd)
 
     res = json.loads(live_json.read_text())["figures"]
     # Beside the pcap, the kernel sends a few frames of its own on a new link (IPv6 neighbour discovery).
@@ -183,19 +218,9 @@ def test_live_duet_against_offline_with_ipfix_and_metrics(veth, tmp_path):
     # The same heavy flows from the collector, as nfdump reads them.
     files = sorted(flows_dir.rglob("nfcapd.*"))
     assert files, "nfcapd wrote no file"
-    dump = subprocess.run(["nfdump", "-R", str(flows_dir), "-N", "-q", "-o", "fmt:%sa,%da,%sp,%dp,%pr,%pkt"],
-                          capture_output=True, text=True, timeout=60)
-    assert dump.returncode == 0, dump.stderr
     # A record per heavy flow and interval, its packets since the last one:
     # over the run they add up to the flow's estimate.
-    exported: dict[str, int] = {}
-    records = 0
-    for line in dump.stdout.splitlines():
-        sa, da, sp, dp, pr, pkt = [x.strip() for x in line.split(",")]
-        proto = {"TCP": "6", "UDP": "17"}.get(pr, pr)
-        key = f"{sa}:{sp}->{da}:{dp}/{proto}"
-        exported[key] = exported.get(key, 0) + int(pkt)
-        records += 1
+    exported, records = nfdump_sums(flows_dir)
     assert res["ipfix_records"] == records and res["ipfix_errors"] == 0
     assert records > len(live_heavy), "several intervals were reported, not only the end"
     assert exported == {k: int(v + 0.5) for k, v in live_heavy.items()}
@@ -209,20 +234,9 @@ def test_live_duet_exports_from_its_records_alone(veth, tmp_path):
     in the sketch after its last record retired (fewer than TOP) and the drops."""
     _, _, measured = veth
     exe = native_tool("dpukit-measure")
-    pcap = tmp_path / "trace.pcap"
-    subprocess.run([str(exe), "gen", "--preset", "backbone", "--flows", "2000", "--packets", str(PACKETS),
-                    "--seed", "5", "--out", str(pcap)], check=True, capture_output=True, timeout=60)
-    offline_json, offline_csv = tmp_path / "offline.json", tmp_path / "offline.csv"
-    subprocess.run([str(exe), "run", "--trace", str(pcap), "--algo", "duet", "--heavy-threshold", str(TOP),
-                    "--json", str(offline_json), "--dump-estimates", str(offline_csv)],
-                   check=True, capture_output=True, timeout=120)
-    truth = read_csv_truth(offline_csv)
-
-    flows_dir = tmp_path / "flows"
-    flows_dir.mkdir()
-    port = free_udp_port()
-    nfcapd = subprocess.Popen(["nfcapd", "-w", str(flows_dir), "-b", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    pcap = make_pcap(exe, tmp_path, PACKETS)
+    _, truth = offline_duet(exe, pcap, tmp_path)
+    nfcapd, flows_dir, port = start_nfcapd(tmp_path)
     live_json = tmp_path / "live.json"
     live = subprocess.Popen([str(exe), "live", "--iface", measured, "--algo", "duet", "--heavy-threshold", str(TOP),
                              "--duration", "120", "--ipfix", f"127.0.0.1:{port}", "--export-interval", "0.3",
@@ -235,24 +249,14 @@ def test_live_duet_exports_from_its_records_alone(veth, tmp_path):
     finally:
         if live.poll() is None:
             live.kill()
-        time.sleep(0.5)
-        nfcapd.send_signal(signal.SIGTERM)
-        nfcapd.wait(timeout=30)
+        stop_nfcapd(nfcapd)
 
     res = json.loads(live_json.read_text())["figures"]
     duet = res["duet"]
     assert duet["records_retired"] > 0 and duet["records_full"] == 0, duet
     # Estimates only for the flows holding records at the end, not for every flow seen.
     assert res["flows"] <= duet["records"], (res["flows"], duet)
-    dump = subprocess.run(["nfdump", "-R", str(flows_dir), "-N", "-q", "-o", "fmt:%sa,%da,%sp,%dp,%pr,%pkt"],
-                          capture_output=True, text=True, timeout=60)
-    assert dump.returncode == 0, dump.stderr
-    exported: dict[str, int] = {}
-    for line in dump.stdout.splitlines():
-        sa, da, sp, dp, pr, pkt = [x.strip() for x in line.split(",")]
-        proto = {"TCP": "6", "UDP": "17"}.get(pr, pr)
-        key = f"{sa}:{sp}->{da}:{dp}/{proto}"
-        exported[key] = exported.get(key, 0) + int(pkt)
+    exported, _ = nfdump_sums(flows_dir)
     true_heavy = {k: c for k, (c, _) in truth.items() if c >= TOP}
     assert true_heavy
     for k, c in true_heavy.items():
@@ -264,9 +268,7 @@ def test_live_duet_says_when_its_records_run_out(veth, tmp_path):
     TOP stays in the sketch, the tool says so once, and the result counts it."""
     _, _, measured = veth
     exe = native_tool("dpukit-measure")
-    pcap = tmp_path / "trace.pcap"
-    subprocess.run([str(exe), "gen", "--preset", "backbone", "--flows", "2000", "--packets", "10000",
-                    "--seed", "5", "--out", str(pcap)], check=True, capture_output=True, timeout=60)
+    pcap = make_pcap(exe, tmp_path, 10000)
     live_json = tmp_path / "live.json"
     live = subprocess.Popen([str(exe), "live", "--iface", measured, "--algo", "duet", "--heavy-threshold", str(TOP),
                              "--duet-records", "2", "--duration", "120", "--export-interval", "0.1",
