@@ -55,9 +55,10 @@ void add_shared_options(ArgParser& p) {
   p.option("hw-idle-timeout-ms", "hardware entry aging; 0 = never (duet)", "1000");
   p.option("duet-counter-bits",
            "width of Duet's sketch counters: 16 (the default, where TOP <= 16383; 32 beyond) or 32 (the paper's)");
-  p.option("duet-records", "promoted-flow records inside Duet's budget; a record is never freed, so a run promotes "
-                           "at most this many flows (default: run sizes it from the trace, live takes a quarter of "
-                           "the budget, at most --hw-capacity)");
+  p.option("duet-records", "promoted-flow records inside Duet's budget; a record is freed when its flow's insertion "
+                           "is refused or its hardware entry ages out, so this bounds the flows promoted at once "
+                           "(default: run sizes it from the trace, live takes a quarter of the budget, at most "
+                           "--hw-capacity)");
   p.option("sketch-epoch", "seconds: Duet's sketch counters hold only the last one to two epochs of light traffic, "
                            "so their noise stays bounded on a run of any length; a flow must reach TOP within about "
                            "an epoch; 0 = never reset (default: run 0, live " + std::to_string(kLiveSketchEpochS) + ")");
