@@ -60,7 +60,9 @@ TEST(WirePlan, EachQueueHoldsItsOwnPacketsContiguouslyInTraceOrder) {
     total += wq.index.size();
     for (size_t j = 0; j < wq.index.size(); ++j) {
       const size_t i = wq.index[j];
-      if (j) ASSERT_LT(wq.index[j - 1], i) << "in trace order";
+      if (j) {
+        ASSERT_LT(wq.index[j - 1], i) << "in trace order";
+      }
       EXPECT_EQ(w.queue[i], q);
       EXPECT_EQ(wq.keys[j], t.packets[i].key);
       EXPECT_EQ(wq.flow_ids[j], w.flow_id[i]);
