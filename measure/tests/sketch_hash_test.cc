@@ -150,16 +150,16 @@ TEST(SketchBurst, EveryAlgorithmUpdatesABurstAsItsPackets) {
   SketchOptions o;
   for (const std::string& algo : sketch_algorithms()) expect_burst_matches(algo, o);
   o.sample_p = 0.01;
-  for (const std::string& algo : {"nitro-cms", "nitro-cs", "nitro-univmon"}) expect_burst_matches(algo, o);
+  for (const char* algo : {"nitro-cms", "nitro-cs", "nitro-univmon"}) expect_burst_matches(algo, o);
 }
 
 TEST(SketchBurst, AlwaysCorrectSwitchesInsideABurstAsPerPacket) {
   SketchOptions o;
   o.always_correct = true;
   o.always_correct_packets = 1000;  // mid-burst: 1000 = 15 * 64 + 40
-  for (const std::string& algo : {"nitro-cms", "nitro-cs", "nitro-univmon"}) expect_burst_matches(algo, o);
+  for (const char* algo : {"nitro-cms", "nitro-cs", "nitro-univmon"}) expect_burst_matches(algo, o);
   o.always_correct_packets = 0;  // the L2 rule, each level on its own
-  for (const std::string& algo : {"nitro-cms", "nitro-cs", "nitro-univmon"}) expect_burst_matches(algo, o);
+  for (const char* algo : {"nitro-cms", "nitro-cs", "nitro-univmon"}) expect_burst_matches(algo, o);
 }
 
 TEST(SketchBurst, UnivMonLevelsComeFromThePacketHash) {
