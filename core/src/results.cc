@@ -86,6 +86,7 @@ nlohmann::json Result::to_json() const {
        {{"host_cpus", placement_.host.str()},
         {"dpu_cpus", placement_.dpu.str()},
         {"hw_cpus", placement_.hw.str()},
+        {"dpu_speed", dpu_speed_.to_json()},
         {"note", placement_.note}}},
       {"parameters", parameters_},
       {"figures", figures_},

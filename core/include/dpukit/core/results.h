@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dpukit/core/accounting.h"
+#include "dpukit/core/dpu_speed.h"
 
 namespace dpukit {
 
@@ -25,6 +26,8 @@ class Result {
   nlohmann::json& figures() { return figures_; }
   void set_backend(std::string backend) { backend_ = std::move(backend); }
   void set_placement(const Placement& p) { placement_ = p; }
+  // How fast the dpu place was modelled (--dpu-speed); "host" unless set.
+  void set_dpu_speed(const DpuSpeed& s) { dpu_speed_ = s; }
   void set_cpu(const CpuAccount& account);
   void set_wall_ns(uint64_t ns) { wall_ns_ = ns; }
 
@@ -38,6 +41,7 @@ class Result {
   std::string started_utc_;
   std::string backend_ = "emulated";
   Placement placement_;
+  DpuSpeed dpu_speed_;
   nlohmann::json parameters_ = nlohmann::json::object();
   nlohmann::json figures_ = nlohmann::json::object();
   uint64_t cpu_[3] = {0, 0, 0};

@@ -1,0 +1,124 @@
+// How fast a dpu CPU is against a host core, and the two ways the emulation
+// makes a host core as slow as that (docs/core.md).
+//
+// Every seed paper rests on the dpu's Arm cores being weaker than the host's
+// (PulseDB Fig. 2: BlueField-3's Arm cores reach 45.5 % of the host's
+// compaction throughput). Here the dpu place is a host core, so without this
+// model every offload looks better than it would on a DPU.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace dpukit {
+
+// A named speed and where its number comes from.
+struct DpuSpeedPreset {
+  const char* name;
+  double factor;
+  const char* source;  // the measurement it is taken from, cited
+};
+std::span<const DpuSpeedPreset> dpu_speed_presets();  // host, bluefield2, bluefield3
+
+// F: a dpu CPU does F of a host core's work per second (0 < F <= 1).
+struct DpuSpeed {
+  std::string name = "host";  // a preset's name, or the number as given
+  double factor = 1.0;
+
+  bool full() const { return factor >= 1.0; }
+  // A preset's name or a number in (0, 1]; throws std::invalid_argument that
+  // names the presets.
+  static DpuSpeed parse(const std::string& text);
+  // {"name": ..., "factor": ...}: what every result JSON records.
+  nlohmann::json to_json() const;
+};
+
+// The help text of every tool's --dpu-speed option, one wording everywhere.
+extern const char* const kDpuSpeedHelp;
+
+// Time dilation, for loops we own (measure's workers, the kv agent, DComp's
+// worker, the mesh proxy's loops, bench's dpu place). After a unit of work
+// the thread stays busy for (1/F - 1) x the CPU time the unit took, so
+// throughput and service time scale as on a core F as fast, without the
+// gaps a throttled thread has, and the thread's CPU time (what PlaceTimer and
+// /proc account) includes the dilated time: what the slower core would have
+// spent. What it distorts: memory- and I/O-bound work is slowed as much as
+// compute (a real Arm core's memory system is not F times slower), and time
+// in the kernel on the thread's behalf is dilated with the rest.
+//
+// One object per thread; not thread-safe. With F = 1 every call returns at
+// once without reading a clock.
+class Dilation {
+ public:
+  explicit Dilation(double factor = 1.0);
+  explicit Dilation(const DpuSpeed& speed) : Dilation(speed.factor) {}
+
+  bool active() const { return extra_ > 0; }
+  double factor() const { return factor_; }
+
+  // Starts counting this thread's CPU time from now (call on the thread that
+  // will do the work, e.g. at the top of its loop).
+  void start();
+  // The unit of work that began at the last start() or pay() is done: stay
+  // busy for (1/F - 1) x its CPU time now. For request loops, call it before
+  // the reply is sent, so service time is dilated.
+  void pay();
+  // For busy-polling loops whose units are too small to read a CPU clock
+  // each (a burst of packets): pays when at least `quantum_ns` of wall time
+  // has passed since the last payment, otherwise returns after one cheap
+  // clock read. The loop must not block between calls.
+  void poll(uint64_t quantum_ns = 20'000);
+
+  uint64_t dilated_ns() const { return dilated_ns_; }  // busy time added so far
+  uint64_t work_ns() const { return work_ns_; }        // CPU time of the units themselves
+
+ private:
+  double factor_ = 1.0;
+  double extra_ = 0.0;  // 1/F - 1
+  uint64_t last_cpu_ = 0, last_wall_ = 0;
+  uint64_t dilated_ns_ = 0, work_ns_ = 0;
+};
+
+// CFS bandwidth, for work we cannot instrument (a process we do not own, a
+// kernel thread's share): a cgroup of the cpu controller whose quota is F of
+// each of `cpus` CPUs per period (v1 cpu.cfs_quota_us / cpu.cfs_period_us,
+// v2 cpu.max where only that is mounted). What it distorts: a throttled
+// thread stops for the rest of the period, so latency gains up to
+// (1 - F) x period of stall at a time; throughput over many periods is F.
+class CfsBandwidth {
+ public:
+  static constexpr uint64_t kShortestPeriodUs = 1000;  // the kernel's minimum
+
+  // Creates the group; throws std::runtime_error saying why it cannot (no cpu
+  // controller mounted, not permitted).
+  CfsBandwidth(const std::string& name, double factor, unsigned cpus = 1,
+               uint64_t period_us = kShortestPeriodUs);
+  ~CfsBandwidth();  // moves its tasks back to the root group and removes the group
+  CfsBandwidth(const CfsBandwidth&) = delete;
+  CfsBandwidth& operator=(const CfsBandwidth&) = delete;
+
+  void add_thread(pid_t tid);   // one thread (a TID)
+  void add_process(pid_t pid);  // every thread of a process, and what it forks later
+
+  uint64_t period_us() const { return period_us_; }
+  uint64_t quota_us() const { return quota_us_; }
+  struct Stat {
+    uint64_t periods = 0, throttled_periods = 0, throttled_ns = 0;
+  };
+  Stat stat() const;  // the group's cpu.stat
+
+  // "" when a group can be made here, else why not.
+  static std::string unavailable_reason();
+
+ private:
+  std::string dir_;
+  bool v2_ = false;
+  uint64_t period_us_ = 0, quota_us_ = 0;
+};
+
+}  // namespace dpukit
