@@ -57,6 +57,21 @@ ArgParser& ArgParser::cpus_option(const std::string& name, const std::string& he
   return *this;
 }
 
+ArgParser& ArgParser::dpu_speed_option() {
+  const char* env = std::getenv("DPUKIT_DPU_SPEED");
+  option("dpu-speed", kDpuSpeedHelp, env && *env ? env : "host");
+  opts_["dpu-speed"].dpu_speed = true;
+  return *this;
+}
+
+DpuSpeed ArgParser::dpu_speed() const {
+  try {
+    return DpuSpeed::parse(str("dpu-speed"));
+  } catch (const std::invalid_argument& e) {
+    fail(std::string("--dpu-speed") + (has("dpu-speed") ? "" : " (from $DPUKIT_DPU_SPEED)") + ": " + e.what());
+  }
+}
+
 void ArgParser::check_cpus(const std::string& name, const std::string& value) const {
   CpuSet asked;
   try {
@@ -127,8 +142,10 @@ void ArgParser::parse(int argc, char** argv, int first) {
     std::fputs(usage().c_str(), stdout);
     std::exit(0);
   }
-  for (const auto& [name, o] : opts_)
+  for (const auto& [name, o] : opts_) {
     if (o.required && !has(name)) fail("option '--" + name + "' is required");
+    if (o.dpu_speed) (void)dpu_speed();  // a bad value (or environment) exits 2 here, before any work
+  }
 }
 
 bool ArgParser::has(const std::string& name) const { return values_.count(name) > 0; }

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "dpukit/core/dpu_speed.h"
+
 namespace dpukit {
 
 class ArgParser {
@@ -23,6 +25,11 @@ class ArgParser {
   // the tool exits 2 (pinned elsewhere, a run would be recorded as if it ran
   // where it was asked to).
   ArgParser& cpus_option(const std::string& name, const std::string& help, const std::string& def = "");
+  // --dpu-speed: a preset or a factor (DpuSpeed::parse), checked at parse
+  // time. Its default is $DPUKIT_DPU_SPEED (what `dpukit eval --dpu` sets for
+  // every tool it runs), else host.
+  ArgParser& dpu_speed_option();
+  DpuSpeed dpu_speed() const;
 
   // Parses argv[first..argc). --help prints the usage and exits 0; anything
   // wrong prints "<prog>: error: ..." and exits 2.
@@ -41,6 +48,7 @@ class ArgParser {
     std::string help, def;
     bool is_flag, required;
     bool cpus = false;
+    bool dpu_speed = false;
   };
   void check_cpus(const std::string& name, const std::string& value) const;
   std::string prog_, summary_;
