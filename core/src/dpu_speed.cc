@@ -53,6 +53,7 @@ Dilation::Dilation(double factor) : factor_(factor) {
 
 void Dilation::start() {
   if (!active()) return;
+  excluded_ns_ = 0;
   last_cpu_ = thread_cpu_ns();
   last_wall_ = now_ns();
 }
@@ -60,7 +61,9 @@ void Dilation::start() {
 void Dilation::pay() {
   if (!active()) return;
   const uint64_t now = thread_cpu_ns();
-  const uint64_t work = now - last_cpu_;
+  const uint64_t spent = now - last_cpu_;
+  const uint64_t work = spent > excluded_ns_ ? spent - excluded_ns_ : 0;
+  excluded_ns_ = 0;
   const uint64_t target = now + static_cast<uint64_t>(static_cast<double>(work) * extra_);
   // Spin on the wall clock (cheap, vDSO) for what is left, then check the
   // thread's CPU clock (a system call): if the thread was preempted meanwhile

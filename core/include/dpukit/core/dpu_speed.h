@@ -73,6 +73,10 @@ class Dilation {
   // has passed since the last payment, otherwise returns after one cheap
   // clock read. The loop must not block between calls.
   void poll(uint64_t quantum_ns = 20'000);
+  // This much of the thread's CPU time since the last payment was not the
+  // dpu's (the emulated wire or hardware running in the same loop): it is
+  // not dilated.
+  void exclude(uint64_t cpu_ns) { excluded_ns_ += cpu_ns; }
 
   uint64_t dilated_ns() const { return dilated_ns_; }  // busy time added so far
   uint64_t work_ns() const { return work_ns_; }        // CPU time of the units themselves
@@ -80,7 +84,7 @@ class Dilation {
  private:
   double factor_ = 1.0;
   double extra_ = 0.0;  // 1/F - 1
-  uint64_t last_cpu_ = 0, last_wall_ = 0;
+  uint64_t last_cpu_ = 0, last_wall_ = 0, excluded_ns_ = 0;
   uint64_t dilated_ns_ = 0, work_ns_ = 0;
 };
 
