@@ -404,26 +404,27 @@ int flowtable_bench(int argc, char** argv) {
   return 0;
 }
 
-// The speed model's presets, or one speed, as JSON: what `dpukit eval --dpu`
-// checks its argument with, so the presets are written once (core/src/dpu_speed.cc).
+// The speed a tool runs at (--dpu-speed, or $DPUKIT_DPU_SPEED, else host),
+// or with --presets every preset, as JSON: what `dpukit eval --dpu` checks its
+// argument with, so the presets are written once (core/src/dpu_speed.cc).
 int dpu_speed(int argc, char** argv) {
   ArgParser args(std::string(kTool) + " dpu-speed",
-                 "Print the dpu speed presets (or the speed --dpu-speed gives) as JSON.");
-  args.dpu_speed_option();
+                 "Print the dpu speed a tool would run at, or every preset, as JSON.");
+  args.dpu_speed_option().flag("presets", "list the presets with their sources instead");
   args.parse(argc, argv, 2);
   nlohmann::json out;
-  if (args.has("dpu-speed")) {
-    out = args.dpu_speed().to_json();
-  } else {
+  if (args.has("presets")) {
     out = nlohmann::json::array();
     for (const auto& p : dpu_speed_presets()) out.push_back({{"name", p.name}, {"factor", p.factor}, {"source", p.source}});
+  } else {
+    out = args.dpu_speed().to_json();
   }
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
 }
 
 const Subcommand kCommands[] = {
-    {"dpu-speed", dpu_speed, "the dpu speed presets (host, bluefield2, bluefield3) as JSON"},
+    {"dpu-speed", dpu_speed, "the dpu speed a tool runs at, or the presets (host, bluefield2, bluefield3), as JSON"},
     {"ring-bench", ring_bench, "in-process SPSC ring throughput"},
     {"channel-bench", channel_bench, "channel throughput, between threads or processes"},
     {"channel-peer", channel_peer, "the dpu side of a channel, listening on a Unix socket"},

@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--only", metavar="NAME[,NAME]", default=None,
                     help="run only these experiments (a name such as core.channel, or a prefix such as core)")
     ev.add_argument("--list", action="store_true", help="list the experiments and exit")
+    ev.add_argument("--dpu", metavar="SPEED", default=None,
+                    help="how fast a dpu CPU is against a host core, for every tool the eval runs: host "
+                         "(default), bluefield2, bluefield3, or a factor in (0, 1] (docs/core.md); sets "
+                         "$DPUKIT_DPU_SPEED")
     ev.set_defaults(subparser=ev)
 
     for name, system in SYSTEMS.items():
@@ -92,7 +96,12 @@ def cmd_eval(parser: argparse.ArgumentParser, ns: argparse.Namespace, argv: Sequ
         known = ", ".join(experiments.registry())
         parser.error(f"--only: no experiment named {e.args[0]!r} (known: {known})")
     out = ns.out if ns.out is not None else results_dir()
-    outcome = run_eval(chosen, quick=ns.quick, out_parent=out, argv=argv)
+    from dpukit.dpu_speed import resolve_dpu_speed
+    try:
+        dpu = resolve_dpu_speed(ns.dpu)
+    except ValueError as e:
+        parser.error(f"--dpu: {e}")
+    outcome = run_eval(chosen, quick=ns.quick, out_parent=out, argv=argv, dpu=dpu)
     if outcome.error is not None:
         print(f"dpukit: error: {outcome.failed} failed: {outcome.error}", file=sys.stderr)
         print(f"dpukit: partial report: {outcome.report_md}", file=sys.stderr)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from dpukit import __version__
+from dpukit.dpu_speed import DpuSpeed, dpu_speed_environment
 from dpukit.errors import DpukitError
 from dpukit.experiments import Context, Experiment
 from dpukit.paths import display_path, repo_root, tool_path
@@ -96,8 +97,23 @@ def run_eval(
     out_parent: Path,
     argv: Sequence[str],
     progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+    dpu: DpuSpeed | None = None,
 ) -> Outcome:
     check_tools(experiments)
+    dpu = dpu or DpuSpeed("host", 1.0)
+    with dpu_speed_environment(dpu):
+        return _run_eval(experiments, quick=quick, out_parent=out_parent, argv=argv, progress=progress, dpu=dpu)
+
+
+def _run_eval(
+    experiments: Sequence[Experiment],
+    *,
+    quick: bool,
+    out_parent: Path,
+    argv: Sequence[str],
+    progress: Callable[[str], None],
+    dpu: DpuSpeed,
+) -> Outcome:
     out_parent = out_parent.resolve()
     run_dir = make_run_dir(out_parent)
     (run_dir / "runs").mkdir()
@@ -105,7 +121,7 @@ def run_eval(
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
     progress(f"[eval] {len(experiments)} experiment(s), {'quick' if quick else 'full'} mode, "
-             f"writing {display_path(run_dir)}")
+             f"dpu speed {dpu.name}, writing {display_path(run_dir)}")
 
     sections: list[Section] = []
     summary: list[list[str]] = []
@@ -114,7 +130,7 @@ def run_eval(
     error: DpukitError | None = None
     for i, exp in enumerate(experiments, 1):
         ctx = Context(name=exp.name, quick=quick, out_dir=run_dir, report_progress=progress,
-                      index=i, total=len(experiments))
+                      index=i, total=len(experiments), dpu=dpu)
         try:
             section = exp.run(ctx)
         except DpukitError as e:
@@ -151,6 +167,7 @@ def run_eval(
             f"Machine: {m['cpu_model']}, {m['cores']} cores, {m['arch']}, {m['kernel']}"
             + (f", host {m['hostname']}" if m.get("hostname") else "")
             + f". Backend: {', '.join(sorted({r['backend'] for r in all_runs}))}.")
+    intro.paragraph(f"DPU speed: {dpu.describe()}.")
     intro.paragraph(
         "Every number below comes from a native tool run whose raw JSON result is in `runs/`; "
         "each section lists the exact command lines, so any figure can be reproduced.")

@@ -109,3 +109,41 @@ def test_eval_quick_end_to_end(core_tool, tmp_path, run_dpukit):
 
     tools = {json.loads(p.read_text())["tool"] for p in runs}
     assert tools == {"dpukit-core ring-bench", "dpukit-core channel-bench", "dpukit-core flowtable-bench"}
+
+
+def test_eval_dpu_speed_reaches_every_tool_and_the_report(core_tool, tmp_path, monkeypatch):
+    """`dpukit eval --dpu`: every tool the experiments run sees the speed
+    (through $DPUKIT_DPU_SPEED, the default of each tool's --dpu-speed), the
+    report says it, and the environment is as before afterwards."""
+    import subprocess
+
+    from dpukit.dpu_speed import ENV, resolve_dpu_speed
+    from dpukit.evaluate import run_eval
+    from dpukit.report import Section
+
+    monkeypatch.delenv(ENV, raising=False)
+    seen = []
+
+    def probe(ctx):
+        out = subprocess.run([str(core_tool), "dpu-speed"], capture_output=True, text=True, check=True)
+        seen.append((json.loads(out.stdout), ctx.dpu))
+        return Section("probe")
+
+    exp = experiments.Experiment("probe.speed", "probe", "what speed a tool sees", ("dpukit-core",), probe)
+    speed = resolve_dpu_speed("bluefield3")
+    outcome = run_eval([exp], quick=True, out_parent=tmp_path, argv=["eval", "--dpu", "bluefield3"],
+                       progress=lambda line: None, dpu=speed)
+    assert outcome.error is None
+    (tool_saw, ctx_dpu), = seen
+    assert tool_saw == {"name": "bluefield3", "factor": speed.factor} and 0 < speed.factor < 1
+    assert ctx_dpu == speed
+    assert f"DPU speed: bluefield3 (F = {speed.factor:g}" in outcome.report_md.read_text()
+    assert ENV not in os.environ
+
+
+def test_eval_refuses_a_dpu_speed_the_model_does_not_know(core_tool, run_dpukit, tmp_path):
+    for bad, why in (("bluefield9", "not a preset"), ("1.5", "must be in (0, 1]"), ("0", "must be in (0, 1]")):
+        proc = run_dpukit("eval", "--dpu", bad, "--only", "core.ring", "--out", str(tmp_path / "r"))
+        assert proc.returncode == 2, (bad, proc.stderr)
+        assert "--dpu" in proc.stderr and why in proc.stderr, proc.stderr
+    assert not (tmp_path / "r").exists()  # nothing written for a refused speed

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from dpukit import native
+from dpukit.dpu_speed import DpuSpeed
 from dpukit.report import Section
 
 # Modules whose import registers experiments, in report order.
@@ -111,6 +112,9 @@ class Context:
     index: int = 1
     total: int = 1
     timeout: float | None = 900.0
+    # The dpu speed of the whole eval (``dpukit eval --dpu``): what tools run
+    # at unless an experiment passes its own --dpu-speed.
+    dpu: DpuSpeed = field(default_factory=lambda: DpuSpeed("host", 1.0))
     runs: list[dict[str, Any]] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     _seq: int = 0
