@@ -23,6 +23,7 @@
 
 #include "dpukit/core/accounting.h"
 #include "dpukit/core/copy.h"
+#include "dpukit/core/dpu_speed.h"
 #include "dpukit/core/log.h"
 #include "protocol.h"
 
@@ -44,6 +45,26 @@ void raise_max(std::atomic<uint64_t>& max, uint64_t v) {
   uint64_t cur = max.load(std::memory_order_relaxed);
   while (v > cur && !max.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {}
 }
+
+// A dpu thread's Dilation (docs/core.md), its added busy time counted in
+// EngineStats::dilated_ns as it is paid, so that the statistics show it.
+class DpuThreadClock {
+ public:
+  DpuThreadClock(double factor, EngineStats& stats) : dilation_(factor), stats_(stats) {}
+  void start() { dilation_.start(); }
+  void exclude(uint64_t cpu_ns) { dilation_.exclude(cpu_ns); }
+  void pay() {
+    if (!dilation_.active()) return;
+    dilation_.pay();
+    add(stats_.dilated_ns, dilation_.dilated_ns() - reported_);
+    reported_ = dilation_.dilated_ns();
+  }
+
+ private:
+  Dilation dilation_;
+  EngineStats& stats_;
+  uint64_t reported_ = 0;
+};
 
 // O_DIRECT's alignment of buffers, offsets and lengths: the largest logical
 // block size in use.
@@ -282,18 +303,24 @@ void WritePersistEngine::Impl::serve(ChannelDpu& channel) {
 
 void WritePersistEngine::Impl::dispatch_loop() {
   std::vector<ChannelDpu::Message> batch;
+  DpuThreadClock clock(options.dpu_speed, stats);
   while (!stop_serving.load(std::memory_order_relaxed)) {
     size_t n = qp->receive(batch, kMaxBatch, kReceiveTimeout);
     if (n == 0) {
       if (qp->closed()) return;
       continue;
     }
+    clock.start();  // the wait for requests (the channel spins first) is idle, not work
     raise_max(stats.max_batch, n);
-    for (const auto& m : batch) dispatch(m);
+    for (const auto& m : batch) {
+      dispatch(m);
+      clock.pay();  // each request at the dpu's speed (never with the lock held)
+    }
     {
       std::lock_guard lock(mu);
       flush();  // one submission for the whole batch
     }
+    clock.pay();
     post_ready();
   }
 }
@@ -725,6 +752,7 @@ void WritePersistEngine::Impl::trace(Kind kind, const IoOp& op, int32_t res) {
 // ----------------------------------------------------------- the polling thread
 
 void WritePersistEngine::Impl::poll_loop() {
+  DpuThreadClock clock(options.dpu_speed, stats);
   while (!stop_polling.load(std::memory_order_relaxed)) {
     io_uring_cqe* cqe = nullptr;
     __kernel_timespec ts{0, kPollTimeoutNs};
@@ -735,11 +763,13 @@ void WritePersistEngine::Impl::poll_loop() {
       std::this_thread::sleep_for(10ms);
       continue;
     }
+    clock.start();
     try {
       harvest();
     } catch (const std::exception& e) {
       log_error(std::string("write-persist: ") + e.what());
     }
+    clock.pay();
     post_ready();
   }
 }
@@ -817,11 +847,13 @@ void WritePersistEngine::Impl::close_done(std::unique_ptr<IoOp> op, int32_t res)
 
 // ------------------------------------------------------------ the DMA stage
 
-// Stands for the DPU's DMA engine reading host memory: its CPU time is the
-// hw share of the process's (EngineStats::pull_cpu_ns).
+// The pull stands for the DPU's DMA engine reading host memory: its CPU time
+// is the hw share of the process's (EngineStats::pull_cpu_ns), at full speed.
+// What the thread does around it (the write's submission, the completion) is
+// the dpu CPU's, dilated.
 void WritePersistEngine::Impl::dma_loop() {
   pthread_setname_np(pthread_self(), "pulsedb:dma");
-  uint64_t cpu0 = thread_cpu_ns();
+  DpuThreadClock clock(options.dpu_speed, stats);
   for (;;) {
     Pull p;
     {
@@ -831,16 +863,19 @@ void WritePersistEngine::Impl::dma_loop() {
       p = std::move(pulls.front());
       pulls.pop_front();
     }
+    clock.start();
+    const uint64_t cpu0 = thread_cpu_ns();
     const int err = pull(*p.op, p.addr);
+    const uint64_t copy_ns = thread_cpu_ns() - cpu0;
+    add(stats.pull_cpu_ns, copy_ns);
+    clock.exclude(copy_ns);
     try {
       pulled(std::move(p.op), err);
     } catch (const std::exception& e) {
       log_error(std::string("write-persist: ") + e.what());
     }
+    clock.pay();
     post_ready();
-    const uint64_t cpu = thread_cpu_ns();
-    add(stats.pull_cpu_ns, cpu - cpu0);
-    cpu0 = cpu;
   }
 }
 

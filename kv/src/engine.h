@@ -41,6 +41,11 @@ struct EngineOptions {
   // Files opened O_DIRECT (where the filesystem takes it): the kernel's work
   // for the writes runs in this process's threads, not in writeback kworkers.
   bool direct_io = true;
+  // The dpu CPU's speed F (docs/core.md): the dispatcher, the polling thread
+  // and the DMA thread's own work are dilated to it (Dilation); the pull's
+  // copy is the DMA engine's, not the dpu CPU's, and is not. 1 in the host
+  // process (async-host).
+  double dpu_speed = 1.0;
   // Called under the engine's lock for every IoEvent, in order (tests check
   // the dependency tracking with it). Keep it short.
   std::function<void(const IoEvent&)> trace;
@@ -57,6 +62,8 @@ struct EngineStats {
   // The DMA stage: kWriteFrom pulls, their bytes, the ones refused or failed,
   // and the CPU time of the DMA threads (the hw share of the process's).
   std::atomic<uint64_t> pulls{0}, pull_bytes{0}, pull_failures{0}, pull_cpu_ns{0};
+  // Busy time the engine's threads added to model a slower dpu CPU (0 at F = 1).
+  std::atomic<uint64_t> dilated_ns{0};
 };
 
 class WritePersistEngine {

@@ -258,6 +258,40 @@ TEST(Agent, AHostThatDiesEndsOnlyItsOwnQueuePair) {
   EXPECT_NE(read_text(agent.err).find("is gone"), std::string::npos) << "the host's death is logged";
 }
 
+// --dpu-speed: the agent's threads stay busy for the dpu's slower core after
+// each request and pull, counted in figures.dilated_ns; at host speed nothing
+// is added. The speed is recorded in placement.dpu_speed.
+TEST(Agent, DilatesItsWorkToTheDpuSpeedAndRecordsIt) {
+  for (const std::string speed : {"0.25", "host"}) {
+    SCOPED_TRACE("--dpu-speed " + speed);
+    TempDir t;
+    fs::path stats = t.path / "stats.json";
+    AgentProcess agent(t.path, "agent",
+                       {"--no-pool", "--dpu-speed", speed, "--stats", stats.string()});
+    ChannelHost ch = agent.connect();
+    auto data = random_bytes(1 << 20, 8);
+    ChannelCompletion c = write_file(ch, 1, t.path / "000011.sst", data, true);
+    ASSERT_EQ(c.status, 0);
+    EXPECT_TRUE(read_bytes(t.path / "000011.sst") == data);
+    ch.close();
+    agent.signal(SIGTERM);
+    int status = agent.wait_exit();
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_text(agent.err);
+    nlohmann::json r = nlohmann::json::parse(read_text(stats));
+    const uint64_t dilated = r["figures"]["dilated_ns"].get<uint64_t>();
+    if (speed == "host") {
+      EXPECT_EQ(r["placement"]["dpu_speed"]["factor"], 1.0);
+      EXPECT_EQ(dilated, 0u);
+    } else {
+      EXPECT_EQ(r["placement"]["dpu_speed"]["factor"], 0.25);
+      EXPECT_EQ(r["placement"]["dpu_speed"]["name"], "0.25");
+      EXPECT_GT(dilated, 0u) << r.dump(2);
+      // The added time is real CPU time of the agent: its dpu account holds it.
+      EXPECT_GE(r["cpu_ns"]["dpu"].get<uint64_t>(), dilated);
+    }
+  }
+}
+
 // `dpukit-agent pool ...` run to its end: its exit code and its output.
 struct ToolRun {
   int code;
@@ -374,6 +408,7 @@ TEST(Agent, PoolProblemsExit1AndBadArgumentsExit2) {
   EXPECT_EQ(exit_code("nopool", {}), 2);
   EXPECT_NE(read_text(t.path / "nopool.err").find("--pool DIR is required"), std::string::npos);
   EXPECT_EQ(exit_code("badcpus", {"--no-pool", "--cpus", "x"}), 2);
+  EXPECT_EQ(exit_code("badspeed", {"--no-pool", "--dpu-speed", "2"}), 2);
   EXPECT_EQ(exit_code("unknown", {"--no-pool", "--frobnicate"}), 2);
   EXPECT_EQ(exit_code("help", {"--help"}), 0);
   EXPECT_NE(read_text(t.path / "help.err").find("usage: dpukit-agent"), std::string::npos);

@@ -42,6 +42,7 @@ struct Config {
   std::string listen, stats;
   std::optional<SstPool::Options> pool;
   CpuSet cpus;
+  DpuSpeed dpu_speed;  // the engine's threads are dilated to it
   EngineOptions engine;
 };
 
@@ -55,6 +56,7 @@ Config parse_args(int argc, char** argv) {
   p.option("slots", "slot files in the pool", "64");
   p.option("slot-size", "bytes per slot file", "72MiB");
   p.cpus_option("cpus", "CPUs for the agent and all its threads, e.g. 1 or 1-3");
+  p.dpu_speed_option();
   p.option("stats", "write statistics as JSON to this file on SIGUSR1 and at exit");
   p.flag("no-pool", "no pool: every SST file is a normal file at its name");
   p.flag("buffered", "write through the page cache (default: O_DIRECT where the filesystem takes it, so that the\n"
@@ -65,6 +67,8 @@ Config parse_args(int argc, char** argv) {
   c.listen = p.str("listen");
   c.stats = p.str("stats");
   c.engine.direct_io = !p.has("buffered");
+  c.dpu_speed = p.dpu_speed();
+  c.engine.dpu_speed = c.dpu_speed.factor;
   if (p.has("no-pool") && p.has("pool")) p.fail("--pool and --no-pool exclude each other");
   if (!p.has("no-pool")) {
     if (!p.has("pool")) p.fail("--pool DIR is required (or --no-pool)");
@@ -185,6 +189,7 @@ Result Agent::stats() const {
   Placement where;
   where.dpu = config_.cpus;
   r.set_placement(where);
+  r.set_dpu_speed(config_.dpu_speed);
   r.parameters() = {{"listen", config_.listen},
                     {"pool", config_.pool ? nlohmann::json(config_.pool->dir) : nlohmann::json(nullptr)},
                     {"cpus", config_.cpus.str()},
@@ -208,6 +213,7 @@ Result Agent::stats() const {
       {"normal_files", get(stats_.normal_files)},
       {"direct_files", get(stats_.direct_files)},
       {"errors", get(stats_.errors)},
+      {"dilated_ns", get(stats_.dilated_ns)},  // busy time added to run at the dpu's speed
       {"max_batch", get(stats_.max_batch)},
       {"io_uring",
        {{"sqes_submitted", get(stats_.sqes_submitted)},
