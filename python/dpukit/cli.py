@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="how fast a dpu CPU is against a host core, for every tool the eval runs: host "
                          "(default), bluefield2, bluefield3, or a factor in (0, 1] (docs/core.md); sets "
                          "$DPUKIT_DPU_SPEED")
+    ev.add_argument("--render", metavar="DIR", type=Path, default=None,
+                    help="rebuild DIR's report.md, report.html and plots from its runs/, measuring nothing")
+    ev.add_argument("--compare", metavar="DIR", type=Path, default=None,
+                    help="with --render A: write A/compare-<B>/report.{md,html}, A's and B's sections side by side "
+                         "(e.g. an eval at --dpu host beside one at --dpu bluefield3)")
     ev.set_defaults(subparser=ev)
 
     for name, system in SYSTEMS.items():
@@ -86,6 +91,19 @@ def cmd_eval(parser: argparse.ArgumentParser, ns: argparse.Namespace, argv: Sequ
     if ns.list:
         for e in experiments.registry().values():
             print(f"{e.name:16} {e.description}")
+        return 0
+    if ns.compare is not None and ns.render is None:
+        parser.error("--compare needs --render A (the report to compare with)")
+    if ns.render is not None:
+        given = [f for f, v in (("--quick", ns.quick), ("--only", ns.only), ("--dpu", ns.dpu), ("--out", ns.out)) if v]
+        if given:
+            parser.error(f"--render rebuilds a finished eval as it ran: {', '.join(given)} cannot be given with it")
+        from dpukit.compare import compare_evals
+        from dpukit.evaluate import render_eval
+        outcome = render_eval(ns.render)
+        print(outcome.report_md)
+        if ns.compare is not None:
+            print(compare_evals(ns.render, ns.compare)[0])
         return 0
     only = [s.strip() for s in ns.only.split(",") if s.strip()] if ns.only else None
     if ns.only is not None and not only:

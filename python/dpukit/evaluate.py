@@ -11,6 +11,8 @@ Layout of one evaluation::
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shlex
 import subprocess
@@ -24,9 +26,10 @@ from typing import Callable, Sequence
 from dpukit import __version__
 from dpukit.dpu_speed import DpuSpeed, dpu_speed_environment
 from dpukit.errors import DpukitError
-from dpukit.experiments import Context, Experiment
+from dpukit import experiments as registered_experiments
+from dpukit.experiments import Context, Experiment, NotRebuildable
 from dpukit.paths import display_path, repo_root, tool_path
-from dpukit.report import Report, Section
+from dpukit.report import Report, Section, section_from_json, section_to_json
 
 
 @dataclass
@@ -124,7 +127,7 @@ def _run_eval(
              f"dpu speed {dpu.name}, writing {display_path(run_dir)}")
 
     sections: list[Section] = []
-    summary: list[list[str]] = []
+    entries: list[dict] = []
     all_runs: list[dict] = []
     failed: str | None = None
     error: DpukitError | None = None
@@ -143,30 +146,75 @@ def _run_eval(
             sec.code(str(e))
             sec.add_runs(ctx.runs)
             sections.append(sec)
-            summary.append([exp.name, exp.description, str(len(ctx.runs)), f"{ctx.elapsed():.1f}", "FAILED"])
+            entries.append(_entry(exp, ctx, sec, "FAILED"))
             progress(f"[eval {i}/{len(experiments)}] {exp.name}: FAILED after {ctx.elapsed():.1f}s")
             break
         all_runs += ctx.runs
         section.add_runs(ctx.runs)
         sections.append(section)
-        summary.append([exp.name, exp.description, str(len(ctx.runs)), f"{ctx.elapsed():.1f}", "ok"])
+        entries.append(_entry(exp, ctx, section, "ok"))
         progress(f"[eval {i}/{len(experiments)}] {exp.name}: done, {len(ctx.runs)} runs in {ctx.elapsed():.1f}s")
 
-    wall = time.monotonic() - t0
+    meta = {
+        "schema": META_SCHEMA,
+        "argv": list(argv),
+        "quick": quick,
+        "started_utc": started.isoformat(),
+        "wall_s": time.monotonic() - t0,
+        "source": source_revision(),
+        "dpu": {"name": dpu.name, "factor": dpu.factor},
+        "machine": all_runs[0]["machine"] if all_runs else None,
+        "backends": sorted({r["backend"] for r in all_runs}),
+        "experiments": entries,
+    }
+    _write_json(run_dir / "runs" / META, meta)
+    md, html = build_report(meta, sections).write(run_dir)
+    if failed is None:
+        point_latest(out_parent, run_dir)
+    progress(f"[eval] {'done' if failed is None else 'FAILED'} in {meta['wall_s']:.1f}s: {display_path(md)}")
+    return Outcome(run_dir, md, html, failed, error)
+
+
+# The eval's record beside the native runs: what a rebuild needs that the runs
+# do not hold (the command, mode, speed, timings, values experiments measured
+# themselves, and each section as written).
+META = "eval.meta.json"
+META_SCHEMA = "dpukit.eval/1"
+
+
+def _entry(exp: Experiment, ctx: Context, section: Section, status: str) -> dict:
+    return {"name": exp.name, "description": exp.description, "status": status, "runs": len(ctx.runs),
+            "seconds": ctx.elapsed(), "records": ctx.records, "section": section_to_json(section)}
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def build_report(meta: dict, sections: Sequence[Section]) -> Report:
+    """The report of one eval from its record and its sections: the same
+    bytes whether the sections were just measured or rebuilt."""
+    quick = meta["quick"]
+    started = datetime.fromisoformat(meta["started_utc"])
+    summary = [[e["name"], e["description"], str(e["runs"]), f"{e['seconds']:.1f}", e["status"]]
+               for e in meta["experiments"]]
+    failed = next((e["name"] for e in meta["experiments"] if e["status"] != "ok"), None)
+    dpu = DpuSpeed(meta["dpu"]["name"], meta["dpu"]["factor"])
     report = Report("dpukit evaluation")
     intro = Section("")
     intro.paragraph(
         f"Generated {started.strftime('%Y-%m-%d %H:%M:%S')} UTC by dpukit {__version__} in "
-        f"{'quick' if quick else 'full'} mode ({wall:.1f} s): `{shlex.join(['dpukit', *argv])}`.")
-    rev = source_revision()
-    if rev:
-        intro.paragraph(f"Source: git {rev}.")
-    if all_runs:
-        m = all_runs[0]["machine"]
+        f"{'quick' if quick else 'full'} mode ({meta['wall_s']:.1f} s): `{shlex.join(['dpukit', *meta['argv']])}`.")
+    if meta["source"]:
+        intro.paragraph(f"Source: git {meta['source']}.")
+    m = meta["machine"]
+    if m:
         intro.paragraph(
             f"Machine: {m['cpu_model']}, {m['cores']} cores, {m['arch']}, {m['kernel']}"
             + (f", host {m['hostname']}" if m.get("hostname") else "")
-            + f". Backend: {', '.join(sorted({r['backend'] for r in all_runs}))}.")
+            + f". Backend: {', '.join(meta['backends'])}.")
     intro.paragraph(f"DPU speed: {dpu.describe()}.")
     intro.paragraph(
         "Every number below comes from a native tool run whose raw JSON result is in `runs/`; "
@@ -175,9 +223,81 @@ def _run_eval(
         intro.paragraph(f"INCOMPLETE: experiment `{failed}` failed; see its section.")
     intro.table(["experiment", "what", "runs", "seconds", "status"], summary, caption="Experiments")
     report.intro = intro.blocks
-    report.sections = sections
-    md, html = report.write(run_dir)
-    if failed is None:
-        point_latest(out_parent, run_dir)
-    progress(f"[eval] {'done' if failed is None else 'FAILED'} in {wall:.1f}s: {display_path(md)}")
-    return Outcome(run_dir, md, html, failed, error)
+    report.sections = list(sections)
+    return report
+
+
+def read_meta(run_dir: Path) -> dict:
+    path = run_dir / "runs" / META
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DpukitError(f"{display_path(run_dir)} is not an eval's result directory: no runs/{META} "
+                          "(evals before this version cannot be rebuilt)") from None
+    except (OSError, ValueError) as e:
+        raise DpukitError(f"cannot read {display_path(path)}: {e}") from None
+    if meta.get("schema") != META_SCHEMA:
+        raise DpukitError(f"{display_path(path)}: not of schema {META_SCHEMA}")
+    return meta
+
+
+@contextlib.contextmanager
+def _no_processes(name: str):
+    """While a section is rebuilt nothing may run: an experiment that starts a
+    process outside ctx.run_native measured something the record lacks."""
+    real = subprocess.Popen
+
+    def refuse(*args, **kwargs):
+        raise NotRebuildable(f"{name}: runs a process outside ctx.run_native ({args[0] if args else kwargs})")
+
+    subprocess.Popen = refuse  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        subprocess.Popen = real  # type: ignore[misc]
+
+
+def rebuild_sections(run_dir: Path, meta: dict, *, plots_into: Path | None = None,
+                     progress: Callable[[str], None] = lambda line: None) -> list[Section]:
+    """Each experiment's section drawn again from the record (runs and
+    measured values) without running anything; plots go to
+    ``plots_into/plots`` (default: the eval's own directory). A section that
+    cannot be rebuilt (failed, unknown experiment, or measured outside the
+    record) is kept as written."""
+    registered = registered_experiments.registry()
+    dpu = DpuSpeed(meta["dpu"]["name"], meta["dpu"]["factor"])
+    sections = []
+    for i, entry in enumerate(meta["experiments"], 1):
+        name = entry["name"]
+        exp = registered.get(name)
+        if entry["status"] != "ok" or exp is None:
+            why = "it failed" if entry["status"] != "ok" else "no experiment of that name here"
+            progress(f"[render {i}/{len(meta['experiments'])}] {name}: kept as written ({why})")
+            sections.append(section_from_json(entry["section"]))
+            continue
+        ctx = Context(name=name, quick=meta["quick"], out_dir=plots_into or run_dir, index=i,
+                      total=len(meta["experiments"]), dpu=dpu, replay=True, runs_from=run_dir / "runs",
+                      records=entry["records"])
+        try:
+            with dpu_speed_environment(dpu), _no_processes(name):
+                section = exp.run(ctx)
+            section.add_runs(ctx.runs)
+            progress(f"[render {i}/{len(meta['experiments'])}] {name}: rebuilt from {len(ctx.runs)} runs")
+        except NotRebuildable as e:
+            progress(f"[render {i}/{len(meta['experiments'])}] {name}: kept as written ({e})")
+            section = section_from_json(entry["section"])
+        sections.append(section)
+    return sections
+
+
+def render_eval(run_dir: Path, *, progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr,
+                                                                                          flush=True)) -> Outcome:
+    """``dpukit eval --render DIR``: report.md, report.html and the plots of
+    an eval written again from its ``runs/``, nothing measured."""
+    run_dir = run_dir.resolve()
+    meta = read_meta(run_dir)
+    sections = rebuild_sections(run_dir, meta, progress=progress)
+    md, html = build_report(meta, sections).write(run_dir)
+    failed = next((e["name"] for e in meta["experiments"] if e["status"] != "ok"), None)
+    progress(f"[render] done: {display_path(md)}")
+    return Outcome(run_dir, md, html, failed, None)

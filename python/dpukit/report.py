@@ -10,6 +10,7 @@ relative to the report, so the report directory can be moved as a whole.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 import shlex
@@ -311,3 +312,24 @@ pre { background: #f6f8fa; padding: .6rem; overflow-x: auto; font-size: .82rem; 
 details { margin: 1rem 0; }
 summary { cursor: pointer; color: #444; }
 """
+
+
+# -- kept as data ------------------------------------------------------------
+# A section written as JSON and read back, for the eval's record
+# (runs/eval.meta.json): what a rebuild uses for a section it cannot rebuild.
+
+_BLOCKS = {"paragraph": Paragraph, "table": Table, "image": Image, "code": Code}
+
+
+def section_to_json(s: Section) -> dict:
+    kinds = {cls: name for name, cls in _BLOCKS.items()}
+    blocks = [{"kind": kinds[type(b)], **dataclasses.asdict(b)} for b in s.blocks]
+    return {"title": s.title, "blocks": blocks, "commands": [list(c) for c in s.commands]}
+
+
+def section_from_json(data: dict) -> Section:
+    blocks: list[Block] = []
+    for b in data["blocks"]:
+        fields = dict(b)
+        blocks.append(_BLOCKS[fields.pop("kind")](**fields))
+    return Section(data["title"], blocks, [list(c) for c in data["commands"]])

@@ -96,7 +96,7 @@ def test_eval_quick_end_to_end(core_tool, tmp_path, run_dpukit):
         assert (run_dir / src).is_file(), src
         assert src.endswith(".png") and not Path(src).is_absolute()
 
-    runs = sorted((run_dir / "runs").glob("*.json"))
+    runs = sorted(p for p in (run_dir / "runs").glob("*.json") if p.name != "eval.meta.json")
     assert len(runs) >= 3 + 8 + 3
     for p in runs:
         result = native.load_result(p)  # schema-valid
@@ -109,6 +109,19 @@ def test_eval_quick_end_to_end(core_tool, tmp_path, run_dpukit):
 
     tools = {json.loads(p.read_text())["tool"] for p in runs}
     assert tools == {"dpukit-core ring-bench", "dpukit-core channel-bench", "dpukit-core flowtable-bench"}
+
+    # `dpukit eval --render` rebuilds the report and its plots from runs/
+    # alone, byte for byte, measuring nothing.
+    written = {p.relative_to(run_dir): p.read_bytes() for p in [run_dir / "report.md", run_dir / "report.html", *pngs]}
+    for p in [run_dir / "report.md", run_dir / "report.html", *pngs]:
+        p.unlink()
+    before = set((run_dir / "runs").iterdir())
+    proc = run_dpukit("eval", "--render", str(run_dir), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[render 3/3] core.flowtable: rebuilt from" in proc.stderr
+    assert set((run_dir / "runs").iterdir()) == before  # nothing ran
+    for rel, data in written.items():
+        assert (run_dir / rel).read_bytes() == data, rel
 
 
 def test_eval_dpu_speed_reaches_every_tool_and_the_report(core_tool, tmp_path, monkeypatch):
@@ -147,3 +160,85 @@ def test_eval_refuses_a_dpu_speed_the_model_does_not_know(core_tool, run_dpukit,
         assert proc.returncode == 2, (bad, proc.stderr)
         assert "--dpu" in proc.stderr and why in proc.stderr, proc.stderr
     assert not (tmp_path / "r").exists()  # nothing written for a refused speed
+
+
+def _probe_eval(tmp_path, exps, dpu="host"):
+    from dpukit.dpu_speed import resolve_dpu_speed
+    from dpukit.evaluate import run_eval
+
+    outcome = run_eval(exps, quick=True, out_parent=tmp_path, argv=["eval", "--dpu", dpu],
+                       progress=lambda line: None, dpu=resolve_dpu_speed(dpu))
+    assert outcome.error is None
+    return outcome.directory
+
+
+def test_render_uses_measured_values_and_keeps_what_it_cannot_rebuild(core_tool, tmp_path, monkeypatch):
+    """A value an experiment measured itself (ctx.measured) comes back from
+    the record; an experiment that starts a process outside ctx.run_native
+    cannot be rebuilt, and its section is kept as written, not re-measured."""
+    import subprocess
+
+    from dpukit.evaluate import render_eval
+    from dpukit.report import Section
+
+    calls = {"measured": 0, "outside": 0}
+
+    def measures_itself(ctx):
+        def measure():
+            calls["measured"] += 1
+            return {"qps": 1234.5 + calls["measured"]}
+        got = ctx.measured("load", measure)
+        return Section("measures itself").table(["qps"], [[got["qps"]]], caption=f"caption {CAPTION[0]}")
+
+    def runs_outside(ctx):
+        out = subprocess.run([str(core_tool), "dpu-speed"], capture_output=True, text=True, check=True)
+        calls["outside"] += 1
+        return Section("outside").paragraph(f"tool said {json.loads(out.stdout)['name']} ({calls['outside']})")
+
+    CAPTION = ["one"]
+    exps = [experiments.Experiment("probe.self", "t", "d", ("dpukit-core",), measures_itself),
+            experiments.Experiment("probe.outside", "t", "d", ("dpukit-core",), runs_outside)]
+    monkeypatch.setattr(experiments, "registry", lambda: {e.name: e for e in exps})
+    run_dir = _probe_eval(tmp_path, exps)
+    first = (run_dir / "report.md").read_text()
+    assert "| 1,235.5 |" in first or "| 1235.5 |" in first, first
+    assert "tool said host (1)" in first
+
+    CAPTION[0] = "two"  # a caption changed after the eval: a rebuild shows it
+    lines = []
+    render_eval(run_dir, progress=lines.append)
+    again = (run_dir / "report.md").read_text()
+    assert calls == {"measured": 1, "outside": 1}  # nothing measured or run again
+    assert "caption two" in again and ("| 1,235.5 |" in again or "| 1235.5 |" in again)
+    assert "tool said host (1)" in again  # kept as written
+    assert any("probe.outside: kept as written" in ln and "outside ctx.run_native" in ln for ln in lines), lines
+    assert again == first.replace("caption one", "caption two")
+
+
+def test_render_refuses_a_directory_that_is_not_an_eval(tmp_path, run_dpukit):
+    proc = run_dpukit("eval", "--render", str(tmp_path))
+    assert proc.returncode == 1 and "not an eval's result directory" in proc.stderr, proc.stderr
+    for args, why in ((["--compare", str(tmp_path)], "--compare needs --render"),
+                      (["--render", str(tmp_path), "--only", "core"], "cannot be given with it")):
+        proc = run_dpukit("eval", *args)
+        assert proc.returncode == 2 and why in proc.stderr, proc.stderr
+
+
+def test_compare_puts_two_evals_side_by_side(core_tool, tmp_path, monkeypatch):
+    """--compare: a table with the same columns in both evals is one table,
+    its first column naming each eval by its dpu speed."""
+    from dpukit.compare import compare_evals
+    from dpukit.report import Section
+
+    def speed_table(ctx):
+        return Section("speeds").table(["what", "factor"], [["dpu", ctx.dpu.factor]], caption="speed")
+
+    exps = [experiments.Experiment("probe.speed", "t", "d", ("dpukit-core",), speed_table)]
+    monkeypatch.setattr(experiments, "registry", lambda: {e.name: e for e in exps})
+    a = _probe_eval(tmp_path / "a", exps, "host")
+    b = _probe_eval(tmp_path / "b", exps, "bluefield3")
+    md, html = compare_evals(a, b)
+    text = md.read_text()
+    assert md.parent == a / f"compare-{b.name}" and html.is_file()
+    assert "| eval | what | factor |" in text
+    assert "| host | dpu | 1 |" in text and "| bluefield3 | dpu | 0.455 |" in text, text

@@ -13,6 +13,7 @@ experiments is one line there.
 from __future__ import annotations
 
 import importlib
+import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 from dpukit import native
 from dpukit.dpu_speed import DpuSpeed
+from dpukit.paths import display_path
 from dpukit.report import Section
 
 # Modules whose import registers experiments, in report order.
@@ -85,6 +87,13 @@ def select(only: Sequence[str] | None) -> list[Experiment]:
 ProgressFn = Callable[[str], None]
 
 
+class NotRebuildable(BaseException):
+    """A report section cannot be rebuilt from the eval's record: the
+    experiment needs a run or a value that was not kept (it measured outside
+    ``ctx.run_native`` / ``ctx.measured``). Not an Exception, so that an
+    experiment's broad ``except Exception`` cannot swallow it."""
+
+
 @dataclass
 class Point:
     """One measured point: every repetition and the one reported (the median)."""
@@ -115,6 +124,12 @@ class Context:
     # The dpu speed of the whole eval (``dpukit eval --dpu``): what tools run
     # at unless an experiment passes its own --dpu-speed.
     dpu: DpuSpeed = field(default_factory=lambda: DpuSpeed("host", 1.0))
+    # Rebuilding a report (``dpukit eval --render``): runs are read back from
+    # ``runs_from`` in the order the experiment asks for them, and values it
+    # measured itself come from ``records``; nothing is run.
+    replay: bool = False
+    runs_from: Path | None = None
+    records: dict[str, Any] = field(default_factory=dict)
     runs: list[dict[str, Any]] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     _seq: int = 0
@@ -149,13 +164,36 @@ class Context:
         return self.plots_dir / fname, f"plots/{fname}"
 
     def run_native(self, tool: str, args: Sequence[Any], *, label: str) -> dict[str, Any]:
-        """Run a native tool once; its raw JSON is kept as ``runs/<name>-<label>.json``."""
-        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        """Run a native tool once; its raw JSON is kept as ``runs/<name>-<label>.json``.
+        When rebuilding a report, the run is read back from there instead."""
         self._seq += 1
-        path = self.runs_dir / f"{self.name}-{self._seq:03d}-{_slug(label)}.json"
-        result = native.run_tool(tool, [str(a) for a in args], json_path=path, timeout=self.timeout)
+        name = f"{self.name}-{self._seq:03d}-{_slug(label)}.json"
+        if self.replay:
+            path = (self.runs_from or self.runs_dir) / name
+            if not path.is_file():
+                raise NotRebuildable(f"{self.name}: run {name} is not in {display_path(path.parent)}")
+            result = native.load_result(path)
+        else:
+            self.runs_dir.mkdir(parents=True, exist_ok=True)
+            result = native.run_tool(tool, [str(a) for a in args], json_path=self.runs_dir / name,
+                                     timeout=self.timeout)
         self.runs.append(result)
         return result
+
+    def measured(self, key: str, measure: Callable[[], Any]) -> Any:
+        """A value the experiment measures itself, not through a native tool
+        (a load generator's output, a sampled RSS): kept in the eval's record
+        under ``key`` (JSON), so that a rebuild gets it back instead of
+        measuring again. Returns the value as the record keeps it."""
+        if self.replay:
+            if key not in self.records:
+                raise NotRebuildable(f"{self.name}: measured value {key!r} is not in the eval's record")
+            return self.records[key]
+        if key in self.records:
+            raise ValueError(f"{self.name}: measured value {key!r} recorded twice")
+        value = json.loads(json.dumps(measure()))
+        self.records[key] = value
+        return value
 
     def run_point(
         self,
