@@ -12,6 +12,7 @@
 #include "dev/dev_kernel.h"
 #include "dpdk_env.h"
 #include "dpukit/core/accounting.h"
+#include "dpukit/core/dpu_speed.h"
 #include "dpukit/core/perf_counters.h"
 #include "dpukit/core/results.h"
 #include "operator.h"
@@ -128,8 +129,14 @@ struct TimedInputs {
 struct Rep {
   uint64_t ops = 0;
   uint64_t wall_ns = 0;
-  uint64_t cpu_ns = 0;
+  uint64_t cpu_ns = 0;       // includes the dilated time (what the slower core spent)
+  uint64_t work_ns = 0;      // dilated points: the bursts' own CPU time
+  uint64_t dilated_ns = 0;   // dilated points: the busy time added after them
 };
+
+// Whether this run's timing threads are time-dilated: on the dpu place, at
+// a speed below a host core's.
+bool dilated(const RunOptions& o) { return o.place == "dpu" && !o.dpu_speed.full(); }
 
 // Warm-up, then `reps` timed phases; all threads start each phase together
 // and run until the main thread raises `stop` after the phase's time.
@@ -140,6 +147,8 @@ std::vector<Rep> time_point(std::vector<std::unique_ptr<Kernel>>& kernels, unsig
   std::barrier sync(threads + 1);
   std::vector<std::vector<uint64_t>> ops(threads, std::vector<uint64_t>(phases));
   std::vector<std::vector<uint64_t>> cpu(threads, std::vector<uint64_t>(phases));
+  std::vector<std::vector<uint64_t>> work(threads, std::vector<uint64_t>(phases));
+  std::vector<std::vector<uint64_t>> added(threads, std::vector<uint64_t>(phases));
   size_t burst_size = 1;  // set by the main thread after the warm-up, read by the workers after a barrier
   std::vector<std::thread> workers;
   for (unsigned t = 0; t < threads; ++t) {
@@ -155,6 +164,9 @@ std::vector<Rep> time_point(std::vector<std::unique_ptr<Kernel>>& kernels, unsig
       const size_t count = inputs.count, unit = inputs.unit;
       std::vector<Bytes> outs(kMaxBurst);
       uint64_t sink = 0;
+      // One per thread, on the thread. A burst takes about 2 us, too short
+      // to read the thread's CPU clock after each: poll() pays every 20 us.
+      Dilation dilation(dilated(o) ? o.dpu_speed.factor : 1.0);
       size_t j = (t * 7919) % count;  // threads start at different inputs
       for (unsigned p = 0; p < phases; ++p) {
         // The warm-up runs one unit at a time; the repetitions run bursts
@@ -163,7 +175,13 @@ std::vector<Rep> time_point(std::vector<std::unique_ptr<Kernel>>& kernels, unsig
         // virtual call, digest) out of short units.
         sync.arrive_and_wait();  // start
         const size_t burst = p == 0 ? 1 : burst_size;
+        // The warm-up is not dilated: the bursts are sized from its time per
+        // unit, and they must be the same at every speed so that a dilated
+        // point differs from a full-speed one by the dilation alone.
+        const bool dilate = p > 0 && dilation.active();
         uint64_t c0 = thread_cpu_ns(), n = 0;
+        const uint64_t w0 = dilation.work_ns(), d0 = dilation.dilated_ns();
+        if (dilate) dilation.start();
         while (!stop.load(std::memory_order_relaxed)) {
           const size_t b = std::min(burst, count - j);
           if (inputs.packed) {
@@ -176,9 +194,15 @@ std::vector<Rep> time_point(std::vector<std::unique_ptr<Kernel>>& kernels, unsig
           n += b;
           j += b;
           if (j == count) j = 0;
+          if (dilate) dilation.poll();
         }
+        // The phase's last bursts are paid before it ends: its wall time
+        // (read after every thread is done) covers them.
+        if (dilate) dilation.pay();
         ops[t][p] = n;
         cpu[t][p] = thread_cpu_ns() - c0;
+        work[t][p] = dilation.work_ns() - w0;
+        added[t][p] = dilation.dilated_ns() - d0;
         sync.arrive_and_wait();  // done
       }
       g_sink.fetch_add(sink, std::memory_order_relaxed);
@@ -215,6 +239,8 @@ std::vector<Rep> time_point(std::vector<std::unique_ptr<Kernel>>& kernels, unsig
     for (unsigned t = 0; t < threads; ++t) {
       r.ops += ops[t][p];
       r.cpu_ns += cpu[t][p];
+      r.work_ns += work[t][p];
+      r.dilated_ns += added[t][p];
     }
     reps.push_back(r);
   }
@@ -368,9 +394,12 @@ nlohmann::json run(const RunOptions& o) {
         for (unsigned threads : o.threads) {
           std::vector<Rep> reps = time_point(kernels, threads, timed, cpus, o);
           std::vector<double> mops, util;
+          uint64_t work_ns = 0, dilated_ns = 0;
           for (const Rep& r : reps) {
             mops.push_back(static_cast<double>(r.ops) / (static_cast<double>(r.wall_ns) / 1e9) / 1e6);
             util.push_back(static_cast<double>(r.cpu_ns) / static_cast<double>(r.wall_ns));
+            work_ns += r.work_ns;
+            dilated_ns += r.dilated_ns;
           }
           const double m = median(mops);
           const auto [lo, hi] = std::minmax_element(mops.begin(), mops.end());
@@ -391,6 +420,9 @@ nlohmann::json run(const RunOptions& o) {
                                {"inputs", inputs.size()},
                                {"checked_inputs", checked}};
           if (!device.empty()) pt["device"] = device;
+          // Over all repetitions: the bursts' CPU time and the busy time the
+          // dilation added after them, (1/F - 1) x the former when it works.
+          if (dilated(o)) pt["dilation"] = {{"work_cpu_ns", work_ns}, {"dilated_cpu_ns", dilated_ns}};
           points.push_back(pt);
           ++done;
           if (o.progress) {
@@ -409,6 +441,10 @@ nlohmann::json run(const RunOptions& o) {
                             {"operator_parameters", params},
                             {"place", o.place},
                             {"place_cpus", cpus.str()},
+                            // The speed of the dpu place, and whether this run's timing threads were
+                            // dilated by it (the dpu place only; not in fixed-count mode).
+                            {"dpu_speed", o.dpu_speed.to_json()},
+                            {"dilated", dilated(o) && o.iterations == 0},
                             {"placement_note", pl.note},
                             {"input_budget_bytes", kInputBudget},
                             {"sink", g_sink.load() & 1}};

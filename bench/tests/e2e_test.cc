@@ -517,6 +517,53 @@ TEST(E2eClientServer, AppRecogRepliesAreCheckedAndTimed) {
   }
 }
 
+// Every server thread on the dpu place is dilated to the dpu's speed (its
+// batches' CPU time is followed by (1/F - 1) x as much busy time, accounted
+// to the dpu place); the host place and the NIC thread never are.
+TEST(E2eServer, TheDpuPlaceIsDilatedAndTheHostPlaceIsNot) {
+  struct Case {
+    Program program;
+    const char* table;
+    const char* place;
+    const char* dpu_work;
+    bool dilated;
+  };
+  const Case cases[] = {
+      {Program::kFlowTable, "sw", "dpu", "recognition", true},   // the whole table on the dpu
+      {Program::kFlowTable, "hw", "dpu", "recognition", true},   // the miss path on the dpu, the NIC at full speed
+      {Program::kAppRecog, "sw", "dpu", "recognition", true},    // matching on the dpu, actions on the host
+      {Program::kAppRecog, "sw", "dpu", "all", true},            // everything on the dpu
+      {Program::kFlowTable, "sw", "host", "recognition", false},
+      {Program::kFlowTable, "hw", "host", "recognition", false},
+      {Program::kAppRecog, "sw", "host", "recognition", false},
+  };
+  for (const Case& k : cases) {
+    const std::string what = std::string(program_name(k.program)) + " " + k.table + " " + k.place + " " + k.dpu_work;
+    ServerConfig c;
+    c.program = k.program;
+    if (k.program == Program::kFlowTable) c.table = k.table;
+    c.place = k.place;
+    c.dpu_work = k.dpu_work;
+    c.dpu_speed = DpuSpeed::parse("0.5");
+    LoopbackServer srv(c);
+    const nlohmann::json cf = client_against(srv, k.program, 256, 50, 0.15);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    const nlohmann::json sf = srv.finish();
+    EXPECT_GT(sf.at("packets_processed").get<uint64_t>(), 100u) << what;
+    EXPECT_EQ(sf.at("dpu_speed").at("factor"), 0.5) << what;
+    const double work = sf.at("dilation").at("work_cpu_ns").get<double>();
+    const double added = sf.at("dilation").at("dilated_cpu_ns").get<double>();
+    if (!k.dilated) {
+      EXPECT_EQ(work, 0) << what;
+      EXPECT_EQ(added, 0) << what;
+      continue;
+    }
+    EXPECT_GT(work, 0) << what;
+    EXPECT_GE(added, 0.99 * work) << what;  // (1/F - 1) x the work, paid in full
+    EXPECT_GE(static_cast<double>(srv.cpu.get(Place::kDpu)), work + added) << what << ": the dpu account includes it";
+  }
+}
+
 TEST(E2eClient, ZipfSkewsAndPercentilesRank) {
   ZipfFlows z(100, 1.1, 1), u(100, 0.0, 1);
   std::vector<int> zc(100), uc(100);

@@ -5,12 +5,15 @@
 // framing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
 
 #include "dpukit/bench.h"
+#include "dpukit/core/accounting.h"
 #include "dpukit/core/results.h"
 #include "operator.h"
 #include "packet.h"
@@ -306,6 +309,105 @@ TEST(RunnerTool, CheckFailureExitsNonZeroAndNamesTheOperator) {
   int rc = pclose(f);
   EXPECT_EQ(WEXITSTATUS(rc), 2);
   EXPECT_NE(std::string(buf, n).find("unknown operator 'nope'"), std::string::npos) << std::string(buf, n);
+}
+
+// ------------------------------------------------------------ the dpu's speed
+
+// A CPU-bound point (ref SHA-256, 256 B, one thread, no library or check in
+// the loop) on `place` at `speed`; both places pinned to the same CPU so
+// that only the dilation differs between runs.
+nlohmann::json cpu_bound_point(const std::string& place, const char* speed) {
+  RunOptions o;
+  o.ops = {"sha256"};
+  o.sizes = {256};
+  o.threads = {1};
+  o.backends = {Backend::kRef};
+  o.place = place;
+  o.host_cpus = o.dpu_cpus = std::to_string(available_cpus().cpus.back());
+  o.dpu_speed = DpuSpeed::parse(speed);
+  o.warmup_s = 0.02;
+  o.min_time_s = 0.1;
+  o.repetitions = 3;
+  o.progress = false;
+  nlohmann::json f = run(o);
+  EXPECT_EQ(f.at("dpu_speed").at("factor").get<double>(), o.dpu_speed.factor);
+  return f;
+}
+
+double mops_of(const nlohmann::json& f) { return f.at("points").at(0).at("mops").get<double>(); }
+
+double median3(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The dpu place at F = 0.5 does about half the work per second of the dpu
+// place at host speed. Paired and interleaved rounds, the median ratio, and
+// bounds loose enough for a shared machine (core's tests hold the 5 %); the
+// accounting of the dilation is exact, so it is checked closely.
+TEST(RunnerDpuSpeed, TheDpuPlaceIsDilatedToItsSpeed) {
+  std::vector<double> ratios;
+  for (int round = 0; round < 3; ++round) {
+    const nlohmann::json full = cpu_bound_point("dpu", "host");
+    const nlohmann::json half = cpu_bound_point("dpu", "0.5");
+    EXPECT_FALSE(full.at("dilated").get<bool>());
+    EXPECT_FALSE(full.at("points").at(0).contains("dilation"));
+    ASSERT_TRUE(half.at("dilated").get<bool>());
+    const auto& d = half.at("points").at(0).at("dilation");
+    const double work = d.at("work_cpu_ns").get<double>(), added = d.at("dilated_cpu_ns").get<double>();
+    EXPECT_GT(work, 0);
+    // (1/F - 1) x the work: the debt is paid in full, then a clock read's worth more.
+    EXPECT_GE(added, 0.99 * work) << d;
+    EXPECT_LE(added, 1.25 * work) << d;
+    ratios.push_back(mops_of(half) / mops_of(full));
+  }
+  const double r = median3(ratios);
+  EXPECT_GT(r, 0.35) << "ratios " << ratios[0] << " " << ratios[1] << " " << ratios[2];
+  EXPECT_LT(r, 0.7) << "ratios " << ratios[0] << " " << ratios[1] << " " << ratios[2];
+}
+
+// The host place never dilates, whatever the dpu's speed.
+TEST(RunnerDpuSpeed, TheHostPlaceIgnoresTheDpuSpeed) {
+  std::vector<double> ratios;
+  for (int round = 0; round < 3; ++round) {
+    const nlohmann::json full = cpu_bound_point("host", "host");
+    const nlohmann::json slow = cpu_bound_point("host", "0.5");
+    EXPECT_FALSE(slow.at("dilated").get<bool>());
+    EXPECT_FALSE(slow.at("points").at(0).contains("dilation"));
+    ratios.push_back(mops_of(slow) / mops_of(full));
+  }
+  EXPECT_GT(median3(ratios), 0.75) << "ratios " << ratios[0] << " " << ratios[1] << " " << ratios[2];
+}
+
+// Fixed-count mode counts instructions: a spinning dilation would add its own.
+TEST(RunnerDpuSpeed, FixedCountModeIsNotDilated) {
+  RunOptions o = short_run({"memcpy"});
+  o.threads = {1};
+  o.backends = {Backend::kLib};
+  o.sizes = {64};
+  o.place = "dpu";
+  o.dpu_speed = DpuSpeed::parse("0.25");
+  o.iterations = 1000;
+  const nlohmann::json f = run(o);
+  EXPECT_FALSE(f.at("dilated").get<bool>());
+}
+
+// The tool takes --dpu-speed, records it in the result, and refuses a bad one.
+TEST(RunnerTool, DpuSpeedIsTakenAndRecorded) {
+  const std::string json = ::testing::TempDir() + "dpukit-bench-dpu-speed.json";
+  const std::string cmd = std::string(DPUKIT_BENCH_TOOL) +
+                          " run --ops crc --backend ref --sizes 64 --place dpu --dpu-speed bluefield2 --warmup 0"
+                          " --min-time 0.01 --repetitions 1 --quiet --json " + json + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(json);
+  const nlohmann::json r = nlohmann::json::parse(in);
+  std::remove(json.c_str());
+  EXPECT_EQ(r.at("placement").at("dpu_speed").at("name"), "bluefield2");
+  EXPECT_EQ(r.at("figures").at("dpu_speed").at("name"), "bluefield2");
+  EXPECT_TRUE(r.at("figures").at("dilated").get<bool>());
+  EXPECT_TRUE(r.at("figures").at("points").at(0).contains("dilation"));
+  const std::string bad = std::string(DPUKIT_BENCH_TOOL) + " run --ops crc --sizes 64 --dpu-speed 2 >/dev/null 2>&1";
+  EXPECT_EQ(WEXITSTATUS(std::system(bad.c_str())), 2);
 }
 
 }  // namespace

@@ -135,6 +135,7 @@ int cmd_run(int argc, char** argv) {
   p.option("place", "host or dpu: pin the threads to that place's CPUs", "host");
   p.cpus_option("host-cpus", "CPUs of the host place (default: the first)");
   p.cpus_option("dpu-cpus", "CPUs of the dpu place (default: all but the first)");
+  p.dpu_speed_option();  // --place dpu only: the timing threads are dilated to it
   p.option("warmup", "warm-up seconds per point", "0.2");
   p.option("min-time", "seconds per repetition", "0.5");
   p.option("repetitions", "timed repetitions per point (median and range reported)", "5");
@@ -154,6 +155,7 @@ int cmd_run(int argc, char** argv) {
   o.place = p.str("place");
   o.host_cpus = p.str("host-cpus");
   o.dpu_cpus = p.str("dpu-cpus");
+  o.dpu_speed = p.dpu_speed();
   o.warmup_s = p.number("warmup");
   o.min_time_s = p.number("min-time");
   o.repetitions = static_cast<unsigned>(whole(p, "repetitions", p.str("repetitions"), 0, 1000000));
@@ -181,13 +183,14 @@ int cmd_run(int argc, char** argv) {
   out.parameters() = {{"ops", o.ops}, {"sizes", o.sizes}, {"threads", o.threads}, {"backend", p.str("backend")},
                       {"place", o.place}, {"warmup_s", o.warmup_s}, {"min_time_s", o.min_time_s},
                       {"repetitions", o.repetitions}, {"iterations", o.iterations}, {"seed", o.seed},
-                      {"params", o.params}, {"counters", o.counters}};
+                      {"params", o.params}, {"counters", o.counters}, {"dpu_speed", o.dpu_speed.to_json()}};
   // The process's CPU time, all of it spent in the place the threads ran in.
   CpuAccount cpu;
   cpu.add(o.place == "dpu" ? Place::kDpu : Place::kHost, process_cpu_ns());
   out.set_cpu(cpu);
   out.set_wall_ns(now_ns() - started);
   out.set_placement(Placement::plan(o.host_cpus, o.dpu_cpus));
+  out.set_dpu_speed(o.dpu_speed);
   if (p.has("json")) {
     try {
       out.write(p.str("json"));

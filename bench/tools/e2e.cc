@@ -74,6 +74,7 @@ int cmd_e2e_server(int argc, char** argv) {
   p.cpus_option("host-cpus", "CPUs of the host place (default: the first)");
   p.cpus_option("dpu-cpus", "CPUs of the dpu place (default: all but the first)");
   p.cpus_option("hw-cpus", "CPUs of the NIC thread (default: the dpu's)");
+  p.dpu_speed_option();  // the dpu place's threads are dilated to it; host and the NIC thread never
   p.option("batch", "datagrams per recvmmsg/sendmmsg", "32");
   p.option("rcvbuf", "socket receive buffer", "8M");
   p.option("duration", "stop after this many seconds (0 = at SIGTERM/SIGINT)", "0");
@@ -98,6 +99,7 @@ int cmd_e2e_server(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     p.fail(e.what());
   }
+  c.dpu_speed = p.dpu_speed();
   c.batch = static_cast<unsigned>(p.u64("batch"));
   c.rcvbuf = p.bytes("rcvbuf");
   c.duration_s = p.number("duration");
@@ -118,8 +120,9 @@ int cmd_e2e_server(int argc, char** argv) {
   }
   Result out("dpukit-bench e2e-server", argc, argv);
   out.parameters() = server->parameters();
-  std::printf("e2e-server: listening on %s (%s, place %s)\n", e2e::endpoint_str(server->local()).c_str(),
-              e2e::program_name(c.program), c.place.c_str());
+  std::printf("e2e-server: listening on %s (%s, place %s, dpu speed %s)\n",
+              e2e::endpoint_str(server->local()).c_str(), e2e::program_name(c.program), c.place.c_str(),
+              c.dpu_speed.name.c_str());
   std::fflush(stdout);
   CpuAccount cpu;
   const uint64_t started = now_ns();
@@ -127,6 +130,7 @@ int cmd_e2e_server(int argc, char** argv) {
   out.set_wall_ns(now_ns() - started);
   out.set_cpu(cpu);
   out.set_placement(c.placement);
+  out.set_dpu_speed(c.dpu_speed);
   const auto& f = out.figures();
   std::printf("e2e-server: %llu datagrams, %llu processed, %llu bad, %.0f pps over %.3f s\n",
               static_cast<unsigned long long>(f.at("datagrams_received").get<uint64_t>()),

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dpukit/core/dpu_speed.h"
+
 namespace dpukit::bench {
 
 // Which implementation of an operator runs.
@@ -53,6 +55,12 @@ struct RunOptions {
   std::vector<unsigned> threads = {1};
   std::vector<Backend> backends = {Backend::kLib};
   std::string place = "host";  // "host" or "dpu": the threads are pinned to that place's CPUs
+  // How fast a dpu CPU is (docs/core.md). On place "dpu" each timing thread
+  // is time-dilated (core's Dilation): after its bursts it stays busy for
+  // (1/F - 1) x their CPU time, so Mops are F of a full-speed core's. The
+  // host place never dilates, and neither does fixed-count mode (it counts
+  // instructions, not time).
+  DpuSpeed dpu_speed;
   std::string host_cpus, dpu_cpus;  // as core's Placement takes them ("" = its default)
   double warmup_s = 0.2;     // per point, before the repetitions
   double min_time_s = 0.5;   // each repetition lasts at least this long

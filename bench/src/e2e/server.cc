@@ -57,6 +57,18 @@ struct Server::Shared {
   RxStats rx;
   std::mutex mu;
   std::vector<std::string> pin_warnings;
+  uint64_t dilation_work_ns = 0, dilation_added_ns = 0;  // summed over the dpu place's threads
+
+  // A thread's dilation when it runs on `place` at `speed`: active on the
+  // dpu place only (the host place and the NIC never slow down).
+  static Dilation dilation_for(Place place, const DpuSpeed& speed) {
+    return Dilation(place == Place::kDpu ? speed.factor : 1.0);
+  }
+  void add_dilation(const Dilation& d) {
+    std::lock_guard lock(mu);
+    dilation_work_ns += d.work_ns();
+    dilation_added_ns += d.dilated_ns();
+  }
 
   bool should_stop(uint64_t now) const {
     return stop.load(std::memory_order_relaxed) || (deadline_ns && now >= deadline_ns);
@@ -212,7 +224,8 @@ nlohmann::json Server::parameters() const {
                       {"rcvbuf_asked", config_.rcvbuf},
                       {"rcvbuf", rcvbuf_},
                       {"duration_s", config_.duration_s},
-                      {"ring_slots", config_.ring_slots}};
+                      {"ring_slots", config_.ring_slots},
+                      {"dpu_speed", config_.dpu_speed.to_json()}};
   if (config_.program == Program::kFlowTable) {
     p["table"] = config_.table;
     p["expected_flows"] = config_.expected_flows;
@@ -289,6 +302,10 @@ nlohmann::json Server::run(const std::atomic<bool>& stop, CpuAccount& cpu) {
                        {"note", "this network namespace's UDP counters over the run (other UDP traffic in the "
                                 "namespace counts too)"}};
   f["pin_warnings"] = s.pin_warnings;
+  // The dpu place's threads: the CPU time of their batches and the busy time
+  // dilation added after them ((1/F - 1) x the former); both are in cpu_ns.dpu.
+  f["dpu_speed"] = config_.dpu_speed.to_json();
+  f["dilation"] = {{"work_cpu_ns", s.dilation_work_ns}, {"dilated_cpu_ns", s.dilation_added_ns}};
   return f;
 }
 
@@ -299,12 +316,14 @@ nlohmann::json Server::run_flowtable_sw(Shared& s, CpuAccount& cpu) {
     s.pin(place == Place::kDpu ? config_.placement.dpu : config_.placement.host, "e2e-flowtable");
     OwnBuffers b(config_.batch);
     PlaceTimer timer(cpu, place);
+    Dilation dilation = Shared::dilation_for(place, config_.dpu_speed);
     receive_loop(
         socket_.fd(), s, b, config_.batch, Program::kFlowTable, [](uint64_t) {},
         [&](unsigned, std::span<const uint8_t> d, const Header& h, uint64_t) {
           table.add(h.key, static_cast<uint32_t>(d.size()));
         },
-        [] {});
+        [&] { dilation.pay(); });
+    s.add_dilation(dilation);
   });
   t.join();
   const MissPath::Totals tot = software_totals(table);
@@ -359,12 +378,16 @@ nlohmann::json Server::run_flowtable_hw(Shared& s, CpuAccount& cpu) {
     s.pin(place == Place::kDpu ? config_.placement.dpu : config_.placement.host, "e2e-misspath");
     std::vector<Miss> got(256);
     PlaceTimer timer(cpu, place);
+    Dilation dilation = Shared::dilation_for(place, config_.dpu_speed);
     while (misses.wait()) {
       const size_t k = misses.pop(got.data(), got.size());
       for (size_t i = 0; i < k; ++i) path.on_miss(got[i].key, got[i].bytes);
       path.poll_events();
+      dilation.pay();  // before the next group: the misses wait behind a slower core
     }
     path.poll_events();
+    dilation.pay();
+    s.add_dilation(dilation);
   });
   nic.join();
   sw.join();
@@ -406,6 +429,7 @@ nlohmann::json Server::run_apprecog_single(Shared& s, CpuAccount& cpu, Place pla
     AppRecognizer& rec = *recognizers_.at(0);
     OwnBuffers b(config_.batch);
     PlaceTimer timer(cpu, place);
+    Dilation dilation = Shared::dilation_for(place, config_.dpu_speed);
     receive_loop(
         socket_.fd(), s, b, config_.batch, Program::kAppRecog, [](uint64_t) {},
         [&](unsigned i, std::span<const uint8_t> d, const Header& h, uint64_t) {
@@ -413,7 +437,11 @@ nlohmann::json Server::run_apprecog_single(Shared& s, CpuAccount& cpu, Place pla
           actions.add(a);
           rec.reply(h, a, d, replies.next(b.from[i]));
         },
-        [&] { replies.flush(); });
+        [&] {
+          dilation.pay();  // before the replies go out: the batch's service time is the slower core's
+          replies.flush();
+        });
+    s.add_dilation(dilation);
   });
   t.join();
   return {{"dpu_work", place == Place::kDpu ? "all" : "none"},
@@ -453,6 +481,7 @@ nlohmann::json Server::run_apprecog_split(Shared& s, CpuAccount& cpu) {
     std::vector<Work> staged;
     staged.reserve(config_.batch);
     PlaceTimer timer(cpu, Place::kDpu);
+    Dilation dilation = Shared::dilation_for(Place::kDpu, config_.dpu_speed);
     for (;;) {
       size_t k = free_bufs.pop(back.data(), back.size());
       stash.insert(stash.end(), back.begin(), back.begin() + static_cast<std::ptrdiff_t>(k));
@@ -481,12 +510,14 @@ nlohmann::json Server::run_apprecog_split(Shared& s, CpuAccount& cpu) {
         staged.push_back({bi, static_cast<uint16_t>(d.size()), static_cast<uint8_t>(a)});
       }
       for (unsigned i = n; i < want; ++i) stash.push_back(slot_buf[i]);  // unused slots
+      dilation.pay();  // before the batch is handed to the host: its recognition took the slower core's time
       if (!staged.empty()) {
         work.push_all(staged.data(), staged.size());
         staged.clear();
       }
       if (s.done(n, now)) break;
     }
+    s.add_dilation(dilation);
     work.close();
   });
   std::thread host([&] {

@@ -17,6 +17,10 @@
 //                          compresses or echoes and sends the reply; the
 //                          buffers come back on a second hand-off.
 //                          dpu_work "all": one dpu thread does everything.
+// Every thread on the dpu place is time-dilated to `dpu_speed` (core's
+// Dilation): it pays after each received batch (or popped group of misses),
+// before it replies or hands the packets on, so its service time is that of
+// a core F as fast. The host place and the NIC thread (hw) never dilate.
 // The receiving thread blocks in recvmmsg (MSG_WAITFORONE) so that an idle
 // server uses no CPU: utilization is CPU time / active wall time, where the
 // active window runs from the first datagram received to the last.
@@ -31,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dpukit/core/accounting.h"
+#include "dpukit/core/dpu_speed.h"
 #include "dpukit/core/flow_table.h"
 #include "datagram.h"
 #include "udp.h"
@@ -47,6 +52,7 @@ struct ServerConfig {
   std::string bind_host = "0.0.0.0";
   uint16_t port = 9000;                  // 0: the kernel picks one (see local())
   Placement placement;                   // CPUs of host, dpu and hw
+  DpuSpeed dpu_speed;                    // how fast the dpu place's CPU is (host: no dilation)
   unsigned batch = 32;                   // datagrams per recvmmsg / sendmmsg
   size_t rcvbuf = 8u << 20;              // socket receive buffer asked for
   double duration_s = 0;                 // stop after this long; 0 = only when told
