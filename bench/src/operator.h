@@ -47,6 +47,12 @@ class Kernel {
   virtual void process_burst(std::span<const std::span<const uint8_t>> in, std::span<Bytes> out) {
     for (size_t i = 0; i < in.size(); ++i) process(in[i], out[i]);
   }
+  // The fewest units per process_burst() call at which this kernel runs at
+  // its speed; the runner's timed bursts are at least this long. A device
+  // kernel keeps a burst of operations in flight (a multi-buffer PMD fills
+  // its SIMD lanes only so), so one unit per call would time the device
+  // at its worst.
+  virtual size_t min_burst() const { return 1; }
   // Packed inputs (Operator::packed_inputs): in.size() / unit (at most
   // kMaxPacked) units of `unit` bytes each, end to end; their outputs, end to end, replace the
   // contents of `out`. The runner times this form for such operators; a

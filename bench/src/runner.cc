@@ -174,7 +174,9 @@ std::vector<Rep> time_point(std::vector<std::unique_ptr<Kernel>>& kernels, unsig
         // kMaxPacked units), which keeps the runner's own loop (stop flag,
         // virtual call, digest) out of short units.
         sync.arrive_and_wait();  // start
-        const size_t burst = p == 0 ? 1 : burst_size;
+        // A kernel that keeps operations in flight gets its depth whatever
+        // the time per unit (Kernel::min_burst).
+        const size_t burst = std::max(p == 0 ? size_t{1} : burst_size, k.min_burst());
         // The warm-up is not dilated: the bursts are sized from its time per
         // unit, and they must be the same at every speed so that a dilated
         // point differs from a full-speed one by the dilation alone.

@@ -5,6 +5,7 @@
 #include "dev/compressdev.h"
 
 #include <algorithm>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -24,7 +25,7 @@ namespace {
 
 using dev::MbufChain;
 
-constexpr uint16_t kMaxInflight = 16;
+constexpr uint16_t kMaxInflight = dev::kBurstDepth;
 constexpr uint16_t kMaxQueuePairs = 256;
 constexpr uint8_t kWindowLog2 = 15;  // DEFLATE's largest window, 32 KiB
 
@@ -97,7 +98,12 @@ class CompressDevices {
       }
       devs_.push_back(d);
     }
-    ops_ = rte_comp_op_pool_create(dev::unique_name("dpk_zop").c_str(), 256, 0, 0, SOCKET_ID_ANY);
+    // Ops are taken once per kernel and kept: a burst's worth for each
+    // queue pair any kernel may hold.
+    unsigned qps = 0;
+    for (const CompressDevice& d : devs_) qps += d.nb_qps;
+    ops_ = rte_comp_op_pool_create(dev::unique_name("dpk_zop").c_str(), static_cast<unsigned>(qps * kMaxInflight + 64),
+                                   0, 0, SOCKET_ID_ANY);
     if (!ops_) throw std::runtime_error(std::string("cannot create a compress op pool: ") + rte_strerror(rte_errno));
   }
 
@@ -139,12 +145,29 @@ class CompressQueuePair {
   uint16_t qp_;
 };
 
+// " (input #i of a burst of n)" where a burst has more than one input.
+std::string burst_place(size_t i, size_t n) {
+  return n > 1 ? " (input #" + std::to_string(i) + " of a burst of " + std::to_string(n) + ")" : "";
+}
+
 class DeflateKernel final : public DevKernel {
  public:
-  DeflateKernel(CompressDevice& d, int level, size_t size)
-      : dev_(d), qp_(d), src_(size), dst_(dev_deflate_bound(size)) {
+  DeflateKernel(CompressDevice& d, int level, size_t size, size_t out_room)
+      : dev_(d),
+        qp_(d),
+        capacity_(std::max<size_t>(size, 1)),
+        room_(out_room),
+        // Packets past one segment are chained and go one at a time: their
+        // per-operation cost is small beside their bytes.
+        depth_(MbufChain::needs_chain(std::max(capacity_, room_)) ? 1 : dev::kBurstDepth),
+        // A software PMD reads the caller's input where it lies
+        // (AttachedMbufs); the output is copied out of DPDK memory, as
+        // only the PMD knows how long it will be.
+        attach_(!d.hardware() && capacity_ <= dev::AttachedMbufs::kMaxBytes),
+        dst_(room_, depth_),
+        ops_(depth_, nullptr) {
     try {
-      init(level, size);
+      init(level);
     } catch (...) {
       cleanup();
       throw;
@@ -153,41 +176,30 @@ class DeflateKernel final : public DevKernel {
   ~DeflateKernel() override { cleanup(); }
 
   std::string device() const override { return dev_.name; }
+  size_t min_burst() const override { return depth_; }
 
-  void process(std::span<const uint8_t> in, Bytes& out) override {
-    rte_comp_op* op = op_;
-    op->m_src = src_.write(in);
-    op->m_dst = dst_.shape(dst_.capacity());  // the PMD may fill all of it
-    op->src.offset = 0;
-    op->src.length = static_cast<uint32_t>(in.size());
-    op->dst.offset = 0;
-    op->op_type = RTE_COMP_OP_STATELESS;
-    op->flush_flag = RTE_COMP_FLUSH_FINAL;
-    op->private_xform = xform_;
-    op->status = RTE_COMP_OP_STATUS_NOT_PROCESSED;
-    op->consumed = op->produced = 0;
+  void process(std::span<const uint8_t> in, Bytes& out) override { run({&in, 1}, {&out, 1}); }
 
-    const uint64_t deadline = rte_rdtsc() + dev::op_timeout_ticks();
-    while (rte_compressdev_enqueue_burst(dev_.id, qp_.id(), &op, 1) == 0) check_deadline(deadline);
-    rte_comp_op* done = nullptr;
-    while (rte_compressdev_dequeue_burst(dev_.id, qp_.id(), &done, 1) == 0) check_deadline(deadline);
-    if (done != op) throw std::logic_error(dev_.name + " returned another kernel's operation");
-    if (op->status != RTE_COMP_OP_STATUS_SUCCESS)
-      throw std::runtime_error(dev_.name + ": compression failed (rte_comp_op_status " +
-                               std::to_string(op->status) + ")");
-    if (op->consumed != in.size())
-      throw std::runtime_error(dev_.name + " consumed " + std::to_string(op->consumed) + " of " +
-                               std::to_string(in.size()) + " input bytes");
-    out.resize(op->produced);
-    dst_.read(op->produced, out.data());
+  // Bursts of up to depth_ operations in flight, each burst enqueued and
+  // collected whole before the next.
+  void process_burst(std::span<const std::span<const uint8_t>> in, std::span<Bytes> out) override {
+    for (size_t done = 0; done < in.size(); done += depth_) {
+      const size_t n = std::min(depth_, in.size() - done);
+      run(in.subspan(done, n), out.subspan(done, n));
+    }
   }
 
  private:
-  void init(int level, size_t size) {
-    const size_t segs = std::max(src_.segments_for(size), dst_.segments_for(dst_.capacity()));
+  void init(int level) {
+    const size_t segs = std::max(MbufChain::needs_chain(capacity_) ? size_t{2} : size_t{1},
+                                 dst_.segments_for(room_));
     if (segs > 1 && !(dev_.deflate_ff & RTE_COMP_FF_OOP_SGL_IN_SGL_OUT))
-      throw Unavailable(std::to_string(size) + "-byte inputs need chained mbufs and " + dev_.name +
+      throw Unavailable(std::to_string(capacity_) + "-byte inputs need chained mbufs and " + dev_.name +
                         " does not take scatter-gather in and out");
+    if (attach_)
+      attached_ = std::make_unique<dev::AttachedMbufs>(depth_);
+    else
+      src_ = std::make_unique<MbufChain>(capacity_, depth_);
     rte_comp_xform xform{};
     xform.type = RTE_COMP_COMPRESS;
     xform.compress.algo = RTE_COMP_ALGO_DEFLATE;
@@ -209,40 +221,89 @@ class DeflateKernel final : public DevKernel {
       throw Unavailable(dev_.name + " refused raw DEFLATE at level " + std::to_string(level) + " (" +
                         rte_strerror(-rc) + ")");
     xform_ = created;
-    op_ = rte_comp_op_alloc(CompressDevices::get().ops());
-    if (!op_) throw std::runtime_error("compress op pool exhausted");
+    if (rte_comp_op_bulk_alloc(CompressDevices::get().ops(), ops_.data(), static_cast<uint16_t>(depth_)) !=
+        static_cast<int>(depth_)) {
+      ops_.assign(depth_, nullptr);
+      throw std::runtime_error("compress op pool exhausted");
+    }
   }
 
   void cleanup() {
-    if (op_) rte_comp_op_free(op_);
-    op_ = nullptr;
+    for (rte_comp_op*& op : ops_) {
+      if (op) rte_comp_op_free(op);
+      op = nullptr;
+    }
     if (xform_) rte_compressdev_private_xform_free(dev_.id, xform_);
     xform_ = nullptr;
   }
 
-  void check_deadline(uint64_t deadline) const {
-    if (rte_rdtsc() > deadline)
-      throw std::runtime_error(dev_.name + " did not complete an operation within " +
-                               std::to_string(static_cast<int>(dev::kOpTimeoutSeconds)) + " s");
+  // in.size() <= depth_ operations, all in flight at once. Every input is
+  // checked before any is enqueued; a failed operation is reported after
+  // the whole burst has come back, so nothing is left in flight.
+  void run(std::span<const std::span<const uint8_t>> in, std::span<Bytes> out) {
+    const size_t n = in.size();
+    for (size_t i = 0; i < n; ++i)
+      if (in[i].size() > capacity_)
+        throw std::length_error(std::to_string(in[i].size()) + " bytes do not fit this kernel's " +
+                                std::to_string(capacity_) + "-byte buffer (kernels are made for a size)" +
+                                burst_place(i, n));
+    for (size_t i = 0; i < n; ++i) {
+      rte_comp_op* op = ops_[i];
+      op->m_src = attach_ ? attached_->attach(i, in[i].data(), in[i].size()) : src_->write(in[i], i);
+      op->m_dst = dst_.shape(room_, i);  // the PMD may fill all of it
+      op->src.offset = 0;
+      op->src.length = static_cast<uint32_t>(in[i].size());
+      op->dst.offset = 0;
+      op->op_type = RTE_COMP_OP_STATELESS;
+      op->flush_flag = RTE_COMP_FLUSH_FINAL;
+      op->private_xform = xform_;
+      op->status = RTE_COMP_OP_STATUS_NOT_PROCESSED;
+      op->consumed = op->produced = 0;
+    }
+    dev::run_in_flight(
+        ops_.data(), static_cast<uint16_t>(n),
+        [&](rte_comp_op** o, uint16_t c) { return rte_compressdev_enqueue_burst(dev_.id, qp_.id(), o, c); },
+        [&](rte_comp_op** o, uint16_t c) { return rte_compressdev_dequeue_burst(dev_.id, qp_.id(), o, c); },
+        dev_.name);
+    std::string failure;
+    for (size_t i = 0; i < n; ++i) {
+      const rte_comp_op* op = ops_[i];
+      if (!failure.empty()) continue;
+      if (op->status != RTE_COMP_OP_STATUS_SUCCESS)
+        failure = dev_.name + ": compression failed (rte_comp_op_status " + std::to_string(op->status) + ")" +
+                  burst_place(i, n);
+      else if (op->consumed != in[i].size())
+        failure = dev_.name + " consumed " + std::to_string(op->consumed) + " of " + std::to_string(in[i].size()) +
+                  " input bytes" + burst_place(i, n);
+      else {
+        out[i].resize(op->produced);
+        dst_.read(op->produced, out[i].data(), i);
+      }
+    }
+    if (!failure.empty()) throw std::runtime_error(failure);
   }
 
   CompressDevice& dev_;
   CompressQueuePair qp_;
-  MbufChain src_, dst_;
+  size_t capacity_, room_, depth_;
+  bool attach_;
+  std::unique_ptr<dev::AttachedMbufs> attached_;  // attach mode: the caller's inputs
+  std::unique_ptr<MbufChain> src_;                // copy mode: one packet per operation of a burst
+  MbufChain dst_;                                 // one packet per operation of a burst
   void* xform_ = nullptr;
-  rte_comp_op* op_ = nullptr;
+  std::vector<rte_comp_op*> ops_;
 };
 
 }  // namespace
 
 size_t dev_deflate_bound(size_t size) { return size + size / 8 + 1024; }
 
-std::vector<std::unique_ptr<Kernel>> dev_deflate_kernels(int level, size_t size, unsigned threads) {
+std::vector<std::unique_ptr<Kernel>> dev_deflate_kernels(int level, size_t size, unsigned threads, size_t out_room) {
   if (level < RTE_COMP_LEVEL_PMD_DEFAULT || level > RTE_COMP_LEVEL_MAX)
     throw std::invalid_argument("compressdev levels are -1 (PMD default) to 9, not " + std::to_string(level));
   CompressDevice& d = CompressDevices::get().choose();
   std::vector<std::unique_ptr<Kernel>> v;
-  for (unsigned i = 0; i < threads; ++i) v.push_back(std::make_unique<DeflateKernel>(d, level, size));
+  for (unsigned i = 0; i < threads; ++i) v.push_back(std::make_unique<DeflateKernel>(d, level, size, out_room ? out_room : dev_deflate_bound(size)));
   return v;
 }
 

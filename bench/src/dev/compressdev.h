@@ -1,7 +1,7 @@
 // The dev backend of the deflate operator: DPDK compressdev.
 //
-// Device choice, queue pairs and the synchronous one-operation-in-flight
-// use are as for the cryptodev kernels (cryptodev.h): a hardware PMD
+// Device choice, queue pairs and the bursts of operations in flight are as
+// for the cryptodev kernels (cryptodev.h): a hardware PMD
 // (RTE_COMPDEV_FF_HW_ACCELERATED) when one offers stateless DEFLATE with
 // dynamic Huffman codes, else the first software PMD that does (here
 // compress_isal); each device configured once per process with all its
@@ -25,8 +25,11 @@ namespace dpukit::bench {
 // the PMD's default; each PMD maps it to what it has (compress_isal: 1 and
 // 2 to ISA-L levels 1 and 2, 3-9 to ISA-L level 3 on AVX2/AVX-512 CPUs,
 // else 2; level 0, "stored only", it refuses). `size` is the largest input;
-// the output buffer holds the worst case for it.
-std::vector<std::unique_ptr<Kernel>> dev_deflate_kernels(int level, size_t size, unsigned threads);
+// the output buffer holds the worst case for it, or `out_room` bytes where
+// that is given (an operation whose output does not fit then fails on the
+// device, RTE_COMP_OP_STATUS_OUT_OF_SPACE_TERMINATED).
+std::vector<std::unique_ptr<Kernel>> dev_deflate_kernels(int level, size_t size, unsigned threads,
+                                                         size_t out_room = 0);
 
 // The output room a kernel made for `size` has: more than DEFLATE can
 // produce for any `size`-byte input (stored blocks cost 5 bytes per 64 KiB;

@@ -35,7 +35,8 @@ using dev::DeviceBuffer;
 using dev::MbufChain;
 
 // Descriptors per queue pair (a power of two: the software PMDs' completion
-// rings need one). One operation is in flight per kernel.
+// rings need one). A symmetric kernel keeps a burst (dev::kBurstDepth) in
+// flight; an asymmetric one, one operation (it takes milliseconds).
 constexpr uint32_t kQueueDescriptors = 64;
 constexpr uint16_t kMaxQueuePairs = 256;
 // The IV sits in the crypto op's private area, right after the sym op.
@@ -110,9 +111,13 @@ class CryptoDevices {
       d.max_qps = std::min<uint16_t>(info.max_nb_queue_pairs, kMaxQueuePairs);
       devs_.push_back(d);
     }
-    // Ops are taken once per kernel and kept, so small pools do.
+    // Ops are taken once per kernel and kept: a burst's worth for each
+    // queue pair any kernel may hold.
+    unsigned qps = 0;
+    for (const CryptoDevice& d : devs_) qps += d.max_qps;
     const std::string sym_name = dev::unique_name("dpk_cops"), asym_name = dev::unique_name("dpk_copa");
-    sym_ops_ = rte_crypto_op_pool_create(sym_name.c_str(), RTE_CRYPTO_OP_TYPE_SYMMETRIC, 1024, 0, kIvRoom,
+    sym_ops_ = rte_crypto_op_pool_create(sym_name.c_str(), RTE_CRYPTO_OP_TYPE_SYMMETRIC,
+                                         static_cast<unsigned>(qps * dev::kBurstDepth + 64), 0, kIvRoom,
                                          SOCKET_ID_ANY);
     asym_ops_ = rte_crypto_op_pool_create(asym_name.c_str(), RTE_CRYPTO_OP_TYPE_ASYMMETRIC, 256, 0, 0, SOCKET_ID_ANY);
     if (!sym_ops_ || !asym_ops_)
@@ -131,10 +136,10 @@ class CryptoDevices {
     for (uint16_t q = 0; q < d.max_qps; ++q)
       if (rte_cryptodev_queue_pair_setup(d.id, q, &qp_conf, socket) < 0)
         throw Unavailable("cannot set up queue pair " + std::to_string(q) + " of " + d.name);
-    // Each kernel holds one session, and briefly a second one when it
-    // makes a session per operation (key_schedule per packet; DSA on
-    // crypto_openssl, see DsaSignKernel).
-    const uint32_t sessions = 2u * d.max_qps + 8;
+    // Each kernel holds one session, and briefly one per operation in
+    // flight when it makes a session per operation (key_schedule per
+    // packet; DSA on crypto_openssl, see DsaSignKernel).
+    const uint32_t sessions = static_cast<uint32_t>((dev::kBurstDepth + 2) * d.max_qps + 8);
     if (d.features & RTE_CRYPTODEV_FF_SYMMETRIC_CRYPTO) {
       // The private session size may depend on the queue pair count
       // (crypto_openssl keeps a context per queue pair): ask after configuring.
@@ -170,26 +175,24 @@ class QueuePair {
   uint8_t dev_id() const { return dev_.id; }
   uint16_t qp() const { return qp_; }
 
-  // Enqueues `op`, polls until it comes back and checks its status.
+  // Enqueues the `n` operations and polls until all have come back (each
+  // op's status says how it went).
+  void run_burst(rte_crypto_op** ops, uint16_t n) const {
+    for (uint16_t i = 0; i < n; ++i) ops[i]->status = RTE_CRYPTO_OP_STATUS_NOT_PROCESSED;
+    dev::run_in_flight(
+        ops, n, [&](rte_crypto_op** o, uint16_t c) { return rte_cryptodev_enqueue_burst(dev_.id, qp_, o, c); },
+        [&](rte_crypto_op** o, uint16_t c) { return rte_cryptodev_dequeue_burst(dev_.id, qp_, o, c); }, dev_.name);
+  }
+
+  // One operation, which must succeed.
   void run(rte_crypto_op* op) const {
-    const uint64_t deadline = rte_rdtsc() + dev::op_timeout_ticks();
-    op->status = RTE_CRYPTO_OP_STATUS_NOT_PROCESSED;
-    while (rte_cryptodev_enqueue_burst(dev_.id, qp_, &op, 1) == 0) check_deadline(deadline, "take");
-    rte_crypto_op* done = nullptr;
-    while (rte_cryptodev_dequeue_burst(dev_.id, qp_, &done, 1) == 0) check_deadline(deadline, "complete");
-    if (done != op) throw std::logic_error(dev_.name + " returned another kernel's operation");
+    run_burst(&op, 1);
     if (op->status != RTE_CRYPTO_OP_STATUS_SUCCESS)
       throw std::runtime_error(dev_.name + ": operation failed (rte_crypto_op_status " + std::to_string(op->status) +
                                ")");
   }
 
  private:
-  void check_deadline(uint64_t deadline, const char* what) const {
-    if (rte_rdtsc() > deadline)
-      throw std::runtime_error(dev_.name + " did not " + what + " an operation within " +
-                               std::to_string(static_cast<int>(dev::kOpTimeoutSeconds)) + " s");
-  }
-
   CryptoDevice& dev_;
   uint16_t qp_;
 };
@@ -217,6 +220,12 @@ constexpr const char* kChainedNote =
 
 enum class SymKind { kGcm, kCbc, kHash };
 
+// " (input #i of a burst of n)" where a burst has more than one input: the
+// errors of one unit of work read as before.
+std::string burst_place(size_t i, size_t n) {
+  return n > 1 ? " (input #" + std::to_string(i) + " of a burst of " + std::to_string(n) + ")" : "";
+}
+
 class SymKernel final : public DevKernel {
  public:
   // `xform` without its key, which is `key` (for a cipher); with
@@ -229,114 +238,219 @@ class SymKernel final : public DevKernel {
         digest_len_(digest_len),
         session_per_packet_(session_per_packet),
         xform_(xform),
-        chain_(size),
-        digest_(kMaxDigest) {
-    if (chain_.segments_for(size) > 1 && !(d.features & RTE_CRYPTODEV_FF_IN_PLACE_SGL))
-      throw Unavailable(std::to_string(size) + "-byte inputs need a chained mbuf and " + d.name +
-                        " does not take in-place scatter-gather lists");
+        capacity_(std::max<size_t>(size, 1)),
+        // A software PMD reads the caller's input and writes the output in
+        // place of a copy (AttachedMbufs); a cipher's output is then a
+        // second buffer, which needs out-of-place operations.
+        attach_(!d.hardware() && capacity_ <= dev::AttachedMbufs::kMaxBytes &&
+                (kind == SymKind::kHash || (d.features & RTE_CRYPTODEV_FF_OOP_LB_IN_LB_OUT))),
+        // Packets past one segment are chained and go one at a time: their
+        // per-operation cost is small beside their bytes.
+        depth_(MbufChain::needs_chain(capacity_) ? 1 : dev::kBurstDepth),
+        digests_(depth_ * kMaxDigest),
+        ops_(depth_, nullptr),
+        fresh_(depth_, nullptr) {
+    if (attach_) {
+      attached_ = std::make_unique<dev::AttachedMbufs>(2 * depth_);  // sources, then destinations
+    } else {
+      chains_ = std::make_unique<MbufChain>(capacity_, depth_);
+      if (chains_->segments_for(capacity_) > 1 && !(d.features & RTE_CRYPTODEV_FF_IN_PLACE_SGL))
+        throw Unavailable(std::to_string(size) + "-byte inputs need a chained mbuf and " + d.name +
+                          " does not take in-place scatter-gather lists");
+    }
     std::copy(salt.begin(), salt.end(), salt_);
     std::copy(key.begin(), key.end(), key_);
     if (kind == SymKind::kGcm) xform_.aead.key.data = key_;
     if (kind == SymKind::kCbc) xform_.cipher.key.data = key_;
     session_ = rte_cryptodev_sym_session_create(d.id, &xform_, d.sym_sessions);
     if (!session_) throw Unavailable(d.name + " refused the session: " + rte_strerror(rte_errno));
-    op_ = alloc_op(CryptoDevices::get().sym_ops(), RTE_CRYPTO_OP_TYPE_SYMMETRIC);
-    rte_crypto_op_attach_sym_session(op_.get(), session_);
+    if (rte_crypto_op_bulk_alloc(CryptoDevices::get().sym_ops(), RTE_CRYPTO_OP_TYPE_SYMMETRIC, ops_.data(),
+                                 static_cast<uint16_t>(depth_)) != depth_) {
+      rte_cryptodev_sym_session_free(d.id, session_);
+      throw std::runtime_error("crypto op pool exhausted");
+    }
+    for (rte_crypto_op* op : ops_) rte_crypto_op_attach_sym_session(op, session_);
   }
 
   ~SymKernel() override {
-    op_.reset();
+    for (rte_crypto_op* op : ops_) rte_crypto_op_free(op);
     rte_cryptodev_sym_session_free(qp_.dev_id(), session_);
   }
 
   std::string device() const override { return qp_.device().name; }
+  size_t min_burst() const override { return depth_; }
 
-  void process(std::span<const uint8_t> in, Bytes& out) override {
-    uint8_t iv[16];
-    switch (kind_) {
-      case SymKind::kGcm:
-        if (in.size() < 8) throw std::invalid_argument("aes: the input must hold the 8 IV bytes");
-        std::memcpy(iv, salt_, 4);
-        std::memcpy(iv + 4, in.data(), 8);
-        break;
-      case SymKind::kCbc:
-        if (in.size() < 16) throw std::invalid_argument("aes_cbc: the input must hold the 16 IV bytes");
-        std::memcpy(iv, in.data(), 16);
-        break;
-      case SymKind::kHash:
-        break;
+  void process(std::span<const uint8_t> in, Bytes& out) override { run(nullptr, {&in, 1}, {&out, 1}); }
+
+  // Bursts of up to depth_ operations in flight, each burst enqueued and
+  // collected whole before the next (outputs are due when the call returns).
+  void process_burst(std::span<const std::span<const uint8_t>> in, std::span<Bytes> out) override {
+    for (size_t done = 0; done < in.size(); done += depth_) {
+      const size_t n = std::min(depth_, in.size() - done);
+      run(nullptr, in.subspan(done, n), out.subspan(done, n));
     }
-    run(iv, in, out);
   }
 
   // One operation with the IV given (12 bytes for GCM, 16 for CBC, unused
   // for a hash).
-  void run(const uint8_t* iv, std::span<const uint8_t> in, Bytes& out) {
+  void run_with_iv(const uint8_t* iv, std::span<const uint8_t> in, Bytes& out) { run(iv, {&in, 1}, {&out, 1}); }
+
+ private:
+  // Every input is checked before any operation is enqueued: a bad one
+  // refuses the whole burst and leaves nothing in flight.
+  void check(std::span<const uint8_t> in, size_t i, size_t n) const {
+    if (in.size() > capacity_)
+      throw std::length_error(std::to_string(in.size()) + " bytes do not fit this kernel's " +
+                              std::to_string(capacity_) + "-byte buffer (kernels are made for a size)" +
+                              burst_place(i, n));
+    if (kind_ == SymKind::kGcm && in.size() < 8)
+      throw std::invalid_argument("aes: the input must hold the 8 IV bytes" + burst_place(i, n));
+    if (kind_ == SymKind::kCbc && in.size() < 16)
+      throw std::invalid_argument("aes_cbc: the input must hold the 16 IV bytes" + burst_place(i, n));
+    if (kind_ == SymKind::kCbc && in.size() % 16 != 0)
+      throw std::invalid_argument("aes_cbc: the input must be whole 16-byte blocks" + burst_place(i, n));
+  }
+
+  // Operation i of a burst: its IV, data, digest and mbufs. In attach mode
+  // the output is sized here and the device writes it in place.
+  void prepare(size_t i, const uint8_t* iv, std::span<const uint8_t> in, Bytes& out) {
     const size_t n = in.size();
-    rte_crypto_op* op = op_.get();
+    rte_crypto_op* op = ops_[i];
     rte_crypto_sym_op* sym = op->sym;
     uint8_t* op_iv = rte_crypto_op_ctod_offset(op, uint8_t*, kIvOffset);
+    uint8_t* digest = digests_.data() + i * kMaxDigest;
+    rte_iova_t digest_iova = digests_.iova() + i * kMaxDigest;
+    uint8_t* dst = nullptr;
     switch (kind_) {
       case SymKind::kGcm:
-        std::memcpy(op_iv, iv, 12);
+        if (iv) {
+          std::memcpy(op_iv, iv, 12);
+        } else {
+          std::memcpy(op_iv, salt_, 4);
+          std::memcpy(op_iv + 4, in.data(), 8);
+        }
+        if (attach_) {
+          out.resize(n + 16);
+          dst = out.data();
+          digest = out.data() + n;
+        }
+        break;
+      case SymKind::kCbc:
+        std::memcpy(op_iv, iv ? iv : in.data(), 16);
+        if (attach_) {
+          out.resize(n);
+          dst = out.data();
+        }
+        break;
+      case SymKind::kHash:
+        if (attach_) {
+          out.resize(digest_len_);
+          digest = out.data();
+        }
+        break;
+    }
+    if (attach_) digest_iova = static_cast<rte_iova_t>(reinterpret_cast<uintptr_t>(digest));
+    switch (kind_) {
+      case SymKind::kGcm:
         sym->aead.data.offset = 0;
         sym->aead.data.length = static_cast<uint32_t>(n);
-        sym->aead.digest.data = digest_.data();
-        sym->aead.digest.phys_addr = digest_.iova();
+        sym->aead.digest.data = digest;
+        sym->aead.digest.phys_addr = digest_iova;
         sym->aead.aad.data = nullptr;
         sym->aead.aad.phys_addr = 0;
         break;
       case SymKind::kCbc:
-        if (n % 16 != 0) throw std::invalid_argument("aes_cbc: the input must be whole 16-byte blocks");
-        std::memcpy(op_iv, iv, 16);
         sym->cipher.data.offset = 0;
         sym->cipher.data.length = static_cast<uint32_t>(n);
         break;
       case SymKind::kHash:
         sym->auth.data.offset = 0;
         sym->auth.data.length = static_cast<uint32_t>(n);
-        sym->auth.digest.data = digest_.data();
-        sym->auth.digest.phys_addr = digest_.iova();
+        sym->auth.digest.data = digest;
+        sym->auth.digest.phys_addr = digest_iova;
         break;
     }
-    sym->m_src = chain_.write(in);
-    sym->m_dst = nullptr;  // in place
-    if (session_per_packet_) {
-      void* fresh = rte_cryptodev_sym_session_create(qp_.dev_id(), &xform_, qp_.device().sym_sessions);
-      if (!fresh) throw std::runtime_error(qp_.device().name + " refused a session: " + rte_strerror(rte_errno));
-      rte_cryptodev_sym_session_free(qp_.dev_id(), session_);
-      session_ = fresh;
-      rte_crypto_op_attach_sym_session(op, session_);
+    if (attach_) {
+      sym->m_src = attached_->attach(i, in.data(), n);
+      sym->m_dst = dst ? attached_->attach(depth_ + i, dst, n) : nullptr;
+    } else {
+      sym->m_src = chains_->write(in, i);
+      sym->m_dst = nullptr;  // in place
     }
-    qp_.run(op);
+    if (session_per_packet_) {
+      fresh_[i] = rte_cryptodev_sym_session_create(qp_.dev_id(), &xform_, qp_.device().sym_sessions);
+      if (!fresh_[i]) throw std::runtime_error(qp_.device().name + " refused a session: " + rte_strerror(rte_errno));
+      rte_crypto_op_attach_sym_session(op, fresh_[i]);
+    }
+  }
+
+  // Operation i's output, where it was not written in place.
+  void collect(size_t i, size_t n, Bytes& out) const {
+    const uint8_t* digest = digests_.data() + i * kMaxDigest;
     switch (kind_) {
       case SymKind::kGcm:
         out.resize(n + 16);
-        chain_.read(n, out.data());
-        std::memcpy(out.data() + n, digest_.data(), 16);
+        chains_->read(n, out.data(), i);
+        std::memcpy(out.data() + n, digest, 16);
         break;
       case SymKind::kCbc:
         out.resize(n);
-        chain_.read(n, out.data());
+        chains_->read(n, out.data(), i);
         break;
       case SymKind::kHash:
-        out.assign(digest_.data(), digest_.data() + digest_len_);
+        out.assign(digest, digest + digest_len_);
         break;
     }
   }
 
- private:
+  void free_fresh_sessions(size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      if (fresh_[i]) rte_cryptodev_sym_session_free(qp_.dev_id(), fresh_[i]);
+      fresh_[i] = nullptr;
+    }
+  }
+
+  // in.size() <= depth_ operations, all in flight at once.
+  void run(const uint8_t* iv, std::span<const std::span<const uint8_t>> in, std::span<Bytes> out) {
+    const size_t n = in.size();
+    for (size_t i = 0; i < n; ++i) check(in[i], i, n);
+    try {
+      for (size_t i = 0; i < n; ++i) prepare(i, iv, in[i], out[i]);
+    } catch (...) {
+      free_fresh_sessions(n);
+      throw;
+    }
+    qp_.run_burst(ops_.data(), static_cast<uint16_t>(n));
+    size_t failed = n;
+    for (size_t i = 0; i < n; ++i) {
+      if (ops_[i]->status != RTE_CRYPTO_OP_STATUS_SUCCESS) {
+        if (failed == n) failed = i;
+      } else if (!attach_) {
+        collect(i, in[i].size(), out[i]);
+      }
+    }
+    if (session_per_packet_) free_fresh_sessions(n);
+    if (failed != n)
+      throw std::runtime_error(qp_.device().name + ": operation failed (rte_crypto_op_status " +
+                               std::to_string(ops_[failed]->status) + ")" + burst_place(failed, n));
+  }
+
   QueuePair qp_;
   SymKind kind_;
   size_t digest_len_;
   bool session_per_packet_;
   rte_crypto_sym_xform xform_;
+  size_t capacity_;
+  bool attach_;
+  size_t depth_;
   uint8_t key_[32] = {};
   uint8_t salt_[4] = {};
-  MbufChain chain_;
-  DeviceBuffer digest_;
+  std::unique_ptr<dev::AttachedMbufs> attached_;  // attach mode
+  std::unique_ptr<MbufChain> chains_;             // copy mode: one packet per operation of a burst
+  DeviceBuffer digests_;                          // copy mode: one digest per operation
   void* session_ = nullptr;
-  OpPtr op_;
+  std::vector<rte_crypto_op*> ops_;
+  std::vector<void*> fresh_;  // session_per_packet: each operation's own session
 };
 
 const rte_cryptodev_symmetric_capability* sym_capability(uint8_t id, rte_crypto_sym_xform_type type, int algo) {
@@ -683,7 +797,7 @@ Bytes dev_aes_gcm_encrypt_with_iv(std::span<const uint8_t> key, std::span<const 
   const uint8_t no_salt[4] = {};
   auto k = dev_aes_gcm_kernels(key, no_salt, plaintext.size(), 1);
   Bytes out;
-  static_cast<SymKernel&>(*k[0]).run(iv.data(), plaintext, out);
+  static_cast<SymKernel&>(*k[0]).run_with_iv(iv.data(), plaintext, out);
   return out;
 }
 
@@ -713,7 +827,7 @@ Bytes dev_aes_cbc_encrypt_with_iv(std::span<const uint8_t> key, std::span<const 
   require_size(iv, 16, "AES-CBC IV");
   auto k = dev_aes_cbc_kernels(key, plaintext.size(), 1);
   Bytes out;
-  static_cast<SymKernel&>(*k[0]).run(iv.data(), plaintext, out);
+  static_cast<SymKernel&>(*k[0]).run_with_iv(iv.data(), plaintext, out);
   return out;
 }
 

@@ -7,10 +7,14 @@
 // the capability, else the first software PMD that has it (here
 // crypto_aesni_mb, then crypto_openssl). Each device is configured once per
 // process with all its queue pairs; each kernel takes one queue pair and
-// one session and gives them back when destroyed. process() enqueues one
-// operation and polls until it is dequeued: the per-operation cost of
-// using the device synchronously. The kernels are DevKernel (device()
-// names the device).
+// one session and gives them back when destroyed. process_burst() keeps a
+// burst of operations in flight (enqueued together, then collected until
+// all are back), as DPDK's dpdk-test-crypto-perf drives a device;
+// process() is a burst of one. On a software PMD the operations read the
+// caller's input and write the caller's output in place (no copies); a
+// hardware PMD gets them copied into and out of DPDK memory. The
+// asymmetric kernels run one operation at a time. The kernels are
+// DevKernel (device() names the device).
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,6 @@
 // The dev backend's kernels: an operator's unit of work done by a DPDK
 // device (cryptodev, compressdev) through one queue pair that the kernel
-// owns, one operation in flight per process() call.
+// owns, with up to a burst of operations in flight per process_burst() call.
 #pragma once
 
 #include <string>

@@ -35,15 +35,16 @@ std::string unique_name(const char* prefix) {
   return std::string(prefix) + std::to_string(counter.fetch_add(1));
 }
 
-MbufChain::MbufChain(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {
+MbufChain::MbufChain(size_t capacity, size_t chains) : capacity_(std::max<size_t>(capacity, 1)) {
   seg_room_ = capacity_ <= kMaxSegmentRoom ? capacity_ : kChainSegmentRoom;
-  const size_t n = (capacity_ + seg_room_ - 1) / seg_room_;
+  per_chain_ = (capacity_ + seg_room_ - 1) / seg_room_;
+  const size_t n = per_chain_ * std::max<size_t>(chains, 1);
   const std::string name = unique_name("dpk_mb");
   pool_ = rte_pktmbuf_pool_create(name.c_str(), static_cast<unsigned>(n), 0, 0,
                                   static_cast<uint16_t>(seg_room_ + RTE_PKTMBUF_HEADROOM), SOCKET_ID_ANY);
   if (!pool_)  // EAL's memory is small (no hugepages): big inputs times many threads may not fit
-    throw Unavailable("DPDK memory cannot hold an mbuf pool for " + std::to_string(capacity_) +
-                      " bytes: " + rte_strerror(rte_errno));
+    throw Unavailable("DPDK memory cannot hold an mbuf pool for " + std::to_string(n) + " x " +
+                      std::to_string(seg_room_) + " bytes: " + rte_strerror(rte_errno));
   segs_.resize(n);
   if (rte_pktmbuf_alloc_bulk(pool_, segs_.data(), static_cast<unsigned>(n)) != 0) {
     rte_mempool_free(pool_);
@@ -64,27 +65,28 @@ bool MbufChain::needs_chain(size_t capacity) { return capacity > kMaxSegmentRoom
 
 size_t MbufChain::segments_for(size_t bytes) const { return std::max<size_t>(1, (bytes + seg_room_ - 1) / seg_room_); }
 
-rte_mbuf* MbufChain::shape(size_t bytes) {
+rte_mbuf* MbufChain::shape(size_t bytes, size_t chain) {
   if (bytes > capacity_)
     throw std::length_error(std::to_string(bytes) + " bytes do not fit this kernel's " + std::to_string(capacity_) +
                             "-byte buffer (kernels are made for a size)");
+  rte_mbuf** segs = segs_.data() + chain * per_chain_;
   const size_t n = segments_for(bytes);
   size_t left = bytes;
   for (size_t i = 0; i < n; ++i) {
-    rte_mbuf* m = segs_[i];
+    rte_mbuf* m = segs[i];
     m->data_off = RTE_PKTMBUF_HEADROOM;
     m->data_len = static_cast<uint16_t>(std::min(left, seg_room_));
-    m->next = i + 1 < n ? segs_[i + 1] : nullptr;
+    m->next = i + 1 < n ? segs[i + 1] : nullptr;
     left -= m->data_len;
   }
-  rte_mbuf* head = segs_[0];
+  rte_mbuf* head = segs[0];
   head->nb_segs = static_cast<uint16_t>(n);
   head->pkt_len = static_cast<uint32_t>(bytes);
   return head;
 }
 
-rte_mbuf* MbufChain::write(std::span<const uint8_t> in) {
-  rte_mbuf* head = shape(in.size());
+rte_mbuf* MbufChain::write(std::span<const uint8_t> in, size_t chain) {
+  rte_mbuf* head = shape(in.size(), chain);
   size_t done = 0;
   for (rte_mbuf* m = head; m; m = m->next) {
     std::memcpy(rte_pktmbuf_mtod(m, uint8_t*), in.data() + done, m->data_len);
@@ -93,14 +95,61 @@ rte_mbuf* MbufChain::write(std::span<const uint8_t> in) {
   return head;
 }
 
-void MbufChain::read(size_t bytes, uint8_t* out) const {
+void MbufChain::read(size_t bytes, uint8_t* out, size_t chain) const {
   size_t done = 0;
-  for (const rte_mbuf* m = segs_[0]; m && done < bytes; m = m->next) {
+  for (const rte_mbuf* m = segs_[chain * per_chain_]; m && done < bytes; m = m->next) {
     size_t n = std::min<size_t>(m->data_len, bytes - done);
     std::memcpy(out + done, rte_pktmbuf_mtod(m, const uint8_t*), n);
     done += n;
   }
   if (done != bytes) throw std::logic_error("mbuf chain holds fewer bytes than read asks for");
+}
+
+namespace {
+// The caller's bytes are not ours to free: nothing to do when the last
+// reference to them goes.
+void keep_attached_bytes(void*, void*) {}
+}  // namespace
+
+AttachedMbufs::AttachedMbufs(size_t count) : mbufs_(count), shinfo_(count) {
+  const std::string name = unique_name("dpk_mx");
+  pool_ = rte_pktmbuf_pool_create(name.c_str(), static_cast<unsigned>(count), 0, 0, 0, SOCKET_ID_ANY);
+  if (!pool_) throw Unavailable(std::string("DPDK memory cannot hold an mbuf pool: ") + rte_strerror(rte_errno));
+  if (rte_pktmbuf_alloc_bulk(pool_, mbufs_.data(), static_cast<unsigned>(count)) != 0) {
+    rte_mempool_free(pool_);
+    throw Unavailable("cannot allocate " + std::to_string(count) + " mbufs");
+  }
+  for (auto& s : shinfo_) {
+    s = rte_mbuf_ext_shared_info{};
+    s.free_cb = keep_attached_bytes;
+  }
+}
+
+AttachedMbufs::~AttachedMbufs() {
+  for (size_t i = 0; i < mbufs_.size(); ++i) {
+    detach(i);
+    rte_pktmbuf_free(mbufs_[i]);
+  }
+  rte_mempool_free(pool_);
+}
+
+rte_mbuf* AttachedMbufs::attach(size_t i, const uint8_t* data, size_t bytes) {
+  if (bytes > kMaxBytes) throw std::logic_error("an attached mbuf holds at most 65535 bytes");
+  rte_mbuf* m = mbufs_[i];
+  if (RTE_MBUF_HAS_EXTBUF(m)) detach(i);
+  rte_mbuf_ext_refcnt_set(&shinfo_[i], 1);
+  // Software PMDs only (see the class): the IO address is the virtual one.
+  void* p = const_cast<uint8_t*>(data);
+  rte_pktmbuf_attach_extbuf(m, p, static_cast<rte_iova_t>(reinterpret_cast<uintptr_t>(p)),
+                            static_cast<uint16_t>(bytes), &shinfo_[i]);
+  m->data_len = static_cast<uint16_t>(bytes);
+  m->pkt_len = static_cast<uint32_t>(bytes);
+  return m;
+}
+
+void AttachedMbufs::detach(size_t i) {
+  rte_mbuf* m = mbufs_[i];
+  if (RTE_MBUF_HAS_EXTBUF(m)) rte_pktmbuf_detach(m);
 }
 
 DeviceBuffer::DeviceBuffer(size_t size) : size_(size) {
@@ -112,6 +161,11 @@ DeviceBuffer::DeviceBuffer(size_t size) : size_(size) {
 DeviceBuffer::~DeviceBuffer() { rte_free(data_); }
 
 uint64_t op_timeout_ticks() { return static_cast<uint64_t>(kOpTimeoutSeconds * static_cast<double>(rte_get_tsc_hz())); }
+
+std::runtime_error device_timeout(const std::string& device, const char* what) {
+  return std::runtime_error(device + " did not " + what + " an operation within " +
+                            std::to_string(static_cast<int>(kOpTimeoutSeconds)) + " s");
+}
 
 uint16_t take_queue_pair(std::vector<bool>& used, const std::string& device, const char* hint) {
   for (uint16_t q = 0; q < used.size(); ++q) {
