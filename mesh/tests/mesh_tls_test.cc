@@ -30,7 +30,8 @@ using testing::Pki;
 
 // inbound (:P): tls_inspector; an mTLS chain (HTTP, direct response) and a plaintext one (direct response).
 // tls_only (:P+1): one mTLS chain behind the inspector: plaintext matches no chain.
-// sds (:P+3): its certificate from an SDS file (DIR/sds.yaml), rotated by rewriting the file; require_sni.
+// sds (:P+3): its certificate from an SDS file (DIR/sds.yaml), rotated by rewriting the file; require_sni;
+// a client certificate is asked for, not required (checked when one comes).
 // outbound (:P+2): plaintext, relayed (tcp_proxy) to cluster `inbound` over mTLS (this proxy's own inbound listener).
 std::string config(const Pki& pki, int port) {
   const std::string dir = pki.dir().string();
@@ -92,6 +93,9 @@ std::string config(const Pki& pki, int port) {
             tls_certificate_sds_secret_configs:
             - name: default
               sds_config: {path_config_source: {path: DIR/sds.yaml}, resource_api_version: V3}
+            validation_context:
+              trusted_ca: {filename: DIR/ca.crt}
+              match_typed_subject_alt_names: [{san_type: URI, matcher: {exact: "spiffe://cluster.local/ns/default/sa/frontend"}}]
 )" + hcm("sds", "direct_response: {status: 200, body: {inline_string: sds}}") + R"(
   clusters:
   - name: inbound
@@ -220,18 +224,7 @@ class MeshTls : public ::testing::Test {
   std::unique_ptr<Client> handshake(int port, const std::string& cert, int max_version = TLS1_3_VERSION,
                                     const std::string& alpn = "") {
     auto c = std::make_unique<Client>();
-    SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
-    SSL_CTX_load_verify_locations(ctx, pki_.path("ca.crt").c_str(), nullptr);
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
-    SSL_CTX_set_max_proto_version(ctx, max_version);
-    if (max_version < TLS1_2_VERSION) {
-      SSL_CTX_set_security_level(ctx, 0);
-      SSL_CTX_set_min_proto_version(ctx, max_version);
-    }
-    if (!cert.empty()) {
-      SSL_CTX_use_certificate_chain_file(ctx, pki_.path(cert + ".crt").c_str());
-      SSL_CTX_use_PrivateKey_file(ctx, pki_.path(cert + ".key").c_str(), SSL_FILETYPE_PEM);
-    }
+    SSL_CTX* ctx = client_ctx(cert, max_version);
     c->fd = connect_to(port);
     SSL* ssl = SSL_new(ctx);
     SSL_CTX_free(ctx);
@@ -251,6 +244,23 @@ class MeshTls : public ::testing::Test {
     }
     c->ssl = ssl;
     return c;
+  }
+
+  // A client context trusting the test CA, presenting `cert` ("" for none).
+  SSL_CTX* client_ctx(const std::string& cert, int max_version = TLS1_3_VERSION) {
+    SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_load_verify_locations(ctx, pki_.path("ca.crt").c_str(), nullptr);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+    SSL_CTX_set_max_proto_version(ctx, max_version);
+    if (max_version < TLS1_2_VERSION) {
+      SSL_CTX_set_security_level(ctx, 0);
+      SSL_CTX_set_min_proto_version(ctx, max_version);
+    }
+    if (!cert.empty()) {
+      SSL_CTX_use_certificate_chain_file(ctx, pki_.path(cert + ".crt").c_str());
+      SSL_CTX_use_PrivateKey_file(ctx, pki_.path(cert + ".key").c_str(), SSL_FILETYPE_PEM);
+    }
+    return ctx;
   }
 
   // The alert that refused a handshake. TLS 1.3: the server judges the
@@ -424,6 +434,75 @@ TEST_F(MeshTls, SdsRotationKeepsOpenConnections) {
   auto still = handshake(port, "");
   ASSERT_TRUE(still->ssl);
   EXPECT_EQ(peer_cn(still->ssl), "server2");
+}
+
+// A rotation while a handshake is under way (the client's last flight not
+// sent yet): the handshake ends on the SSL_CTX it began with, its client
+// certificate checked by that context, and the connection is served. (The
+// old context's verification data used to be freed with the rotation: the
+// proxy crashed in its verify callback, a CI failure of test_mesh_tls.py.)
+TEST_F(MeshTls, SdsRotationDuringAHandshake) {
+  const int port = port_ + 3;
+  const int fd = connect_to(port);
+  ASSERT_GE(fd, 0);
+  SSL_CTX* ctx = client_ctx("client");
+  SSL* ssl = SSL_new(ctx);
+  SSL_CTX_free(ctx);
+  BIO* in = BIO_new(BIO_s_mem());
+  BIO* out = BIO_new(BIO_s_mem());
+  SSL_set_bio(ssl, in, out);
+  SSL_set_tlsext_host_name(ssl, "backend.local");
+  SSL_set_connect_state(ssl);
+  const auto send_out = [&] {
+    char* data = nullptr;
+    const long n = BIO_get_mem_data(out, &data);
+    const bool sent = n <= 0 || ::send(fd, data, static_cast<size_t>(n), MSG_NOSIGNAL) == n;
+    (void)BIO_reset(out);
+    return sent;
+  };
+  const auto receive = [&] {
+    char buf[16384];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n > 0) BIO_write(in, buf, static_cast<int>(n));
+    return n > 0;
+  };
+  // ClientHello out, the server's flight in; TLS 1.3: the client is done and
+  // its Certificate, CertificateVerify and Finished wait in `out`.
+  for (int r; (r = SSL_do_handshake(ssl)) != 1;) {
+    ASSERT_EQ(SSL_get_error(ssl, r), SSL_ERROR_WANT_READ);
+    ASSERT_TRUE(send_out());
+    ASSERT_TRUE(receive()) << "the proxy closed during the handshake";
+  }
+  EXPECT_EQ(peer_cn(ssl), "server");
+  const auto updates = [&] {
+    return metric("envoy_listener_server_ssl_socket_factory_ssl_context_update_by_sds",
+                  "envoy_listener_address=\"127.0.0.1_" + std::to_string(port) + "\"");
+  };
+  write_sds("server2");
+  ASSERT_EQ(eventually(updates, 1), 1u);
+  // The proxy now checks the client's certificate, on the context the handshake began with.
+  const std::string req = "GET / HTTP/1.1\r\nHost: backend.local\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(SSL_write(ssl, req.data(), static_cast<int>(req.size())), static_cast<int>(req.size()));
+  ASSERT_TRUE(send_out());
+  std::string answer;
+  char buf[4096];
+  for (;;) {
+    const int n = SSL_read(ssl, buf, sizeof buf);
+    if (n > 0) {
+      answer.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (SSL_get_error(ssl, n) != SSL_ERROR_WANT_READ || !receive()) break;
+  }
+  SSL_free(ssl);
+  ::close(fd);
+  EXPECT_NE(answer.find(" 200 "), std::string::npos) << answer;
+  EXPECT_NE(answer.find("sds"), std::string::npos) << answer;
+  // New handshakes take the new certificate.
+  auto after = handshake(port, "client");
+  ASSERT_TRUE(after->ssl);
+  EXPECT_EQ(peer_cn(after->ssl), "server2");
+  EXPECT_NE(http_get(after->fd, after->ssl).find(" 200 "), std::string::npos);
 }
 
 }  // namespace

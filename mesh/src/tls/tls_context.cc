@@ -41,8 +41,12 @@ int require_sni(SSL* ssl, int* alert, void*) {
   return SSL_CLIENT_HELLO_ERROR;
 }
 
+// The CtxData goes with the SSL_CTX itself, when OpenSSL frees it: a
+// handshake begun before an SDS rotation holds the old SSL_CTX and still runs
+// its callbacks (verification, ALPN) on it after the TlsContext let it go.
+void free_ctx_data(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) { delete static_cast<CtxData*>(ptr); }
 int ctx_index() {
-  static const int idx = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  static const int idx = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, free_ctx_data);
   return idx;
 }
 int ssl_index() {
@@ -214,12 +218,12 @@ std::shared_ptr<TlsContext> TlsContext::client(const config::UpstreamTlsContext&
 std::shared_ptr<SSL_CTX> TlsContext::build(const config::CommonTlsContext& cfg) const {
   SSL_CTX* raw = SSL_CTX_new(server_ ? TLS_server_method() : TLS_client_method());
   if (raw == nullptr) refuse("SSL_CTX_new");
+  std::shared_ptr<SSL_CTX> ctx(raw, SSL_CTX_free);
   auto* data = new CtxData;
-  std::shared_ptr<SSL_CTX> ctx(raw, [data](SSL_CTX* c) {
-    SSL_CTX_free(c);
+  if (SSL_CTX_set_ex_data(raw, ctx_index(), data) != 1) {
     delete data;
-  });
-  SSL_CTX_set_ex_data(raw, ctx_index(), data);
+    refuse("SSL_CTX_set_ex_data");
+  }
   const config::TlsParams& p = cfg.tls_params;
   // Envoy's defaults: at least TLS 1.2; at most 1.3 for a server, 1.2 for a client.
   SSL_CTX_set_min_proto_version(raw, p.min_version ? p.min_version : TLS1_2_VERSION);
