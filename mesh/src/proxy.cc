@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "control/control_plane.h"
+#include "dataplane/worker.h"
 #include "dpukit/core/accounting.h"
 #include "dpukit/core/log.h"
 #include "dpukit/core/results.h"
@@ -50,6 +51,7 @@ int run_proxy(const ProxyOptions& o) {
   std::string warn = pin_current_thread(placement.dpu);
   if (!warn.empty()) log_warn("dpukit-mesh: " + warn);
   uint64_t t0 = now_ns();
+  set_dpu_speed(o.dpu_speed);  // before any data-plane loop starts
   ControlPlane cp(o, placement.dpu.cpus, workers);
   try {
     cp.start(std::move(bootstrap));
@@ -57,13 +59,15 @@ int run_proxy(const ProxyOptions& o) {
     std::fprintf(stderr, "dpukit-mesh run: error: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "dpukit-mesh: serving with %u worker(s), model %s, dpu CPUs %s\n", workers, model_name(o.model),
-               placement.dpu.str().c_str());
+  std::fprintf(stderr, "dpukit-mesh: serving with %u worker(s), model %s, dpu CPUs %s, dpu speed %s (%g)\n", workers,
+               model_name(o.model), placement.dpu.str().c_str(), o.dpu_speed.name.c_str(), o.dpu_speed.factor);
   cp.run();
   if (!o.json_out.empty()) {
     Result r("dpukit-mesh", {"dpukit-mesh", "run", "--config", o.config_path, "--model", model_name(o.model),
-                             "--workers", std::to_string(workers), "--dpu-cpus", placement.dpu.str()});
+                             "--workers", std::to_string(workers), "--dpu-cpus", placement.dpu.str(),
+                             "--dpu-speed", o.dpu_speed.name});
     r.set_placement(placement);
+    r.set_dpu_speed(o.dpu_speed);
     r.parameters() = {{"model", model_name(o.model)}, {"workers", workers}, {"config", o.config_path}};
     CpuAccount cpu;
     cpu.add(Place::kDpu, process_cpu_ns());
@@ -74,7 +78,13 @@ int run_proxy(const ProxyOptions& o) {
       auto [ns, calls] = cp.stats().module_total(static_cast<Module>(m));
       modules[module_name(static_cast<Module>(m))] = {{"ns_total", ns}, {"calls", calls}};
     }
-    r.figures() = {{"requests", cp.requests_total()}, {"workers_cpu_ns", cp.workers_cpu_ns()}, {"modules", modules}};
+    // The data-plane loops' dilation: their units' CPU time and the busy time added after them (work x (1/F - 1));
+    // both are in the CPU figures too (what the slower core would have spent).
+    DilationTotals dilation = dilation_totals();
+    r.figures() = {{"requests", cp.requests_total()},
+                   {"workers_cpu_ns", cp.workers_cpu_ns()},
+                   {"modules", modules},
+                   {"dilation", {{"work_ns", dilation.work_ns}, {"dilated_ns", dilation.dilated_ns}}}};
     r.write(o.json_out);
   }
   return 0;

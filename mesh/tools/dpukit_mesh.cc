@@ -1,6 +1,6 @@
 // dpukit-mesh: FlatProxy, the node-level service-mesh proxy (docs/mesh.md).
 //   dpukit-mesh run --config envoy.yaml [--model rtc|pipelined] [--workers N] [--dpu-cpus 1] [--watch] [--json OUT]
-//                   [--drain-time-s 600] [--drain-strategy immediate]
+//                   [--drain-time-s 600] [--drain-strategy immediate] [--dpu-speed host|bluefield2|bluefield3|F]
 //   dpukit-mesh validate --config envoy.yaml
 //   dpukit-mesh echo --listen 127.0.0.1:9001 --name a [--threads N] [--cpus 0]
 #include <cstdio>
@@ -20,6 +20,7 @@ int cmd_run(int argc, char** argv) {
   p.option("model", "execution model of the data plane: rtc (run-to-completion) or pipelined", "rtc");
   p.option("workers", "data-plane event loops (0: one per dpu CPU)", "0");
   p.cpus_option("dpu-cpus", "CPUs of the dpu place, e.g. 1 or 1-3 (default: all but the first)");
+  p.dpu_speed_option();
   p.flag("watch", "reload the configuration when its file changes (SIGHUP always reloads)");
   p.option("json", "at exit, write a dpukit.result/1 JSON (CPU per place, stats) here");
   p.option("drain-time-s", "seconds the connections of a removed listener may drain before they are closed (Envoy's)",
@@ -41,6 +42,7 @@ int cmd_run(int argc, char** argv) {
   o.dpu_cpus = p.str("dpu-cpus");
   o.watch = p.has("watch");
   o.json_out = p.str("json");
+  o.dpu_speed = p.dpu_speed();
   uint64_t drain = p.u64("drain-time-s");
   if (drain > 24u * 3600) p.fail("--drain-time-s must be at most 86400");
   o.drain_time_s = static_cast<unsigned>(drain);

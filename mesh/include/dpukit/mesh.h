@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "dpukit/core/dpu_speed.h"
+
 namespace dpukit::mesh {
 
 // How the data plane's processing modules (parser -> filter -> router/load
@@ -28,6 +30,9 @@ struct ProxyOptions {
   // reload or an xDS update removed may drain before what is left is closed.
   // Every one is told at once (Envoy's --drain-strategy immediate).
   unsigned drain_time_s = 600;
+  // How fast a dpu CPU is (--dpu-speed): every data-plane loop (workers and
+  // pipeline stages) is dilated to it; the control plane's thread is not.
+  DpuSpeed dpu_speed;
 };
 
 // Reads and checks a bootstrap; "" when it is accepted, otherwise

@@ -94,6 +94,8 @@ void Pipeline::stage_loop(int index, Link& in, Link* out, int cpu) {
   }
   pthread_setname_np(pthread_self(), index == 0 ? "mesh:match" : "mesh:deparse");
   uint64_t t0 = thread_cpu_ns();
+  LoopDilation dilation;  // a stage is a dpu thread: each batch is paid for before the stage may sleep
+  dilation.start();
   StageItem batch[kBatch];
   while (!stop_.load(std::memory_order_acquire)) {
     size_t n = in.consumer.try_pop(batch, kBatch);
@@ -105,9 +107,11 @@ void Pipeline::stage_loop(int index, Link& in, Link* out, int cpu) {
     for (size_t i = 0; i < n; ++i) {
       if (index == 0) batch[i].client->stage_match_action();
       else batch[i].client->stage_deparse();
-      // The next ring is as large as this one and drained as fast as the worker can: wait for room.
-      while (!out->push(batch[i]) && !stop_.load(std::memory_order_relaxed)) std::this_thread::yield();
     }
+    dilation.pay();  // before the batch moves on, so its time in this stage is dilated
+    // The next ring is as large as this one and drained as fast as the worker can: wait for room.
+    for (size_t i = 0; i < n; ++i)
+      while (!out->push(batch[i]) && !stop_.load(std::memory_order_relaxed)) std::this_thread::yield();
   }
   cpu_ns_.fetch_add(thread_cpu_ns() - t0, std::memory_order_relaxed);
 }

@@ -28,6 +28,7 @@
 #include "dataplane/snapshot.h"
 #include "dpukit/mesh.h"
 #include "dpukit/core/accounting.h"
+#include "dpukit/core/dpu_speed.h"
 #include "stats.h"
 #include "tls/client_hello.h"
 #include "tls/tls_context.h"
@@ -91,6 +92,33 @@ struct WriteQueue {
 
 // Nanoseconds on CLOCK_MONOTONIC (core's now_ns), signed: the clock of ejections, timeouts and token buckets.
 inline int64_t mono_ns() { return static_cast<int64_t>(now_ns()); }
+
+// The dpu's speed (docs/core.md), one per process: the node proxy is one
+// dpu place. run_proxy sets it before any data-plane loop starts; every loop
+// (the workers' and the pipeline stages') dilates to it.
+void set_dpu_speed(const DpuSpeed& speed);
+const DpuSpeed& dpu_speed();
+// What the process's data-plane loops have dilated so far: the CPU time of
+// their units of work and the busy time added after them (work x (1/F - 1)).
+struct DilationTotals {
+  uint64_t work_ns = 0, dilated_ns = 0;
+};
+DilationTotals dilation_totals();
+
+// A data-plane loop's Dilation at the process's dpu speed. pay() after each
+// batch of events, before the loop may block again, so a request's service
+// time is dilated and the loop never sleeps with unpaid debt; what it pays is
+// added to dilation_totals().
+class LoopDilation {
+ public:
+  LoopDilation() : d_(dpu_speed()) {}
+  void start() { d_.start(); }
+  void pay();
+
+ private:
+  Dilation d_;
+  uint64_t reported_work_ = 0, reported_dilated_ = 0;
+};
 
 // A downstream connection as the worker's drain manager sees it: when an
 // install leaves its listener (or filter chain) without a successor, it is
