@@ -20,6 +20,8 @@ from __future__ import annotations
 import itertools
 import re
 import subprocess
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -326,6 +328,60 @@ def test_rotation_without_restart(kind: str, nodes: Nodes, pki: Pki, tmp_path: P
         finally:
             kept.close()
         proxy.proc.check_alive()  # the same process all along: no restart
+
+
+def test_rotation_while_handshakes_run(kind: str, nodes: Nodes, pki: Pki, tmp_path: Path):
+    """The SDS file is rotated again and again while four clients keep
+    making new connections: none of them fails, each new certificate reaches
+    new handshakes, and an SDS file caught half-written (rewritten in place,
+    not renamed) is refused with the certificate in use kept. (A rotation
+    used to free the verification data of the handshakes under way: the
+    proxy crashed, and CI saw a connection closed before a response.)"""
+    echo = nodes.start_echo("backend")
+    port, admin = free_port(), free_port()
+    sds = sds_certificate_file(tmp_path / "sds.yaml", "backend", pki.mesh.backend)
+    config = tls_bootstrap(admin=admin, clusters=[tls_cluster("backend", echo)], listeners=[listener(
+        "inbound", port, [FilterChain(hcm_filter("backend"), downstream_tls(
+            6, sds=sds, secret="backend", ca=pki.mesh.ca.cert, san_uris=[FRONTEND]))])])
+    rotated = [pki.factory.issue(f"backend-r{i}", pki.mesh.ca, uris=[BACKEND], dns=[BACKEND_DNS]) for i in range(3)]
+    with Group(tmp_path / "logs") as group:
+        proxy = start_proxy(group, kind, config, tmp_path, port=port, admin=admin)
+        ctx = client_context(ca=pki.mesh.ca.cert, cert=pki.mesh.frontend)
+        stop, failures, served = threading.Event(), [], [0]
+
+        def client() -> None:
+            while not stop.is_set():
+                try:
+                    assert tls_get(port, ctx).status == 200
+                    served[0] += 1
+                except Exception as e:  # noqa: BLE001 - every failure is reported
+                    failures.append(repr(e))
+                    return
+
+        clients = [threading.Thread(target=client, daemon=True) for _ in range(4)]
+        for t in clients:
+            t.start()
+        try:
+            current = pki.mesh.backend
+            for i, cert in enumerate(rotated):
+                if i == 1:
+                    # A node agent caught mid-write: half the file, in place.
+                    whole = sds_certificate_file(tmp_path / "next.yaml", "backend", cert).read_text()
+                    sds.write_text(whole[: len(whole) // 2])
+                    time.sleep(2.5)  # the proxy looks once a second: two looks
+                    assert tls_get(port, ctx).peer_serial == current.serial
+                sds_certificate_file(sds, "backend", cert)
+                wait_for(f"rotation {i}: a new handshake presents the new certificate",
+                         lambda: tls_get(port, ctx).peer_serial == cert.serial)
+                current = cert
+                assert not failures, failures
+        finally:
+            stop.set()
+            for t in clients:
+                t.join(timeout=15)
+        assert not failures, failures
+        assert served[0] > 0
+        proxy.proc.check_alive()
 
 
 # -- the two-node topology: client → node proxy A → mTLS → node proxy B → service -----------------
