@@ -13,8 +13,10 @@ namespace {
 // The factors and their sources: docs/core.md says how each was derived.
 constexpr DpuSpeedPreset kPresets[] = {
     {"host", 1.0, "the dpu place runs at a host core's speed (no model)"},
-    {"bluefield2", 0.25,
-     "BlueField-2's Cortex-A72 cores against an x86 server core (docs/core.md gives the derivation)"},
+    {"bluefield2", 0.45,
+     "PulseDB Fig. 2's BlueField-3 factor (0.455, Cortex-A78 at 2.0 GHz) scaled by single-thread 7-zip MIPS per "
+     "MHz (sbc-bench: Cortex-A72 1.04, Cortex-A78AE 1.45) to BlueField-2's Cortex-A72 at 2.75 GHz (DPUBench); "
+     "docs/core.md gives the derivation"},
     {"bluefield3", 0.455,
      "PulseDB Fig. 2: BlueField-3's Arm cores reach 45.5 % of the host's compaction throughput"},
 };

@@ -94,15 +94,37 @@ class Dilation {
 // v2 cpu.max where only that is mounted). What it distorts: a throttled
 // thread stops for the rest of the period, so latency gains up to
 // (1 - F) x period of stall at a time; throughput over many periods is F.
+//
+// The group is made below this process's own cgroup, named after `name`, the
+// pid and a serial. The kernel refuses a period or a quota under 1 ms, and it
+// charges a thread that runs alone on its CPU against the quota only at its
+// scheduler tick (4 ms at 250 Hz): with a period under two ticks the thread
+// overruns, is throttled for its debt and gets less than F (0.33-0.43 at
+// F = 0.5 with the 2 ms period, docs/core.md), with no shorter stalls. So the
+// default period is the shortest that holds F: two ticks, raised where the
+// quota would be under 1 ms. A period asked for explicitly is taken (raised
+// only for the 1 ms quota).
+//
+// The group has the largest weight (cpu.shares, cpu.weight): it stands for
+// dpu cores of its own, so within its quota it does not yield to other work
+// on the same CPU. On cgroup2 add_thread() makes the group threaded (the
+// thread's process must be in this process's cgroup), and then it takes no
+// whole process.
 class CfsBandwidth {
  public:
-  static constexpr uint64_t kShortestPeriodUs = 1000;  // the kernel's minimum
+  static constexpr uint64_t kShortestPeriodUs = 1000;  // the kernel's minimum period
+  static constexpr uint64_t kShortestQuotaUs = 1000;   // the kernel's minimum quota
+  // Two scheduler ticks (CLOCK_MONOTONIC_COARSE's resolution is the tick).
+  static uint64_t default_period_us();
 
   // Creates the group; throws std::runtime_error saying why it cannot (no cpu
-  // controller mounted, not permitted).
-  CfsBandwidth(const std::string& name, double factor, unsigned cpus = 1,
-               uint64_t period_us = kShortestPeriodUs);
-  ~CfsBandwidth();  // moves its tasks back to the root group and removes the group
+  // controller mounted, not permitted), std::invalid_argument for a factor
+  // outside (0, 1] or too small for a 1 ms quota in a 1 s period.
+  // period_us 0: default_period_us().
+  CfsBandwidth(const std::string& name, double factor, unsigned cpus = 1, uint64_t period_us = 0);
+  // Moves its tasks back to the group this process is in (the root group
+  // here) and removes the group.
+  ~CfsBandwidth();
   CfsBandwidth(const CfsBandwidth&) = delete;
   CfsBandwidth& operator=(const CfsBandwidth&) = delete;
 
@@ -110,7 +132,8 @@ class CfsBandwidth {
   void add_process(pid_t pid);  // every thread of a process, and what it forks later
 
   uint64_t period_us() const { return period_us_; }
-  uint64_t quota_us() const { return quota_us_; }
+  uint64_t quota_us() const { return quota_us_; }  // 0: no limit (F = 1)
+  const std::string& path() const { return dir_; }
   struct Stat {
     uint64_t periods = 0, throttled_periods = 0, throttled_ns = 0;
   };
@@ -120,8 +143,8 @@ class CfsBandwidth {
   static std::string unavailable_reason();
 
  private:
-  std::string dir_;
-  bool v2_ = false;
+  std::string dir_, parent_;
+  bool v2_ = false, threaded_ = false;
   uint64_t period_us_ = 0, quota_us_ = 0;
 };
 
