@@ -247,10 +247,12 @@ def envoy_sidecars(chain: Chain) -> None:
     chain.entry_port = start_envoy(chain, "client-sidecar", server_side, place="host")
 
 
-def node_proxy(model: str = "rtc", workers: int = 1, attach: str = "tcp") -> Callable[[Chain], None]:
-    """client -> dpukit-mesh -> service: one node proxy on the dpu CPU, the
+def node_proxy(model: str = "rtc", workers: int = 1, attach: str = "tcp", *, dpu_cpus: str = DPU_CPU,
+               dpu_speed: str | None = None) -> Callable[[Chain], None]:
+    """client -> dpukit-mesh -> service: one node proxy on the dpu CPU(s), the
     sidecars' route configuration; the service attached over loopback TCP, a
-    Unix domain socket (``attach="uds"``) or shared-memory rings (``"shm"``)."""
+    Unix domain socket (``attach="uds"``) or shared-memory rings (``"shm"``).
+    ``dpu_speed``: its --dpu-speed (None: the eval's, from $DPUKIT_DPU_SPEED)."""
 
     def start(chain: Chain) -> None:
         pipe = start_service_attached(chain, {"uds": "unix", "shm": "shm"}[attach]) if attach != "tcp" else None
@@ -262,8 +264,9 @@ def node_proxy(model: str = "rtc", workers: int = 1, attach: str = "tcp") -> Cal
         path = chain.work_dir / f"{name}.yaml"
         path.write_text(config)
         chain.configs[name] = config
+        speed = ["--dpu-speed", dpu_speed] if dpu_speed else []
         proc = chain.group.start([tool_path(TOOL), "run", "--config", path, "--model", model,
-                                  "--workers", str(workers), "--dpu-cpus", DPU_CPU], name=name, place="dpu")
+                                  "--workers", str(workers), "--dpu-cpus", dpu_cpus, *speed], name=name, place="dpu")
         wait_ready(proc, listen, admin)
         chain.entry_port = listen
         chain.admin_port = admin

@@ -1,0 +1,258 @@
+"""mesh.bluefield: how many dpu CPUs at BlueField-3 speed the node proxy needs
+to reach the Envoy sidecar pair's max qps on host cores, and its added p99
+there (issue 25).
+
+The chains are mesh.py's (its topologies, loads and measured runs, reused, not
+copied): the Envoy sidecar pair on the dpu CPU as mesh.quick runs it (Envoy
+counted as host CPU: in that architecture it runs in the pods), and the node
+proxy (rtc, TCP to the service) with ``--dpu-speed bluefield3`` on 1, then 2
+dpu CPUs, and at host speed beside it. Every data-plane loop of the proxy is
+dilated to the speed (docs/core.md); the wire is loopback TCP on the same
+kernel, so the proxy's kernel time on its thread is dilated too (a BlueField's
+Arm cores run their own network stack).
+
+The experiment is a ``collect`` step (runs the chains, returns the records)
+and a pure ``render`` step (records -> section, table and plot).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from dpukit.experiments import Context, experiment
+from dpukit.experiments.mesh import (DPU_CPU, HOST_CPU, TOOL, Chain, Topology, add_chain_commands, direct,
+                                     envoy_sidecars, error_note, fmt_mr, fortio_load, measure, node_proxy,
+                                     run_chain, wrk_load)
+from dpukit.plots import BarPanel, bars_plot
+from dpukit.report import Section
+from dpukit.units import fmt_int, fmt_sig
+
+SPEED = "bluefield3"
+WRK_CONNS, FORTIO_CONNS = 16, 8
+SECONDS = 3
+QUICK_RATES = (1000,)
+FULL_RATES = (1000, 4000)  # both well under the sidecar pair's max (about 8,000 qps here)
+SIDECARS = "envoy-sidecars"
+
+
+@dataclass(frozen=True)
+class ProxyRun:
+    """A node proxy configuration of this experiment."""
+
+    name: str
+    speed: str
+    cpus: int  # dpu CPUs (one rtc worker each)
+
+
+def dpu_cpu_list(n: int) -> str | None:
+    """The dpu CPUs for an n-CPU node proxy: CPU 1 onwards, never the host
+    CPU (load generator and service); None when this machine has too few."""
+    first = int(DPU_CPU)
+    if first + n > (os.cpu_count() or 1):
+        return None
+    return str(first) if n == 1 else f"{first}-{first + n - 1}"
+
+
+def proxy_runs() -> list[ProxyRun]:
+    return [ProxyRun("node-proxy-host", "host", 1), ProxyRun(f"node-proxy-{SPEED}", SPEED, 1),
+            ProxyRun(f"node-proxy-{SPEED}-2cpu", SPEED, 2)]
+
+
+def plan() -> tuple[list[Topology], dict[str, ProxyRun], dict[str, str]]:
+    """The topologies that can run here, their proxy runs, and what is left out with why."""
+    tops = [Topology("direct", "client → service (no proxy)", direct),
+            Topology(SIDECARS, "client → Envoy → Envoy → service (the sidecar pair, on one host core)",
+                     envoy_sidecars)]
+    runs: dict[str, ProxyRun] = {}
+    left_out: dict[str, str] = {}
+    for r in proxy_runs():
+        cpus = dpu_cpu_list(r.cpus)
+        if cpus is None:
+            left_out[r.name] = (f"needs {r.cpus} dpu CPUs besides the host CPU {HOST_CPU}; this machine has "
+                                f"{os.cpu_count()} CPUs")
+            continue
+        tops.append(Topology(r.name, f"client → dpukit-mesh (rtc, {r.cpus} worker(s) on dpu CPUs {cpus}, "
+                             f"--dpu-speed {r.speed}) → service",
+                             node_proxy("rtc", r.cpus, dpu_cpus=cpus, dpu_speed=r.speed)))
+        runs[r.name] = r
+    return tops, runs, left_out
+
+
+# -- collect --------------------------------------------------------------------------
+
+
+def collect(ctx: Context) -> dict[str, Any]:
+    """Paired, interleaved rounds (topology after topology, then again): in
+    each, one chain per topology, wrk's max qps then fortio at each fixed
+    rate. Returns every run's record in the order it was made, and per
+    topology the indices of its wrk runs and, per rate, of its fortio runs."""
+    tops, runs, left_out = plan()
+    rates = QUICK_RATES if ctx.quick else FULL_RATES
+    rounds = ctx.repeats
+    records: list[dict[str, Any]] = []
+    wrk: dict[str, list[int]] = {t.name: [] for t in tops}
+    fortio: dict[str, dict[str, list[int]]] = {t.name: {str(q): [] for q in rates} for t in tops}
+
+    def keep(record: dict[str, Any]) -> int:
+        records.append(record)
+        return len(records) - 1
+
+    steps, step = rounds * len(tops), 0
+    for rnd in range(1, rounds + 1):
+        for top in tops:
+            step += 1
+            ctx.progress(f"{top.name} round {rnd}/{rounds}", step, steps)
+            extra: dict[str, Any] = {}
+            if top.name in runs:
+                extra = {"dpu_speed": runs[top.name].speed, "dpu_cpus": dpu_cpu_list(runs[top.name].cpus)}
+
+            def body(chain: Chain, top: Topology = top, rnd: int = rnd, extra: dict[str, Any] = extra) -> None:
+                wrk[top.name].append(keep(measure(
+                    ctx, top, chain, wrk_load(chain.url, WRK_CONNS, SECONDS), label=f"{top.name}-wrk-r{rnd}",
+                    parameters={"load": "wrk", "connections": WRK_CONNS, "seconds": SECONDS, **extra})))
+                for q in rates:
+                    fortio[top.name][str(q)].append(keep(measure(
+                        ctx, top, chain, fortio_load(chain.url, q, FORTIO_CONNS, SECONDS, chain.work_dir / "f.json"),
+                        label=f"{top.name}-fortio{q}-r{rnd}",
+                        parameters={"load": "fortio", "qps": q, "connections": FORTIO_CONNS, "seconds": SECONDS,
+                                    **extra})))
+
+            run_chain(ctx, top, body)
+    return {"topologies": [[t.name, t.description] for t in tops], "runs": {n: vars(r) for n, r in runs.items()},
+            "left_out": left_out, "rates": list(rates), "rounds": rounds, "records": records, "wrk": wrk,
+            "fortio": fortio}
+
+
+# -- render ---------------------------------------------------------------------------
+
+
+def dpu_busy(record: dict[str, Any]) -> float:
+    """The proxy's dpu CPU over the run's wall time: 1.0 = one dpu CPU busy all the time."""
+    return record["cpu_ns"]["dpu"] / record["wall_ns"]
+
+
+def per_cpu_qps(record: dict[str, Any]) -> float:
+    """Requests per dpu CPU-second in a max-qps run: what one such CPU serves when it is the bottleneck."""
+    cpu_ms_per_1k = record["figures"]["dpu_cpu_ms_per_1k"]
+    return 1e6 / cpu_ms_per_1k if cpu_ms_per_1k > 0 else math.nan
+
+
+def cpus_needed(sidecar_qps: Sequence[float], proxy: Sequence[dict[str, Any]], cpus: int) -> tuple[float, bool]:
+    """dpu CPUs at this speed to reach the sidecar pair's max qps, paired by
+    round: measured when this many CPUs already reach it (then it is `cpus`
+    or fewer), else the sidecar qps over the per-CPU rate (an extrapolation).
+    Returns (median CPUs, whether it was extrapolated)."""
+    reach = [p["figures"]["qps"] >= s for s, p in zip(sidecar_qps, proxy)]
+    if all(reach):
+        return float(cpus), False
+    need = [s / per_cpu_qps(p) for s, p in zip(sidecar_qps, proxy)]
+    return statistics.median(need), True
+
+
+def render(ctx: Context, data: dict[str, Any]) -> Section:
+    sec = Section("mesh.bluefield: the node proxy at BlueField-3 speed against the Envoy sidecar pair")
+    names = [n for n, _ in data["topologies"]]
+    recs = data["records"]
+    wrk = {n: [recs[i] for i in idx] for n, idx in data["wrk"].items()}
+    fortio = {n: {int(q): [recs[i] for i in idx] for q, idx in by_rate.items()} for n, by_rate in data["fortio"].items()}
+    rates, rounds = data["rates"], data["rounds"]
+    proxies = [n for n in names if n in data["runs"]]
+    sec.paragraph(
+        "Topologies: " + "; ".join(f"`{n}`: {d}" for n, d in data["topologies"]) + "."
+        + ("" if not data["left_out"] else " Left out on this machine: "
+           + "; ".join(f"`{n}` ({why})" for n, why in data["left_out"].items()) + "."))
+    sec.paragraph(
+        f"The load generator and the service run on CPU {HOST_CPU}; the sidecar pair (two Envoy 1.40, "
+        f"`--concurrency 1`) and the node proxy on CPU {DPU_CPU} (the 2-CPU proxy on CPUs 1-2). The node proxy's "
+        f"data-plane loops are dilated to `--dpu-speed {SPEED}` (F = 0.455: each batch of events is followed by "
+        "(1/F − 1) × its CPU time of busy time, so a dpu CPU serves F of what a host core does). "
+        f"Max qps: `wrk -t1 -c{WRK_CONNS} -d{SECONDS}s`; added p99: `fortio load -qps Q -c {FORTIO_CONNS} "
+        f"-t {SECONDS}s`, the topology's p99 minus the same round's direct p99. "
+        + ("Quick mode: one round." if rounds == 1 else
+           f"{rounds} paired, interleaved rounds (topology after topology, then again); each cell is the median "
+           "with the range of the rounds."))
+
+    def col(name: str, key: str, recs: Sequence[dict[str, Any]] | None = None) -> str:
+        return fmt_mr([r["figures"][key] for r in (wrk[name] if recs is None else recs)])
+
+    def added_p99(name: str, q: int) -> list[float]:
+        return [r["figures"]["p99_ms"] - d["figures"]["p99_ms"] for r, d in zip(fortio[name][q], fortio["direct"][q])]
+
+    side_qps = [r["figures"]["qps"] for r in wrk[SIDECARS]]
+    header = ["topology", "max qps", "× sidecar pair", "dpu CPUs busy", "req / dpu CPU-s", "CPU ms / 1k req"]
+    header += [f"added p99 ms at {fmt_int(q)} qps" for q in rates]
+    rows = []
+    for n in names:
+        if n == "direct":
+            continue
+        proxy = n in data["runs"]
+        x = [r["figures"]["qps"] / s for r, s in zip(wrk[n], side_qps)]
+        cpu_key = "dpu_cpu_ms_per_1k" if proxy else "host_cpu_ms_per_1k"
+        rows.append([n, col(n, "qps"), fmt_mr(x),
+                     fmt_mr([dpu_busy(r) for r in wrk[n]]) if proxy else "—",
+                     fmt_mr([per_cpu_qps(r) for r in wrk[n]]) if proxy else "—",
+                     col(n, cpu_key) + ("" if proxy else " (host: Envoy pair + service)")]
+                    + [fmt_mr(added_p99(n, q)) for q in rates])
+    sec.table(header, rows, caption="Max qps, the proxy's dpu CPU use at max qps, and added p99 at fixed rates")
+
+    verdict = []
+    for n in proxies:
+        r = data["runs"][n]
+        if r["speed"] != SPEED:
+            continue
+        need, extrapolated = cpus_needed(side_qps, wrk[n], r["cpus"])
+        if extrapolated:
+            verdict.append(f"`{n}` ({r['cpus']} CPU) does not reach the pair's max qps; extrapolated from its "
+                           f"per-CPU rate, the pair needs {fmt_sig(need)} → {math.ceil(need)} {SPEED} CPU(s) "
+                           "(an extrapolation, assuming workers scale linearly)")
+        else:
+            verdict.append(f"`{n}` reaches the pair's max qps with {r['cpus']} {SPEED} CPU(s) in every round "
+                           f"(measured; its per-CPU rate puts the need at "
+                           f"{fmt_mr([s / per_cpu_qps(p) for s, p in zip(side_qps, wrk[n])])} CPU)")
+    if verdict:
+        sec.paragraph("**dpu CPUs at BlueField-3 speed to match the Envoy sidecar pair:** " + "; ".join(verdict)
+                      + ". `req / dpu CPU-s` is requests per second of the proxy's CPU time at max qps (dilated "
+                      "time included): what one such CPU serves when it is the bottleneck.")
+    sec.paragraph(
+        "What dilation does not show: the reply of the last request of a batch can leave before its batch is paid "
+        "for (Asio writes at once inside the handler), so at a low rate about half of a request's dilation (the "
+        "response's half) is not in its latency: the added p99 at BlueField speed is a lower bound by about "
+        "(1/F − 1) × half the proxy's CPU per request. Memory-bound work slows by F here and less on a real Arm "
+        "core.")
+
+    path, rel = ctx.plot_path("bluefield")
+    plot_names = [n for n in names if n != "direct"]
+    med = statistics.median
+    panels = [BarPanel("max qps (wrk, 16 conns)", "requests / s",
+                       {"": [med(r["figures"]["qps"] for r in wrk[n]) for n in plot_names]},
+                       fmt=lambda v: fmt_sig(v / 1000) + "k",
+                       refline=(med(side_qps), "Envoy sidecar pair"))]
+    for q in rates:
+        panels.append(BarPanel(f"added p99 at {fmt_int(q)} qps", "ms", {"": [med(added_p99(n, q)) for n in plot_names]}))
+    bars_plot(path, panels, plot_names, title=f"The node proxy at {SPEED} speed against the Envoy sidecar pair",
+              ncols=len(panels), highlight=f"node-proxy-{SPEED}")
+    sec.image(rel, "max qps and added p99 per topology",
+              "Max qps (the dashed line: the Envoy sidecar pair's) and added p99 at fixed rates"
+              + (" (medians of the rounds)." if rounds > 1 else "."))
+    sec.paragraph(error_note(recs))
+    add_chain_commands(sec, recs)
+    return sec
+
+
+@experiment(
+    "mesh.bluefield",
+    title="mesh.bluefield: the node proxy at BlueField-3 speed against the Envoy sidecar pair",
+    description="Max qps (wrk) and added p99 at fixed rates (fortio) of the Envoy sidecar pair on a host core and "
+                "of the node proxy at --dpu-speed bluefield3 on 1 (and 2) dpu CPUs, with host speed beside it: "
+                "how many BlueField-3 CPUs match the pair.",
+    tools=[TOOL],
+)
+def bluefield(ctx: Context) -> Section:
+    data = ctx.measured("chains", lambda: collect(ctx))
+    if ctx.replay:  # the runs the section lists, as the live eval made them
+        ctx.runs.extend(data["records"])
+    return render(ctx, data)
