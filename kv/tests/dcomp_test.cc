@@ -47,7 +47,7 @@ TEST(DcompWire, JobsResultsAndStatsSurviveTheTrip) {
   EXPECT_EQ(jd->input, j.input);
   EXPECT_EQ(jd->fault, Fault::kHang);
 
-  JobResult r{false, "IO error: x", "", 11, 22, 3};
+  JobResult r{false, "IO error: x", "", 11, 22, 3, 4};
   auto rd = decode_result(encode(r));
   ASSERT_TRUE(rd);
   EXPECT_FALSE(rd->ok);
@@ -55,6 +55,7 @@ TEST(DcompWire, JobsResultsAndStatsSurviveTheTrip) {
   EXPECT_EQ(rd->cpu_ns, 11u);
   EXPECT_EQ(rd->wall_ns, 22u);
   EXPECT_EQ(rd->refused, 3u);
+  EXPECT_EQ(rd->dilated_ns, 4u);
 
   WorkerStats s{1, 2, 3, 4, 5, 6};
   auto sd = decode_stats(encode(s));
@@ -72,7 +73,7 @@ TEST(DcompWire, ABodyCutShortOrWithBytesLeftOverIsRefused) {
   std::string bad_fault = encode(Job{1, "/db", "/out", "input", Fault::kNone});
   bad_fault[bad_fault.size() - 8] = 9;
   EXPECT_FALSE(decode_job(bad_fault));
-  EXPECT_FALSE(decode_stats(encode(JobResult{true, "e", "r", 1, 2, 3})));
+  EXPECT_FALSE(decode_stats(encode(JobResult{true, "e", "r", 1, 2, 3, 4})));
 }
 
 // ------------------------------------------------------- the service input
@@ -270,6 +271,123 @@ TEST_F(Dcomp, LevelZeroStaysOnTheHostAndDeeperLevelsGoToTheWorker) {
   EXPECT_GT(o.statistics->getTickerCount(rocksdb::REMOTE_COMPACT_WRITE_BYTES), 0u);
   EXPECT_EQ(d["worker_stats"]["jobs"], 1);
   expect_intact(kKeys);
+}
+
+// Every key and value, and the files per level: what two runs of the same
+// compactions must both end with.
+std::string contents(rocksdb::DB& db) {
+  std::string all;
+  std::unique_ptr<rocksdb::Iterator> it(db.NewIterator({}));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) all += it->key().ToString() + "=" + it->value().ToString() + ";";
+  EXPECT_TRUE(it->status().ok()) << it->status().ToString();
+  rocksdb::ColumnFamilyMetaData md;
+  db.GetColumnFamilyMetaData(&md);
+  for (const auto& l : md.levels) {
+    uint64_t entries = 0;
+    for (const auto& f : l.files) entries += f.num_entries;
+    all += "|L" + std::to_string(l.level) + ":" + std::to_string(l.files.size()) + "/" + std::to_string(entries);
+  }
+  return all;
+}
+
+// --dpu-speed: the worker's job thread is time-dilated. The same job at F =
+// 0.5 accounts about twice the worker CPU it does at F = 1 (of which half is
+// the dilation), and writes the same output.
+TEST_F(Dcomp, AtHalfSpeedAJobAccountsTwiceTheWorkerCpuAndWritesTheSameOutput) {
+  constexpr uint64_t kKeys = 40000;
+  struct Run {
+    uint64_t cpu_ns = 0, dilated_ns = 0;
+    std::string contents;
+  };
+  auto run = [&](const std::string& speed) {
+    Run out;
+    rocksdb::Options o = options();
+    EXPECT_TRUE(rocksdb::DestroyDB(db_, o).ok());
+    DcompConfig cfg = config();
+    cfg.worker_command.insert(cfg.worker_command.end(), {"--dpu-speed", speed});
+    DcompOffload off(cfg);
+    off.install(o, 1, 2);
+    auto db = open(o);
+    if (!db) return out;
+    fill(*db, kKeys);
+    compact(*db);  // L0 -> L1, on the host
+    compact(*db);  // L1 -> L1, the worker's job
+    out.contents = contents(*db);
+    EXPECT_TRUE(db->Close().ok());
+    db.reset();
+    auto d = off.finish().json;
+    EXPECT_EQ(d["jobs_in_worker"], 1) << d.dump(1);
+    EXPECT_EQ(d["jobs"].size(), 1u) << d.dump(1);
+    if (d["jobs"].size() == 1) {
+      out.cpu_ns = d["jobs"][0]["worker_cpu_ns"];
+      out.dilated_ns = d["jobs"][0]["worker_dilated_ns"];
+    }
+    EXPECT_EQ(d["worker_job_dilated_ns"], out.dilated_ns);
+    return out;
+  };
+  Run full = run("host"), half = run("0.5");
+  EXPECT_EQ(full.dilated_ns, 0u) << "nothing is dilated at the host's speed";
+  ASSERT_GT(full.cpu_ns, 0u);
+  ASSERT_GT(half.cpu_ns, half.dilated_ns);
+  // At F = 0.5 the thread stays busy (1/F - 1) = 1 x the CPU time of its work.
+  double own = double(half.cpu_ns - half.dilated_ns);
+  EXPECT_GE(half.dilated_ns, 0.95 * own) << half.cpu_ns << " ns of CPU, " << half.dilated_ns << " dilated";
+  EXPECT_LE(half.dilated_ns, 1.5 * own) << half.cpu_ns << " ns of CPU, " << half.dilated_ns << " dilated";
+  // Two runs of the job do not cost exactly the same (on a busy machine the
+  // undilated job's CPU varied 0.7-1.4x between runs): a loose bound.
+  double ratio = double(half.cpu_ns) / double(full.cpu_ns);
+  EXPECT_GT(ratio, 1.25) << "worker job CPU at F=0.5: " << half.cpu_ns << " ns, at F=1: " << full.cpu_ns << " ns";
+  EXPECT_LT(ratio, 4.0) << "worker job CPU at F=0.5: " << half.cpu_ns << " ns, at F=1: " << full.cpu_ns << " ns";
+  EXPECT_FALSE(full.contents.empty());
+  EXPECT_EQ(half.contents, full.contents) << "the dilated job wrote something else";
+  expect_intact(kKeys);
+}
+
+// The knobs of PulseDB Fig. 3: first_level 0 sends L0->L1 too; share 0.5
+// keeps every other eligible compaction on the host.
+TEST_F(Dcomp, FirstLevelAndShareChooseWhichCompactionsGoToTheWorker) {
+  constexpr uint64_t kKeys = 15000;
+  auto levels = [&](int first_level, double share) {
+    rocksdb::Options o = options();
+    EXPECT_TRUE(rocksdb::DestroyDB(db_, o).ok());
+    DcompConfig cfg = config();
+    cfg.first_level = first_level;
+    cfg.share = share;
+    DcompOffload off(cfg);
+    off.install(o, 1, 2);
+    auto db = open(o);
+    if (db) {
+      fill(*db, kKeys);
+      compact(*db);  // L0 -> L1
+      compact(*db);  // L1 -> L1
+      compact(*db);  // L1 -> L1
+      EXPECT_TRUE(db->Close().ok());
+    }
+    db.reset();
+    nlohmann::json d = off.finish().json;
+    expect_intact(kKeys);
+    return d;
+  };
+  auto d = levels(0, 1.0);
+  EXPECT_EQ(d["by_levels"]["L0->L1"]["worker"], 1) << d.dump(1);
+  EXPECT_EQ(d["by_levels"]["L1->L1"]["worker"], 2) << d.dump(1);
+  EXPECT_EQ(d["jobs_failed"], 0) << d.dump(1);
+  d = levels(0, 0.5);  // the 1st and 3rd eligible stay, the 2nd goes
+  EXPECT_EQ(d["by_levels"]["L0->L1"]["host"], 1) << d.dump(1);
+  EXPECT_EQ(d["by_levels"]["L1->L1"]["worker"], 1) << d.dump(1);
+  EXPECT_EQ(d["by_levels"]["L1->L1"]["host"], 1) << d.dump(1);
+  EXPECT_EQ(d["kept_on_host"]["share"], 2) << d.dump(1);
+  d = levels(1, 0.0);
+  EXPECT_EQ(d["jobs_offloaded"], 0) << d.dump(1);
+  EXPECT_EQ(d["kept_on_host"]["input_l0"], 1) << d.dump(1);
+  EXPECT_EQ(d["kept_on_host"]["share"], 2) << d.dump(1);
+  EXPECT_THROW(
+      [&] {
+        DcompConfig c = config();
+        c.share = 1.5;
+        DcompOffload off(c);
+      }(),
+      std::invalid_argument);
 }
 
 // The worker dies (SIGKILL) holding its first job: that compaction runs on

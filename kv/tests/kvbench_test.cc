@@ -215,6 +215,33 @@ TEST_F(KvBench, DcompOffloadsToTheWorker) {
   EXPECT_EQ(v.code, 0) << v.out << v.err;
 }
 
+// --dpu-speed reaches the worker (its jobs are time-dilated) and the result;
+// --dcomp-first-level 0 sends L0->L1 to the worker too; bad knobs exit 2.
+TEST_F(KvBench, DcompWorkerRunsAtTheDpuSpeedAndTakesTheLevelsAsked) {
+  Outcome fill = kv({"fill", "--db", db_, "--num", "50000", "--mode", "dcomp", "--dpu-speed", "0.5",
+                     "--dcomp-first-level", "0", "--drain", "--json", path("s.json")});
+  ASSERT_EQ(fill.code, 0) << fill.err;
+  auto d = json("s.json");
+  EXPECT_EQ(d["placement"]["dpu_speed"]["factor"], 0.5);
+  auto dc = d["figures"]["dcomp"];
+  EXPECT_EQ(dc["jobs_failed"], 0) << dc.dump(1);
+  EXPECT_GT(dc["by_levels"]["L0->L1"]["worker"].get<uint64_t>(), 0u) << dc.dump(1);
+  EXPECT_EQ(dc["first_level"], 0);
+  uint64_t cpu = dc["worker_job_cpu_ns"], dilated = dc["worker_job_dilated_ns"];
+  ASSERT_GT(cpu, dilated);
+  EXPECT_GE(double(dilated), 0.95 * double(cpu - dilated)) << "at F = 0.5 a job stays busy as long again";
+  Outcome v = kv({"verify", "--db", db_, "--expect-keys", "50000"}, false);
+  EXPECT_EQ(v.code, 0) << v.out << v.err;
+  for (std::vector<std::string> bad : {std::vector<std::string>{"--dcomp-share", "1.5"},
+                                       std::vector<std::string>{"--dcomp-first-level", "7"},
+                                       std::vector<std::string>{"--dpu-speed", "2"}}) {
+    std::vector<std::string> args = {"fill", "--db", db_, "--num", "10", "--mode", "dcomp"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    Outcome o = kv(args);
+    EXPECT_EQ(o.code, 2) << bad[0] << " " << bad[1] << ": " << o.err;
+  }
+}
+
 // The worker dies (SIGKILL) holding its first job: that compaction runs on
 // the host instead of failing, a new worker is started, and the data is
 // intact. (kv/tests/dcomp_test.cc checks the new worker's jobs one by one.)

@@ -13,9 +13,15 @@
 // RocksDB renames the outputs from the job's directory into the DB and
 // installs them.
 //
+// Which compactions go (PulseDB Figs. 2-3, how much whole-task offloading
+// costs when the DPU is slow): those starting at `first_level` or deeper (1:
+// DComp's; 0 also sends L0->L1), and of those the fraction `share`, spread
+// evenly over them; intra-L0 compactions always stay.
+//
 // Worker side (run_worker): a long-lived process that runs
 // DB::OpenAndCompact per job in a thread of its own, writing into the job's
-// output directory through JobDirGuardFs (guard_fs.h).
+// output directory through JobDirGuardFs (guard_fs.h), its thread
+// time-dilated to the dpu's speed (WorkerOptions::dpu_speed).
 //
 // Failure: a job the worker does not finish — it reports an error, dies, or
 // does not answer within the job time-out — falls back to the host:
@@ -45,6 +51,8 @@ struct DcompConfig {
   CpuSet worker_cpus;      // the DPU's cores; empty: every CPU this process was started with
   std::string worker_log;  // the worker's stdout and stderr; empty: this process's
   unsigned slots = 4;      // jobs the worker runs at once; a job finding all busy runs on the host
+  int first_level = 1;     // compactions from this level down may go to the worker (0: L0->L1 too)
+  double share = 1.0;      // of those, this fraction goes (spread evenly); the rest stays on the host
   std::string dir;         // parent of the per-job output directories, on the DB's file system
   // A job not answered in this time is given up: its compaction runs on the
   // host and the worker is restarted. Zero: wait as long as it takes.
@@ -95,6 +103,7 @@ struct WorkerOptions {
   std::string listen;                                     // socket name ('@name': abstract namespace)
   std::shared_ptr<rocksdb::FileSystem> fs;                // the file system the jobs run on
   std::shared_ptr<rocksdb::TableFactory> table_factory;  // must write the tables the primary would
+  double dpu_speed = 1.0;  // F of a host core (--dpu-speed): each job's thread is time-dilated to it
 };
 
 // Serves jobs until a primary asks it to stop; returns the exit code.

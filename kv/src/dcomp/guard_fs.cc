@@ -4,6 +4,24 @@
 
 namespace dpukit::kv::dcomp {
 
+namespace {
+
+class ClosedFile : public rocksdb::FSWritableFileOwnerWrapper {
+ public:
+  ClosedFile(std::unique_ptr<rocksdb::FSWritableFile> f, std::function<void()> closed)
+      : FSWritableFileOwnerWrapper(std::move(f)), closed_(std::move(closed)) {}
+  rocksdb::IOStatus Close(const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
+    rocksdb::IOStatus s = target()->Close(o, d);
+    closed_();
+    return s;
+  }
+
+ private:
+  std::function<void()> closed_;
+};
+
+}  // namespace
+
 JobDirGuardFs::JobDirGuardFs(const std::shared_ptr<rocksdb::FileSystem>& base, std::string dir,
                              std::atomic<uint64_t>& refused)
     : rocksdb::FileSystemWrapper(base), dir_(std::move(dir)), refused_(refused) {
@@ -20,6 +38,11 @@ rocksdb::IOStatus JobDirGuardFs::refuse(const char* what, const std::string& pat
   refused_.fetch_add(1, std::memory_order_relaxed);
   log_warn(std::string("dcomp-worker: refused to ") + what + " " + path + " (outside the job directory " + dir_ + ")");
   return rocksdb::IOStatus::IOError("dcomp worker may not " + std::string(what) + " outside " + dir_, path);
+}
+
+rocksdb::IOStatus JobDirGuardFs::wrap(rocksdb::IOStatus s, std::unique_ptr<rocksdb::FSWritableFile>* r) {
+  if (s.ok() && on_closed_ && *r) *r = std::make_unique<ClosedFile>(std::move(*r), on_closed_);
+  return s;
 }
 
 rocksdb::IOStatus JobDirGuardFs::DeleteFile(const std::string& f, const rocksdb::IOOptions& o,
@@ -56,14 +79,14 @@ rocksdb::IOStatus JobDirGuardFs::NewWritableFile(const std::string& f, const roc
                                                  std::unique_ptr<rocksdb::FSWritableFile>* r,
                                                  rocksdb::IODebugContext* d) {
   if (!inside(f)) return refuse("create", f);
-  return target()->NewWritableFile(f, fo, r, d);
+  return wrap(target()->NewWritableFile(f, fo, r, d), r);
 }
 
 rocksdb::IOStatus JobDirGuardFs::ReopenWritableFile(const std::string& f, const rocksdb::FileOptions& fo,
                                                     std::unique_ptr<rocksdb::FSWritableFile>* r,
                                                     rocksdb::IODebugContext* d) {
   if (!inside(f)) return refuse("reopen", f);
-  return target()->ReopenWritableFile(f, fo, r, d);
+  return wrap(target()->ReopenWritableFile(f, fo, r, d), r);
 }
 
 rocksdb::IOStatus JobDirGuardFs::ReuseWritableFile(const std::string& f, const std::string& old,
@@ -71,7 +94,7 @@ rocksdb::IOStatus JobDirGuardFs::ReuseWritableFile(const std::string& f, const s
                                                    std::unique_ptr<rocksdb::FSWritableFile>* r,
                                                    rocksdb::IODebugContext* d) {
   if (!inside(f) || !inside(old)) return refuse("reuse", old + " -> " + f);
-  return target()->ReuseWritableFile(f, old, fo, r, d);
+  return wrap(target()->ReuseWritableFile(f, old, fo, r, d), r);
 }
 
 }  // namespace dpukit::kv::dcomp

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -41,10 +42,16 @@ class JobDirGuardFs : public rocksdb::FileSystemWrapper {
 
   bool inside(const std::string& path) const;
 
+  // Called after each file this file system opened for writing is closed
+  // (an output SST done), on the thread that closed it.
+  void on_file_closed(std::function<void()> f) { on_closed_ = std::move(f); }
+
  private:
+  rocksdb::IOStatus wrap(rocksdb::IOStatus s, std::unique_ptr<rocksdb::FSWritableFile>* r);
   rocksdb::IOStatus refuse(const char* what, const std::string& path);
   std::string dir_;
   std::atomic<uint64_t>& refused_;
+  std::function<void()> on_closed_;
 };
 
 }  // namespace dpukit::kv::dcomp

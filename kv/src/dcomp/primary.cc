@@ -40,7 +40,7 @@ struct DcompState {
     unsigned worker;
     bool ok;
     std::string fell_back, error;  // why it ran on the host after all
-    uint64_t cpu_ns, wall_ns, round_trip_ns, refused;
+    uint64_t cpu_ns, wall_ns, round_trip_ns, refused, dilated_ns;
   };
   struct LevelCount {
     uint64_t host = 0, worker = 0;
@@ -70,6 +70,7 @@ struct DcompState {
   std::map<uint64_t, Pending> pending;           // CompactionServiceJobInfo::job_id -> the job in the worker
   std::map<int, std::vector<std::string>> dirs;  // compaction job id -> its output directories
   unsigned busy = 0;
+  uint64_t eligible = 0;  // (sub)compactions from first_level down, for the share
   uint64_t sent = 0;  // jobs sent to a worker (numbers the job directories and the injected faults)
   uint64_t offloaded = 0, succeeded = 0, failed = 0;
   std::map<std::string, uint64_t> kept_on_host;  // StartV2 kept it local: reason -> subcompactions
@@ -187,6 +188,13 @@ struct DcompState {
 
   // --------------------------------------------------------------- the jobs
 
+  // Whether the n-th eligible compaction is one of the share that goes: n
+  // goes when floor(n x share) steps up, so any run of them has its share.
+  bool share_takes(uint64_t n) const {
+    if (cfg.share >= 1.0) return true;
+    return uint64_t(double(n) * cfg.share) > uint64_t(double(n - 1) * cfg.share);
+  }
+
   CompactionServiceJobStatus start(const rocksdb::CompactionServiceJobInfo& info, const std::string& input) {
     int job = int(info.job_id >> 32);  // CompactionJob::GetCompactionId: job id << 32 | subcompaction id
     std::optional<int> out_parsed = dcomp::output_level(input);
@@ -199,8 +207,10 @@ struct DcompState {
       local = "unknown_levels";  // no OnCompactionBegin (shutting down) or an input we cannot read: stay safe
     else if (out_level == 0)
       local = "output_l0";
-    else if (in_level == 0)
-      local = "input_l0";
+    else if (in_level < cfg.first_level)
+      local = in_level == 0 ? "input_l0" : "above_first_level";
+    else if (!share_takes(++eligible))
+      local = "share";
     else if (state == Worker::kDown)
       local = "worker_down";
     else if (state != Worker::kUp)
@@ -262,7 +272,7 @@ struct DcompState {
       p = std::move(it->second);
       pending.erase(it);
     }
-    Job j{info.job_id, p.in_level, p.out_level, p.worker, false, "", "", 0, 0, 0, 0};
+    Job j{info.job_id, p.in_level, p.out_level, p.worker, false, "", "", 0, 0, 0, 0, 0};
     std::string payload, lost;  // lost: "timed_out" or "worker_lost"
     try {
       std::optional<Message> m = p.sock.receive(cfg.job_timeout.count() > 0 ? cfg.job_timeout : -1ms);
@@ -276,6 +286,7 @@ struct DcompState {
         j.cpu_ns = r->cpu_ns;
         j.wall_ns = r->wall_ns;
         j.refused = r->refused;
+        j.dilated_ns = r->dilated_ns;
       } else {
         j.error = "malformed reply from the worker";
       }
@@ -384,6 +395,8 @@ void remove_job_dirs(const std::string& dir) {
 
 DcompOffload::DcompOffload(const DcompConfig& cfg) : state_(std::make_shared<DcompState>()) {
   if (cfg.worker_command.empty()) throw std::invalid_argument("dcomp: no worker command");
+  if (cfg.first_level < 0) throw std::invalid_argument("dcomp: first_level must be >= 0");
+  if (!(cfg.share >= 0.0 && cfg.share <= 1.0)) throw std::invalid_argument("dcomp: share must be in [0, 1]");
   DcompState& st = *state_;
   st.cfg = cfg;
   // The job directories are ours: clear what a killed earlier run left.
@@ -472,17 +485,19 @@ DcompOffload::Summary DcompOffload::finish() {
   std::lock_guard lk(st.mu);
   s.worker_cpu_ns = st.ended_cpu_ns;
   s.jobs_in_worker = st.succeeded;
-  uint64_t job_cpu = 0, job_wall = 0, rtt = 0, refused = 0;
+  uint64_t job_cpu = 0, job_wall = 0, rtt = 0, refused = 0, dilated = 0;
   nlohmann::json jobs = nlohmann::json::array();
   for (const auto& j : st.jobs) {
     job_cpu += j.cpu_ns;
     job_wall += j.wall_ns;
     rtt += j.round_trip_ns;
     refused += j.refused;
+    dilated += j.dilated_ns;
     nlohmann::json r = {{"job_id", j.id >> 32},     {"subcompaction", j.id & 0xffffffff},
                         {"levels", DcompState::level_tag(j.in_level, j.out_level)},
                         {"worker", j.worker},        {"ok", j.ok},
-                        {"worker_cpu_ns", j.cpu_ns}, {"worker_wall_ns", j.wall_ns},
+                        {"worker_cpu_ns", j.cpu_ns}, {"worker_dilated_ns", j.dilated_ns},
+                        {"worker_wall_ns", j.wall_ns},
                         {"round_trip_ns", j.round_trip_ns}, {"refused_outside_job_dir", j.refused}};
     if (!j.ok) {
       r["fell_back"] = j.fell_back;
@@ -503,6 +518,8 @@ DcompOffload::Summary DcompOffload::finish() {
                     {"compact_read_bytes", stats->compact_read_bytes},
                     {"refused_outside_job_dir", stats->refused}};
   s.json = {{"slots", st.cfg.slots},
+            {"first_level", st.cfg.first_level},
+            {"share", st.cfg.share},
             {"worker_cpus", st.cfg.worker_cpus.str()},
             {"job_dir", st.cfg.dir},
             {"job_timeout_ms", st.cfg.job_timeout.count()},
@@ -514,6 +531,7 @@ DcompOffload::Summary DcompOffload::finish() {
             {"by_levels", levels},
             {"worker_cpu_ns", s.worker_cpu_ns},
             {"worker_job_cpu_ns", job_cpu},
+            {"worker_job_dilated_ns", dilated},
             {"worker_job_wall_ns", job_wall},
             {"round_trip_ns", rtt},
             {"refused_outside_job_dir", refused},

@@ -54,7 +54,7 @@ std::string encode(const Job& j) {
 }
 
 std::string encode(const JobResult& r) {
-  return Enc{}.u64(r.ok).str(r.error).str(r.result).u64(r.cpu_ns).u64(r.wall_ns).u64(r.refused).s;
+  return Enc{}.u64(r.ok).str(r.error).str(r.result).u64(r.cpu_ns).u64(r.wall_ns).u64(r.refused).u64(r.dilated_ns).s;
 }
 
 std::string encode(const WorkerStats& s) {
@@ -90,6 +90,7 @@ std::optional<JobResult> decode_result(const std::string& body) {
   r.cpu_ns = d.u64();
   r.wall_ns = d.u64();
   r.refused = d.u64();
+  r.dilated_ns = d.u64();
   if (!d.done()) return std::nullopt;
   return r;
 }

@@ -34,8 +34,9 @@ struct JobResult {
   bool ok = false;
   std::string error;   // when !ok
   std::string result;  // the serialized CompactionServiceResult, when ok
-  uint64_t cpu_ns = 0, wall_ns = 0;
+  uint64_t cpu_ns = 0, wall_ns = 0;  // the job's thread; cpu_ns includes dilated_ns
   uint64_t refused = 0;  // changes outside the job directory the guard refused
+  uint64_t dilated_ns = 0;  // busy time added so the job ran at the dpu's speed (--dpu-speed)
 };
 
 struct WorkerStats {

@@ -1,4 +1,11 @@
 // The DComp worker: one thread per connection, DB::OpenAndCompact per job.
+// At a dpu speed F < 1 the job's thread is time-dilated (core Dilation):
+// after each output file it closes, and at the end of the job, it stays busy
+// for (1/F - 1) x the CPU time since the last payment. Paying per output file
+// rather than once per job keeps the job's reads and writes paced as on a
+// slower core: a job of several 64 MB outputs runs for seconds, and paying
+// all its debt at the end would put its I/O on the shared disk at the host's
+// pace, followed by a long idle spin.
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -11,6 +18,7 @@
 #include <rocksdb/statistics.h>
 
 #include "dcomp.h"
+#include "dpukit/core/dpu_speed.h"
 #include "dpukit/core/log.h"
 #include "dpukit/core/message_socket.h"
 #include "guard_fs.h"
@@ -38,8 +46,13 @@ JobResult Worker::run(const Job& job) {
   uint64_t cpu0 = thread_cpu_ns(), t0 = now_ns();
   std::atomic<uint64_t> refused_here{0};
   JobResult r;
+  Dilation dilation(options.dpu_speed);  // this thread's: OpenAndCompact runs the job on the calling thread
   {
     auto guard = std::make_shared<JobDirGuardFs>(options.fs, job.output_dir, refused_here);
+    if (dilation.active())
+      guard->on_file_closed([&dilation, self = std::this_thread::get_id()] {
+        if (std::this_thread::get_id() == self) dilation.pay();  // another thread's CPU is not this clock's
+      });
     std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(guard);
     rocksdb::CompactionServiceOptionsOverride ov;
     ov.env = env.get();
@@ -54,6 +67,8 @@ JobResult Worker::run(const Job& job) {
       r.result.clear();
     }
   }
+  dilation.pay();  // the rest of the job, before the answer goes out
+  r.dilated_ns = dilation.dilated_ns();
   r.cpu_ns = thread_cpu_ns() - cpu0;
   r.wall_ns = now_ns() - t0;
   r.refused = refused_here.load();

@@ -344,7 +344,7 @@ int run_measured(const ArgParser& p, PhaseSpec spec, const std::string& tool, in
   DcompConfig dcfg;
   if (dcomp) dcfg = dcomp_config(p, cfg);
   for (const char* f : {"dcomp-slots", "worker-cpus", "dcomp-dir", "dcomp-job-timeout", "dcomp-max-restarts",
-                        "worker-die-on-job", "worker-hang-on-job"})
+                        "dcomp-first-level", "dcomp-share", "worker-die-on-job", "worker-hang-on-job"})
     if (!dcomp && p.has(f)) log_warn(std::string("--") + f + " has no effect with --mode local");
   Placement pl;
   try {
@@ -458,6 +458,7 @@ int run_measured(const ArgParser& p, PhaseSpec spec, const std::string& tool, in
   Result out(tool, argc, argv);
   out.set_backend("emulated");
   out.set_placement(pl);
+  out.set_dpu_speed(p.dpu_speed());
   out.parameters() = params;
   out.figures() = figures;
   CpuAccount cpu;
