@@ -88,6 +88,13 @@ std::vector<Bytes> Operator::make_inputs(size_t size, size_t count, uint64_t see
   return v;
 }
 
+std::vector<uint8_t> timed_inputs(const std::string& op_name, size_t size, uint64_t seed) {
+  const Operator& op = find_operator(op_name);
+  std::vector<uint8_t> all;
+  for (const Bytes& in : op.make_inputs(size, op.inputs_within_budget(size), seed)) all.insert(all.end(), in.begin(), in.end());
+  return all;
+}
+
 void Operator::set_param(const std::string& key, const std::string& value) {
   auto known = default_params();
   if (!known.count(key)) {

@@ -125,6 +125,28 @@ int cmd_check(int argc, char** argv) {
   return r.failed.empty() ? 0 : 1;
 }
 
+int cmd_inputs(int argc, char** argv) {
+  ArgParser p(std::string(kTool) + " inputs",
+              "Writes the inputs `run` times for one operator and size, end to end, to a file (for another tool to "
+              "run on the same bytes).");
+  p.option("op", "operator", "compress");
+  p.option("size", "input size in bytes", "1024");
+  p.option("seed", "input seed (run's default)", "1");
+  p.option("out", "file to write", "");
+  p.parse(argc, argv, 2);
+  if (p.str("out").empty()) p.fail("--out is required");
+  std::vector<uint8_t> bytes;
+  try {
+    bytes = timed_inputs(p.str("op"), parse_bytes(p.str("size")), p.u64("seed"));
+  } catch (const std::exception& e) {  // an unknown operator, a size run refuses
+    p.fail(e.what());
+  }
+  std::ofstream out(p.str("out"), std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!out) p.fail("cannot write " + p.str("out"));
+  return 0;
+}
+
 int cmd_run(int argc, char** argv) {
   ArgParser p(std::string(kTool) + " run",
               "Checks each backend against ref, then times the operators over sizes x threads.");
@@ -260,6 +282,7 @@ const Subcommand kCommands[] = {
     {"devices", cmd_devices, "the DPDK devices the dev backend can use here"},
     {"check", cmd_check, "check every backend against ref (no timing)"},
     {"run", cmd_run, "time operators over sizes x threads x backends"},
+    {"inputs", cmd_inputs, "write one operator's timed inputs to a file"},
     {"compare", cmd_compare, "ratio table of two runs (Fig. 12)"},
     {"e2e-server", cmd_e2e_server, "end-to-end server: flow table or application recognition (§5)"},
     {"e2e-client", cmd_e2e_client, "end-to-end client: UDP load, replies, loss and latency (§5)"},

@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from dpukit import native
 from dpukit.experiments import bench as bench_exp
 
@@ -87,3 +89,40 @@ def test_lpm_perf_autotest_output_is_parsed_and_a_missing_loop_is_not_invented()
     assert bench_exp.parse_lpm_perf(text) == {"single": 56.2, "bulk": 32.1, "x4": 48.7}
     partial = bench_exp.parse_lpm_perf(text.replace("BULK LPM Lookup: 32.1 cycles", "BULK LPM Lookup: n/a"))
     assert "bulk" not in partial and partial["single"] == 56.2
+
+
+def test_dpdk_perf_tool_outputs_are_parsed_and_a_short_run_is_refused():
+    # The rows as DPDK 22.11's dpdk-test-crypto-perf (--ptest throughput
+    # --silent) and dpdk-test-compress-perf (--ptest throughput) print them.
+    crypto = ("Allocated pool \"sess_mp_0\" on socket 0\n"
+              "    lcore id    Buf Size  Burst Size    Enqueued    Dequeued  Failed Enq  Failed Deq        MOps"
+              "        Gbps  Cycles/Buf\n\n"
+              "           1          64          32    10000000    10000000           0           0     17.1950"
+              "      8.8038      151.21\n")
+    assert bench_exp.parse_crypto_perf(crypto) == 17.1950
+    short = crypto.replace("10000000           0", "9999968           0", 1)
+    with pytest.raises(RuntimeError, match="dequeued"):
+        bench_exp.parse_crypto_perf(short)
+    with pytest.raises(RuntimeError, match="no throughput row"):
+        bench_exp.parse_crypto_perf("USER1: Crypto device type does not support capabilities requested\n")
+    compress = ("    lcore id Level   Comp size   Comp ratio [%]    Comp [Gbps]   Decomp [Gbps]\n"
+                "           1     1      104941            40.03           0.63            1.11\n")
+    assert bench_exp.parse_compress_perf(compress) == {"level": 1, "comp_size": 104941, "comp_gbps": 0.63}
+    with pytest.raises(RuntimeError, match="no throughput row"):
+        bench_exp.parse_compress_perf("    lcore id Level   Comp size   Comp ratio [%]\n           1     1  14257  87.02\n")
+
+
+def test_inputs_command_writes_the_timed_inputs_and_refuses_unknown_operators(bench_tool, tmp_path):
+    out = tmp_path / "in.bin"
+    subprocess.run([str(bench_tool), "inputs", "--op", "compress", "--size", "1024", "--out", str(out)],
+                   check=True, timeout=60)
+    data = out.read_bytes()
+    assert len(data) == 256 * 1024  # the operator's pool: 256 inputs of 1 KiB
+    assert b"HTTP/1.1" in data  # the text-like payload the compressors work on
+    again = tmp_path / "again.bin"
+    subprocess.run([str(bench_tool), "inputs", "--op", "compress", "--size", "1024", "--out", str(again)],
+                   check=True, timeout=60)
+    assert again.read_bytes() == data  # the same bytes as every run with the same seed
+    proc = subprocess.run([str(bench_tool), "inputs", "--op", "nope", "--out", str(tmp_path / "x")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "unknown operator" in proc.stderr

@@ -98,6 +98,12 @@ struct CheckReport {
 CheckReport check_all(const std::vector<std::string>& ops, const std::vector<Backend>& backends,
                       const std::vector<size_t>& sizes, uint64_t seed);
 
+// The inputs `run` times for operator `op` at `size` bytes with `seed`
+// (the operator's pool for one thread), end to end: so that another tool
+// (dpdk-test-compress-perf) can run on the same bytes. Throws
+// std::invalid_argument for an unknown operator or a size run refuses.
+std::vector<uint8_t> timed_inputs(const std::string& op, size_t size, uint64_t seed);
+
 // The DPDK devices a dev backend can use here (starts EAL), one per line.
 std::vector<std::string> devices();
 

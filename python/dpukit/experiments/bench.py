@@ -9,16 +9,20 @@ every run's JSON under ``runs/``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shutil
+import statistics
 import subprocess
 import sys
-import statistics
+import tempfile
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from dpukit.experiments import Context, experiment, skipped_in_quick_mode
+from dpukit.machine_load import background_busy
 from dpukit.paths import tool_path
 from dpukit.plots import BarPanel, LinePanel, Series, bars_plot, line_panels
 from dpukit.report import Section
@@ -264,10 +268,120 @@ def openssl_speed(alg: str, size: int, seconds: int) -> dict[str, float]:
     raise RuntimeError(f"no +R line in the output of {' '.join(cmd)}")
 
 
+# The dev backend against DPDK's own perf tools: the same PMD, sizes and
+# operation, one worker lcore on TOOLS_CPU (the tools' main lcore, which only
+# waits, on DPDK_MAIN_CPU), bursts of 32 on both sides.
+DPDK_MAIN_CPU = "0"
+DEV_TOOL_SIZES = [64, 1024]
+DEV_TOOL_BURST = 32
+DPDK_TOOL_EAL = ["--no-huge", "--no-pci", "--no-shconf", "--no-telemetry", "-m", "512",
+                 "-l", f"{DPDK_MAIN_CPU},{TOOLS_CPU}", "--log-level", "*:error"]
+DPDK_TOOLS_PACKAGE = "dpdk-dev"  # Debian's package of dpdk-test-crypto-perf and dpdk-test-compress-perf
+# (dpukit operator, what, dpdk-test-crypto-perf's options for the same operation)
+CRYPTO_PERF_CASES = [
+    ("aes", "AES-128-GCM encrypt, 12-byte IV, no AAD, 16-byte tag",
+     ["--optype", "aead", "--aead-algo", "aes-gcm", "--aead-op", "encrypt", "--aead-key-sz", "16",
+      "--aead-iv-sz", "12", "--aead-aad-sz", "0", "--digest-sz", "16"]),
+    ("sha256", "plain SHA-256 (no key), 32-byte digest",
+     ["--optype", "auth-only", "--auth-algo", "sha2-256", "--auth-op", "generate", "--auth-key-sz", "0",
+      "--digest-sz", "32"]),
+]
+CRYPTO_PMD = "crypto_aesni_mb"
+COMPRESS_PMD = "compress_isal"
+COMPRESS_LEVEL = 1  # the compress operator's default level (compress.level), compressdev's level 1 on both sides
+
+
+def parse_crypto_perf(text: str) -> float:
+    """MOps from ``dpdk-test-crypto-perf --ptest throughput --silent``: the
+    row under the header that names MOps (one worker lcore)."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if "MOps" in line and "lcore id" in line:
+            for row in lines[i + 1:]:
+                cells = row.split()
+                if len(cells) == 10:  # lcore, size, burst, enq, deq, failed enq, failed deq, MOps, Gbps, cycles/buf
+                    if int(cells[3]) != int(cells[4]) or int(cells[3]) == 0:
+                        raise RuntimeError(f"dpdk-test-crypto-perf dequeued {cells[4]} of {cells[3]} operations")
+                    return float(cells[7])
+    raise RuntimeError("no throughput row in the output of dpdk-test-crypto-perf")
+
+
+def parse_compress_perf(text: str) -> dict[str, float]:
+    """Compression Gbps, compressed size and ratio from
+    ``dpdk-test-compress-perf --ptest throughput`` (one lcore row)."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if "Comp [Gbps]" in line:
+            for row in lines[i + 1:]:
+                cells = row.split()
+                if len(cells) == 6:  # lcore, level, comp size, comp ratio %, comp Gbps, decomp Gbps
+                    return {"level": int(cells[1]), "comp_size": int(cells[2]), "comp_gbps": float(cells[4])}
+    raise RuntimeError("no throughput row in the output of dpdk-test-compress-perf")
+
+
+def crypto_perf(options: Sequence[str], size: int) -> dict[str, Any]:
+    """One dpdk-test-crypto-perf throughput run on CRYPTO_PMD: MOps."""
+    total = 5_000_000 if size <= 256 else 2_000_000  # about half a second or more either way
+    cmd = ["dpdk-test-crypto-perf", *DPDK_TOOL_EAL, "--vdev", CRYPTO_PMD, "--", "--ptest", "throughput",
+           "--devtype", CRYPTO_PMD, *options, "--buffer-sz", str(size), "--burst-sz", str(DEV_TOOL_BURST),
+           "--total-ops", str(total), "--silent"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {(proc.stdout + proc.stderr)[-500:]}")
+    return {"mops": parse_crypto_perf(proc.stdout + proc.stderr), "command": " ".join(cmd)}
+
+
+def compress_perf(input_file: str, size: int) -> dict[str, Any]:
+    """One dpdk-test-compress-perf throughput run on COMPRESS_PMD over
+    ``input_file`` cut into ``size``-byte operations (one segment each):
+    compression Mops from its Gbps (printed to 0.01 Gbps)."""
+    iters = 500 if size <= 256 else 200
+    cmd = ["dpdk-test-compress-perf", *DPDK_TOOL_EAL, "--vdev", COMPRESS_PMD, "--", "--driver-name", COMPRESS_PMD,
+           "--input-file", input_file, "--seg-sz", str(size), "--max-num-sgl-segs", "1",
+           "--compress-level", str(COMPRESS_LEVEL), "--huffman-enc", "dynamic", "--window-sz", "15",
+           "--burst-sz", str(DEV_TOOL_BURST), "--num-iter", str(iters), "--ptest", "throughput"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {(proc.stdout + proc.stderr)[-500:]}")
+    r = parse_compress_perf(proc.stdout + proc.stderr)
+    return {"mops": r["comp_gbps"] * 1e9 / 8 / size / 1e6, "gbps": r["comp_gbps"], "command": " ".join(cmd)}
+
+
+def write_operator_inputs(op: str, size: int, path: str) -> None:
+    """The inputs dpukit-bench times for ``op`` at ``size`` (run's default
+    seed), end to end, so that a DPDK tool works on the same bytes."""
+    subprocess.run([str(tool_path(TOOL)), "inputs", "--op", op, "--size", str(size), "--out", path],
+                   check=True, capture_output=True, text=True, timeout=120)
+
+
+@contextlib.contextmanager
+def main_lcore_twin(ctx: Context) -> Iterator[None]:
+    """A busy loop on DPDK_MAIN_CPU while the block runs. The DPDK tools'
+    main lcore busy-waits there for the whole run (rte_eal_mp_wait_lcore
+    spins), while dpukit-bench's main thread sleeps; on a shared machine that
+    leaves other work only TOOLS_CPU to run on beside the tool's worker, and
+    CPU 0 as well beside ours. With this twin both sides occupy the same
+    CPUs. Nothing runs when a report is rebuilt."""
+    if ctx.replay:
+        yield
+        return
+    proc = subprocess.Popen(["taskset", "-c", DPDK_MAIN_CPU, sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def cell_of(v: Sequence[float]) -> str:
+    return f"{fmt_sig(statistics.median(v))} [{fmt_sig(min(v))}-{fmt_sig(max(v))}]"
+
+
 @experiment(
     "bench.tools",
-    title="bench.tools: the lib backend against the libraries' own tools",
-    description="dpukit-bench's lib AES-128-GCM and SHA-256 beside `openssl speed` on the same CPU and sizes.",
+    title="bench.tools: the lib and dev backends against the libraries' and DPDK's own tools",
+    description="dpukit-bench's lib AES-128-GCM and SHA-256 beside `openssl speed`, and its dev backend beside "
+                "`dpdk-test-crypto-perf` and `dpdk-test-compress-perf` on the same PMDs, CPU and sizes.",
     tools=[TOOL],
 )
 def tools(ctx: Context) -> Section:
@@ -298,12 +412,12 @@ def tools(ctx: Context) -> Section:
                 if extra or op == "sha256":
                     step += 1
                     ctx.progress(f"round {rnd + 1}: openssl speed {alg} {size} B", step, steps)
-                    s = openssl_speed(alg, size, seconds)
+                    s = ctx.measured(f"openssl-{alg}-{size}-r{rnd}", lambda: openssl_speed(alg, size, seconds))
                     theirs.setdefault((alg, size), []).append(s["mops"])
                     if rnd == 0:
                         commands.append(s["command"])
 
-    sec = Section("bench.tools: the lib backend against the libraries' own tools")
+    sec = Section("bench.tools: the lib and dev backends against the libraries' and DPDK's own tools")
     sec.paragraph(
         f"`dpukit-bench run --backend lib` and `openssl speed -evp ... -elapsed` (wall clock) on the same CPU "
         f"({TOOLS_CPU}), the same input sizes, interleaved {rounds} round(s); medians over the rounds, ranges in "
@@ -316,15 +430,109 @@ def tools(ctx: Context) -> Section:
         for alg, op, tag in (("aes-128-gcm", "aes", "per_packet"), ("sha256", "sha256", "-")):
             o, t = ours[(op, tag, size)], theirs[(alg, size)]
             mo, mt = statistics.median(o), statistics.median(t)
-            rows.append([f"{op} ({tag})" if tag != "-" else op, size, f"{fmt_sig(mo)} [{fmt_sig(min(o))}-{fmt_sig(max(o))}]",
-                         f"{fmt_sig(mt)} [{fmt_sig(min(t))}-{fmt_sig(max(t))}]", fmt_sig(mo / mt)])
-        o = ours[("aes", "once", size)]
-        rows.append(["aes (once, default)", size, f"{fmt_sig(statistics.median(o))} [{fmt_sig(min(o))}-{fmt_sig(max(o))}]",
-                     "-", "-"])
+            rows.append([f"{op} ({tag})" if tag != "-" else op, size, cell_of(o), cell_of(t), fmt_sig(mo / mt)])
+        rows.append(["aes (once, default)", size, cell_of(ours[("aes", "once", size)]), "-", "-"])
     sec.table(["operator", "bytes", "dpukit-bench lib Mops", "openssl speed Mops", "ours / theirs"], rows,
               caption="Same work, same CPU, same sizes")
     sec.paragraph("openssl speed commands (first round): " + "; ".join(f"`{c}`" for c in commands))
+    dev_tools(ctx, sec, rounds)
     return sec
+
+
+def dev_tools(ctx: Context, sec: Section, rounds: int) -> None:
+    """The dev backend beside dpdk-test-crypto-perf and dpdk-test-compress-perf
+    (issue 25: within 10 %), interleaved rounds, ABBA order."""
+    sizes = DEV_TOOL_SIZES
+    found = ctx.measured("dpdk_tools", lambda: {t: shutil.which(t) is not None
+                                                for t in ("dpdk-test-crypto-perf", "dpdk-test-compress-perf")})
+    missing = [t for t, ok in found.items() if not ok]
+    if missing:
+        sec.paragraph(f"Not installed here: {', '.join(missing)}; their rows are left out. Debian ships them in the "
+                      f"`{DPDK_TOOLS_PACKAGE}` package (`sudo apt-get install {DPDK_TOOLS_PACKAGE}`; "
+                      "scripts/apt-packages.txt lists it, so `make setup` installs it).")
+    cases = [(op, what) for op, what, _ in CRYPTO_PERF_CASES if found["dpdk-test-crypto-perf"]]
+    if found["dpdk-test-compress-perf"]:
+        cases.append(("compress", f"raw DEFLATE, dynamic Huffman codes, compressdev level {COMPRESS_LEVEL}, "
+                                  "32 KiB window, one stateless operation per input"))
+    if not cases:
+        return
+    options = {op: o for op, _, o in CRYPTO_PERF_CASES}
+    ours_args = ["--backend", "dev", "--threads", 1, "--place", "host", "--host-cpus", TOOLS_CPU,
+                 "--warmup", 0.2, "--min-time", 0.3 if ctx.quick else 0.5, "--repetitions", 3]
+    ours: dict[tuple[str, int], list[float]] = {}
+    theirs: dict[tuple[str, int], list[float]] = {}
+    ratios: dict[tuple[str, int], list[float]] = {}
+    commands: dict[str, str] = {}
+    devices: dict[str, str] = {}
+    steps, step = rounds * len(sizes) * len(cases) * 2, 0
+    busy_before = ctx.measured("dev_tools_busy_before", background_busy)
+    with tempfile.TemporaryDirectory(prefix="dpukit-bench-tools-") as tmp:
+        for rnd in range(rounds):
+            for size in sizes:
+                for op, _ in cases:
+                    def mine() -> float:
+                        with main_lcore_twin(ctx):
+                            r = run_bench(ctx, ["--ops", op, "--sizes", size, *ours_args], f"dev-{op}-{size}-r{rnd}")
+                        pt = r["figures"]["points"][0]
+                        devices[op] = pt.get("device", "")
+                        return pt["mops"]
+
+                    def tool() -> dict[str, Any]:
+                        if op != "compress":
+                            return crypto_perf(options[op], size)
+                        path = os.path.join(tmp, f"compress-{size}.bin")
+                        if not os.path.exists(path):
+                            write_operator_inputs("compress", size, path)
+                        return compress_perf(path, size)
+
+                    # ABBA: ours first in even rounds, theirs first in odd ones.
+                    order = ("ours", "theirs") if rnd % 2 == 0 else ("theirs", "ours")
+                    for side in order:
+                        step += 1
+                        ctx.progress(f"round {rnd + 1}: {side} {op} {size} B", step, steps)
+                        if side == "ours":
+                            o = mine()
+                        else:
+                            t = ctx.measured(f"dpdk-tool-{op}-{size}-r{rnd}", tool)
+                            commands.setdefault(op, t["command"])
+                    ours.setdefault((op, size), []).append(o)
+                    theirs.setdefault((op, size), []).append(t["mops"])
+                    ratios.setdefault((op, size), []).append(o / t["mops"])
+
+    busy_after = ctx.measured("dev_tools_busy_after", background_busy)
+    sec.paragraph(
+        f"The dev backend against DPDK's own perf tools, on the same PMDs ({CRYPTO_PMD}, {COMPRESS_PMD}), the same "
+        f"operation and sizes, one worker on CPU {TOOLS_CPU} (the tools' main lcore, which only waits, on CPU "
+        f"{DPDK_MAIN_CPU}), bursts of {DEV_TOOL_BURST} on both sides: dpukit-bench's dev kernels keep a burst of "
+        "operations in flight, as the tools do. Interleaved rounds in ABBA order; medians over the rounds, ranges "
+        "in brackets; the ratio is of the medians, with the range of the per-round ratios. The goal is within 10 % "
+        "(ours / theirs at least 0.9). dpdk-test-compress-perf compresses dpukit-bench's own inputs for the "
+        "operator (`dpukit-bench inputs --op compress`), cut into one operation per input; it prints Gbps to two "
+        "decimals (at 64 B, 0.01 Gbps is about 12 % of the figure), converted to Mops at the size. The tools' main "
+        f"lcore busy-waits on CPU {DPDK_MAIN_CPU} for the whole run; dpukit-bench's main thread sleeps, so each of "
+        f"its runs has a busy loop pinned to CPU {DPDK_MAIN_CPU} beside it and both sides occupy the same CPUs.")
+    shown = [f"{label} {100 * b:.0f} %" for label, b in (("before", busy_before), ("after", busy_after))
+             if b is not None]
+    if shown:
+        sec.paragraph("Other work on the machine while nothing of ours ran (all CPUs, /proc/stat over 0.5 s): "
+                      + ", ".join(shown) + ". Both sides share CPU " + TOOLS_CPU + " with that work, round by round.")
+    rows = []
+    what = dict(cases)
+    for size in sizes:
+        for op, _ in cases:
+            o, t, q = ours[(op, size)], theirs[(op, size)], ratios[(op, size)]
+            ratio = statistics.median(o) / statistics.median(t)
+            rows.append([op, what[op], devices.get(op) or "-", size, cell_of(o), cell_of(t),
+                         f"{fmt_sig(ratio)} [{fmt_sig(min(q))}-{fmt_sig(max(q))}]",
+                         "met" if ratio >= 0.9 else "missed"])
+    tool_name = {"compress": "dpdk-test-compress-perf"}
+    sec.table(["operator", "operation", "dpukit-bench's PMD", "bytes", "dpukit-bench dev Mops", "DPDK tool Mops", "ours / theirs",
+               "within 10 %"], rows,
+              caption="dev backend against " + ", ".join(sorted({tool_name.get(op, "dpdk-test-crypto-perf")
+                                                                  for op, _ in cases})) + ", same PMD and CPU")
+    sec.paragraph("DPDK tool commands (first round, 64 B): " + "; ".join(f"`{c}`" for c in commands.values()))
+    sec.paragraph("dpukit-bench: `dpukit-bench run --ops OP --backend dev --sizes N --threads 1 --place host "
+                  f"--host-cpus {TOOLS_CPU} --warmup 0.2 --min-time {0.3 if ctx.quick else 0.5} --repetitions 3`.")
 
 
 # -- bench.lpm: lib's LPM against DPDK's lpm_perf_autotest -------------------
