@@ -375,17 +375,21 @@ def run_point(tool: str | Path, net: Network, *, program: str, size: int, interv
               table: str = "sw", place: str = "host", dpu_work: str = "recognition", seconds: float = 1.0,
               out_dir: Path, flows: int = 4096, zipf: float = 1.1, plan: dict[str, str] | None = None,
               label: str | None = None, round_no: int = 0, hw_args: Sequence[str] = (),
-              client_args: Sequence[str] = (), gso: bool = True) -> dict[str, Any]:
+              client_args: Sequence[str] = (), gso: bool = True, dpu_speed: str | None = None) -> dict[str, Any]:
     """One client run against one fresh server; the combined record.
 
     ``gso``: the client sends each burst it is allowed (see
-    :func:`client_burst`) as one UDP GSO buffer instead of a sendmmsg batch."""
+    :func:`client_burst`) as one UDP GSO buffer instead of a sendmmsg batch.
+    ``dpu_speed``: the server's --dpu-speed (its dpu place's threads are
+    dilated to it); None leaves the server's default ($DPUKIT_DPU_SPEED)."""
     if program not in ("flowtable", "apprecog"):
         raise ValueError(f"program must be flowtable or apprecog, not {program!r}")
     plan = plan or cpu_plan()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     what = table if program == "flowtable" else place
+    if dpu_speed is not None:
+        what += f"-{dpu_speed}"
     label = label or f"{program}-{what}-{size}B-{interval_us:g}us-r{round_no}"
     server_json, client_json = out_dir / f"{label}.server.json", out_dir / f"{label}.client.json"
     for p in (server_json, client_json):
@@ -395,6 +399,8 @@ def run_point(tool: str | Path, net: Network, *, program: str, size: int, interv
     server_argv: list[Any] = [tool, "e2e-server", "--program", program, "--place", place, "--bind", bind,
                               "--port", port, "--host-cpus", plan["host"], "--dpu-cpus", plan["dpu"],
                               "--hw-cpus", plan["hw"], "--flows-hint", max(flows, 1024), "--json", server_json]
+    if dpu_speed is not None:
+        server_argv += ["--dpu-speed", dpu_speed]
     if program == "flowtable":
         server_argv += ["--table", table, *hw_args]
     else:
@@ -459,6 +465,9 @@ def make_record(server: dict[str, Any], client: dict[str, Any], *, program: str,
         "server_cpu_ns": dict(s["cpu_ns"]),
         "bad": int(s["bad_total"]),
         "kernel_rcvbuf_errors": s.get("kernel_udp", {}).get("rcvbuf_errors"),
+        # The dpu place's speed and the busy time its threads' dilation added.
+        "dpu_speed": server.get("placement", {}).get("dpu_speed"),
+        "dilation": s.get("dilation"),
     }
     if program == "flowtable":
         rec["loss"] = request_loss
@@ -550,6 +559,17 @@ def _sweep(tool: str | Path, out_dir: Path, configs: Sequence[dict[str, Any]], s
                                      if "rtt_us" in rec else "")
                                   + (f"  PROBLEMS: {problems}" if problems else ""), flush=True)
     return records
+
+
+def run_configs(tool: str | Path, configs: Sequence[dict[str, Any]], sizes: Sequence[int],
+                intervals: Sequence[float], seconds: float = 1.0, out_dir: Path | str = "e2e-out", *,
+                rounds: int = 1, mode: str = "auto", rps: bool = True, gso: bool = True, progress: bool = False,
+                **kw: Any) -> list[dict[str, Any]]:
+    """Any set of server configurations (each a dict of :func:`run_point`'s
+    keywords: program, table, place, dpu_work, dpu_speed, ...) over sizes x
+    intervals, ``rounds`` times, the configurations interleaved innermost."""
+    return _sweep(tool, Path(out_dir), configs, sizes, intervals, seconds, rounds, mode, rps, progress, gso=gso,
+                  **kw)
 
 
 def _fmt_util(u: dict[str, float]) -> str:

@@ -28,7 +28,8 @@ from dpukit.report import Section
 # Modules whose import registers experiments, in report order.
 MODULES = ["dpukit.experiments.core", "dpukit.experiments.measure", "dpukit.experiments.measure_soak",
            "dpukit.experiments.kv", "dpukit.experiments.mesh", "dpukit.experiments.mesh_speed",
-           "dpukit.experiments.mesh_tls", "dpukit.experiments.mesh_xds", "dpukit.experiments.bench"]
+           "dpukit.experiments.mesh_tls", "dpukit.experiments.mesh_xds", "dpukit.experiments.bench",
+           "dpukit.experiments.bench_dpu"]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,453 @@
+"""DPUBench at BlueField-2 speed: the operators and the end-to-end programs
+with the dpu place time-dilated to ``bluefield2`` (docs/core.md), beside the
+same work at full speed, against what the paper reports for BlueField-2
+(Fig. 12's text for the operators, Figs. 14-16 for the end-to-end programs).
+
+Both experiments are a ``collect`` step, which runs the tools and returns
+records, and a ``render`` step, which turns the records into the section.
+The operators are runs of ``dpukit-bench run`` (``ctx.run_native``); the
+end-to-end records come from :mod:`dpukit.bench_e2e` and are kept with
+``ctx.measured``, so that ``dpukit eval --render`` rebuilds both sections.
+
+Time dilation slows every instruction of a dpu thread by the same factor F.
+A real Arm core does not: memory-bound work (copies, table lookups that miss
+the caches) is bound by the memory system, not by F, and the operators that
+BlueField-2 runs on an engine (regular expressions, compression, public
+key) do not use the Arm cores at all. The operator experiment shows how far
+one F is from the paper's per-operator ratios.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any, Sequence
+
+from dpukit.experiments import Context, experiment, skipped_in_quick_mode
+from dpukit.experiments.bench import TOOL, OperatorInfo, list_operators, run_bench
+from dpukit.plots import BarPanel, bars_plot
+from dpukit.report import Section
+from dpukit.units import fmt_sig
+
+SPEED = "bluefield2"  # the paper's platform, whatever speed the eval runs at
+
+# Fig. 12's text: "For the majority of operators, the throughput is lower
+# when deployed on the BlueField-2 compared to the Intel CPU. However, two
+# exceptions are observed for the RXPMatch and Compress operators", whose
+# peak is 1.5 to 2 times the Intel CPU's (both run on BlueField-2's engines,
+# through DOCA). It gives no other number.
+PAPER_ENGINE_RATIO = (1.5, 2.0)
+PAPER_ENGINE_OPS = ("rxp_match", "compress")
+# The operators of Table 4 and Fig. 11's text (SHA-1 and Compress), in our
+# names; the others (crc32c, aes_cbc, memcpy) are not in the paper's Fig. 12.
+PAPER_OPS = ("lpm", "tcp_seg", "ip_frag", "checksum", "crc", "toeplitz", "lz77", "huffman", "snappy", "compress",
+             "aes", "md5", "sha1", "sha256", "rsa", "dsa", "ecdsa", "rxp_match")
+# BlueField-2's engines (the paper's §2.2 and Fig. 2). The paper's card had
+# encryption disabled, so its public-key operators ran on the Arm cores.
+ENGINES = {"rxp_match": "RegEx (RXP)", "compress": "compression (deflate)", "rsa": "public key (PKA)",
+           "dsa": "public key (PKA)", "ecdsa": "public key (PKA)"}
+# Bound by memory more than by the core: a copy, and LPM, whose pool of
+# addresses is made so that lookups are not cache-hot (docs/bench.md).
+MEMORY_BOUND = ("memcpy", "lpm")
+
+
+def ops_sizes(quick: bool) -> list[int]:
+    return [1024] if quick else [64, 1024]
+
+
+def ops_rounds(quick: bool) -> int:
+    return 1 if quick else 3
+
+
+def ops_timing(quick: bool) -> list[Any]:
+    if quick:
+        return ["--warmup", 0.02, "--min-time", 0.05, "--repetitions", 3]
+    return ["--warmup", 0.05, "--min-time", 0.1, "--repetitions", 3]
+
+
+def shared_cpu() -> str:
+    """Both places run on this CPU (the last one this process may use), so
+    that host and dpu differ by the dilation alone, not by which CPU they got."""
+    import os
+    return str(max(os.sched_getaffinity(0)))
+
+
+# -- bench.bluefield.ops: every operator at bluefield2 against Fig. 12 --------
+
+
+def collect_ops(ctx: Context) -> dict[str, Any]:
+    """Every operator (lib backend, one thread) on the host place and on the
+    dpu place at ``SPEED``, per operator the two places one after the other,
+    their order alternating (ABBA), for ``ops_rounds`` rounds."""
+    ops = [OperatorInfo(**o) for o in ctx.measured(
+        "operators", lambda: [dataclasses.asdict(o) for o in list_operators() if o.scenario != "program"])]
+    sizes, rounds, cpu = ops_sizes(ctx.quick), ops_rounds(ctx.quick), ctx.measured("cpu", shared_cpu)
+    runs: list[dict[str, Any]] = []
+    steps, step = rounds * len(ops) * 2, 0
+    for rnd in range(rounds):
+        for i, op in enumerate(ops):
+            order = [("host", "host"), ("dpu", SPEED)]
+            if (rnd + i) % 2:
+                order.reverse()
+            for place, speed in order:
+                step += 1
+                ctx.progress(f"round {rnd + 1}: {op.name} on {place}" + (f" at {speed}" if place == "dpu" else ""),
+                             step, steps)
+                args = ["--ops", op.name, "--backend", "lib", "--sizes", ",".join(map(str, sizes)), "--threads", 1,
+                        "--place", place, "--host-cpus", cpu, "--dpu-cpus", cpu, "--dpu-speed", speed,
+                        *ops_timing(ctx.quick)]
+                r = run_bench(ctx, args, f"{op.name}-{place}-r{rnd}")
+                runs.append({"round": rnd, "op": op.name, "place": place, "result": r})
+    return {"ops": [dataclasses.asdict(o) for o in ops], "sizes": sizes, "rounds": rounds, "cpu": cpu,
+            "runs": runs}
+
+
+def _range(v: Sequence[float]) -> str:
+    return f"{fmt_sig(statistics.median(v))} [{fmt_sig(min(v))}-{fmt_sig(max(v))}]" if v else "-"
+
+
+def ops_ratios(data: dict[str, Any]) -> dict[str, Any]:
+    """Per (operator, size): host and dpu Mops per round, their paired ratios,
+    and the dpu points' dilation (added / work CPU time); the factor F."""
+    pts: dict[tuple[str, str, int, int], dict[str, Any]] = {}
+    factor = None
+    unavailable: dict[str, str] = {}
+    for run in data["runs"]:
+        fig = run["result"]["figures"]
+        if run["place"] == "dpu":
+            factor = fig["dpu_speed"]["factor"]
+        for u in fig["unavailable"]:
+            unavailable.setdefault(u["op"], u["why"])
+        for p in fig["points"]:
+            pts[(run["op"], run["place"], p["size"], run["round"])] = p
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for op in data["ops"]:
+        for size in data["sizes"]:
+            host, dpu, ratio, dil = [], [], [], []
+            for rnd in range(data["rounds"]):
+                h, d = pts.get((op["name"], "host", size, rnd)), pts.get((op["name"], "dpu", size, rnd))
+                if not h or not d:
+                    continue
+                host.append(h["mops"])
+                dpu.append(d["mops"])
+                ratio.append(d["mops"] / h["mops"])
+                w = d.get("dilation", {}).get("work_cpu_ns", 0)
+                if w:
+                    dil.append(d["dilation"]["dilated_cpu_ns"] / w)
+            out[(op["name"], size)] = {"host": host, "dpu": dpu, "ratio": ratio, "dilation": dil}
+    return {"points": out, "factor": factor, "unavailable": unavailable}
+
+
+def paper_cell(op: str) -> str:
+    if op in PAPER_ENGINE_OPS:
+        return f"{PAPER_ENGINE_RATIO[0]:g}-{PAPER_ENGINE_RATIO[1]:g} (peak, on its engine)"
+    if op in PAPER_OPS:
+        return "< 1 (no figure given)"
+    return "not in Fig. 12"
+
+
+def verdict(op: str, ratio: float | None) -> str:
+    """How the emulated ratio stands against the paper's, in words."""
+    if ratio is None:
+        return "-"
+    if op in PAPER_ENGINE_OPS:
+        lo, hi = PAPER_ENGINE_RATIO
+        return (f"wrong direction: {fmt_sig(ratio)} against {lo:g}-{hi:g}, "
+                f"{fmt_sig(lo / ratio)}-{fmt_sig(hi / ratio)}x too slow (the engine is not modelled)")
+    notes = []
+    if op in PAPER_OPS:
+        notes.append("direction as the paper's (< 1); no magnitude to check" if ratio < 1
+                     else "wrong direction: the paper has < 1")
+    if op in ENGINES:
+        notes.append("the engine was disabled on the paper's card; with it, the Arm cores would not do this work")
+    if op in MEMORY_BOUND:
+        notes.append("memory-bound: dilated by F like compute, which a real Arm core's memory system is not")
+    return "; ".join(notes) or "-"
+
+
+def render_ops(ctx: Context, data: dict[str, Any]) -> Section:
+    title = f"bench.bluefield.ops: every operator at {SPEED} speed against Fig. 12"
+    sec = Section(title)
+    r = ops_ratios(data)
+    factor = r["factor"]
+    sizes, big = data["sizes"], data["sizes"][-1]
+    sec.paragraph(
+        f"`dpukit-bench run --backend lib --threads 1`, each operator on the host place and on the dpu place at "
+        f"`--dpu-speed {SPEED}` (F = {fmt_sig(factor) if factor else '?'}: each dpu timing thread is time-dilated, "
+        f"docs/core.md), both places pinned to CPU {data['cpu']} so that they differ by the dilation alone; "
+        f"{data['rounds']} round(s), per operator the two places one after the other, their order alternating; "
+        "the ratio is dpu / host of the median Mops within each round, its median over the rounds shown with the "
+        "range in brackets. The paper's column is what Fig. 12's text says of BlueField-2 against its Intel "
+        "CPU: most operators are slower; RXPMatch and Compress, which run on BlueField-2's engines through DOCA, "
+        f"reach {PAPER_ENGINE_RATIO[0]:g}-{PAPER_ENGINE_RATIO[1]:g}x at their peak. It gives no other number.")
+    sec.paragraph(
+        "One factor for every operator is the model's distortion. Dilation slows each instruction of a dpu thread "
+        "by F, whatever bounds it. On a real Arm core the ratio differs per operator: memory-bound work (memcpy, "
+        "LPM's cache-missing lookups) is bound by the memory system, not the core, so it does not slow by F; "
+        "regular expressions, compression and public-key signatures have engines on BlueField-2 and do not run on "
+        "the Arm cores at all. For the two operators the paper measured on engines the emulated ratio is wrong in "
+        "direction, by the factor in the last column. The public-key engine was disabled on the paper's card "
+        "(encryption disabled), so its RSA, DSA and ECDSA figures are the Arm cores', which F models.")
+    rows = []
+    for op in data["ops"]:
+        name = op["name"]
+        cells: list[Any] = [name + (f" [engine: {ENGINES[name]}]" if name in ENGINES else "")
+                            + (" [memory-bound]" if name in MEMORY_BOUND else "")]
+        for size in sizes:
+            p = r["points"][(name, size)]
+            cells.append(_range(p["ratio"]) if p["ratio"] else ("unavailable" if name in r["unavailable"] else "-"))
+        p = r["points"][(name, big)]
+        cells += [fmt_sig(statistics.median(p["host"])) if p["host"] else "-",
+                  fmt_sig(statistics.median(p["dpu"])) if p["dpu"] else "-", paper_cell(name),
+                  verdict(name, statistics.median(p["ratio"]) if p["ratio"] else None)]
+        rows.append(cells)
+    sec.table(["operator", *[f"dpu / host, {s} B" for s in sizes], f"host Mops, {big} B", f"dpu Mops, {big} B",
+               "paper (Fig. 12's text)", "against the paper"], rows,
+              caption=f"The dpu place at {SPEED} against the host place, per operator (lib backend, one thread)")
+    dil = [x for p in r["points"].values() for x in p["dilation"]]
+    if dil and factor:
+        sec.paragraph(
+            f"The dilation's own accounting over every dpu point: busy time added / the bursts' CPU time = "
+            f"{_range(dil)} against 1/F - 1 = {fmt_sig(1 / factor - 1)}. The ratios above differ from F by what "
+            "the runner's loop and the machine's other load add to both places, not by the model.")
+    names = [op["name"] + (" *" if op["name"] in ENGINES else "") for op in data["ops"]]
+    values = {f"emulated, {s} B": [statistics.median(r["points"][(op["name"], s)]["ratio"])
+                                   if r["points"][(op["name"], s)]["ratio"] else float("nan") for op in data["ops"]]
+              for s in sizes}
+    mid = sum(PAPER_ENGINE_RATIO) / 2
+    values[f"paper, Fig. 12's text ({PAPER_ENGINE_RATIO[0]:g}-{PAPER_ENGINE_RATIO[1]:g}x, bar at {mid:g})"] = [
+        mid if op["name"] in PAPER_ENGINE_OPS else float("nan") for op in data["ops"]]
+    path, rel = ctx.plot_path("ratios")
+    bars_plot(path, [BarPanel(f"throughput, dpu at {SPEED} / host", "ratio (log)", values, logy=True,
+                              annotate=False, refline=(1.0, "equal to the host"))], names,
+              title=f"DPUBench operators: the dpu place at {SPEED} against the host (* an engine on BlueField-2)",
+              ncols=1)
+    sec.image(rel, "dpu / host per operator", f"Per operator, the dpu place at {SPEED} over the host place "
+              "(log scale), beside the only ratios Fig. 12's text gives: RXPMatch and Compress on BlueField-2's "
+              "engines. * marks the operators with an engine on BlueField-2.")
+    if r["unavailable"]:
+        sec.table(["operator", "why not"], sorted(r["unavailable"].items()), caption="Backends that do not exist here")
+    return sec
+
+
+@experiment(
+    "bench.bluefield.ops",
+    title=f"bench.bluefield.ops: every operator at {SPEED} speed against Fig. 12",
+    description=f"Every operator on the host place and on the dpu place time-dilated to {SPEED}, side by side; the "
+                "ratio per operator against the ratios Fig. 12's text gives, the engines marked.",
+    tools=[TOOL],
+)
+def bluefield_ops(ctx: Context) -> Section:
+    return render_ops(ctx, collect_ops(ctx))
+
+
+# -- bench.bluefield.e2e: the end-to-end programs at bluefield2 ---------------
+
+E2E_SIZES = {"flowtable": [64, 1024], "apprecog": [64, 256, 1024]}
+# Flow table: where the paper's hw table helps most (fast rates); app
+# recognition: a slow rate (Fig. 15's CPU) and an unloaded one (Fig. 16's delay).
+E2E_INTERVALS = {"flowtable": [1, 5], "apprecog": [20, 100]}
+E2E_ROUNDS = 3
+# (label, server configuration); the dpu speed is always given, so that the
+# eval's own --dpu does not change these modes.
+FLOW_MODES = [
+    ("sw on host", {"program": "flowtable", "table": "sw", "place": "host", "dpu_speed": "host"}),
+    ("hw, misses on dpu at full speed", {"program": "flowtable", "table": "hw", "place": "dpu", "dpu_speed": "host"}),
+    (f"hw, misses on dpu at {SPEED}", {"program": "flowtable", "table": "hw", "place": "dpu", "dpu_speed": SPEED}),
+    (f"sw on dpu at {SPEED}", {"program": "flowtable", "table": "sw", "place": "dpu", "dpu_speed": SPEED}),
+]
+APP_MODES = [
+    ("host", {"program": "apprecog", "place": "host", "dpu_speed": "host"}),
+    ("dpu at full speed", {"program": "apprecog", "place": "dpu", "dpu_speed": "host"}),
+    (f"dpu at {SPEED}", {"program": "apprecog", "place": "dpu", "dpu_speed": SPEED}),
+]
+
+
+def measure_e2e(tool: Any, out_dir: Any, programs: Sequence[tuple[str, list, list[int], list[float]]], *,
+                rounds: int = E2E_ROUNDS, seconds: float = 1.0, network: str = "auto",
+                progress: Any = None) -> list[dict[str, Any]]:
+    """For each (program, modes, sizes, intervals): :func:`bench_e2e.run_configs`
+    over the modes' server configurations, each record labelled with its mode."""
+    from dpukit import bench_e2e
+
+    records = []
+    for program, modes, sizes, intervals in programs:
+        if progress:
+            progress(f"{program}: " + ", ".join(label for label, _ in modes))
+        recs = bench_e2e.run_configs(tool, [cfg for _, cfg in modes], sizes, intervals, seconds, out_dir,
+                                     rounds=rounds, mode=network)
+        label_of = {_mode_key(cfg): label for label, cfg in modes}
+        for r in recs:
+            r["mode"] = label_of[_mode_key(r)]
+        records += recs
+    return records
+
+
+def collect_e2e(ctx: Context) -> list[dict[str, Any]]:
+    """The sweeps over FLOW_MODES and APP_MODES, kept in the eval's record
+    (they run processes of their own, outside ``ctx.run_native``)."""
+    from dpukit.paths import tool_path
+
+    programs = [("flowtable", FLOW_MODES, E2E_SIZES["flowtable"], E2E_INTERVALS["flowtable"]),
+                ("apprecog", APP_MODES, E2E_SIZES["apprecog"], E2E_INTERVALS["apprecog"])]
+    return ctx.measured("e2e_records", lambda: measure_e2e(
+        tool_path(TOOL), ctx.runs_dir / "bench.bluefield.e2e", programs, progress=ctx.progress))
+
+
+def _mode_key(r: dict[str, Any]) -> tuple:
+    speed = r["dpu_speed"]["name"] if isinstance(r["dpu_speed"], dict) else r["dpu_speed"]
+    return (r["program"], r.get("table") if r["program"] == "flowtable" else None, r["place"], speed)
+
+
+def e2e_summary(records: Sequence[dict[str, Any]]) -> dict[tuple, dict[str, list[float]]]:
+    """(program, mode, size, interval) -> each figure over the rounds."""
+    out: dict[tuple, dict[str, list[float]]] = {}
+    for r in records:
+        g = out.setdefault((r["program"], r["mode"], r["size"], r["interval_us"]), {})
+        vals = {"sent_kpps": r["client_pps"] / 1e3, "served_kpps": r["throughput_pps"] / 1e3, "loss": r["loss"],
+                **{f"util_{p}": r["utilization"][p] for p in ("host", "dpu", "hw")}}
+        if "rtt_us" in r:
+            vals.update(rtt_p50=r["rtt_us"]["p50"], rtt_p99=r["rtt_us"]["p99"])
+        d = r.get("dilation") or {}
+        if d.get("work_cpu_ns"):
+            vals["dilated_per_work"] = d["dilated_cpu_ns"] / d["work_cpu_ns"]
+        for k, v in vals.items():
+            g.setdefault(k, []).append(v)
+    return out
+
+
+def _med(g: dict[str, list[float]], key: str, scale: float = 1.0) -> str:
+    v = g.get(key)
+    return _range([x * scale for x in v]) if v else "-"
+
+
+def render_e2e(ctx: Context, records: list[dict[str, Any]]) -> Section:
+    sec = Section(f"bench.bluefield.e2e: the end-to-end programs with their dpu side at {SPEED} (Figs. 14-16)")
+    if not records:
+        sec.paragraph("No records.")
+        return sec
+    s = e2e_summary(records)
+    problems = sorted({p for r in records for p in r.get("problems", [])})
+    r0 = records[0]
+    sec.paragraph(
+        "`dpukit-bench e2e-client` sends UDP datagrams for 1 s per point to `dpukit-bench e2e-server` "
+        f"(network: {r0['note']}), {E2E_ROUNDS} rounds, the modes interleaved within each round; medians over the "
+        "rounds, ranges in brackets. Each server is given its `--dpu-speed` (host or "
+        f"{SPEED}); only its dpu place's threads are dilated, the host place and the NIC thread (hw) never. "
+        f"CPUs: {r0['cpus'].get('note', '')}. So on this machine a dilated dpu thread's added busy time also "
+        "takes the CPU from the host and NIC threads beside it, which separate Arm cores would not: the figures "
+        "of the dpu modes at reduced speed are pessimistic for the host side. Server CPU is CPU time per place "
+        "over the load window (1.0 = one CPU).")
+    if problems:
+        sec.paragraph("Problems found by the records' checks: " + "; ".join(problems[:10]))
+
+    # Fig. 14: the flow table.
+    rows = []
+    for label, _ in FLOW_MODES:
+        for size in E2E_SIZES["flowtable"]:
+            for iv in E2E_INTERVALS["flowtable"]:
+                g = s.get(("flowtable", label, size, float(iv)))
+                if not g:
+                    continue
+                rows.append([label, size, iv, _med(g, "sent_kpps"), _med(g, "served_kpps"), _med(g, "loss"),
+                             _med(g, "util_host", 100), _med(g, "util_dpu", 100), _med(g, "util_hw", 100),
+                             _med(g, "dilated_per_work")])
+    sec.table(["flow table", "bytes", "interval us", "sent kpps", "served kpps", "loss", "host CPU %", "dpu CPU %",
+               "hw CPU %", "dpu dilated / work"], rows,
+              caption=f"Fig. 14: the software table on the host, the emulated hardware table with its miss path on "
+                      f"the dpu at full speed and at {SPEED}, and the software table on the dpu at {SPEED}")
+    sec.paragraph(
+        "Fig. 14's finding: the hardware table serves more and loses less than the software one at small "
+        "packets and fast rates. Here the hardware table's hits stay at the NIC's speed at any dpu speed; only "
+        "its misses (the first packets of each flow, until its entry is in) wait for the dpu. The software table "
+        f"moved onto the dpu at {SPEED} shows what the Arm cores alone would serve. The emulated table is a CPU "
+        "thread on the server's CPU here, so its rate is a thread's, not a NIC's, and at reduced dpu speed it "
+        "loses CPU to the miss path's added busy time.")
+
+    # Fig. 15: host CPU at a slow rate; Fig. 16: the process delay unloaded.
+    iv_cpu, iv_rtt = E2E_INTERVALS["apprecog"]
+
+    def app_points(iv: float, figure: str):
+        """Per size and mode at interval ``iv``: the figures, and the median of
+        ``figure`` against the host mode's (the ratio - 1), "-" for the host."""
+        for size in E2E_SIZES["apprecog"]:
+            host = s.get(("apprecog", "host", size, float(iv)))
+            for label, _ in APP_MODES:
+                g = s.get(("apprecog", label, size, float(iv)))
+                if not g:
+                    continue
+                h = statistics.median(host[figure]) if host and label != "host" else 0
+                yield size, label, g, (statistics.median(g[figure]) / h - 1 if h > 0 else None)
+
+    rows = [[size, label, _med(g, "served_kpps"), _med(g, "loss"), _med(g, "util_host", 100),
+             "-" if vs is None else f"{-100 * vs:.0f}%", _med(g, "util_dpu", 100), _med(g, "dilated_per_work")]
+            for size, label, g, vs in app_points(iv_cpu, "util_host")]
+    sec.table(["bytes", "app recognition", "served kpps", "loss", "host CPU %", "host CPU saved", "dpu CPU %",
+               "dpu dilated / work"], rows,
+              caption=f"Fig. 15 at a {iv_cpu} us interval: the paper saves 10-20 % of the server CPU at slow rates "
+                      "by moving the recognition to BlueField-2")
+    rows = [[size, label, _med(g, "rtt_p50"), "-" if vs is None else f"{100 * vs:+.0f}%", _med(g, "rtt_p99"),
+             _med(g, "loss")] for size, label, g, vs in app_points(iv_rtt, "rtt_p50")]
+    sec.table(["bytes", "app recognition", "RTT p50 us", "p50 against host", "RTT p99 us", "loss"], rows,
+              caption=f"Fig. 16 at a {iv_rtt} us interval: the paper's process delay is 10-15 % lower with the "
+                      "recognition on BlueField-2 (its RegEx engine)")
+    sec.paragraph(
+        "Fig. 16's 10-15 % lower delay comes from BlueField-2's RegEx engine doing the matching; the emulation has "
+        "no engine, so at reduced speed the matching runs on a slower core and the delay can only grow; when the "
+        "dpu cannot keep up, requests queue and are lost there. The host CPU of each mode includes the kernel's "
+        "receive work that interrupted its threads (this kernel has no IRQ time accounting): a dpu thread that "
+        "is busy longer, as a dilated one is, is interrupted more often, so the host's share can fall further at "
+        "reduced dpu speed than the work moved explains.")
+
+    # The plots.
+    flow_cats = [f"{size} B, {iv} us" for size in E2E_SIZES["flowtable"] for iv in E2E_INTERVALS["flowtable"]]
+
+    def flow_vals(key: str, scale: float = 1.0) -> dict[str, list[float]]:
+        return {label: [statistics.median(s[("flowtable", label, size, float(iv))][key]) * scale
+                        if ("flowtable", label, size, float(iv)) in s else float("nan")
+                        for size in E2E_SIZES["flowtable"] for iv in E2E_INTERVALS["flowtable"]]
+                for label, _ in FLOW_MODES}
+
+    path, rel = ctx.plot_path("flowtable")
+    bars_plot(path, [BarPanel("served", "kpps", flow_vals("served_kpps"), annotate=False),
+                     BarPanel("loss", "loss ratio", flow_vals("loss"), annotate=False)], flow_cats,
+              title=f"Flow table (Fig. 14) with the dpu at full speed and at {SPEED} (medians)", ncols=1)
+    sec.image(rel, "flow table", f"Flow table: served kpps and loss per mode, the dpu at full speed and at {SPEED}.")
+    app_cats = [f"{size} B" for size in E2E_SIZES["apprecog"]]
+
+    def app_vals(key: str, iv: float, scale: float = 1.0) -> dict[str, list[float]]:
+        return {label: [statistics.median(s[("apprecog", label, size, float(iv))][key]) * scale
+                        if ("apprecog", label, size, float(iv)) in s else float("nan")
+                        for size in E2E_SIZES["apprecog"]] for label, _ in APP_MODES}
+
+    path, rel = ctx.plot_path("apprecog")
+    bars_plot(path, [BarPanel(f"host CPU at {iv_cpu} us (Fig. 15)", "% of one CPU", app_vals("util_host", iv_cpu, 100),
+                              fmt=lambda v: f"{v:.0f}"),
+                     BarPanel(f"dpu CPU at {iv_cpu} us", "% of one CPU", app_vals("util_dpu", iv_cpu, 100),
+                              fmt=lambda v: f"{v:.0f}"),
+                     BarPanel(f"RTT p50 at {iv_rtt} us (Fig. 16)", "us (log)", app_vals("rtt_p50", iv_rtt),
+                              logy=True, fmt=lambda v: f"{v:.0f}")], app_cats,
+              title=f"App recognition (Figs. 15-16) with the dpu at full speed and at {SPEED} (medians)", ncols=3)
+    sec.image(rel, "app recognition", f"App recognition: the host's and the dpu's CPU at a {iv_cpu} us interval and "
+              f"the round trip at {iv_rtt} us, per mode.")
+    srv = ["dpukit-bench", "e2e-server", "--program", "apprecog", "--place", "dpu", "--dpu-speed", SPEED,
+           "--host-cpus", r0["cpus"]["host"], "--dpu-cpus", r0["cpus"]["dpu"], "--hw-cpus", r0["cpus"]["hw"]]
+    cli = ["dpukit-bench", "e2e-client", "--program", "apprecog", "--server", "SERVER", "--size", "64",
+           "--interval", str(iv_cpu), "--duration", "1"]
+    sec.add_command(srv)
+    sec.add_command(cli)
+    return sec
+
+
+@experiment(
+    "bench.bluefield.e2e",
+    title=f"bench.bluefield.e2e: the end-to-end programs with their dpu side at {SPEED} (Figs. 14-16)",
+    description=f"Flow table and app recognition with the dpu place at full speed and at {SPEED}, beside the host, "
+                "against Figs. 14-16 (full mode).",
+    tools=[TOOL],
+)
+def bluefield_e2e(ctx: Context) -> Section:
+    sec = Section(f"bench.bluefield.e2e: the end-to-end programs with their dpu side at {SPEED} (Figs. 14-16)")
+    if skipped_in_quick_mode(ctx, sec, "bench.bluefield.e2e"):
+        return sec
+    return render_e2e(ctx, collect_e2e(ctx))
