@@ -113,3 +113,41 @@ def test_bad_speed_is_refused(tmp_path: Path):
                            capture_output=True, text=True, timeout=20)
         assert r.returncode == 2, (bad, r.stderr)
         assert "--dpu-speed" in r.stderr, r.stderr
+
+
+@pytest.mark.slow
+def test_eval_quick_bluefield(tmp_path: Path, run_dpukit):
+    """`dpukit eval --quick --only mesh.bluefield`: the sidecar pair and the
+    node proxy at host and bluefield3 speed measured side by side, the
+    bluefield3 proxy really dilated (its CPU per request above the host
+    proxy's in the same eval), and the report rebuilt byte for byte."""
+    import re
+
+    from dpukit import native
+
+    native_tool("dpukit-mesh")
+    out = tmp_path / "results"
+    proc = run_dpukit("eval", "--quick", "--only", "mesh.bluefield", "--out", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = (out / "latest").resolve()
+    md = (run_dir / "report.md").read_text()
+    for name in ("envoy-sidecars", "node-proxy-host", "node-proxy-bluefield3"):
+        assert re.search(rf"^\| {name} \| [\d,]+ \|", md, re.M), name
+    assert "dpu CPUs at BlueField-3 speed to match the Envoy sidecar pair" in md
+    assert "0 errors and 0 non-2xx" in md
+    assert len(list((run_dir / "plots").glob("mesh.bluefield-*.png"))) == 1
+    per_request: dict[str, float] = {}
+    for p in sorted((run_dir / "runs").glob("mesh.bluefield-*-wrk-*.json")):
+        r = native.load_result(p)
+        top = r["parameters"]["topology"]
+        if top.startswith("node-proxy"):
+            proxy = next(c for c in r["parameters"]["chain"] if c["name"] == "node-proxy")
+            assert proxy["command_line"][-2:] == ["--dpu-speed", r["parameters"]["dpu_speed"]]
+            per_request[top] = r["cpu_ns"]["dpu"] / r["figures"]["requests"]
+    # Loose (other tenants move CPU per request between runs): dilation at F = 0.455 asks 2.2x.
+    assert per_request["node-proxy-bluefield3"] > 1.3 * per_request["node-proxy-host"], per_request
+
+    before = md
+    proc = run_dpukit("eval", "--render", str(run_dir), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (run_dir / "report.md").read_text() == before
