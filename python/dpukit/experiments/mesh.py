@@ -587,8 +587,8 @@ def add_chain_commands(sec: Section, records: Sequence[dict[str, Any]]) -> None:
     for r in records:
         for p in r["parameters"]["chain"]:
             key = tuple(str(a) for a in p["command_line"])
-            # Ports and temporary paths differ per run; show each topology's chain once.
-            shape = tuple(re.sub(r"\d{4,5}|/tmp/\S+", "*", a) for a in key)
+            # Ports, Envoy's --base-id and temporary paths differ per run; show each topology's chain once.
+            shape = (p["name"], *(re.sub(r"\d{4,6}|/tmp/\S+", "*", a) for a in key))
             if shape not in seen:
                 seen.add(shape)
                 sec.add_command(list(key))
