@@ -145,11 +145,6 @@ class CompressQueuePair {
   uint16_t qp_;
 };
 
-// " (input #i of a burst of n)" where a burst has more than one input.
-std::string burst_place(size_t i, size_t n) {
-  return n > 1 ? " (input #" + std::to_string(i) + " of a burst of " + std::to_string(n) + ")" : "";
-}
-
 class DeflateKernel final : public DevKernel {
  public:
   DeflateKernel(CompressDevice& d, int level, size_t size, size_t out_room)
@@ -183,10 +178,7 @@ class DeflateKernel final : public DevKernel {
   // Bursts of up to depth_ operations in flight, each burst enqueued and
   // collected whole before the next.
   void process_burst(std::span<const std::span<const uint8_t>> in, std::span<Bytes> out) override {
-    for (size_t done = 0; done < in.size(); done += depth_) {
-      const size_t n = std::min(depth_, in.size() - done);
-      run(in.subspan(done, n), out.subspan(done, n));
-    }
+    dev::in_bursts(depth_, in, out, [&](auto i, auto o) { run(i, o); });
   }
 
  private:
@@ -242,11 +234,7 @@ class DeflateKernel final : public DevKernel {
   // the whole burst has come back, so nothing is left in flight.
   void run(std::span<const std::span<const uint8_t>> in, std::span<Bytes> out) {
     const size_t n = in.size();
-    for (size_t i = 0; i < n; ++i)
-      if (in[i].size() > capacity_)
-        throw std::length_error(std::to_string(in[i].size()) + " bytes do not fit this kernel's " +
-                                std::to_string(capacity_) + "-byte buffer (kernels are made for a size)" +
-                                burst_place(i, n));
+    for (size_t i = 0; i < n; ++i) dev::check_fits(in[i].size(), capacity_, i, n);
     for (size_t i = 0; i < n; ++i) {
       rte_comp_op* op = ops_[i];
       op->m_src = attach_ ? attached_->attach(i, in[i].data(), in[i].size()) : src_->write(in[i], i);
@@ -271,10 +259,10 @@ class DeflateKernel final : public DevKernel {
       if (!failure.empty()) continue;
       if (op->status != RTE_COMP_OP_STATUS_SUCCESS)
         failure = dev_.name + ": compression failed (rte_comp_op_status " + std::to_string(op->status) + ")" +
-                  burst_place(i, n);
+                  dev::burst_place(i, n);
       else if (op->consumed != in[i].size())
         failure = dev_.name + " consumed " + std::to_string(op->consumed) + " of " + std::to_string(in[i].size()) +
-                  " input bytes" + burst_place(i, n);
+                  " input bytes" + dev::burst_place(i, n);
       else {
         out[i].resize(op->produced);
         dst_.read(op->produced, out[i].data(), i);

@@ -220,12 +220,6 @@ constexpr const char* kChainedNote =
 
 enum class SymKind { kGcm, kCbc, kHash };
 
-// " (input #i of a burst of n)" where a burst has more than one input: the
-// errors of one unit of work read as before.
-std::string burst_place(size_t i, size_t n) {
-  return n > 1 ? " (input #" + std::to_string(i) + " of a burst of " + std::to_string(n) + ")" : "";
-}
-
 class SymKernel final : public DevKernel {
  public:
   // `xform` without its key, which is `key` (for a cipher); with
@@ -285,10 +279,7 @@ class SymKernel final : public DevKernel {
   // Bursts of up to depth_ operations in flight, each burst enqueued and
   // collected whole before the next (outputs are due when the call returns).
   void process_burst(std::span<const std::span<const uint8_t>> in, std::span<Bytes> out) override {
-    for (size_t done = 0; done < in.size(); done += depth_) {
-      const size_t n = std::min(depth_, in.size() - done);
-      run(nullptr, in.subspan(done, n), out.subspan(done, n));
-    }
+    dev::in_bursts(depth_, in, out, [&](auto i, auto o) { run(nullptr, i, o); });
   }
 
   // One operation with the IV given (12 bytes for GCM, 16 for CBC, unused
@@ -299,16 +290,13 @@ class SymKernel final : public DevKernel {
   // Every input is checked before any operation is enqueued: a bad one
   // refuses the whole burst and leaves nothing in flight.
   void check(std::span<const uint8_t> in, size_t i, size_t n) const {
-    if (in.size() > capacity_)
-      throw std::length_error(std::to_string(in.size()) + " bytes do not fit this kernel's " +
-                              std::to_string(capacity_) + "-byte buffer (kernels are made for a size)" +
-                              burst_place(i, n));
+    dev::check_fits(in.size(), capacity_, i, n);
     if (kind_ == SymKind::kGcm && in.size() < 8)
-      throw std::invalid_argument("aes: the input must hold the 8 IV bytes" + burst_place(i, n));
+      throw std::invalid_argument("aes: the input must hold the 8 IV bytes" + dev::burst_place(i, n));
     if (kind_ == SymKind::kCbc && in.size() < 16)
-      throw std::invalid_argument("aes_cbc: the input must hold the 16 IV bytes" + burst_place(i, n));
+      throw std::invalid_argument("aes_cbc: the input must hold the 16 IV bytes" + dev::burst_place(i, n));
     if (kind_ == SymKind::kCbc && in.size() % 16 != 0)
-      throw std::invalid_argument("aes_cbc: the input must be whole 16-byte blocks" + burst_place(i, n));
+      throw std::invalid_argument("aes_cbc: the input must be whole 16-byte blocks" + dev::burst_place(i, n));
   }
 
   // Operation i of a burst: its IV, data, digest and mbufs. In attach mode
@@ -432,7 +420,7 @@ class SymKernel final : public DevKernel {
     if (session_per_packet_) free_fresh_sessions(n);
     if (failed != n)
       throw std::runtime_error(qp_.device().name + ": operation failed (rte_crypto_op_status " +
-                               std::to_string(ops_[failed]->status) + ")" + burst_place(failed, n));
+                               std::to_string(ops_[failed]->status) + ")" + dev::burst_place(failed, n));
   }
 
   QueuePair qp_;

@@ -66,9 +66,7 @@ bool MbufChain::needs_chain(size_t capacity) { return capacity > kMaxSegmentRoom
 size_t MbufChain::segments_for(size_t bytes) const { return std::max<size_t>(1, (bytes + seg_room_ - 1) / seg_room_); }
 
 rte_mbuf* MbufChain::shape(size_t bytes, size_t chain) {
-  if (bytes > capacity_)
-    throw std::length_error(std::to_string(bytes) + " bytes do not fit this kernel's " + std::to_string(capacity_) +
-                            "-byte buffer (kernels are made for a size)");
+  check_fits(bytes, capacity_);
   rte_mbuf** segs = segs_.data() + chain * per_chain_;
   const size_t n = segments_for(bytes);
   size_t left = bytes;
@@ -161,6 +159,16 @@ DeviceBuffer::DeviceBuffer(size_t size) : size_(size) {
 DeviceBuffer::~DeviceBuffer() { rte_free(data_); }
 
 uint64_t op_timeout_ticks() { return static_cast<uint64_t>(kOpTimeoutSeconds * static_cast<double>(rte_get_tsc_hz())); }
+
+void check_fits(size_t bytes, size_t capacity, size_t i, size_t n) {
+  if (bytes > capacity)
+    throw std::length_error(std::to_string(bytes) + " bytes do not fit this kernel's " + std::to_string(capacity) +
+                            "-byte buffer (kernels are made for a size)" + burst_place(i, n));
+}
+
+std::string burst_place(size_t i, size_t n) {
+  return n > 1 ? " (input #" + std::to_string(i) + " of a burst of " + std::to_string(n) + ")" : "";
+}
 
 std::runtime_error device_timeout(const std::string& device, const char* what) {
   return std::runtime_error(device + " did not " + what + " an operation within " +

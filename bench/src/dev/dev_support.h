@@ -3,6 +3,7 @@
 // operations a kernel keeps in flight, and the deadline a device is given.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -116,6 +117,24 @@ constexpr double kOpTimeoutSeconds = 10.0;
 
 // TSC ticks of kOpTimeoutSeconds.
 uint64_t op_timeout_ticks();
+
+// " (input #i of a burst of n)" where a burst has more than one input, so
+// that the errors of a single operation read as before.
+std::string burst_place(size_t i, size_t n);
+
+// Throws std::length_error unless `bytes` fit a kernel made for `capacity`
+// (input i of a burst of n).
+void check_fits(size_t bytes, size_t capacity, size_t i = 0, size_t n = 1);
+
+// Calls run(in', out') for consecutive slices of at most `depth` inputs and
+// their outputs: a kernel's process_burst over its own burst depth.
+template <class Run>
+void in_bursts(size_t depth, std::span<const std::span<const uint8_t>> in, std::span<Bytes> out, Run&& run) {
+  for (size_t done = 0; done < in.size(); done += depth) {
+    const size_t n = std::min(depth, in.size() - done);
+    run(in.subspan(done, n), out.subspan(done, n));
+  }
+}
 
 // The error for a device that did not `what` ("take", "complete") an
 // operation within kOpTimeoutSeconds.
