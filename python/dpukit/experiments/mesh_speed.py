@@ -234,12 +234,14 @@ def render(ctx: Context, data: dict[str, Any]) -> Section:
                        {"": [med(per_cpu_qps(r) for r in wrk[n]) for n in plot_names]},
                        fmt=lambda v: fmt_sig(v / 1000) + "k", refline=(med(side_rate), "Envoy sidecar pair"))]
     for q in rates:
-        panels.append(BarPanel(f"added p99 at {fmt_int(q)} qps", "ms", {"": [med(added(n, q)) for n in plot_names]}))
+        panels.append(BarPanel(f"added latency at {fmt_int(q)} qps", "ms",
+                               {p: [med(added(n, q, f"{p}_ms")) for n in plot_names] for p in ("p50", "p99")},
+                               logy=True))
     bars_plot(path, panels, plot_names, title=f"The node proxy at {SPEED} speed against the Envoy sidecar pair",
               ncols=2, highlight=f"node-proxy-{SPEED}")
-    sec.image(rel, "max qps and added p99 per topology",
+    sec.image(rel, "max qps, requests per proxy CPU-second and added latency per topology",
               "Max qps and requests per second of the proxies' CPU time (the dashed lines: the Envoy sidecar "
-              "pair's), and added p99 at fixed rates"
+              "pair's), and added p50 and p99 at fixed rates"
               + (" (medians of the rounds)." if rounds > 1 else "."))
     sec.paragraph(error_note(recs))
     add_chain_commands(sec, recs)
