@@ -9,7 +9,6 @@
 // client does not read.
 #include "http2/h2_session.h"
 
-#include <malloc.h>
 #include <nghttp2/nghttp2.h>
 
 #include <algorithm>
@@ -18,6 +17,7 @@
 #include "dataplane/l7_chain.h"
 #include "dataplane/router_stream.h"
 #include "dpukit/core/log.h"
+#include "http2/freed_memory.h"
 #include "http2/h2_headers.h"
 #include "http2/h2_upstream.h"
 #include "http2/nghttp2_util.h"
@@ -36,29 +36,10 @@ class H2Session;
 // back when it has none left (give_back_freed_memory).
 constexpr size_t kGiveBackAfterStreams = 256;
 
-// glibc's free() returns memory to the system only from the top of a heap:
-// the queues and read buffers of many streams, freed between small objects
-// that live on (pooled upstream connections, Asio's recycled per-socket
-// state), stay resident. Measured: after a client of 1,000 streams that did
-// not read closed, the worker's arena kept 17-134 MB with 0.3 MB of it in use.
-// malloc_trim returns the free pages inside the heaps too. It walks every
-// arena, so a worker runs it at most once a second: a later request waits
-// for the rest of that second (one at a time), it is not dropped.
+// The worker gives back what the streams of a burst freed (http2/freed_memory.h).
 void give_back_freed_memory(Worker& w) {
-  static thread_local bool pending = false;
-  static thread_local int64_t last_ns = 0;
-  if (pending) return;
-  pending = true;
-  int64_t wait_ns = last_ns == 0 ? 0 : std::max<int64_t>(0, last_ns + 1000000000 - mono_ns());
-  // A timer even for no wait: it runs after the handlers already queued, which let go of the streams.
-  auto timer = std::make_shared<asio::steady_timer>(w.io(), std::chrono::nanoseconds(wait_ns));
-  timer->async_wait([timer](const boost::system::error_code& ec) {
-    if (ec) return;  // the worker is stopping
-    pending = false;
-    last_ns = mono_ns();
-    malloc_trim(0);
-    log_debug("mesh: worker gave freed memory back in " + std::to_string((mono_ns() - last_ns) / 1000) + " us");
-  });
+  static thread_local FreedMemory freed;
+  freed.request(w.io());
 }
 
 class H2Stream : public std::enable_shared_from_this<H2Stream>, public RouterDownstream {
