@@ -16,7 +16,11 @@
 // left out of the worker's clock, so that it neither costs dpu CPU nor
 // slows the worker (the arrivals are due on a clock that stops while the
 // wire works). What it cannot leave out is the cache the match shares with
-// the worker's sketch on one core.
+// the worker's sketch on one core. At a dpu speed below the host's, the
+// worker's own part of the loop (its bursts, Duet's polled control path) is
+// time-dilated as on a slower core; the wire's part and the worker's idle
+// waits are left out of the dilation (the NIC is not slower, and a slower
+// core waits no longer for packets that are not there).
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -92,6 +96,7 @@ struct Shared {
     // Wall time: in the worker's loops, the wire's part of it, and the
     // worker's batches; CPU time: the thread's.
     uint64_t loop_ns = 0, hw_ns = 0, work_ns = 0, cpu_ns = 0, sleeps = 0;
+    uint64_t dilated_ns = 0;  // what the dpu speed's dilation added to cpu_ns
   };
   std::vector<Worker> workers;
 
@@ -193,8 +198,11 @@ class QueueWire {
 // One pass of a queue's packets through its worker: the worker's loop, with
 // the wire in it. `clock` is the worker's: the wall clock minus the wire's
 // time (hw_ns). In the measured pass under a rate, packet j of the queue is
-// due at t0 + j / rate_q, whether or not the worker keeps up.
-void replay(Shared& s, unsigned w, QueueWire& wire, bool measured, Shared::Worker& me) {
+// due at t0 + j / rate_q, whether or not the worker keeps up. `slow`
+// dilates the worker's part of the loop (the dpu speed); the wire's time and
+// the idle waits are excluded from it by their wall time (a thread preempted
+// in one of them is dilated a little less).
+void replay(Shared& s, unsigned w, QueueWire& wire, bool measured, Shared::Worker& me, Dilation& slow) {
   const RunConfig& cfg = s.cfg;
   const double rate = measured && cfg.rate_pps > 0 ? me.queue.rate_pps : 0;
   const uint64_t t0 = s.t0.load(std::memory_order_relaxed);
@@ -207,6 +215,7 @@ void replay(Shared& s, unsigned w, QueueWire& wire, bool measured, Shared::Worke
   wire.restart();
   const uint64_t start = now_ns();
   uint64_t now = start;
+  slow.start();
   // The worker's part of the loop, on the wire's clock: its longest stretch
   // is a burst, the polled control path, or the thread losing its CPU. The
   // first is from the start of the wire's clock (a worker woken late from
@@ -227,6 +236,7 @@ void replay(Shared& s, unsigned w, QueueWire& wire, bool measured, Shared::Worke
       if (firmware) s.run_firmware(now);
       const uint64_t after = now_ns();
       me.hw_ns += after - now;
+      slow.exclude(after - now);  // the NIC's work: at full speed
       now = after;
       if (measured) {
         s.progress[w].sent.store(wire.sent(), std::memory_order_relaxed);
@@ -238,7 +248,7 @@ void replay(Shared& s, unsigned w, QueueWire& wire, bool measured, Shared::Worke
           me.queue.wire_seconds = ((rate > 0 ? due_at(wire.packets() - 1) : clock(now)) - t0) / 1e9;
       }
     }
-    if (runs_control) s.measurer.poll_control(now, kControlPollNs);
+    if (runs_control && s.measurer.poll_control(now, kControlPollNs)) now = worker_time();
     // The worker: a burst from its ring, handed over whole. Every header is
     // asked for first, as a DPDK worker prefetches its mbufs.
     if (size_t k = wire.pop(pos)) {
@@ -247,6 +257,7 @@ void replay(Shared& s, unsigned w, QueueWire& wire, bool measured, Shared::Worke
         __builtin_prefetch(keys[i]);
       }
       s.measurer.update_burst(w, keys, k);
+      slow.poll();  // as on the dpu's slower core: busy for (1/F - 1) x the work, every 20 us of it
       me.queue.delivered += measured ? k : 0;
       const uint64_t after = worker_time();
       me.work_ns += after - now;
@@ -271,8 +282,11 @@ void replay(Shared& s, unsigned w, QueueWire& wire, bool measured, Shared::Worke
         continue;
       }
     }
-    now = worker_time();
+    const uint64_t after = worker_time();
+    slow.exclude(after - now);  // waiting for the wire: no slower on a slower core
+    now = after;
   }
+  slow.pay();  // the rest of the worker's debt, within the pass it belongs to
   now = now_ns();
   me.loop_ns += now - start;
   if (measured) {
@@ -290,6 +304,7 @@ void run_worker(Shared& s, unsigned w, size_t n) {
   const uint64_t cpu0 = thread_cpu_ns();
   Shared::Worker& me = s.workers[w];
   QueueWire wire(s, w, n);
+  Dilation slow(s.cfg.algorithm.dpu_speed);
   me.queue.packets = wire.packets();
   if (s.cfg.rate_pps > 0 && n > 0) me.queue.rate_pps = s.cfg.rate_pps * double(wire.packets()) / double(n);
   for (unsigned pass = 0; pass < s.passes; ++pass) {
@@ -301,10 +316,11 @@ void run_worker(Shared& s, unsigned w, size_t n) {
       s.measured_start.arrive_and_wait();
       switches = involuntary_switches();
     }
-    replay(s, w, wire, measured, me);
+    replay(s, w, wire, measured, me, slow);
     if (measured) me.queue.preemptions = involuntary_switches() - switches;
   }
   wire.idle();
+  me.dilated_ns = slow.dilated_ns();
   me.cpu_ns = thread_cpu_ns() - cpu0;
   s.running.fetch_sub(1, std::memory_order_release);
 }
@@ -356,6 +372,7 @@ void collect(Shared& s, const GroundTruth& truth, RunResult& res) {
     res.cpu.add(Place::kDpu, me.cpu_ns - hw);
     res.drops += me.queue.drops;
     res.dpu_work_ns += me.work_ns;
+    res.dpu_dilated_ns += me.dilated_ns;
     res.worker_sleeps += me.sleeps;
     res.wire_seconds = std::max(res.wire_seconds, me.queue.wire_seconds);
     res.seconds = std::max(res.seconds, me.queue.seconds);
@@ -507,13 +524,16 @@ RunResult run(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg
     measurer.drain();
   }
   collect(s, truth, res);
+  res.dpu_dilated_ns += measurer.control_dilated_ns();
   return res;
 }
 
 ZeroLossSearch zero_loss_rate(const Trace& trace, const GroundTruth& truth, const RunConfig& config,
-                              const WirePlan& wire, double precision, double low, double high) {
+                              const WirePlan& wire, double precision, double low, double high, double low_fraction) {
   if (!(precision > 0 && precision < 1)) throw std::invalid_argument("zero-loss search: precision must be in (0, 1)");
   if (low < 0 || (high > 0 && high <= low)) throw std::invalid_argument("zero-loss search: want 0 <= low < high");
+  if (!(low_fraction >= 0 && low_fraction < 0.5))
+    throw std::invalid_argument("zero-loss search: the low fraction must be in [0, 0.5)");
   ZeroLossSearch z;
   RunConfig c = config;
   c.rate_pps = 0;
@@ -521,7 +541,8 @@ ZeroLossSearch zero_loss_rate(const Trace& trace, const GroundTruth& truth, cons
     RunResult unpaced = run(trace, truth, c, &wire);
     z.unpaced_pps = std::max(z.unpaced_pps, unpaced.packets / std::max(unpaced.seconds, 1e-9));
   }
-  double hi = high > 0 ? high : 2 * z.unpaced_pps, lo = low;
+  double hi = high > 0 ? high : 2 * z.unpaced_pps, lo = low > 0 ? low : low_fraction * z.unpaced_pps;
+  if (lo >= hi) lo = 0;
   // A probe passes when nothing dropped and the wires offered at least 90 % of
   // the rate. Each queue's wire keeps its clock (a packet is due whether or
   // not its worker runs), so a probe is in practice decided by its drops; the

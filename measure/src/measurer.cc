@@ -47,7 +47,8 @@ EmulatedFlowTable::Config hw_table_config(const AlgorithmConfig& config, uint64_
 }
 
 Measurer::Measurer(const AlgorithmConfig& cfg, unsigned workers, uint64_t top, uint64_t packets, FlowTable* table)
-    : workers_(workers), top_(top), none_(cfg.algo == "none"), table_(table), sinks_(workers) {
+    : workers_(workers), top_(top), none_(cfg.algo == "none"), table_(table), sinks_(workers),
+      dpu_speed_(cfg.dpu_speed) {
   if (workers == 0) throw std::invalid_argument("at least one dpu worker");
   if (cfg.algo == "duet") {
     if (!table) throw std::invalid_argument("duet needs a hardware flow table");
@@ -137,18 +138,26 @@ void Measurer::control_loop(const std::atomic<bool>& stop) {
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
             .count());
   };
+  // A step (promotions installed or refused, entries aged, an epoch ended)
+  // is paid for as on the dpu's slower core; waiting for events costs no CPU.
+  Dilation slow(dpu_speed_);
+  slow.start();
   while (!stop.load(std::memory_order_acquire)) {
     if (table_->wait_events(std::chrono::milliseconds(2))) control_step();
     rotate_epoch_if_due(now());
+    slow.pay();
   }
   drain();
+  slow.pay();
+  control_dilated_ns_ = slow.dilated_ns();
 }
 
-void Measurer::poll_control(uint64_t now, uint64_t every_ns) {
-  if (!duet_ || now < next_control_ns_) return;
+bool Measurer::poll_control(uint64_t now, uint64_t every_ns) {
+  if (!duet_ || now < next_control_ns_) return false;
   control_step();
   rotate_epoch_if_due(now);
   next_control_ns_ = now + every_ns;
+  return true;
 }
 
 void Measurer::rotate_epoch_if_due(uint64_t now) {

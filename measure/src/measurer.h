@@ -59,10 +59,14 @@ class Measurer {
   // Applies the hardware table's outcomes; returns how many.
   size_t control_step();
   // A control thread: waits for outcomes and applies them until `stop`,
-  // then drains what is left.
+  // then drains what is left. Each step is time-dilated at the config's dpu
+  // speed (the control path is the dpu's); control_dilated_ns() says how much
+  // was added, once the loop has returned.
   void control_loop(const std::atomic<bool>& stop);
-  // A polling worker's control path: at most every `every_ns`.
-  void poll_control(uint64_t now, uint64_t every_ns);
+  uint64_t control_dilated_ns() const { return control_dilated_ns_; }
+  // A polling worker's control path: at most every `every_ns`. Returns
+  // whether it ran (the worker's own dilation pays for it).
+  bool poll_control(uint64_t now, uint64_t every_ns);
   // Duet's sketch epoch (AlgorithmConfig::sketch_epoch_ns): ends an epoch
   // once its time has passed, `now` in ns of any steady clock (the first
   // call starts the first epoch). From the control path; the control loop
@@ -112,6 +116,8 @@ class Measurer {
     uint64_t seen = 0;
   };
   std::vector<Sink> sinks_;
+  DpuSpeed dpu_speed_;
+  uint64_t control_dilated_ns_ = 0;
   uint64_t next_control_ns_ = 0;
   uint64_t epoch_ns_ = 0, epoch_ends_ns_ = 0;
   bool warned_epoch_ = false;

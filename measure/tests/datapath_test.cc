@@ -195,6 +195,29 @@ TEST(ZeroLossSearch, RefusesBadBounds) {
   WirePlan w = plan_wire(t.packets, 1);
   EXPECT_THROW(zero_loss_rate(t, truth, c, w, 0), std::invalid_argument);
   EXPECT_THROW(zero_loss_rate(t, truth, c, w, 0.02, 1000, 500), std::invalid_argument);
+  EXPECT_THROW(zero_loss_rate(t, truth, c, w, 0.02, 0, 0, 0.5), std::invalid_argument);
+  EXPECT_THROW(zero_loss_rate(t, truth, c, w, 0.02, 0, 0, -0.1), std::invalid_argument);
+}
+
+TEST(ZeroLossSearch, ALowFractionIsTheFloorOfTheSearch) {
+  Trace t = skewed_trace(200000, 5000);
+  GroundTruth truth = ground_truth(t.packets);
+  RunConfig c;
+  c.algorithm.algo = "cms";
+  c.ring_slots = 256;  // the smallest ring: a worker that is away for a moment drops
+  WirePlan w = plan_wire(t.packets, 1);
+  ZeroLossSearch z = zero_loss_rate(t, truth, c, w, 0.001, 0, 0, 0.25);
+  ASSERT_GT(z.unpaced_pps, 0);
+  for (const auto& p : z.probes) EXPECT_GE(p.rate_pps, 0.25 * z.unpaced_pps * (1 - 1e-9));
+  // Twice the unpaced rate drops; the floor is probed next (halving would probe the unpaced rate).
+  auto next = std::find_if(z.probes.begin(), z.probes.end(),
+                           [&](const ZeroLossSearch::Probe& p) { return p.rate_pps != z.probes.front().rate_pps; });
+  if (z.probes.front().drops > 0) {
+    ASSERT_NE(next, z.probes.end());
+    EXPECT_DOUBLE_EQ(next->rate_pps, 0.25 * z.unpaced_pps);
+  }
+  EXPECT_TRUE(z.rate_pps == 0 || z.rate_pps >= 0.25 * z.unpaced_pps * 0.9)
+      << "a rate from the bracket, or none: the floor dropped";
 }
 
 // ------------------------------------------------------------ one wire per RSS queue

@@ -64,6 +64,9 @@ void add_shared_options(ArgParser& p) {
                            "an epoch; 0 = never reset (default: run 0, live " + std::to_string(kLiveSketchEpochS) + ")");
   p.option("sample-p", "NitroSketch sampling probability", "0.1");
   p.option("seed", "hash seed", "1");
+  // The dpu workers and Duet's control path are dilated; the wire and the
+  // hardware table are the NIC's and stay at full speed.
+  p.dpu_speed_option();
 }
 
 // Into the AlgorithmConfig an offline run and a live one share;
@@ -83,6 +86,7 @@ void read_shared_options(const ArgParser& p, AlgorithmConfig& c, double sketch_e
   const double epoch_s = p.has("sketch-epoch") ? p.number("sketch-epoch") : sketch_epoch_s;
   if (!(epoch_s >= 0 && epoch_s <= 1e6)) p.fail("--sketch-epoch must be between 0 and 1e6 seconds");
   c.sketch_epoch_ns = static_cast<uint64_t>(epoch_s * 1e9);
+  c.dpu_speed = p.dpu_speed();
 }
 
 void add_run_options(ArgParser& p) {
@@ -202,6 +206,14 @@ nlohmann::json metrics_json(const Metrics& m) {
           {"hh_reported", m.hh_reported}};
 }
 
+// " (dpu at bluefield2, F = 0.25)" where the dpu is slower than a host core, else "".
+std::string speed_note(const DpuSpeed& speed) {
+  if (speed.full()) return "";
+  char buf[96];
+  std::snprintf(buf, sizeof buf, " (dpu at %s, F = %g)", speed.name.c_str(), speed.factor);
+  return buf;
+}
+
 // The figures of one run, as the JSON contract lists them.
 nlohmann::json figures_json(const Trace& trace, const GroundTruth& truth, const RunConfig& cfg, const RunResult& r) {
   const double replayed_packets = double(r.packets) * r.passes;  // CPU time covers every pass
@@ -223,6 +235,7 @@ nlohmann::json figures_json(const Trace& trace, const GroundTruth& truth, const 
       {"passes", r.passes},
       {"dpu_cpu_ns_per_packet", double(r.cpu.get(Place::kDpu)) / replayed_packets},
       {"dpu_work_ns_per_packet", double(r.dpu_work_ns) / replayed_packets},
+      {"dpu_dilated_ns", r.dpu_dilated_ns},
       // Per packet a worker handled: Duet's workers get only what the hardware table did not count,
       // and a packet dropped at a full ring reached none.
       {"dpu_work_ns_per_worker_packet",
@@ -314,6 +327,7 @@ int cmd_run(int argc, char** argv) {
 
   Result out(std::string(kTool) + " run", argc, argv);
   out.set_placement(cfg.placement);
+  out.set_dpu_speed(cfg.algorithm.dpu_speed);
   out.parameters() = parameters_json(p, cfg, p.str("trace"));
   out.parameters()["algo"] = algo;
   out.parameters()["memory_bytes"] = cfg.algorithm.memory_bytes;
@@ -325,7 +339,8 @@ int cmd_run(int argc, char** argv) {
               (unsigned long long)r.packets, truth.size(), r.packets / r.seconds / 1e6, (unsigned long long)r.drops);
   if (r.evaluated)
     std::printf("ARE %.4f AAE %.3f RMSE %.3f WMRE %.4f HH F1 %.3f; ", m.are, m.aae, m.rmse, m.wmre, m.hh_f1);
-  std::printf("dpu %.1f ns/packet\n", double(r.cpu.get(Place::kDpu)) / r.packets);
+  std::printf("dpu %.1f ns/packet%s\n", double(r.cpu.get(Place::kDpu)) / r.packets,
+              speed_note(cfg.algorithm.dpu_speed).c_str());
   if (p.has("dump-estimates")) dump_estimates(p.str("dump-estimates"), truth, r);
   if (p.has("json")) out.write(p.str("json"));
   return 0;
@@ -373,6 +388,7 @@ int cmd_compare(int argc, char** argv) {
   }
   Result out(std::string(kTool) + " compare", argc, argv);
   out.set_placement(base.placement);
+  out.set_dpu_speed(base.algorithm.dpu_speed);
   out.parameters() = parameters_json(p, base, p.str("trace"));
   out.parameters()["algos"] = algos;
   out.parameters()["memory_bytes"] = budgets;
@@ -426,6 +442,9 @@ int cmd_zero_loss(int argc, char** argv) {
   p.option("precision", "stop when the bracket is narrower than this fraction of its top", "0.02");
   p.option("low", "a rate known to pass, packets/s (default: search from 0)");
   p.option("high", "a rate known to drop, packets/s (default: twice the unpaced rate)");
+  p.option("low-fraction", "without --low: search no lower than this fraction of the unpaced rate (a probe that "
+                           "drops there ends the search with rate 0), so that a busy machine's stalls cannot send "
+                           "it down to rates whose probes take seconds each", "0");
   add_run_options(p);
   p.parse(argc, argv, 2);
   std::string algo = p.str("algo");
@@ -436,6 +455,8 @@ int cmd_zero_loss(int argc, char** argv) {
   if (!(precision > 0 && precision < 1)) p.fail("--precision must be in (0, 1)");
   double low = p.has("low") ? p.number("low") : 0, high = p.has("high") ? p.number("high") : 0;
   if (low < 0 || (high > 0 && high <= low)) p.fail("want 0 <= --low < --high");
+  const double low_fraction = p.number("low-fraction");
+  if (!(low_fraction >= 0 && low_fraction < 0.5)) p.fail("--low-fraction must be in [0, 0.5)");
   Trace trace = load(p.str("trace"));
   if (trace.packets.empty()) throw InputError(p.str("trace") + ": no IPv4 TCP/UDP packets to measure");
   std::span<const Packet> replay = replayed(trace, cfg);
@@ -443,7 +464,7 @@ int cmd_zero_loss(int argc, char** argv) {
   WirePlan wire = plan_wire(replay, cfg.workers);
   ZeroLossSearch z;
   try {
-    z = zero_loss_rate(trace, truth, cfg, wire, precision, low, high);
+    z = zero_loss_rate(trace, truth, cfg, wire, precision, low, high, low_fraction);
   } catch (const BudgetError& e) {
     throw InputError(e.what());
   }
@@ -451,10 +472,12 @@ int cmd_zero_loss(int argc, char** argv) {
   double bytes_per_packet = r.packets ? double(r.bytes) / r.packets : 0;
   Result out(std::string(kTool) + " zero-loss", argc, argv);
   out.set_placement(cfg.placement);
+  out.set_dpu_speed(cfg.algorithm.dpu_speed);
   out.parameters() = parameters_json(p, cfg, p.str("trace"));
   out.parameters()["algo"] = algo;
   out.parameters()["memory_bytes"] = cfg.algorithm.memory_bytes;
   out.parameters()["precision"] = precision;
+  out.parameters()["low_fraction"] = low_fraction;
   nlohmann::json probes = nlohmann::json::array();
   for (const auto& pr : z.probes)
     probes.push_back({{"rate_pps", pr.rate_pps}, {"drops", pr.drops}, {"achieved_pps", pr.achieved_pps},
@@ -477,7 +500,7 @@ int cmd_zero_loss(int argc, char** argv) {
               algo.c_str(), z.rate_pps / 1e6, z.rate_pps * bytes_per_packet * 8 / 1e9, bytes_per_packet,
               z.refused_pps / 1e6, z.unpaced_pps / 1e6, z.probes.size());
   if (r.hw) std::printf("; hardware share %.3f", double(r.hw_hits) / r.packets);
-  std::printf("\n");
+  std::printf("%s\n", speed_note(cfg.algorithm.dpu_speed).c_str());
   if (p.has("json")) out.write(p.str("json"));
   return 0;
 }
@@ -553,6 +576,7 @@ int cmd_live(int argc, char** argv) {
   const double hw_share = r.hw_packets + r.dpu_packets ? double(r.hw_packets) / (r.hw_packets + r.dpu_packets) : 0;
   Result out(std::string(kTool) + " live", argc, argv);
   out.set_placement(c.placement);
+  out.set_dpu_speed(a.dpu_speed);
   out.set_backend(std::string("xdp-") + r.xdp_mode);
   out.parameters() = {{"iface", c.interface},       {"algo", a.algo},         {"memory_bytes", a.memory_bytes},
                       {"top", r.top},               {"hw_capacity", a.hw_capacity},
@@ -574,7 +598,8 @@ int cmd_live(int argc, char** argv) {
                       {"heavy", heavy},
                       {"ipfix_records", r.ipfix_records},
                       {"ipfix_errors", r.ipfix_errors},
-                      {"cpu_ns", {{"dpu", r.cpu.get(Place::kDpu)}, {"hw", r.cpu.get(Place::kHw)}}}};
+                      {"cpu_ns", {{"dpu", r.cpu.get(Place::kDpu)}, {"hw", r.cpu.get(Place::kHw)}}},
+                      {"dpu_dilated_ns", r.dpu_dilated_ns}};
   f["xdp_program"] = r.xdp_run_time_measured
                          ? nlohmann::json{{"cpu_ns", r.xdp_run_ns},
                                           {"runs", r.xdp_runs},

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dpukit/core/accounting.h"
+#include "dpukit/core/dpu_speed.h"
 #include "dpukit/core/flow_key.h"
 #include "dpukit/core/flow_table.h"
 
@@ -198,6 +199,10 @@ struct AlgorithmConfig {
   // to two epochs (DuetConfig::epoch_ns). 0 = none (every packet stays).
   uint64_t sketch_epoch_ns = 0;
   SketchOptions sketch;
+  // How fast the dpu's CPUs are (docs/core.md): the dpu workers' loops and
+  // Duet's control path are time-dilated by 1/F. The wire, the hardware
+  // table and its firmware are the NIC's and stay at full speed.
+  DpuSpeed dpu_speed;
 };
 
 struct RunConfig {
@@ -258,6 +263,9 @@ struct RunResult {
   // ring, the table's firmware)
   CpuAccount cpu;
   uint64_t dpu_work_ns = 0;    // the workers' time inside packet batches (their CPU time also counts polling)
+  // Of the dpu CPU time, what time dilation added (AlgorithmConfig::dpu_speed
+  // below host speed): the workers' and the control path's. 0 at F = 1.
+  uint64_t dpu_dilated_ns = 0;
   uint64_t worker_sleeps = 0;  // times a worker slept until its wire's packets would wake it
   size_t memory_bytes = 0;  // what the algorithm really allocated
   bool evaluated = true;    // false for "none": no estimates, no metrics
@@ -326,8 +334,13 @@ struct ZeroLossSearch {
   };
   std::vector<Probe> probes;
 };
+// `low_fraction` (with low = 0): the search's floor is this fraction of the
+// unpaced rate, so that a search on a busy machine, whose probes drop on the
+// worker losing its CPU, ends there instead of halving down to rates whose
+// probes each take seconds (rate_pps 0 then, refused_pps the floor).
 ZeroLossSearch zero_loss_rate(const Trace& trace, const GroundTruth& truth, const RunConfig& config,
-                              const WirePlan& wire, double precision = 0.02, double low = 0, double high = 0);
+                              const WirePlan& wire, double precision = 0.02, double low = 0, double high = 0,
+                              double low_fraction = 0);
 
 // ------------------------------------------------------------------ live measurement on an interface
 //
@@ -372,6 +385,7 @@ struct LiveResult {
   uint64_t drops = 0;        // frames lost on the way to a worker (AF_XDP ring full or dropped)
   size_t memory_bytes = 0;
   CpuAccount cpu;            // dpu: workers and control; hw: the table's service thread (not the XDP program itself)
+  uint64_t dpu_dilated_ns = 0;  // of the dpu CPU time, what time dilation added (0 at F = 1)
   // The XDP program's own CPU time (the kernel's BPF run-time statistics):
   // the hardware tier's per-frame work, which runs in the kernel's receive
   // path and so is in no thread of ours. Not measured where the kernel

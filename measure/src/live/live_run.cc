@@ -43,6 +43,7 @@ struct Worker {
   // cannot list keys), and Duet's with --all-flows. Grows with the flows.
   std::unordered_set<FlowKey, FlowKeyHash> seen;
   std::atomic<uint64_t> packets{0};
+  uint64_t dilated_ns = 0;  // what the dpu speed's dilation added (read once it has stopped)
 };
 
 // Exports: each heavy flow's packets (and hardware bytes) since its last
@@ -221,6 +222,10 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
       if (auto why = pin_current_thread(cfg.placement.dpu.nth(w)); !why.empty()) log_warn("dpu worker: " + why);
       PlaceTimer t(res.cpu, Place::kDpu);
       Worker& me = *workers[w];
+      // The worker's CPU time is the dpu's (taking frames from its socket,
+      // parsing, the sketch): dilated as on a slower core. The XDP program,
+      // the hardware tier, runs in the kernel's receive path, not here.
+      Dilation slow(algo.dpu_speed);
       FlowKey burst[kBurst];
       const FlowKey* keys[kBurst];
       for (size_t i = 0; i < kBurst; ++i) keys[i] = &burst[i];
@@ -238,12 +243,16 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
         if (keep_seen) me.seen.insert(key);
         if (++n == kBurst) flush();
       };
+      slow.start();
       while (!done.load(std::memory_order_acquire)) {
         rx.poll_queue(w, on_frame, kPollMs);
         flush();
+        slow.poll();  // waiting in poll_queue costs no CPU, so nothing idle is dilated
       }
       while (rx.poll_queue(w, on_frame, 0) > 0) flush();  // what is already in the ring
       flush();
+      slow.pay();
+      me.dilated_ns = slow.dilated_ns();
     });
   }
   std::atomic<bool> stop_control{false};
@@ -258,7 +267,12 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
 
   // The run lasts until asked to stop, for the duration, or until enough
   // packets were measured; Duet reports every interval meanwhile.
-  auto duet_report = [&] { reporter.report_records(measurer, wall_ms()); };
+  Dilation report_slow(algo.dpu_speed);  // the reporter is dpu work too
+  auto duet_report = [&] {
+    report_slow.start();
+    reporter.report_records(measurer, wall_ms());
+    report_slow.pay();
+  };
   auto next_report = t0 + std::chrono::duration<double>(cfg.export_interval_s);
   bool warned_records_full = false;
   std::optional<PlaceTimer> report_time;  // the reporter is dpu work
@@ -305,7 +319,11 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
   res.xdp_run_ns = counters.run_ns;
   res.xdp_runs = counters.runs;
   res.drops = rs.total.rx_dropped + rs.total.rx_ring_full;
-  for (const auto& w : workers) res.dpu_packets += w->packets.load();
+  for (const auto& w : workers) {
+    res.dpu_packets += w->packets.load();
+    res.dpu_dilated_ns += w->dilated_ns;
+  }
+  res.dpu_dilated_ns += measurer.control_dilated_ns() + report_slow.dilated_ns();
   res.hw = table.stats();
   res.duet = measurer.duet_stats();
 
