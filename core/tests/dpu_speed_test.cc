@@ -500,6 +500,45 @@ TEST(CfsBandwidth, GroupIsPerProcessAndRemovedWithItsTasksMovedBack) {
   EXPECT_NE(::stat(path.c_str(), &st), 0) << path << " is still there";
 }
 
+// Without the right to make a group the reason says so, and the
+// constructor throws it instead of running at full speed unnoticed.
+TEST(CfsBandwidth, NotPermittedIsAClearError) {
+  SKIP_WITHOUT_CFS();
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    close(fds[0]);
+    std::string out;
+    if (setgid(65534) != 0 || setuid(65534) != 0) {
+      out = "cannot drop root";
+    } else {
+      out = CfsBandwidth::unavailable_reason() + "\n";
+      try {
+        CfsBandwidth g("unprivileged", 0.5);
+        out += "constructed";
+      } catch (const std::runtime_error& e) {
+        out += e.what();
+      }
+    }
+    if (write(fds[1], out.data(), out.size())) {}
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[512];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  waitpid(child, nullptr, 0);
+  const auto nl = out.find('\n');
+  ASSERT_NE(nl, std::string::npos) << out;
+  const std::string reason = out.substr(0, nl), error = out.substr(nl + 1);
+  EXPECT_NE(reason.find("cannot create a cgroup"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("needs root"), std::string::npos) << reason;
+  EXPECT_NE(error.find("cannot create"), std::string::npos) << error;
+  EXPECT_NE(error.find("needs root"), std::string::npos) << error;
+}
+
 TEST(CfsBandwidth, AddProcessMovesAWholeProcess) {
   SKIP_WITHOUT_CFS();
   const std::string home = cpu_cgroup_of(getpid(), getpid());
