@@ -72,8 +72,8 @@ def test_measure_subcommand_help(measure_tool, run_dpukit):
 
 def test_experiments_are_registered_after_core():
     names = list(experiments.registry())
-    ours = ["measure.accuracy", "measure.speed", "measure.convergence", "measure.throughput", "measure.scaling",
-            "measure.soak"]
+    ours = ["measure.accuracy", "measure.speed", "measure.convergence", "measure.throughput", "measure.bluefield",
+            "measure.scaling", "measure.soak"]
     start = names.index(ours[0])
     assert names[start:start + len(ours)] == ours
     assert all(n.startswith("core.") for n in names[:start])
@@ -358,12 +358,12 @@ def test_eval_quick_measure_end_to_end(measure_tool, tmp_path, run_dpukit):
     out = tmp_path / "results"
     proc = run_dpukit("eval", "--quick", "--only", "measure", "--out", str(out), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "[eval 1/6] measure.accuracy:" in proc.stderr
+    assert "[eval 1/7] measure.accuracy:" in proc.stderr
     run_dir = (out / "latest").resolve()
     md = (run_dir / "report.md").read_text()
     html = (run_dir / "report.html").read_text()
-    for name in ("measure.accuracy", "measure.speed", "measure.convergence", "measure.throughput", "measure.scaling",
-                 "measure.soak"):
+    for name in ("measure.accuracy", "measure.speed", "measure.convergence", "measure.throughput",
+                 "measure.bluefield", "measure.scaling", "measure.soak"):
         assert f"## {name}:" in md and name in html
     assert "Skipped in quick mode (it runs for 30 minutes)" in md  # measure.soak: full mode only
     assert "FAILED" not in md
@@ -380,7 +380,7 @@ def test_eval_quick_measure_end_to_end(measure_tool, tmp_path, run_dpukit):
     pngs = {p.name for p in (run_dir / "plots").glob("*.png")}
     for stem in ("measure.accuracy-backbone", "measure.accuracy-datacenter", "measure.speed-cpu",
                  "measure.speed-drops", "measure.convergence-error-vs-packets", "measure.convergence-duet-timeline",
-                 "measure.scaling-workers", "measure.throughput-throughput"):
+                 "measure.scaling-workers", "measure.throughput-throughput", "measure.bluefield-bluefield"):
         assert f"{stem}.png" in pngs, stem
     for src in re.findall(r'<img src="([^"]+)"', html):
         assert (run_dir / src).is_file(), src
@@ -390,7 +390,7 @@ def test_eval_quick_measure_end_to_end(measure_tool, tmp_path, run_dpukit):
         assert re.search(rf"dpukit-measure gen --preset {preset} --flows 20000 --packets 200000 --seed 1 "
                          rf"--out \S*{preset}-200000-20000-s1\.pcap", md), preset
     runs = sorted((run_dir / "runs").glob("*.json"))
-    assert len(runs) >= 2 + 8 + 5 + 35 + 1 + 4 + 10  # throughput: 5 variants x 2 sizes
+    assert len(runs) >= 2 + 8 + 5 + 35 + 1 + 4 + 10 + 6  # throughput: 5 variants x 2 sizes; bluefield: 3 x 2 speeds
     assert not list((run_dir / "runs").glob("*.csv"))  # per-flow dumps are removed after reading
     for p in runs:
         result = native.load_result(p)

@@ -1,0 +1,114 @@
+"""measure at a dpu speed (issue 25): `dpukit-measure --dpu-speed`, recorded in
+every result; measure.bluefield's gains from paired rounds; and its quick eval
+end to end, rebuilt byte for byte by `dpukit eval --render`."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dpukit import native
+from dpukit.experiments import measure as m
+
+from conftest import native_tool
+
+TOOL = "dpukit-measure"
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory) -> Path:
+    """A 20,000-packet backbone trace written by the real `gen`."""
+    exe = native_tool(TOOL)
+    out = tmp_path_factory.mktemp("trace") / "small.pcap"
+    proc = subprocess.run([str(exe), "gen", "--preset", "backbone", "--flows", "2000", "--packets", "20000",
+                           "--seed", "3", "--out", str(out)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.mark.parametrize("algo", ["cms", "duet"])
+def test_run_records_the_dpu_speed_and_what_dilation_added(small_trace, tmp_path, algo):
+    results = {}
+    for speed in ("host", "0.5"):
+        out = tmp_path / f"{speed}.json"
+        results[speed] = native.run_tool(TOOL, ["run", "--trace", str(small_trace), "--algo", algo, "--passes", 2,
+                                                "--dpu-speed", speed], json_path=out)
+    host, half = results["host"], results["0.5"]
+    assert host["placement"]["dpu_speed"] == {"name": "host", "factor": 1.0}
+    assert half["placement"]["dpu_speed"] == {"name": "0.5", "factor": 0.5}
+    assert host["figures"]["dpu_dilated_ns"] == 0
+    # F = 0.5: the dilation adds about the dpu work it dilates (CPU time, so
+    # a busy machine does not move it much); part of the dpu CPU is excluded
+    # idle or wire time only by its wall time, hence the loose bounds.
+    dilated = half["figures"]["dpu_dilated_ns"]
+    assert 0.6 < dilated / (half["cpu_ns"]["dpu"] - dilated) < 1.3
+    assert half["figures"]["metrics"] == host["figures"]["metrics"], "the same packets, the same estimates"
+
+
+def test_a_bad_dpu_speed_exits_2_before_any_work(small_trace):
+    exe = native_tool(TOOL)
+    for bad in ("2", "0", "bluefield9"):
+        proc = subprocess.run([str(exe), "zero-loss", "--trace", str(small_trace), "--algo", "cms",
+                               "--dpu-speed", bad], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, (bad, proc.stderr)
+        assert "dpu speed" in proc.stderr
+
+
+def test_low_fraction_is_checked(small_trace):
+    proc = subprocess.run([str(native_tool(TOOL)), "zero-loss", "--trace", str(small_trace), "--algo", "cms",
+                           "--low-fraction", "0.5"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--low-fraction" in proc.stderr
+
+
+def run(pps: float) -> dict:
+    return {"figures": {"zero_loss_pps": pps}}
+
+
+def test_gains_are_per_round_ratios_and_a_failed_search_gives_none():
+    runs = {("duet", "bluefield2"): [run(40e6), run(30e6), run(36e6)],
+            ("cms", "bluefield2"): [run(20e6), run(10e6), run(0)]}
+    gains = m.paired_gains(runs, "duet", "cms", "bluefield2")
+    assert gains[:2] == [2.0, 3.0]
+    assert math.isnan(gains[2]), "cms found no rate in round 3: no gain, not infinity"
+    med, spread = m.median_and_range(gains)
+    assert med == 2.0 and spread == "2.00–3.00"
+    assert math.isnan(m.median_and_range([float("nan")])[0])
+
+
+def test_bluefield_runs_every_algorithm_at_both_speeds():
+    names = [n for n, _ in m.BLUEFIELD_VARIANTS]
+    for algo in ("cms", "cs", "elastic", "univmon", "nitro-cms", "nitro-cs", "nitro-univmon", "duet"):
+        assert any(n.split()[0] == algo for n in names), algo
+    assert m.BLUEFIELD_SPEEDS == ("host", "bluefield2")
+    assert set(m.BLUEFIELD_QUICK) <= set(names) and {"cms", "univmon", "duet"} <= set(m.BLUEFIELD_QUICK)
+
+
+@pytest.mark.slow
+def test_eval_quick_bluefield_end_to_end_and_rebuilt(tmp_path, run_dpukit):
+    native_tool(TOOL)
+    out = tmp_path / "results"
+    # The eval's own speed is bluefield3: the experiment's points still run at host and bluefield2.
+    proc = run_dpukit("eval", "--quick", "--only", "measure.bluefield", "--dpu", "bluefield3", "--out", str(out),
+                      timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = (out / "latest").resolve()
+    md = (run_dir / "report.md").read_text()
+    assert "## measure.bluefield:" in md
+    assert "Zero-loss rate, 64-byte packets, one polling dpu worker" in md
+    assert "| Duet over | gain at host |" in md and "28.9×" in md and "7.1×" in md
+    runs = sorted((run_dir / "runs").glob("measure.bluefield-*.json"))
+    assert len(runs) == 2 * len(m.BLUEFIELD_QUICK)
+    speeds = sorted(native.load_result(p)["placement"]["dpu_speed"]["name"] for p in runs)
+    assert speeds == sorted(["host", "bluefield2"] * len(m.BLUEFIELD_QUICK))
+    png = run_dir / "plots" / "measure.bluefield-bluefield.png"
+    assert png.is_file()
+    written = {p: p.read_bytes() for p in (run_dir / "report.md", png)}
+    for p in written:
+        p.unlink()
+    proc = run_dpukit("eval", "--render", str(run_dir), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for p, data in written.items():
+        assert p.read_bytes() == data, p
