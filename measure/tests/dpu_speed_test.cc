@@ -10,22 +10,13 @@
 #include <vector>
 
 #include "dpukit/measure.h"
+#include "trace_fixtures.h"
 
 namespace dpukit::measure {
 namespace {
 
-FlowKey flow(uint32_t i) { return FlowKey::from_tuple(0x0a000000u + i, 0xc0a80000u + i % 251, 1024 + i % 5000, 80, 6); }
-
-// `flows` flows, the first tenth carrying most packets.
-Trace skewed_trace(size_t packets, uint32_t flows, uint32_t seed = 5) {
-  Trace t;
-  std::mt19937 rng(seed);
-  for (size_t n = 0; n < packets; ++n) {
-    uint32_t i = rng() % 10 < 7 ? rng() % (flows / 10) : rng() % flows;
-    t.packets.push_back({flow(i), 100, 0});
-  }
-  return t;
-}
+using testing::flow;
+using testing::skewed_trace;
 
 // `heavy` flows of `each` packets and `light` flows of 5, shuffled.
 Trace two_tier_trace(uint32_t heavy, uint32_t each, uint32_t light, uint32_t seed = 7) {
@@ -60,7 +51,7 @@ Figures figures(const RunResult& r) {
 // wire costs about 0.2 ns a packet, and billed by its share of the loop's
 // wall time, it varied 1.8x between two undilated runs on a busy machine.
 TEST(DpuSpeed, ASketchAtHalfSpeedSpendsTwiceTheDpuCpuPerPacket) {
-  Trace t = skewed_trace(400000, 40000);
+  Trace t = skewed_trace(400000, 40000, 5);
   GroundTruth truth = ground_truth(t.packets);
   const WirePlan plan = plan_wire(t.packets, 1);
   RunConfig full;
