@@ -395,10 +395,11 @@ nlohmann::json run(const RunOptions& o) {
         const TimedInputs timed(inputs, op.packed_inputs());
         for (unsigned threads : o.threads) {
           std::vector<Rep> reps = time_point(kernels, threads, timed, cpus, o);
-          std::vector<double> mops, util;
+          std::vector<double> mops, util, per_cpu;
           uint64_t work_ns = 0, dilated_ns = 0;
           for (const Rep& r : reps) {
             mops.push_back(static_cast<double>(r.ops) / (static_cast<double>(r.wall_ns) / 1e9) / 1e6);
+            per_cpu.push_back(r.cpu_ns ? static_cast<double>(r.ops) / (static_cast<double>(r.cpu_ns) / 1e9) / 1e6 : 0.0);
             util.push_back(static_cast<double>(r.cpu_ns) / static_cast<double>(r.wall_ns));
             work_ns += r.work_ns;
             dilated_ns += r.dilated_ns;
@@ -419,6 +420,9 @@ nlohmann::json run(const RunOptions& o) {
                                {"gbps_max", *hi * work_bits / 1e3},
                                {"reps_mops", mops},
                                {"cpu_per_wall", median(util)},
+                               // Units per second of the threads' own CPU time (dilation included):
+                               // unlike mops, not lowered by other work that takes their CPUs.
+                               {"mops_per_cpu_second", median(per_cpu)},
                                {"inputs", inputs.size()},
                                {"checked_inputs", checked}};
           if (!device.empty()) pt["device"] = device;
