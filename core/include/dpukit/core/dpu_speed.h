@@ -92,8 +92,9 @@ class Dilation {
 // kernel thread's share): a cgroup of the cpu controller whose quota is F of
 // each of `cpus` CPUs per period (v1 cpu.cfs_quota_us / cpu.cfs_period_us,
 // v2 cpu.max where only that is mounted). What it distorts: a throttled
-// thread stops for the rest of the period, so latency gains up to
-// (1 - F) x period of stall at a time; throughput over many periods is F.
+// thread stops until its debt is repaid, so latency gains stalls (one to
+// three scheduler ticks here, 8-12 ms at F = 0.5, docs/core.md); throughput
+// over many periods is F.
 //
 // The group is made below this process's own cgroup, named after `name`, the
 // pid and a serial. The kernel refuses a period or a quota under 1 ms, and it
