@@ -389,7 +389,7 @@ def test_eval_quick_measure_end_to_end(measure_tool, tmp_path, run_dpukit):
     for preset in ("backbone", "datacenter"):
         assert re.search(rf"dpukit-measure gen --preset {preset} --flows 20000 --packets 200000 --seed 1 "
                          rf"--out \S*{preset}-200000-20000-s1\.pcap", md), preset
-    runs = sorted((run_dir / "runs").glob("*.json"))
+    runs = sorted((run_dir / "runs").glob("measure.*.json"))  # not eval.meta.json, the eval's own record
     assert len(runs) >= 2 + 8 + 5 + 35 + 1 + 4 + 10 + 6  # throughput: 5 variants x 2 sizes; bluefield: 3 x 2 speeds
     assert not list((run_dir / "runs").glob("*.csv"))  # per-flow dumps are removed after reading
     for p in runs:
