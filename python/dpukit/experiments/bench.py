@@ -319,12 +319,18 @@ def parse_compress_perf(text: str) -> dict[str, float]:
     raise RuntimeError("no throughput row in the output of dpdk-test-compress-perf")
 
 
+# dpdk-test-crypto-perf cycles through this many buffers. Its default, 8192,
+# is 8 MiB at 1 KiB, where dpukit-bench's pool is 256 inputs (256 KiB);
+# 1024 is the smallest that starts here (512: "Test run constructor failed").
+CRYPTO_PERF_POOL = 1024
+
+
 def crypto_perf(options: Sequence[str], size: int) -> dict[str, Any]:
     """One dpdk-test-crypto-perf throughput run on CRYPTO_PMD: MOps."""
     total = 5_000_000 if size <= 256 else 2_000_000  # about half a second or more either way
     cmd = ["dpdk-test-crypto-perf", *DPDK_TOOL_EAL, "--vdev", CRYPTO_PMD, "--", "--ptest", "throughput",
            "--devtype", CRYPTO_PMD, *options, "--buffer-sz", str(size), "--burst-sz", str(DEV_TOOL_BURST),
-           "--total-ops", str(total), "--silent"]
+           "--pool-sz", str(CRYPTO_PERF_POOL), "--total-ops", str(total), "--silent"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {(proc.stdout + proc.stderr)[-500:]}")
@@ -508,7 +514,9 @@ def dev_tools(ctx: Context, sec: Section, rounds: int) -> None:
         "in brackets; the ratio is of the medians, with the range of the per-round ratios. The goal is within 10 % "
         "(ours / theirs at least 0.9). dpdk-test-compress-perf compresses dpukit-bench's own inputs for the "
         "operator (`dpukit-bench inputs --op compress`), cut into one operation per input; it prints Gbps to two "
-        "decimals (at 64 B, 0.01 Gbps is about 12 % of the figure), converted to Mops at the size. The tools' main "
+        "decimals (at 64 B, 0.01 Gbps is about 12 % of the figure), converted to Mops at the size. "
+        f"dpdk-test-crypto-perf cycles through {CRYPTO_PERF_POOL} buffers (`--pool-sz`; its default, 8192, is 8 MiB "
+        "at 1 KiB, where dpukit-bench's pool holds 256 inputs; fewer do not start). The tools' main "
         f"lcore busy-waits on CPU {DPDK_MAIN_CPU} for the whole run; dpukit-bench's main thread sleeps, so each of "
         f"its runs has a busy loop pinned to CPU {DPDK_MAIN_CPU} beside it and both sides occupy the same CPUs.")
     shown = [f"{label} {100 * b:.0f} %" for label, b in (("before", busy_before), ("after", busy_after))
