@@ -4,6 +4,7 @@ end to end, rebuilt byte for byte by `dpukit eval --render`."""
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 from pathlib import Path
@@ -14,6 +15,7 @@ from dpukit import native
 from dpukit.experiments import measure as m
 
 from conftest import native_tool
+from test_measure_live import veth  # noqa: F401  (the fixture, for the live test)
 
 TOOL = "dpukit-measure"
 
@@ -112,3 +114,30 @@ def test_eval_quick_bluefield_end_to_end_and_rebuilt(tmp_path, run_dpukit):
     assert proc.returncode == 0, proc.stderr[-3000:]
     for p, data in written.items():
         assert p.read_bytes() == data, p
+
+
+def test_live_at_half_speed_dilates_its_workers(veth, tmp_path):  # noqa: F811
+    """`live --dpu-speed 0.5` on a veth: the result records the speed and the
+    dilation the workers (and Duet's control path) added; every frame is
+    still measured or counted as a drop. Skipped without root or XDP."""
+    from test_measure_live import make_pcap, replay, stop, wait_attached
+
+    _, _, measured = veth
+    exe = native_tool(TOOL)
+    pcap = make_pcap(exe, tmp_path, 20000)
+    out = tmp_path / "live.json"
+    live = subprocess.Popen([str(exe), "live", "--iface", measured, "--algo", "duet", "--heavy-threshold", "100",
+                             "--duration", "120", "--metrics", "127.0.0.1:0", "--dpu-speed", "0.5",
+                             "--json", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_attached(live)
+        replay(veth, pcap)
+        stop(live)
+    finally:
+        if live.poll() is None:
+            live.kill()
+    result = json.loads(out.read_text())
+    assert result["placement"]["dpu_speed"] == {"name": "0.5", "factor": 0.5}
+    f = result["figures"]
+    assert f["dpu_packets"] > 0 and f["dpu_dilated_ns"] > 0
+    assert f["hw_packets"] + f["dpu_packets"] + f["drops"] >= 20000
