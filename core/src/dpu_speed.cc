@@ -1,5 +1,6 @@
 #include "dpukit/core/dpu_speed.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
@@ -36,8 +37,10 @@ DpuSpeed DpuSpeed::parse(const std::string& text) {
   for (const auto& p : kPresets) names += std::string(names.empty() ? "" : ", ") + p.name;
   char* end = nullptr;
   errno = 0;
-  double f = text.empty() ? NAN : std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || errno != 0 || !std::isfinite(f))
+  // strtod skips leading blanks: " 0.5" would be recorded with its blank.
+  const bool blank = !text.empty() && std::isspace(static_cast<unsigned char>(text.front()));
+  double f = text.empty() || blank ? NAN : std::strtod(text.c_str(), &end);
+  if (text.empty() || blank || end != text.c_str() + text.size() || errno != 0 || !std::isfinite(f))
     throw std::invalid_argument("dpu speed '" + text + "': not a preset (" + names + ") nor a number");
   if (!(f > 0.0 && f <= 1.0))
     throw std::invalid_argument("dpu speed '" + text + "': a factor must be in (0, 1] (a dpu CPU does F of a "

@@ -64,7 +64,7 @@ TEST(DpuSpeed, NumbersInRangeAreFactors) {
 }
 
 TEST(DpuSpeed, RejectsWhatIsNotASpeed) {
-  for (const char* bad : {"0", "1.5", "", "abc", "nan", "inf", "-0.5", "0.5x", "BlueField3"}) {
+  for (const char* bad : {"0", "1.5", "", "abc", "nan", "inf", "-0.5", "0.5x", "BlueField3", " 0.5", "\t0.5"}) {
     try {
       DpuSpeed::parse(bad);
       ADD_FAILURE() << "'" << bad << "' was accepted";
