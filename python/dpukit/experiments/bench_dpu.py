@@ -30,6 +30,8 @@ from dpukit.report import Section
 from dpukit.units import fmt_sig
 
 SPEED = "bluefield2"  # the paper's platform, whatever speed the eval runs at
+OPS_TITLE = f"bench.bluefield.ops: every operator at {SPEED} speed against Fig. 12"
+E2E_TITLE = f"bench.bluefield.e2e: the end-to-end programs with their dpu side at {SPEED} (Figs. 14-16)"
 
 # Fig. 12's text: "For the majority of operators, the throughput is lower
 # when deployed on the BlueField-2 compared to the Intel CPU. However, two
@@ -170,8 +172,7 @@ def verdict(op: str, ratio: float | None) -> str:
 
 
 def render_ops(ctx: Context, data: dict[str, Any]) -> Section:
-    title = f"bench.bluefield.ops: every operator at {SPEED} speed against Fig. 12"
-    sec = Section(title)
+    sec = Section(OPS_TITLE)
     r = ops_ratios(data)
     factor = r["factor"]
     sizes, big = data["sizes"], data["sizes"][-1]
@@ -239,7 +240,7 @@ def render_ops(ctx: Context, data: dict[str, Any]) -> Section:
 
 @experiment(
     "bench.bluefield.ops",
-    title=f"bench.bluefield.ops: every operator at {SPEED} speed against Fig. 12",
+    title=OPS_TITLE,
     description=f"Every operator on the host place and on the dpu place time-dilated to {SPEED}, side by side; the "
                 "ratio per operator against the ratios Fig. 12's text gives, the engines marked.",
     tools=[TOOL],
@@ -329,7 +330,7 @@ def _med(g: dict[str, list[float]], key: str, scale: float = 1.0) -> str:
 
 
 def render_e2e(ctx: Context, records: list[dict[str, Any]]) -> Section:
-    sec = Section(f"bench.bluefield.e2e: the end-to-end programs with their dpu side at {SPEED} (Figs. 14-16)")
+    sec = Section(E2E_TITLE)
     if not records:
         sec.paragraph("No records.")
         return sec
@@ -448,13 +449,13 @@ def render_e2e(ctx: Context, records: list[dict[str, Any]]) -> Section:
 
 @experiment(
     "bench.bluefield.e2e",
-    title=f"bench.bluefield.e2e: the end-to-end programs with their dpu side at {SPEED} (Figs. 14-16)",
+    title=E2E_TITLE,
     description=f"Flow table and app recognition with the dpu place at full speed and at {SPEED}, beside the host, "
                 "against Figs. 14-16 (full mode).",
     tools=[TOOL],
 )
 def bluefield_e2e(ctx: Context) -> Section:
-    sec = Section(f"bench.bluefield.e2e: the end-to-end programs with their dpu side at {SPEED} (Figs. 14-16)")
+    sec = Section(E2E_TITLE)
     if skipped_in_quick_mode(ctx, sec, "bench.bluefield.e2e"):
         return sec
     return render_e2e(ctx, collect_e2e(ctx))
