@@ -95,6 +95,21 @@ def stop(live: subprocess.Popen) -> str:
     return err
 
 
+def live_over(exe: Path, veth, pcap: Path, out: Path, *args: str) -> tuple[dict, str]:
+    """`live --iface <the measured end> --duration 120 --metrics 127.0.0.1:0 ARGS --json out` while the
+    sender replays ``pcap``, then stopped by SIGINT: its result and its stderr."""
+    live = subprocess.Popen([str(exe), "live", "--iface", veth[2], "--duration", "120", "--metrics", "127.0.0.1:0",
+                             *args, "--json", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_attached(live)
+        replay(veth, pcap)
+        err = stop(live)
+    finally:
+        if live.poll() is None:
+            live.kill()
+    return json.loads(out.read_text()), err
+
+
 def read_csv_truth(path: Path) -> dict[str, tuple[int, float]]:
     """flow (as the tool prints it) -> (true count, offline estimate)."""
     out = {}
@@ -232,26 +247,17 @@ def test_live_duet_exports_from_its_records_alone(veth, tmp_path):
     timeout), their records retire and their counts are exported; the
     collector's sum for every heavy flow is its true count, less what it left
     in the sketch after its last record retired (fewer than TOP) and the drops."""
-    _, _, measured = veth
     exe = native_tool("dpukit-measure")
     pcap = make_pcap(exe, tmp_path, PACKETS)
     _, truth = offline_duet(exe, pcap, tmp_path)
     nfcapd, flows_dir, port = start_nfcapd(tmp_path)
-    live_json = tmp_path / "live.json"
-    live = subprocess.Popen([str(exe), "live", "--iface", measured, "--algo", "duet", "--heavy-threshold", str(TOP),
-                             "--duration", "120", "--ipfix", f"127.0.0.1:{port}", "--export-interval", "0.3",
-                             "--hw-idle-timeout-ms", "100", "--metrics", "127.0.0.1:0",
-                             "--json", str(live_json)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_attached(live)
-        replay(veth, pcap)
-        stop(live)
+        result, _ = live_over(exe, veth, pcap, tmp_path / "live.json", "--algo", "duet", "--heavy-threshold", str(TOP),
+                              "--ipfix", f"127.0.0.1:{port}", "--export-interval", "0.3", "--hw-idle-timeout-ms", "100")
     finally:
-        if live.poll() is None:
-            live.kill()
         stop_nfcapd(nfcapd)
 
-    res = json.loads(live_json.read_text())["figures"]
+    res = result["figures"]
     duet = res["duet"]
     assert duet["records_retired"] > 0 and duet["records_full"] == 0, duet
     # Estimates only for the flows holding records at the end, not for every flow seen.
@@ -266,22 +272,11 @@ def test_live_duet_exports_from_its_records_alone(veth, tmp_path):
 def test_live_duet_says_when_its_records_run_out(veth, tmp_path):
     """With 2 records and flows that do not go idle, the third flow to reach
     TOP stays in the sketch, the tool says so once, and the result counts it."""
-    _, _, measured = veth
     exe = native_tool("dpukit-measure")
     pcap = make_pcap(exe, tmp_path, 10000)
-    live_json = tmp_path / "live.json"
-    live = subprocess.Popen([str(exe), "live", "--iface", measured, "--algo", "duet", "--heavy-threshold", str(TOP),
-                             "--duet-records", "2", "--duration", "120", "--export-interval", "0.1",
-                             "--metrics", "127.0.0.1:0", "--json", str(live_json)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_attached(live)
-        replay(veth, pcap)
-        err = stop(live)
-    finally:
-        if live.poll() is None:
-            live.kill()
-    duet = json.loads(live_json.read_text())["figures"]["duet"]
+    result, err = live_over(exe, veth, pcap, tmp_path / "live.json", "--algo", "duet", "--heavy-threshold", str(TOP),
+                            "--duet-records", "2", "--export-interval", "0.1")
+    duet = result["figures"]["duet"]
     assert duet["records"] == 2 and duet["records_used"] == 2 and duet["promotions"] == 2, duet
     assert duet["records_full"] > 0, duet
     assert err.count("promoted-flow records are used") == 1, err
