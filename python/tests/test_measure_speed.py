@@ -114,7 +114,7 @@ def test_eval_quick_bluefield_end_to_end_and_rebuilt(tmp_path, run_dpukit):
     md = (run_dir / "report.md").read_text()
     assert "## measure.bluefield:" in md
     assert "Zero-loss rate, 64-byte packets, one polling dpu worker" in md
-    assert "| Duet over | gain at host |" in md and "28.9×" in md and "7.1×" in md
+    assert "| Duet over | zero-loss gain at host |" in md and "28.9×" in md and "7.1×" in md
     results = [native.load_result(p) for p in sorted((run_dir / "runs").glob("measure.bluefield-*.json"))]
     for tool in ("dpukit-measure zero-loss", "dpukit-measure run"):  # the search, and the point as fast as possible
         speeds = sorted(r["placement"]["dpu_speed"]["name"] for r in results if r["tool"] == tool)
