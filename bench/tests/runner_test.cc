@@ -334,7 +334,11 @@ nlohmann::json cpu_bound_point(const std::string& place, const char* speed) {
   return f;
 }
 
-double mops_of(const nlohmann::json& f) { return f.at("points").at(0).at("mops").get<double>(); }
+// Units per second of the timing thread's own CPU time (the dilation
+// included): what the place does per second when it has its CPU, which other
+// load on a shared machine does not lower in one run of a pair and not the
+// other (wall-clock Mops did, to 0.64 of the pair's other run at load 12).
+double mops_of(const nlohmann::json& f) { return f.at("points").at(0).at("mops_per_cpu_second").get<double>(); }
 
 // Three interleaved pairs on `place`: at host speed, then at `speed`; each
 // pair is given to `check`; returns the median ratio slow / full and writes
