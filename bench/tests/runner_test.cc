@@ -105,7 +105,9 @@ TEST(RunnerSweep, EveryPointHasConsistentFigures) {
     EXPECT_EQ(p.at("reps_mops").size(), 3u);
     // Gbps is Mops times the bits of one unit of work.
     EXPECT_NEAR(gbps, mops * 8.0 * p.at("size").get<double>() / 1e3, gbps * 1e-9);
-    if (p.at("backend") == "lib") EXPECT_GT(p.at("checked_inputs").get<int>(), 0);
+    if (p.at("backend") == "lib") {
+      EXPECT_GT(p.at("checked_inputs").get<int>(), 0);
+    }
   }
   EXPECT_EQ(f.at("operators").at("memcpy"), 1);
 }
