@@ -68,7 +68,7 @@ def test_quick_experiment_end_to_end(bench_tool, tmp_path, run_dpukit):
     md = (out / "latest" / "report.md").read_text()
     assert "bench.quick" in md and "| aes | security | lib |" in md
     assert "unavailable: no regexdev" in md  # said, not faked
-    runs = sorted((out / "latest" / "runs").glob("*.json"))
+    runs = sorted((out / "latest" / "runs").glob("bench.quick-*.json"))  # not eval.meta.json, the eval's record
     assert runs
     for p in runs:
         r = native.load_result(p)
