@@ -115,6 +115,32 @@ class BufferPool {
 
 struct FileCtx;
 
+// A write's bytes taken off the queue pair before the write is sequenced
+// into its file: a kWrite's payload, copied by the receiver, or a kWriteFrom's,
+// pulled by the DMA thread without waiting for the file's earlier writes or
+// the write budget and completed to the host as soon as it is pulled. The
+// bytes sit at buf + lead, lead = offset % kDirectAlign: where a direct
+// file's write puts them after the file's unwritten tail, which is only
+// known once the writes before it are sequenced (begin_write).
+struct StagedWrite {
+  uint64_t file = 0;  // the file id
+  uint64_t offset = 0, len = 0, addr = 0;  // addr: a pull's, in the host process
+  uint64_t lead = 0;
+  Buffer buf;
+  bool done = false;       // filled (pulled, or failed); mu
+  bool sequenced = false;  // taken off its file's `pulled`; mu
+  int err = 0;             // the pull's errno
+  uint64_t received_ns = 0, queued_ns = 0;
+};
+
+// A request as the write thread takes it: what it needs of the message,
+// which the receiver has taken off the queue pair.
+struct Request {
+  ChannelRequest r{};
+  std::string text;                     // kOpen, kRecycle: the path
+  std::shared_ptr<StagedWrite> staged;  // kWrite: the copied payload; kWriteFrom: its pull
+};
+
 // One SQE's worth of work; its address is the SQE's user_data.
 struct IoOp {
   IoOp(Io io, FileCtx* file, uint64_t seq = 0, uint64_t offset = 0, uint64_t len = 0)
@@ -125,7 +151,8 @@ struct IoOp {
   uint64_t offset;  // write, range_sync
   uint64_t len;     // write: bytes to write from buf; range_sync: bytes to sync
   uint64_t done = 0;  // write: bytes written so far (a short write resumes there)
-  Buffer buf;         // write: the payload
+  Buffer buf;         // write: the payload, from buf + base
+  uint64_t base = 0;  // a pulled write to a buffered file: its bytes sit this far in (see StagedWrite)
   // A write as the host sent it: its offset in the file, its bytes (at buf +
   // fill; before them, a direct file's unwritten tail). data_len is also
   // what the write reserved of the in-flight byte budget.
@@ -151,7 +178,7 @@ struct FileCtx {
   uint64_t final_size = 0;
   bool closing = false;      // fsync + close submitted, or the failed file closed
   unsigned close_cqes = 0;   // of fsync and close
-  bool pull_pending = false;  // a kWriteFrom not yet pulled
+  std::deque<std::shared_ptr<StagedWrite>> pulled;  // kWriteFroms not yet sequenced, in file order
   // O_DIRECT (the page cache bypassed: the kernel's work for these writes is
   // done in this process's threads, not in writeback kworkers). Writes go out
   // in aligned blocks; the bytes past the last block boundary wait in `tail`
@@ -170,35 +197,46 @@ struct WritePersistEngine::Impl {
 
   void serve(ChannelDpu& qp);
 
-  // The request dispatcher (the thread in serve).
-  void dispatch_loop();
-  void dispatch(const ChannelDpu::Message& m);
+  // The receiver (the thread in serve) takes requests off the queue pair:
+  // a kWriteFrom goes to the pull queue at once, every request (a
+  // kWriteFrom as its place in the file's order) to the write queue.
+  void receive_loop();
+  Request take(const ChannelDpu::Message& m, uint64_t received_ns);
+  // The write thread: the requests in order, with the waits the writes need.
+  void write_loop();
+  void dispatch(Request& q);
   void on_hello(const ChannelRequest& r);
-  void on_open(const ChannelDpu::Message& m);
+  void on_open(Request& q);
   bool open_in_pool(FileCtx& f);
   void open_normal(FileCtx& f);
-  void on_write(const ChannelDpu::Message& m);
+  void on_write(Request& q);
   void on_range_sync(const ChannelRequest& r);
   void on_sync_close(const ChannelRequest& r);
-  void on_recycle(const ChannelDpu::Message& m);
-  void on_write_from(const ChannelRequest& r);
+  void on_recycle(Request& q);
+  void on_write_from(Request& q);
   // A write's two halves around filling its buffer (the copy or the pull);
   // mu held, in file order. begin_write returns null if nothing is to be
   // written (the file failed, or the write is out of order).
-  std::unique_ptr<IoOp> begin_write(FileCtx& f, uint64_t offset, uint64_t len, std::unique_lock<std::mutex>& lock);
+  std::unique_ptr<IoOp> begin_write(FileCtx& f, uint64_t offset, uint64_t len, std::unique_lock<std::mutex>& lock,
+                                    StagedWrite* pulled = nullptr);
   void finish_write(std::unique_ptr<IoOp> op);
   void retire_write(std::unique_ptr<IoOp> op);
   void write_tail(FileCtx& f, std::unique_lock<std::mutex>& lock);
   int open_file(const std::string& path, int flags, FileCtx& f);
 
-  // The DMA stage (hw): pulls kWriteFrom payloads from the host's memory.
-  struct Pull {
-    std::unique_ptr<IoOp> op;
-    uint64_t addr;  // in the host process
-  };
+  // The pull path (hw: the DMA stage), its own queue and thread: pulls
+  // kWriteFrom payloads from the host's memory and completes them before
+  // their writes are sequenced and submitted.
   void dma_loop();
-  int pull(IoOp& op, uint64_t addr) const;  // 0 or an errno
-  void pulled(std::unique_ptr<IoOp> op, int err);
+  int pull(StagedWrite& p) const;  // 0 or an errno
+  void pulled(StagedWrite& p, int err);
+  // Sequences `f`'s pulled writes into its writes, in order; mu held. With
+  // `wait` (the dispatcher, before any later request of the file) it waits
+  // for a pull still running and for the write budget; without (the DMA
+  // thread, right after a pull) it stops where it would wait.
+  void settle(FileCtx& f, std::unique_lock<std::mutex>& lock, bool wait);
+  void settle_all(std::unique_lock<std::mutex>& lock);  // every file's pulls that are done
+  bool fits(unsigned ios, uint64_t bytes) const;
   void stop_dma();
 
   // File contexts and dependency tracking; mu held.
@@ -255,11 +293,22 @@ struct WritePersistEngine::Impl {
   std::atomic<bool> host_gone{false}, stop_serving{false}, stop_polling{false};
   std::thread poller;
 
+  // The write queue, from the receiver to the write thread.
+  std::mutex wq_mu;
+  std::condition_variable wq_cv;
+  std::deque<Request> write_queue;
+  bool receiving_done = false;
+  std::exception_ptr write_error;  // what the write thread threw; serve rethrows it
+  std::thread writer;
+  uint64_t copy_staged = 0;  // kWrite payload bytes copied and not yet sequenced; mu
+  bool write_failed = false;  // mu
   pid_t host_pid = 0;  // whose memory kWriteFrom addresses point into
   std::mutex dma_mu;
   std::condition_variable dma_cv;
-  std::deque<Pull> pulls;  // in arrival order
+  std::deque<std::shared_ptr<StagedWrite>> pulls;  // the pull queue, in arrival order
   bool dma_stop = false;
+  std::atomic<bool> dma_stopping{false};
+  uint64_t staged_bytes = 0;  // pulled (or being pulled) and not yet sequenced; mu
   std::thread dma;
 };
 
@@ -292,16 +341,29 @@ void WritePersistEngine::Impl::serve(ChannelDpu& channel) {
   dma_stop = false;
   poller = std::thread([this] { poll_loop(); });
   dma = std::thread([this] { dma_loop(); });
+  receiving_done = false;
+  writer = std::thread([this] { write_loop(); });
+  auto stop_writer = [&] {
+    {
+      std::lock_guard l(wq_mu);
+      receiving_done = true;
+    }
+    wq_cv.notify_all();
+    writer.join();
+  };
   try {
-    dispatch_loop();
+    receive_loop();
   } catch (...) {
+    stop_writer();
     drain();
     throw;
   }
+  stop_writer();
   drain();
+  if (write_error) std::rethrow_exception(write_error);
 }
 
-void WritePersistEngine::Impl::dispatch_loop() {
+void WritePersistEngine::Impl::receive_loop() {
   std::vector<ChannelDpu::Message> batch;
   DpuThreadClock clock(options.dpu_speed, stats);
   while (!stop_serving.load(std::memory_order_relaxed)) {
@@ -310,35 +372,132 @@ void WritePersistEngine::Impl::dispatch_loop() {
       if (qp->closed()) return;
       continue;
     }
+    const uint64_t received_ns = now_ns();
     clock.start();  // the wait for requests (the channel spins first) is idle, not work
     raise_max(stats.max_batch, n);
     for (const auto& m : batch) {
-      dispatch(m);
-      clock.pay();  // each request at the dpu's speed (never with the lock held)
+      Request q = take(m, received_ns);
+      clock.pay();  // each request at the dpu's speed (never with a lock held)
+      // Each at once: the write thread frees the copy budget the next may wait for.
+      {
+        std::lock_guard l(wq_mu);
+        if (write_error) return;  // the write thread failed: serve rethrows it
+        write_queue.push_back(std::move(q));
+      }
+      wq_cv.notify_one();
     }
+  }
+}
+
+Request WritePersistEngine::Impl::take(const ChannelDpu::Message& m, uint64_t received_ns) {
+  Request q;
+  q.r = m.request;
+  const ChannelRequest& r = m.request;
+  switch (static_cast<Op>(r.op)) {
+    case Op::kOpen:
+    case Op::kRecycle:
+      q.text.assign(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
+      break;
+    case Op::kWriteFrom: {
+      auto p = std::make_shared<StagedWrite>();
+      p->file = r.id;
+      p->offset = r.args[0];
+      p->addr = r.args[1];
+      p->len = r.args[2];
+      p->lead = p->offset % kDirectAlign;
+      p->received_ns = received_ns;
+      p->queued_ns = now_ns();
+      add(stats.pull_admit_ns, p->queued_ns - received_ns);
+      {
+        std::lock_guard l(dma_mu);
+        pulls.push_back(p);
+      }
+      dma_cv.notify_one();
+      q.staged = std::move(p);
+      break;
+    }
+    case Op::kWrite: {
+      // The payload is only valid until the next receive: copied now (the
+      // "DMA read"), into a buffer the write will use. Bounded: past the
+      // write budget of copies not yet sequenced the receiver waits.
+      auto p = std::make_shared<StagedWrite>();
+      p->file = r.id;
+      p->offset = r.args[0];
+      p->len = m.payload.size();
+      p->lead = p->offset % kDirectAlign;
+      {
+        std::unique_lock lock(mu);
+        room.wait(lock, [&] {
+          return copy_staged == 0 || copy_staged + p->len <= options.max_inflight_bytes || write_failed;
+        });
+        copy_staged += p->len;
+        p->buf = buffers.take(p->lead + p->len);
+      }
+      copy_bytes(p->buf.data.get() + p->lead, m.payload.data(), p->len);  // not glibc's rep movsb (see copy.h)
+      p->done = true;
+      q.staged = std::move(p);
+      break;
+    }
+    default:
+      break;
+  }
+  return q;
+}
+
+void WritePersistEngine::Impl::write_loop() {
+  pthread_setname_np(pthread_self(), "pulsedb:write");
+  DpuThreadClock clock(options.dpu_speed, stats);
+  std::deque<Request> work;
+  for (;;) {
     {
-      std::lock_guard lock(mu);
-      flush();  // one submission for the whole batch
+      std::unique_lock l(wq_mu);
+      wq_cv.wait(l, [&] { return !write_queue.empty() || receiving_done; });
+      if (write_queue.empty()) return;
+      work.swap(write_queue);
+    }
+    clock.start();
+    try {
+      for (auto& q : work) {
+        dispatch(q);
+        clock.pay();
+      }
+      work.clear();
+      {
+        std::lock_guard lock(mu);
+        flush();  // one submission for the whole batch
+      }
+    } catch (...) {
+      {
+        std::lock_guard l(wq_mu);
+        write_error = std::current_exception();
+      }
+      {
+        std::lock_guard lock(mu);
+        write_failed = true;
+        room.notify_all();
+      }
+      stop_serving = true;
+      return;
     }
     clock.pay();
     post_ready();
   }
 }
 
-void WritePersistEngine::Impl::dispatch(const ChannelDpu::Message& m) {
+void WritePersistEngine::Impl::dispatch(Request& q) {
   add(stats.requests);
-  switch (static_cast<Op>(m.request.op)) {
-    case Op::kHello: return on_hello(m.request);
-    case Op::kOpen: return on_open(m);
-    case Op::kWrite: return on_write(m);
-    case Op::kRangeSync: return on_range_sync(m.request);
-    case Op::kSyncClose: return on_sync_close(m.request);
-    case Op::kRecycle: return on_recycle(m);
-    case Op::kWriteFrom: return on_write_from(m.request);
+  switch (static_cast<Op>(q.r.op)) {
+    case Op::kHello: return on_hello(q.r);
+    case Op::kOpen: return on_open(q);
+    case Op::kWrite: return on_write(q);
+    case Op::kRangeSync: return on_range_sync(q.r);
+    case Op::kSyncClose: return on_sync_close(q.r);
+    case Op::kRecycle: return on_recycle(q);
+    case Op::kWriteFrom: return on_write_from(q);
   }
   add(stats.errors);
-  log_warn("write-persist: ignored a request with unknown op " + std::to_string(m.request.op) + " (id " +
-           std::to_string(m.request.id) + ")");
+  log_warn("write-persist: ignored a request with unknown op " + std::to_string(q.r.op) + " (id " +
+           std::to_string(q.r.id) + ")");
 }
 
 void WritePersistEngine::Impl::on_hello(const ChannelRequest& r) {
@@ -353,8 +512,8 @@ void WritePersistEngine::Impl::on_hello(const ChannelRequest& r) {
 
 // Opening is synchronous on the dispatcher (a claim waits for fdatasync),
 // outside the lock so that the polling thread keeps harvesting meanwhile.
-void WritePersistEngine::Impl::on_open(const ChannelDpu::Message& m) {
-  const ChannelRequest& r = m.request;
+void WritePersistEngine::Impl::on_open(Request& q) {
+  const ChannelRequest& r = q.r;
   add(stats.files_opened);
   {
     std::lock_guard lock(mu);
@@ -366,7 +525,7 @@ void WritePersistEngine::Impl::on_open(const ChannelDpu::Message& m) {
   }
   auto f = std::make_unique<FileCtx>();
   f->id = r.id;
-  f->name.assign(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
+  f->name = std::move(q.text);
   bool in_pool = (r.args[0] & kUsePool) && pool && open_in_pool(*f);
   if (!in_pool) open_normal(*f);
   std::lock_guard lock(mu);
@@ -431,26 +590,22 @@ void WritePersistEngine::Impl::open_normal(FileCtx& f) {
   add(stats.normal_files);
 }
 
-void WritePersistEngine::Impl::on_write(const ChannelDpu::Message& m) {
-  const ChannelRequest& r = m.request;
+void WritePersistEngine::Impl::on_write(Request& q) {
+  StagedWrite& p = *q.staged;
   std::unique_lock lock(mu);
-  auto op = begin_write(file(r.id), r.args[0], m.payload.size(), lock);
-  if (!op) return;
-  lock.unlock();
-  // The "DMA read": the payload is only valid until the next receive.
-  copy_bytes(op->buf.data.get() + op->fill, m.payload.data(), op->data_len);  // not glibc's rep movsb (see copy.h)
-  lock.lock();
+  copy_staged -= p.len;
+  room.notify_all();
+  FileCtx& f = file(q.r.id);
+  settle(f, lock, true);
+  auto op = begin_write(f, p.offset, p.len, lock, &p);
+  if (!op) return buffers.give(std::move(p.buf));
   finish_write(std::move(op));
 }
 
 std::unique_ptr<IoOp> WritePersistEngine::Impl::begin_write(FileCtx& f, uint64_t offset, uint64_t len,
-                                                            std::unique_lock<std::mutex>& lock) {
+                                                            std::unique_lock<std::mutex>& lock, StagedWrite* staged) {
   if (f.error || f.fd < 0 || len == 0) return nullptr;
   if (f.direct) {
-    // Its place depends on the tail the pending pull leaves: the dispatcher
-    // waits for it (the plugin never sends one behind a pull anyway).
-    room.wait(lock, [&] { return !f.pull_pending; });
-    if (f.error) return nullptr;
     if (offset != f.next_offset) {
       fail(f, -EINVAL, "a write at " + std::to_string(offset) + ", not in file order (the next is due at " +
                            std::to_string(f.next_offset) + ")");
@@ -467,7 +622,13 @@ std::unique_ptr<IoOp> WritePersistEngine::Impl::begin_write(FileCtx& f, uint64_t
   op->at = offset;
   op->fill = fill;
   op->data_len = len;
-  op->buf = buffers.take(fill + len);
+  if (staged) {
+    // In file order a direct file's tail is exactly the staged bytes' lead.
+    op->buf = std::move(staged->buf);
+    op->base = f.direct ? 0 : staged->lead;
+  } else {
+    op->buf = buffers.take(fill + len);
+  }
   std::memcpy(op->buf.data.get(), f.tail.data(), fill);
   f.next_offset = offset + len;
   f.writes_in_flight.insert(op->seq);  // the range_syncs and the sync_close behind it wait for it
@@ -520,31 +681,24 @@ void WritePersistEngine::Impl::write_tail(FileCtx& f, std::unique_lock<std::mute
   submit_write(op.release());
 }
 
-// The write is numbered and in flight from here, so that the range_syncs
-// and the sync_close behind it wait for it; the DMA stage fills its buffer
-// and submits it.
-void WritePersistEngine::Impl::on_write_from(const ChannelRequest& r) {
-  const uint64_t offset = r.args[0], addr = r.args[1], len = r.args[2];
+// The pull path: the receiver has queued the pull already (it never waits
+// behind this queue pair's writes: their budget, their submission); here
+// it takes its place in the file's order, and its write is sequenced once
+// it is pulled (settle: now, or by the DMA thread, or before the file's
+// next request).
+void WritePersistEngine::Impl::on_write_from(Request& q) {
   std::unique_lock lock(mu);
-  FileCtx& f = file(r.id);
-  auto op = begin_write(f, offset, len, lock);
-  if (!op) {
-    ready.push_back({f.id, 0, static_cast<uint32_t>(Op::kWriteFrom), 0, offset});
-    return;
-  }
-  f.pull_pending = true;
-  lock.unlock();
-  {
-    std::lock_guard l(dma_mu);
-    pulls.push_back({std::move(op), addr});
-  }
-  dma_cv.notify_one();
+  FileCtx& f = file(q.r.id);
+  settle(f, lock, true);  // the file's earlier pulls (the plugin waits for each anyway)
+  f.pulled.push_back(q.staged);
+  settle(f, lock, false);
 }
 
 void WritePersistEngine::Impl::on_range_sync(const ChannelRequest& r) {
   std::unique_lock lock(mu);
   add(stats.range_syncs);
   FileCtx& f = file(r.id);
+  settle(f, lock, true);  // the range covers the pulled writes before it
   if (f.error) return;
   reserve(lock, 1, 0);
   f.deferred_syncs.push_back(std::make_unique<IoOp>(Io::kRangeSync, &f, f.writes_sent, r.args[0], r.args[1]));
@@ -560,7 +714,7 @@ void WritePersistEngine::Impl::on_sync_close(const ChannelRequest& r) {
     log_warn("write-persist: " + f.name + ": a second sync_close, ignored");
     return;
   }
-  if (f.direct) room.wait(lock, [&] { return !f.pull_pending; });  // the tail is known then
+  settle(f, lock, true);  // every write of the file is sequenced: the tail is known then
   write_tail(f, lock);
   reserve(lock, 2, 0);  // fsync and close
   f.close_requested = true;
@@ -568,14 +722,14 @@ void WritePersistEngine::Impl::on_sync_close(const ChannelRequest& r) {
   advance(f);
 }
 
-void WritePersistEngine::Impl::on_recycle(const ChannelDpu::Message& m) {
+void WritePersistEngine::Impl::on_recycle(Request& q) {
   {
     std::lock_guard lock(mu);
     flush();  // unlink and release are synchronous
   }
   add(stats.recycles);
-  std::string path(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
-  ChannelCompletion c{m.request.id, 0, static_cast<uint32_t>(Op::kRecycle), 0, kNoSlot};
+  std::string path = std::move(q.text);
+  ChannelCompletion c{q.r.id, 0, static_cast<uint32_t>(Op::kRecycle), 0, kNoSlot};
   std::optional<uint32_t> slot;
   if (pool) slot = pool->slot_of(path);
   std::string problem;
@@ -678,14 +832,15 @@ void WritePersistEngine::Impl::finish_file(FileCtx& f) {
 
 // Admits `ios` SQEs and `bytes` write bytes, waiting while too much is in
 // flight (the bounded pipeline stage: the host feels it as back-pressure).
+bool WritePersistEngine::Impl::fits(unsigned ios, uint64_t bytes) const {
+  return reserved_ios + ios <= io_capacity &&
+         (inflight_bytes == 0 || inflight_bytes + bytes <= options.max_inflight_bytes);
+}
+
 void WritePersistEngine::Impl::reserve(std::unique_lock<std::mutex>& lock, unsigned ios, uint64_t bytes) {
-  auto fits = [&] {
-    return reserved_ios + ios <= io_capacity &&
-           (inflight_bytes == 0 || inflight_bytes + bytes <= options.max_inflight_bytes);
-  };
-  if (!fits()) {
+  if (!fits(ios, bytes)) {
     flush();  // what we wait for must be in the kernel
-    room.wait(lock, fits);
+    room.wait(lock, [&] { return fits(ios, bytes); });
   }
   reserved_ios += ios;
   inflight_bytes += bytes;
@@ -715,7 +870,8 @@ void WritePersistEngine::Impl::queue(io_uring_sqe* sqe, IoOp* op) {
 
 void WritePersistEngine::Impl::submit_write(IoOp* op) {
   io_uring_sqe* sqe = next_sqe();
-  io_uring_prep_write(sqe, op->file->fd, op->buf.data.get() + op->done, static_cast<unsigned>(op->len - op->done),
+  io_uring_prep_write(sqe, op->file->fd, op->buf.data.get() + op->base + op->done,
+                      static_cast<unsigned>(op->len - op->done),
                       op->offset + op->done);
   queue(sqe, op);
 }
@@ -849,13 +1005,15 @@ void WritePersistEngine::Impl::close_done(std::unique_ptr<IoOp> op, int32_t res)
 
 // The pull stands for the DPU's DMA engine reading host memory: its CPU time
 // is the hw share of the process's (EngineStats::pull_cpu_ns), at full speed.
-// What the thread does around it (the write's submission, the completion) is
-// the dpu CPU's, dilated.
+// What the thread does around it (the completion, sequencing the write) is
+// the dpu CPU's, dilated. A pull is completed before its write is submitted,
+// and the thread waits for nothing of the writes but a budget of bytes
+// pulled and not yet sequenced (max_inflight_bytes).
 void WritePersistEngine::Impl::dma_loop() {
   pthread_setname_np(pthread_self(), "pulsedb:dma");
   DpuThreadClock clock(options.dpu_speed, stats);
   for (;;) {
-    Pull p;
+    std::shared_ptr<StagedWrite> p;
     {
       std::unique_lock l(dma_mu);
       dma_cv.wait(l, [&] { return !pulls.empty() || dma_stop; });
@@ -863,14 +1021,34 @@ void WritePersistEngine::Impl::dma_loop() {
       p = std::move(pulls.front());
       pulls.pop_front();
     }
+    add(stats.pull_queue_ns, now_ns() - p->queued_ns);
+    {
+      std::unique_lock lock(mu);
+      room.wait(lock, [&] {
+        return staged_bytes == 0 || staged_bytes + p->len <= options.max_inflight_bytes || dma_stopping;
+      });
+      staged_bytes += p->len;
+      p->buf = buffers.take(p->lead + p->len);
+    }
     clock.start();
     const uint64_t cpu0 = thread_cpu_ns();
-    const int err = pull(*p.op, p.addr);
+    const int err = pull(*p);
     const uint64_t copy_ns = thread_cpu_ns() - cpu0;
     add(stats.pull_cpu_ns, copy_ns);
     clock.exclude(copy_ns);
+    pulled(*p, err);
+    clock.pay();
+    post_ready();  // the pull's completion: the host's buffer is free
+    add(stats.pull_reply_ns, now_ns() - p->received_ns);
+    clock.start();
     try {
-      pulled(std::move(p.op), err);
+      std::unique_lock lock(mu);
+      // Its write, unless that would wait, if the write thread has given it
+      // its place in the file's order.
+      if (auto it = files.find(p->file); !p->sequenced && it != files.end() && !it->second->pulled.empty() &&
+                                         it->second->pulled.front() == p)
+        settle(*it->second, lock, false);
+      flush();
     } catch (const std::exception& e) {
       log_error(std::string("write-persist: ") + e.what());
     }
@@ -879,11 +1057,11 @@ void WritePersistEngine::Impl::dma_loop() {
   }
 }
 
-int WritePersistEngine::Impl::pull(IoOp& op, uint64_t addr) const {
+int WritePersistEngine::Impl::pull(StagedWrite& p) const {
   uint64_t done = 0;
-  while (done < op.data_len) {
-    iovec local{op.buf.data.get() + op.fill + done, op.data_len - done};
-    iovec remote{reinterpret_cast<void*>(addr + done), op.data_len - done};
+  while (done < p.len) {
+    iovec local{p.buf.data.get() + p.lead + done, p.len - done};
+    iovec remote{reinterpret_cast<void*>(p.addr + done), p.len - done};
     ssize_t n = ::process_vm_readv(host_pid, &local, 1, &remote, 1, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno;
@@ -893,30 +1071,64 @@ int WritePersistEngine::Impl::pull(IoOp& op, uint64_t addr) const {
   return 0;
 }
 
-// A failed pull wrote nothing and does not fail the file: the host sends the
+// A failed pull writes nothing and does not fail the file: the host sends the
 // bytes again through the ring.
-void WritePersistEngine::Impl::pulled(std::unique_ptr<IoOp> op, int err) {
+void WritePersistEngine::Impl::pulled(StagedWrite& p, int err) {
   std::lock_guard lock(mu);
-  FileCtx& f = *op->file;
-  f.pull_pending = false;
-  room.notify_all();  // a dispatcher may wait for this file's pull
-  const bool write = err == 0 && f.error == 0;
-  ready.push_back({f.id, write ? static_cast<int64_t>(op->data_len) : 0, static_cast<uint32_t>(Op::kWriteFrom), -err,
-                   op->at});
+  p.done = true;
+  p.err = err;
+  room.notify_all();  // the write thread may wait for this pull
+  // A file that failed already writes nothing (its sync_close says why); one
+  // the write thread has not opened yet is not known to have failed.
+  auto it = files.find(p.file);
+  const bool write = err == 0 && (it == files.end() || it->second->error == 0);
+  ready.push_back({p.file, write ? static_cast<int64_t>(p.len) : 0, static_cast<uint32_t>(Op::kWriteFrom), -err,
+                   p.offset});
   if (err) {
     add(stats.pull_failures);
-    log_warn("write-persist: " + f.name + ": cannot pull " + std::to_string(op->data_len) +
-             " bytes from host process " + std::to_string(host_pid) + ": " + std::strerror(err));
-    f.next_offset = op->at;  // the host sends these bytes again; the tail is as it was
-    retire_write(std::move(op));
-  } else {
-    if (write) {
-      add(stats.pulls);
-      add(stats.pull_bytes, op->data_len);
-    }
-    finish_write(std::move(op));
+    log_warn("write-persist: " + (it == files.end() ? "file id " + std::to_string(p.file) : it->second->name) +
+             ": cannot pull " + std::to_string(p.len) + " bytes from host process " +
+             std::to_string(host_pid) + ": " + std::strerror(err));
+  } else if (write) {
+    add(stats.pulls);
+    add(stats.pull_bytes, p.len);
   }
-  flush();
+}
+
+void WritePersistEngine::Impl::settle(FileCtx& f, std::unique_lock<std::mutex>& lock, bool wait) {
+  while (!f.pulled.empty()) {
+    std::shared_ptr<StagedWrite> p = f.pulled.front();
+    if (!p->done) {
+      if (!wait) return;
+      // The DMA thread may wait for pulled bytes to be sequenced, which may
+      // wait for the write budget: sequence what can be, each time room
+      // frees. Meanwhile the DMA thread may sequence this one: look again.
+      settle_all(lock);
+      if (!p->done) room.wait(lock);
+      continue;
+    }
+    const bool write = p->err == 0 && f.error == 0 && f.fd >= 0;
+    if (!wait && write && !fits(1, p->len)) return;
+    f.pulled.pop_front();
+    p->sequenced = true;  // from here `f` may finish and go
+    staged_bytes -= p->len;
+    room.notify_all();
+    std::unique_ptr<IoOp> op;
+    if (write) op = begin_write(f, p->offset, p->len, lock, p.get());
+    if (op) {
+      finish_write(std::move(op));
+    } else if (p->buf.data) {
+      buffers.give(std::move(p->buf));
+    }
+  }
+}
+
+void WritePersistEngine::Impl::settle_all(std::unique_lock<std::mutex>& lock) {
+  std::vector<uint64_t> ids;  // settling may finish a file, and erase it
+  for (auto& [id, f] : files)
+    if (!f->pulled.empty() && f->pulled.front()->done) ids.push_back(id);
+  for (uint64_t id : ids)
+    if (auto it = files.find(id); it != files.end()) settle(*it->second, lock, false);
 }
 
 // After the last request: every pull queued is done (or failed) first.
@@ -924,6 +1136,11 @@ void WritePersistEngine::Impl::stop_dma() {
   {
     std::lock_guard l(dma_mu);
     dma_stop = true;
+  }
+  {
+    std::lock_guard lock(mu);
+    dma_stopping = true;  // nothing will sequence the pulled writes now: the budget no longer holds a pull
+    room.notify_all();
   }
   dma_cv.notify_all();
   if (dma.joinable()) dma.join();

@@ -64,6 +64,11 @@ struct EngineStats {
   std::atomic<uint64_t> pulls{0}, pull_bytes{0}, pull_failures{0}, pull_cpu_ns{0};
   // Busy time the engine's threads added to model a slower dpu CPU (0 at F = 1).
   std::atomic<uint64_t> dilated_ns{0};
+  // Where a pull's time goes at the engine, summed over pulls (ns): from its
+  // batch's receive until it is handed to the DMA thread (admission: the
+  // requests before it, the write budget), until the DMA thread takes it,
+  // until its completion is posted.
+  std::atomic<uint64_t> pull_admit_ns{0}, pull_queue_ns{0}, pull_reply_ns{0};
 };
 
 class WritePersistEngine {

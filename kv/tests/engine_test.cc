@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "protocol.h"
@@ -397,6 +398,47 @@ TEST(Engine, WriteFromPullsTheHostsBytesAndKeepsTheFilesOrder) {
   EXPECT_EQ(run.stats.pulls.load(), 2u);
   EXPECT_EQ(run.stats.pull_bytes.load(), a.size() + c.size());
   EXPECT_EQ(run.stats.writes.load(), 3u);
+  expect_dependencies_kept(trace.snapshot());
+}
+
+// The pull path never waits behind writes: with a write stuck in flight (a
+// FIFO nobody reads) and the next write of it waiting for the write budget,
+// a pull for another file, sent after both, is pulled and completed; its
+// write goes out once the writes before it in the queue are through.
+TEST(Engine, APullIsServedWhileWritesAheadOfItWaitForTheirBudget) {
+  TempDir t;
+  Fifo fifo(t.path / "pipe");
+  TraceLog trace;
+  EngineOptions o;
+  o.max_inflight_bytes = 64 << 10;  // the FIFO's first write fills it
+  EngineRun run(nullptr, trace.options(o));
+  Host h = run.host();
+  const fs::path file = t.path / "000012.sst";
+  h.open(2, file, false);
+  h.open(1, fifo.path, false);
+  EXPECT_TRUE(h.barrier().empty());
+  auto stuck = random_bytes(256 << 10, 15), pulled = random_bytes(1 << 20, 16);
+  h.write(1, 0, std::span(stuck).first(128 << 10));  // blocks: the pipe holds 64 KiB
+  h.write(1, 128 << 10, std::span(stuck).subspan(128 << 10));  // waits for the budget behind it
+  h.write_from(2, 0, pulled);
+  auto first = h.collect(1);
+  ASSERT_EQ(first.size(), 1u) << "the pull waited behind the writes";
+  EXPECT_EQ(first[0].op, op(Op::kWriteFrom));
+  EXPECT_EQ(first[0].id, 2u);
+  EXPECT_EQ(first[0].status, 0);
+  EXPECT_EQ(first[0].result, static_cast<int64_t>(pulled.size()));
+  std::set<uint64_t> fifo_writes;  // by number: a short write is submitted again
+  for (const IoEvent& e : trace.snapshot())
+    if (e.file == 1 && e.io == Io::kWrite && e.kind == Kind::kSubmit) fifo_writes.insert(e.seq);
+  EXPECT_EQ(fifo_writes, std::set<uint64_t>{1}) << "the second write was still waiting when the pull completed";
+  EXPECT_EQ(fifo.read_exactly(stuck.size()), stuck);
+  h.sync_close(2, pulled.size());
+  auto done = h.collect(1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].op, op(Op::kSyncClose));
+  EXPECT_EQ(done[0].status, 0);
+  EXPECT_EQ(done[0].result, static_cast<int64_t>(pulled.size()));
+  EXPECT_EQ(read_all(file), pulled);
   expect_dependencies_kept(trace.snapshot());
 }
 
