@@ -26,6 +26,7 @@
 
 #include "dpukit/core/dpu_speed.h"
 #include "dpukit/core/log.h"
+#include "file_text.h"
 
 namespace dpukit {
 
@@ -39,15 +40,6 @@ struct CpuHierarchy {
   bool v2 = false;
   std::string own_dir;  // the directory of this process's cgroup
 };
-
-bool read_text(const std::string& path, std::string& out) {
-  std::ifstream in(path);
-  if (!in) return false;
-  std::ostringstream s;
-  s << in.rdbuf();
-  out = s.str();
-  return true;
-}
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -150,7 +142,7 @@ bool find_cpu_hierarchy(CpuHierarchy& h, std::string& why) {
   }
   h = {true, cgroup_dir(v2_point, v2_root, path)};
   // The controllers a group below ours may enable are those ours has.
-  if (!read_text(h.own_dir + "/cgroup.controllers", controllers) || !has_word(trim(controllers), "cpu", ' ')) {
+  if (!read_text_file(h.own_dir + "/cgroup.controllers", controllers) || !has_word(trim(controllers), "cpu", ' ')) {
     why = "no cpu controller: no cgroup v1 hierarchy has it, and cgroup2 at " + v2_point + " does not offer it to " +
           h.own_dir + " (cgroup.controllers: '" + trim(controllers) + "')";
     return false;
@@ -187,7 +179,7 @@ std::vector<pid_t> read_ids(const std::string& path) {
 // Makes the cpu controller available to groups below `dir` on cgroup2.
 void enable_cpu_below(const std::string& dir) {
   std::string control;
-  read_text(dir + "/cgroup.subtree_control", control);
+  read_text_file(dir + "/cgroup.subtree_control", control);
   if (has_word(trim(control), "cpu", ' ')) return;
   write_or_throw(dir + "/cgroup.subtree_control", "+cpu", "cannot enable the cpu controller below " + dir);
 }
@@ -310,7 +302,7 @@ void CfsBandwidth::add_thread(pid_t tid) {
     // takes no whole processes.
     if (!threaded_) {
       std::string type;
-      read_text(dir_ + "/cgroup.type", type);
+      read_text_file(dir_ + "/cgroup.type", type);
       if (trim(type) != "threaded")
         write_or_throw(dir_ + "/cgroup.type", "threaded", "cannot make the group threaded for a single thread");
       threaded_ = true;
@@ -331,7 +323,7 @@ void CfsBandwidth::add_process(pid_t pid) {
 
 CfsBandwidth::Stat CfsBandwidth::stat() const {
   std::string text;
-  if (!read_text(dir_ + "/cpu.stat", text)) throw std::runtime_error(std::string(kWhat) + ": cannot read " + dir_ + "/cpu.stat");
+  if (!read_text_file(dir_ + "/cpu.stat", text)) throw std::runtime_error(std::string(kWhat) + ": cannot read " + dir_ + "/cpu.stat");
   Stat s;
   std::istringstream in(text);
   std::string key;

@@ -9,26 +9,20 @@
 #include <fstream>
 #include <sstream>
 
+#include "file_text.h"
+
 namespace dpukit {
 
 namespace {
 constexpr pid_t kKthreadd = 2;  // the parent of every kernel thread
 
-bool read_file(const std::string& path, std::string& out) {
-  std::ifstream in(path);
-  if (!in) return false;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  out = ss.str();
-  return true;
-}
 }  // namespace
 
 ThreadCpuSampler::ThreadCpuSampler(std::vector<Group> groups, unsigned period_ms, pid_t pid)
     : groups_(std::move(groups)), period_ms_(period_ms) {
   task_dir_ = "/proc/" + (pid ? std::to_string(pid) : std::string("self")) + "/task/";
   std::string probe;
-  use_schedstat_ = read_file("/proc/self/task/" + std::to_string(gettid()) + "/schedstat", probe) && !probe.empty();
+  use_schedstat_ = read_text_file("/proc/self/task/" + std::to_string(gettid()) + "/schedstat", probe) && !probe.empty();
 }
 
 ThreadCpuSampler::ThreadCpuSampler(KernelThreads, std::vector<Group> groups, unsigned period_ms)
@@ -47,7 +41,7 @@ std::string ThreadCpuSampler::group_of(const std::string& comm) const {
 
 bool ThreadCpuSampler::read_task(pid_t tid, Reading& r) const {
   std::string dir = task_dir_ + std::to_string(tid) + "/", stat;
-  if (!read_file(dir + "stat", stat)) return false;
+  if (!read_text_file(dir + "stat", stat)) return false;
   // "tid (comm) state ppid ...": comm may hold spaces or ')', so take the
   // last ')' as its end.
   size_t open = stat.find('('), close = stat.rfind(')');
@@ -69,7 +63,7 @@ bool ThreadCpuSampler::read_task(pid_t tid, Reading& r) const {
   if (kernel_ && tid != kKthreadd && r.ppid != kKthreadd) return false;  // a process, not a kernel thread
   if (use_schedstat_) {
     std::string s;
-    if (!read_file(dir + "schedstat", s)) return false;
+    if (!read_text_file(dir + "schedstat", s)) return false;
     r.ns = std::strtoull(s.c_str(), nullptr, 10);
     return true;
   }
