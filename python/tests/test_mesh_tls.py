@@ -301,16 +301,23 @@ def test_session_resumption_by_ticket(node_b: Inbound, pki: Pki, tmp_path: Path)
 # -- rotation through the SDS file -----------------------------------------------------------
 
 
-def test_rotation_without_restart(kind: str, nodes: Nodes, pki: Pki, tmp_path: Path):
-    """The SDS file is rewritten with a new certificate: new handshakes get
-    it, a keep-alive connection opened before keeps working, and the proxy
-    is the same process."""
+def rotating_inbound(nodes: Nodes, pki: Pki, tmp_path: Path) -> tuple[Path, int, int, str]:
+    """An inbound mTLS listener whose certificate comes from an SDS file:
+    (the SDS file, the listener port, the admin port, the bootstrap)."""
     echo = nodes.start_echo("backend")
     port, admin = free_port(), free_port()
     sds = sds_certificate_file(tmp_path / "sds.yaml", "backend", pki.mesh.backend)
     config = tls_bootstrap(admin=admin, clusters=[tls_cluster("backend", echo)], listeners=[listener(
         "inbound", port, [FilterChain(hcm_filter("backend"), downstream_tls(
             6, sds=sds, secret="backend", ca=pki.mesh.ca.cert, san_uris=[FRONTEND]))])])
+    return sds, port, admin, config
+
+
+def test_rotation_without_restart(kind: str, nodes: Nodes, pki: Pki, tmp_path: Path):
+    """The SDS file is rewritten with a new certificate: new handshakes get
+    it, a keep-alive connection opened before keeps working, and the proxy
+    is the same process."""
+    sds, port, admin, config = rotating_inbound(nodes, pki, tmp_path)
     with Group(tmp_path / "logs") as group:
         proxy = start_proxy(group, kind, config, tmp_path, port=port, admin=admin)
         ctx = client_context(ca=pki.mesh.ca.cert, cert=pki.mesh.frontend)
@@ -337,12 +344,7 @@ def test_rotation_while_handshakes_run(kind: str, nodes: Nodes, pki: Pki, tmp_pa
     not renamed) is refused with the certificate in use kept. (A rotation
     used to free the verification data of the handshakes under way: the
     proxy crashed, and CI saw a connection closed before a response.)"""
-    echo = nodes.start_echo("backend")
-    port, admin = free_port(), free_port()
-    sds = sds_certificate_file(tmp_path / "sds.yaml", "backend", pki.mesh.backend)
-    config = tls_bootstrap(admin=admin, clusters=[tls_cluster("backend", echo)], listeners=[listener(
-        "inbound", port, [FilterChain(hcm_filter("backend"), downstream_tls(
-            6, sds=sds, secret="backend", ca=pki.mesh.ca.cert, san_uris=[FRONTEND]))])])
+    sds, port, admin, config = rotating_inbound(nodes, pki, tmp_path)
     rotated = [pki.factory.issue(f"backend-r{i}", pki.mesh.ca, uris=[BACKEND], dns=[BACKEND_DNS]) for i in range(3)]
     with Group(tmp_path / "logs") as group:
         proxy = start_proxy(group, kind, config, tmp_path, port=port, admin=admin)
