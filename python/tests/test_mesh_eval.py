@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import native_tool
+from conftest import native_tool, quick_eval
 from dpukit import experiments, native
 
 # The registry keeps import order: load every system's experiments first, so
@@ -88,11 +88,7 @@ def test_bootstrap_is_valid_for_envoy(tmp_path: Path):
 @pytest.mark.slow
 def test_eval_quick_mesh(tmp_path: Path, run_dpukit):
     native_tool("dpukit-mesh")
-    out = tmp_path / "results"
-    proc = run_dpukit("eval", "--quick", "--only", "mesh.quick", "--out", str(out), timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    run_dir = (out / "latest").resolve()
-    md = (run_dir / "report.md").read_text()
+    run_dir, md = quick_eval("mesh.quick", tmp_path / "results", timeout=180)
     assert "## mesh.quick" in md
     names = [t.name for t in mesh_exps.TOPOLOGIES if t.in_quick]
     assert {"direct", "envoy-sidecars", "envoy-sockmap", "node-proxy", "node-proxy-uds", "node-proxy-shm",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import native_tool
+from conftest import native_tool, quick_eval
 from mesh_support import *  # noqa: F401,F403
 from mesh_support import Echoes, all_to, bootstrap, cluster, ports
 from dpukit.experiments.mesh import wait_ready
@@ -126,11 +126,7 @@ def test_eval_quick_bluefield(tmp_path: Path, run_dpukit):
     from dpukit import native
 
     native_tool("dpukit-mesh")
-    out = tmp_path / "results"
-    proc = run_dpukit("eval", "--quick", "--only", "mesh.bluefield", "--out", str(out), timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    run_dir = (out / "latest").resolve()
-    md = (run_dir / "report.md").read_text()
+    run_dir, md = quick_eval("mesh.bluefield", tmp_path / "results", timeout=300)
     for name in ("envoy-sidecars", "node-proxy-host", "node-proxy-bluefield3"):
         assert re.search(rf"^\| {name} \| [\d,]+ \|", md, re.M), name
     assert "dpu CPUs at BlueField-3 speed to match the Envoy sidecar pair" in md
