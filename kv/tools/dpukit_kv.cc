@@ -109,6 +109,9 @@ DbBenchReport kvbench_report(const nlohmann::json& f, const std::string& op) {
 
 struct Settings {
   std::string mode, driver, workload, db, pool, sock, host_cpus, dpu_cpus, payload;
+  DpuSpeed dpu_speed;        // the agent's and the dcomp worker's
+  std::string dcomp_share;   // dcomp: the fraction of eligible compactions sent to the worker
+  int dcomp_first_level = 1;  // dcomp: compactions from this level down are eligible
   uint64_t value_size, num, write_buffer, target_file, level_base, cache, queue, file_buffer;
   int threads, jobs, l0_slowdown, l0_stop;
   uint64_t write_threshold, sync_interval;
@@ -184,9 +187,12 @@ std::vector<std::string> kvbench_args(const Settings& s, const std::string& comm
                                 "--drain",
                                 "--json=" + json});
   if (auto uri = fs_uri(s); !uri.empty()) a.push_back("--fs-uri=" + uri);
+  a.push_back("--dpu-speed=" + s.dpu_speed.name);
   if (s.mode == "dcomp") {
     a.push_back("--mode=dcomp");
     a.push_back("--worker-cpus=" + s.dpu_cpus);
+    a.push_back("--dcomp-first-level=" + std::to_string(s.dcomp_first_level));
+    a.push_back("--dcomp-share=" + s.dcomp_share);
   }
   return a;
 }
@@ -231,6 +237,11 @@ int bench_command(int argc, char** argv) {
            "pull");
   p.option("slots", "pool slots", "0").cpus_option("host-cpus", "CPUs of db_bench (the host)", "0");
   p.cpus_option("dpu-cpus", "CPUs of the agent / dcomp worker (the dpu)", "1");
+  p.dpu_speed_option();
+  p.option("dcomp-first-level", "dcomp: compactions starting at this level or deeper go to the worker (1: DComp's; "
+           "0: L0->L1 too)", "1");
+  p.option("dcomp-share", "dcomp: the fraction of those sent to the worker, spread evenly (the rest on the host)",
+           "1");
   p.option("work-dir", "where the DB, the pool and the logs go (emptied first)", "build/kv-run");
   p.flag("keep", "keep the DB and the pool afterwards (by default only the logs and stats stay: a pool is\n"
                  "preallocated, slots x slot size, several GB at the default scale)");
@@ -266,6 +277,14 @@ int bench_command(int argc, char** argv) {
   if (s.payload != "pull" && s.payload != "copy") throw InputError("--payload: '" + s.payload + "' is not pull or copy");
   s.host_cpus = p.str("host-cpus");
   s.dpu_cpus = p.str("dpu-cpus");
+  s.dpu_speed = p.dpu_speed();
+  s.dcomp_first_level = static_cast<int>(p.u64("dcomp-first-level"));
+  if (s.dcomp_first_level > 6) throw InputError("--dcomp-first-level must be between 0 and 6");
+  s.dcomp_share = p.str("dcomp-share");
+  if (double share = p.number("dcomp-share"); !(share >= 0 && share <= 1))
+    throw InputError("--dcomp-share must be a fraction in [0, 1]");
+  if (s.mode != "dcomp" && (p.has("dcomp-first-level") || p.has("dcomp-share")))
+    throw InputError("--dcomp-first-level and --dcomp-share are for --mode dcomp");
   fs::path work = fs::absolute(p.str("work-dir"));
   fs::remove_all(work);
   fs::create_directories(work);
@@ -294,6 +313,7 @@ int bench_command(int argc, char** argv) {
 
   Result result(kTool, argc, argv);
   result.set_placement(placement);
+  result.set_dpu_speed(s.dpu_speed);
   result.set_backend("emulated");
 
   s.driver = p.str("driver");
@@ -321,7 +341,7 @@ int bench_command(int argc, char** argv) {
     o.log = (work / "agent.log").string();
     agent = ChildProcess::spawn({(self_dir() / "dpukit-agent").string(), "--listen", s.sock, "--pool", s.pool,
                                  "--slots", std::to_string(slots), "--slot-size", slot_size, "--stats", agent_stats,
-                                 "--cpus", s.dpu_cpus},
+                                 "--cpus", s.dpu_cpus, "--dpu-speed", s.dpu_speed.name},
                                 o);
     for (int i = 0; i < 1000 && !fs::exists(s.sock); ++i) {
       if (!agent.running()) throw std::runtime_error("the agent exited at start: " + slurp(o.log));
@@ -430,6 +450,8 @@ int bench_command(int argc, char** argv) {
         r = kvbench_report(kf, s.workload == "overwrite" ? "update" : "insert");
         add_cpu(kf);
         if (kf.contains("dcomp")) result.figures()["dcomp"] = kf["dcomp"];
+        // Compaction output written by the dcomp worker (the dpu): Fig. 4a's share.
+        result.figures()["compaction_write_bytes_dpu"] = kf["compaction"]["bytes_written_worker"];
       }
       kernel.stop();
     }
@@ -507,6 +529,10 @@ int bench_command(int argc, char** argv) {
     prm["l0_slowdown"] = s.l0_slowdown;
     prm["l0_stop"] = s.l0_stop;
     if (s.mode == "pulsedb") prm["payload"] = s.payload;
+    if (s.mode == "dcomp") {
+      prm["dcomp_first_level"] = s.dcomp_first_level;
+      prm["dcomp_share"] = std::stod(s.dcomp_share);
+    }
     prm["slots"] = slots;
     CpuAccount cpu;
     cpu.add(Place::kHost, static_cast<uint64_t>(host_cpu_s * 1e9));
@@ -518,10 +544,10 @@ int bench_command(int argc, char** argv) {
     stop_agent();
     throw;
   }
-  std::printf("%s %s value=%llu: %.0f ops/s, %.1f MB/s, P99 %.0f us, stall %.1f %%, compaction %.1f MB/s, "
+  std::printf("%s %s value=%llu, dpu %s: %.0f ops/s, %.1f MB/s, P99 %.0f us, stall %.1f %%, compaction %.1f MB/s, "
               "host compaction CPU %.2f s (whole-host %.2f s), dpu CPU %.2f s, hw CPU %.2f s\n",
               s.mode.c_str(), s.workload.c_str(), static_cast<unsigned long long>(s.value_size),
-              result.figures()["ops_per_sec"].get<double>(), result.figures()["mb_per_sec"].get<double>(),
+              s.dpu_speed.name.c_str(), result.figures()["ops_per_sec"].get<double>(), result.figures()["mb_per_sec"].get<double>(),
               result.figures()["write_p99_us"].get<double>(), 100 * result.figures()["stall_ratio"].get<double>(),
               result.figures()["compaction_mb_per_sec"].get<double>(),
               result.figures()["host_compaction_cpu_s"].get<double>(),

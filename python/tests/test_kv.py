@@ -79,3 +79,54 @@ def test_bad_mode_is_an_input_error(kv_tool, tmp_path):
     proc = subprocess.run([str(kv_tool), "bench", "--mode", "pulsedb", "--payload", "dma",
                            "--work-dir", str(tmp_path / "w")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "payload" in proc.stderr
+
+
+def test_dpu_speed_reaches_the_dcomp_worker_and_the_result(kv_tool, tmp_path):
+    r = bench(kv_tool, tmp_path, "dcomp", "--driver", "kvbench", "--dpu-speed", "bluefield3")
+    assert r["placement"]["dpu_speed"] == {"name": "bluefield3", "factor": 0.455}
+    d = r["figures"]["dcomp"]
+    assert d["jobs_in_worker"] > 0 and d["jobs_failed"] == 0
+    # At F = 0.455 a job stays busy 1/F - 1 = 1.2 x its own CPU time.
+    own = d["worker_job_cpu_ns"] - d["worker_job_dilated_ns"]
+    assert d["worker_job_dilated_ns"] >= 1.1 * own > 0
+    assert 0 < r["figures"]["compaction_write_bytes_dpu"] <= r["figures"]["compaction_write_bytes"]
+    assert r["parameters"]["dcomp_share"] == 1 and r["parameters"]["dcomp_first_level"] == 1
+
+
+def test_dcomp_knobs_are_for_dcomp_only(kv_tool, tmp_path):
+    proc = subprocess.run([str(kv_tool), "bench", "--mode", "vanilla", "--dcomp-share", "0.5",
+                           "--work-dir", str(tmp_path / "w")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "dcomp" in proc.stderr
+
+
+def _run(speed: str, ops: float, stall: float, dpu_bytes: int = 0) -> dict:
+    return {"placement": {"dpu_speed": {"name": speed, "factor": 1.0 if speed == "host" else 0.455}},
+            "figures": {"ops_per_sec": ops, "stall_ratio": stall, "write_p99_us": 100.0, "write_p999_us": 900.0,
+                        "host_whole_compaction_cpu_s": 2.0, "dpu_cpu_s": 1.0, "compaction_write_bytes": 100,
+                        "compaction_write_bytes_dpu": dpu_bytes}}
+
+
+def test_bluefield_report_pairs_rounds_and_judges_the_papers_claims():
+    from dpukit.experiments import kv
+    from dpukit.report import Report
+
+    # Round 2 is a slow spell of the machine for every configuration alike:
+    # paired ratios do not see it.
+    slow = (1.0, 0.5, 1.0)
+    base = {"vanilla": (100.0, 0.30), "dcomp@host": (120.0, 0.25), "dcomp@bluefield3": (90.0, 0.28),
+            "pulsedb@host": (110.0, 0.20), "pulsedb@bluefield3": (110.0, 0.20),
+            "pulsedb-copy@bluefield3": (95.0, 0.29), "dcomp share 0@bluefield3": (100.0, 0.3),
+            "dcomp L1+ share 0.5@bluefield3": (95.0, 0.3), "dcomp L0+@bluefield3": (60.0, 0.4)}
+    runs = {label: [_run(speed, base[label][0] * s, base[label][1], 40 if label.startswith("dcomp") else 0)
+                    for s in slow] for label, _mode, speed, _extra in kv.bluefield_configs(False)}
+    assert kv.paired(runs, "pulsedb@bluefield3", "dcomp@bluefield3") == [110 / 90] * 3
+    assert kv.stall_order(runs, "bluefield3") == ([0.30, 0.28, 0.20], True)
+    assert kv.stall_order(runs, "host")[1] is True
+    report = Report("t")
+    report.sections.append(kv.render_bluefield(runs, False))
+    md = report.to_markdown()
+    assert "| pulsedb / dcomp write throughput | bluefield3 | 1.22 [1.22–1.22] | ≥ 1.1 (11–33 %) | met |" in md
+    assert "| pulsedb-copy / dcomp write throughput | bluefield3 | 1.06 [1.06–1.06] | ≥ 1.1 (11–33 %) | missed |" in md
+    assert "holds" in md and "does not hold" not in md
+    # Fig. 3: normalized to the all-on-host point of the same round.
+    assert "| L0+ (L0-&gt;L1 too) | 40.0 | 0.0600 [0.0300–0.0600] | 0.600 [0.600–0.600] |" in md

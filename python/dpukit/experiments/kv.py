@@ -7,12 +7,13 @@ CPU 0 and the agent (the dpu side) to CPU 1, as the tool does by default.
 
 from __future__ import annotations
 
+from statistics import median
 from typing import Any, Sequence
 
 from dpukit.experiments import Context, Point, experiment, median_run, skipped_in_quick_mode
 from dpukit.experiments.notes import parameters_note, placement_note
 from dpukit.paths import build_dir
-from dpukit.plots import BarPanel, bars_plot
+from dpukit.plots import BarPanel, Series, bars_plot, line_plot
 from dpukit.report import Section
 from dpukit.units import fmt_sig
 
@@ -383,5 +384,219 @@ def ycsb(ctx: Context) -> Section:
         f"Host compaction CPU over the seven phases: vanilla {fmt_sig(v['host_compaction_cpu_s'])} s, pulsedb "
         f"{fmt_sig(p['host_compaction_cpu_s'])} s (agent {fmt_sig(p['dpu_cpu_s'])} s). One run per mode, each "
         "phase drained before the next; the quick-mode scale of kv.modes (16 MB memtables and SSTs).")
+    sec.paragraph(placement_note(ctx.runs))
+    return sec
+
+
+# ---------------------------------------------------------------------------
+# kv.bluefield: the compaction-bound regime with the dpu at a BlueField-3's
+# speed beside full speed (issue 25). Every dpu-side loop (the agent's, the
+# DComp worker's jobs) is time-dilated by 1/F; the host is untouched.
+
+BLUEFIELD_SPEEDS = ("host", "bluefield3")
+# A short compaction-bound regime: two writers, one compaction thread, small
+# memtables and L0 triggers 4/8 (RocksDB compacts L0 at 4 files), so L0->L1
+# falling behind stalls the writers; about 13 s a run here.
+BLUEFIELD_SETTINGS: list[Any] = ["--data", "256M", "--threads", 2, "--compaction-threads", 1, "--write-buffer", "8M",
+                                 "--target-file", "8M", "--level-base", "32M", "--l0-slowdown", 4, "--l0-stop", 8]
+BLUEFIELD_QUICK_SETTINGS: list[Any] = ["--data", "128M", "--threads", 2, "--compaction-threads", 1,
+                                       "--write-buffer", "4M", "--target-file", "4M", "--level-base", "16M",
+                                       "--l0-slowdown", 4, "--l0-stop", 8]
+
+
+def bluefield_configs(quick: bool) -> list[tuple[str, str, str, list[Any]]]:
+    """(label, mode, dpu speed, extra args) of every configuration of a round:
+    the side by side at both speeds, then (full mode) PulseDB Fig. 3's sweep at
+    bluefield3, DComp with more or fewer whole compactions forced onto the dpu
+    (its L1+ point at share 1 is the side by side's dcomp@bluefield3)."""
+    side = [("vanilla", "vanilla", "host", []),
+            ("dcomp@host", "dcomp", "host", []), ("dcomp@bluefield3", "dcomp", "bluefield3", []),
+            ("pulsedb@host", "pulsedb", "host", []), ("pulsedb@bluefield3", "pulsedb", "bluefield3", [])]
+    if quick:
+        return side
+    return side + [
+        ("pulsedb-copy@bluefield3", "pulsedb-copy", "bluefield3", []),
+        ("dcomp share 0@bluefield3", "dcomp", "bluefield3", ["--dcomp-share", 0]),
+        ("dcomp L1+ share 0.5@bluefield3", "dcomp", "bluefield3", ["--dcomp-share", 0.5]),
+        ("dcomp L0+@bluefield3", "dcomp", "bluefield3", ["--dcomp-first-level", 0]),
+    ]
+
+
+# Fig. 3's points, fewest compactions on the dpu first: (label, what is sent).
+FIG3_POINTS = (("dcomp share 0@bluefield3", "none (all on the host)"),
+               ("dcomp L1+ share 0.5@bluefield3", "half of L1+"),
+               ("dcomp@bluefield3", "L1+ (DComp)"),
+               ("dcomp L0+@bluefield3", "L0+ (L0->L1 too)"))
+
+
+FIG3_ONLY = {label for label, _ in FIG3_POINTS} - {"dcomp@bluefield3"}
+
+
+def collect_bluefield(ctx: Context) -> dict[str, list[dict[str, Any]]]:
+    """Runs every configuration once per round, rounds interleaved (each round
+    every configuration in turn, every other round in reverse order), each
+    with an explicit --dpu-speed, so both speeds are in one report whatever
+    ``dpukit eval --dpu`` says. Returns label -> one run per round."""
+    configs = bluefield_configs(ctx.quick)
+    settings = BLUEFIELD_QUICK_SETTINGS if ctx.quick else BLUEFIELD_SETTINGS
+    runs: dict[str, list[dict[str, Any]]] = {c[0]: [] for c in configs}
+    steps = ctx.repeats * len(configs)
+    for rep in range(ctx.repeats):
+        order = configs if rep % 2 == 0 else list(reversed(configs))
+        for i, (label, mode, speed, extra) in enumerate(order, 1):
+            ctx.progress(f"{label} (round {rep + 1}/{ctx.repeats})", rep * len(configs) + i, steps)
+            work = build_dir() / "kv-runs" / f"bluefield-{mode}"
+            args = ["bench", *MODE_ARGS[mode], "--driver", "kvbench", "--workload", "fillrandom", "--value-size", 1024,
+                    *settings, *extra, "--dpu-speed", speed, "--work-dir", work]
+            runs[label].append(ctx.run_native(TOOL, args, label=f"{label}-r{rep + 1}"))
+    return runs
+
+
+def paired(runs: dict[str, list[dict[str, Any]]], label: str, base: str, key: str = "ops_per_sec") -> list[float]:
+    """label's figure over base's, round by round (runs of the same round are paired)."""
+    return [a["figures"][key] / b["figures"][key] if b["figures"][key] else float("nan")
+            for a, b in zip(runs[label], runs[base])]
+
+
+def med_range(xs: Sequence[float], scale: float = 1.0) -> str:
+    if not xs:
+        return "-"
+    m = fmt_sig(median(xs) * scale)
+    return m if len(xs) == 1 else f"{m} [{fmt_sig(min(xs) * scale)}–{fmt_sig(max(xs) * scale)}]"
+
+
+def figure(runs: dict[str, list[dict[str, Any]]], label: str, key: str) -> list[float]:
+    return [r["figures"].get(key, 0) for r in runs[label]]
+
+
+def dpu_share(run: dict[str, Any]) -> float:
+    """The fraction of compaction output the dcomp worker wrote (0 outside dcomp)."""
+    f = run["figures"]
+    return f.get("compaction_write_bytes_dpu", 0) / f["compaction_write_bytes"] if f["compaction_write_bytes"] else 0
+
+
+def stall_order(runs: dict[str, list[dict[str, Any]]], speed: str) -> tuple[list[float], bool]:
+    """Median stall ratios of vanilla, dcomp and pulsedb at `speed`, and whether
+    they fall in Table II's order (vanilla > dcomp > pulsedb)."""
+    ratios = [median(figure(runs, label, "stall_ratio"))
+              for label in ("vanilla", f"dcomp@{speed}", f"pulsedb@{speed}")]
+    return ratios, ratios[0] > ratios[1] > ratios[2]
+
+
+def render_bluefield(runs: dict[str, list[dict[str, Any]]], quick: bool, plots: Any = None) -> Section:
+    """The report section from the runs alone. ``plots(stem)`` gives (path,
+    relative name) of a plot file; without it no plot is drawn."""
+    sec = Section("kv.bluefield: vanilla, DComp and PulseDB with the dpu at BlueField-3 speed")
+    labels = [c[0] for c in bluefield_configs(quick) if c[0] in runs and runs[c[0]]]
+    rounds = len(runs["vanilla"])
+    rows = []
+    for label in labels:
+        if label in FIG3_ONLY:
+            continue  # their own table below
+        r0 = runs[label][0]
+        rows.append([
+            label.split("@")[0], r0["placement"]["dpu_speed"]["name"] if label != "vanilla" else "-",
+            med_range(figure(runs, label, "ops_per_sec"), 1e-3),
+            "1.00" if label == "vanilla" else med_range(paired(runs, label, "vanilla")),
+            med_range(figure(runs, label, "stall_ratio"), 100),
+            fmt_sig(median(figure(runs, label, "write_p99_us"))),
+            fmt_sig(median(figure(runs, label, "write_p999_us"))),
+            fmt_sig(median(figure(runs, label, "host_whole_compaction_cpu_s"))),
+            fmt_sig(median(figure(runs, label, "dpu_cpu_s"))),
+            fmt_sig(100 * median([dpu_share(r) for r in runs[label]])) if label.startswith("dcomp") else "-",
+        ])
+    sec.table(["mode", "dpu speed", "k ops/s [range]", "× vanilla [range]", "stall % [range]", "P99 µs",
+               "P99.9 µs", "whole-host compaction CPU s", "dpu CPU s", "compaction output on the dpu %"], rows,
+              caption="dpukit-kvbench fill --drain, 1024-byte values; × vanilla is the median of the per-round "
+                      "ratios against vanilla's run of the same round")
+
+    checks = []
+    for speed in BLUEFIELD_SPEEDS:
+        for p in ("pulsedb", "pulsedb-copy"):
+            if f"{p}@{speed}" not in runs or f"dcomp@{speed}" not in runs:
+                continue
+            r = paired(runs, f"{p}@{speed}", f"dcomp@{speed}")
+            goal = speed == "bluefield3"
+            checks.append([f"{p} / dcomp write throughput", speed, med_range(r),
+                           "≥ 1.1 (11–33 %)" if goal else "-",
+                           ("met" if median(r) >= 1.1 else "missed") if goal else "-"])
+        st, ok = stall_order(runs, speed)
+        checks.append(["stall %: vanilla > dcomp > pulsedb", speed,
+                       " > ".join(fmt_sig(100 * x) for x in st), "58.2 > 50.3 > 38.9 (Table II)",
+                       ("holds" if ok else "does not hold") if speed == "bluefield3" else ("yes" if ok else "no")])
+    sec.table(["against the paper", "dpu speed", "measured (median [range])", "paper", "at BlueField-3"], checks,
+              caption="PulseDB's comparison with DComp (Figs. 10-11, Table II) on this machine")
+
+    fig3 = [(label, what) for label, what in FIG3_POINTS if label in runs and runs[label]]
+    if len(fig3) < 2:  # quick mode runs the side by side only
+        fig3 = []
+    if fig3:
+        base = fig3[0][0]
+        frows = []
+        for label, what in fig3:
+            frows.append([what, fmt_sig(100 * median([dpu_share(r) for r in runs[label]])),
+                          med_range(figure(runs, label, "ops_per_sec"), 1e-3), med_range(paired(runs, label, base)),
+                          med_range(figure(runs, label, "stall_ratio"), 100),
+                          fmt_sig(median(figure(runs, label, "dpu_cpu_s")))])
+        sec.table(["compactions sent to the dpu", "compaction output on the dpu %", "k ops/s [range]",
+                   "× all on the host [range]", "stall % [range]", "dpu CPU s"], frows,
+                  caption="PulseDB Fig. 3 on this machine: DComp at bluefield3 with more whole compactions forced "
+                          "onto the dpu (--dcomp-share, --dcomp-first-level)")
+    if plots is not None:
+        modes = [m for m in ("dcomp", "pulsedb", "pulsedb-copy") if f"{m}@bluefield3" in runs]
+
+        def per_mode(speed: str, value: Any) -> list[float | None]:  # None: not run at that speed
+            return [value("vanilla")] + [value(f"{m}@{speed}") if f"{m}@{speed}" in runs else None for m in modes]
+
+        tput = {speed: per_mode(speed, lambda lb: 1.0 if lb == "vanilla" else median(paired(runs, lb, "vanilla")))
+                for speed in BLUEFIELD_SPEEDS}
+        stalls = {speed: per_mode(speed, lambda lb: 100 * median(figure(runs, lb, "stall_ratio")))
+                  for speed in BLUEFIELD_SPEEDS}
+        path, rel = plots("bluefield")
+        bars_plot(path, [BarPanel("write throughput", "× vanilla", tput, refline=(1.0, "vanilla")),
+                         BarPanel("write stall ratio (Table II)", "%", stalls)],
+                  ["vanilla", *modes], title="the dpu at full speed (host) and at BlueField-3 speed (bluefield3)")
+        sec.image(rel, "throughput and stall ratio at both dpu speeds",
+                  "Write throughput against vanilla (median of per-round ratios) and the stall ratio (median) of "
+                  "each mode with the dpu at full speed and at bluefield3; vanilla has no dpu side.")
+        if fig3:
+            path, rel = plots("bluefield-fig3")
+            xs = [100 * median([dpu_share(r) for r in runs[label]]) for label, _ in fig3]
+            ys = [median(paired(runs, label, fig3[0][0])) for label, _ in fig3]
+            series = [Series("DComp, dpu at bluefield3", xs, ys)]
+            if "dcomp@host" in runs and runs["dcomp@host"]:
+                series.append(Series("DComp L1+, dpu at host speed",
+                                     [100 * median([dpu_share(r) for r in runs["dcomp@host"]])],
+                                     [median(paired(runs, "dcomp@host", fig3[0][0]))], "s"))
+            line_plot(path, series, title="Fig. 3: whole compactions forced onto a slow dpu",
+                      xlabel="compaction output written on the dpu (%)", ylabel="write throughput × all on host",
+                      ymin_zero=True)
+            sec.image(rel, "DComp's throughput as more compactions go to the dpu",
+                      "DComp's write throughput, normalized to the same configuration with every compaction on the "
+                      "host, against the share of compaction output its worker wrote.")
+    settings = BLUEFIELD_QUICK_SETTINGS if quick else BLUEFIELD_SETTINGS
+    sec.paragraph(
+        "Settings: `" + " ".join(map(str, settings)) + "`, `--driver kvbench` (DComp needs RocksDB's "
+        "CompactionService), RocksDB's threads on the host CPU and the agent or the DComp worker on the other. "
+        "At `--dpu-speed bluefield3` (F = 0.455, PulseDB Fig. 2) every dpu-side thread is time-dilated: after each "
+        "unit of work (a DComp job's output file, an agent request) it stays busy (1/F − 1) × that unit's CPU "
+        "time, so dpu CPU includes the dilation; the pulls' copies (hw: the DMA engine's) and the host are not "
+        "slowed. "
+        f"{rounds} round(s); every configuration once per round, every other round in reverse order; "
+        "ratios are per round, against the run of the same round. " + CPU_NOTE)
+    return sec
+
+
+@experiment(
+    "kv.bluefield",
+    title="kv.bluefield: vanilla, DComp and PulseDB with the dpu at BlueField-3 speed beside full speed",
+    description="dpukit-kvbench fill --drain in a compaction-bound regime, the dpu at host speed and at bluefield3 "
+                "(time-dilated): throughput, stall ratio (Table II's order), PulseDB against DComp, and in full "
+                "mode DComp with more compactions forced onto the slow dpu (Fig. 3).",
+    tools=[TOOL, "dpukit-agent", "dpukit-kvbench"],
+)
+def bluefield(ctx: Context) -> Section:
+    runs = collect_bluefield(ctx)
+    sec = render_bluefield(runs, ctx.quick, ctx.plot_path)
     sec.paragraph(placement_note(ctx.runs))
     return sec
