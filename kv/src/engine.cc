@@ -37,7 +37,8 @@ using Kind = IoEvent::Kind;
 constexpr size_t kMaxBatch = 256;                  // requests taken off the queue pair at once
 constexpr auto kReceiveTimeout = 100ms;            // how soon the dispatcher notices stop()
 constexpr long long kPollTimeoutNs = 100'000'000;  // how soon the polling thread notices it should stop
-constexpr uint64_t kWakeTag = 0;                   // user_data of the NOP that wakes the polling thread
+constexpr uint64_t kWakeTag = 0;
+constexpr unsigned kSqThreadIdleMs = 10;                   // user_data of the NOP that wakes the polling thread
 
 void add(std::atomic<uint64_t>& counter, uint64_t v = 1) { counter.fetch_add(v, std::memory_order_relaxed); }
 
@@ -279,6 +280,8 @@ struct WritePersistEngine::Impl {
   // CQ entries. SQEs in flight plus deferred ones never exceed it, so the CQ
   // never overflows.
   unsigned io_capacity = 0;
+  bool sqpoll = false;    // IoEngine::kIoUringSqpoll
+  uint64_t prepared = 0;  // SQEs prepared since the last flush; mu
 
   std::mutex mu;  // guards everything below and the SQ
   std::condition_variable room;
@@ -317,6 +320,12 @@ WritePersistEngine::Impl::Impl(SstPool* pool, EngineStats& stats, const EngineOp
   if (options.ring_entries == 0 || options.max_inflight_bytes == 0)
     throw std::invalid_argument("write-persist engine: ring_entries and max_inflight_bytes must be positive");
   io_uring_params p{};
+  if (options.io_engine == IoEngine::kIoUringSqpoll) {
+    // The SQ thread inherits the agent's CPUs; it sleeps after this long idle.
+    p.flags |= IORING_SETUP_SQPOLL;
+    p.sq_thread_idle = kSqThreadIdleMs;
+    sqpoll = true;
+  }
   if (int r = io_uring_queue_init_params(options.ring_entries, &ring, &p); r < 0)
     throw std::system_error(-r, std::generic_category(),
                             "write-persist engine: io_uring_queue_init with " + std::to_string(options.ring_entries) +
@@ -856,6 +865,7 @@ io_uring_sqe* WritePersistEngine::Impl::next_sqe() {
   io_uring_sqe* sqe = io_uring_get_sqe(&ring);
   if (!sqe) {
     flush();
+    if (sqpoll) io_uring_sqring_wait(&ring);  // until the SQ thread has taken some
     sqe = io_uring_get_sqe(&ring);
     if (!sqe) throw std::logic_error("write-persist: no SQE free after a submit");
   }
@@ -864,6 +874,7 @@ io_uring_sqe* WritePersistEngine::Impl::next_sqe() {
 
 // A prepared SQE takes `op` along; the next flush() submits it.
 void WritePersistEngine::Impl::queue(io_uring_sqe* sqe, IoOp* op) {
+  ++prepared;
   io_uring_sqe_set_data(sqe, op);
   trace(Kind::kSubmit, *op, 0);
 }
@@ -887,6 +898,22 @@ void WritePersistEngine::Impl::submit_range_sync(std::unique_ptr<IoOp> op) {
 }
 
 void WritePersistEngine::Impl::flush() {
+  if (sqpoll) {
+    // The kernel's SQ thread takes them: one call publishes the tail and
+    // wakes the thread if it sleeps (no system call otherwise).
+    if (prepared == 0) return;
+    int r;
+    while ((r = io_uring_submit(&ring)) < 0) {
+      if (r == -EAGAIN || r == -EBUSY) std::this_thread::sleep_for(1ms);
+      else if (r != -EINTR) throw std::system_error(-r, std::generic_category(), "write-persist: io_uring_submit");
+    }
+    add(stats.submit_calls);
+    add(stats.sqes_submitted, prepared);
+    raise_max(stats.max_inflight_ios, stats.inflight_ios.fetch_add(prepared, std::memory_order_relaxed) + prepared);
+    prepared = 0;
+    return;
+  }
+  prepared = 0;
   while (io_uring_sq_ready(&ring) > 0) {
     int r = io_uring_submit(&ring);
     if (r > 0) {
@@ -1198,6 +1225,7 @@ void WritePersistEngine::Impl::wake_poller() {
   if (!sqe) return;  // the SQ is never full here; the poller's timeout covers it anyway
   io_uring_prep_nop(sqe);
   io_uring_sqe_set_data64(sqe, kWakeTag);
+  ++prepared;
   try {
     flush();
   } catch (const std::exception&) {
@@ -1227,6 +1255,14 @@ void WritePersistEngine::Impl::release_slot(uint32_t slot) {
 }
 
 // -------------------------------------------------------------------- facade
+
+const char* io_engine_name(IoEngine e) { return e == IoEngine::kIoUringSqpoll ? "io_uring-sqpoll" : "io_uring"; }
+
+IoEngine parse_io_engine(const std::string& name) {
+  if (name == "io_uring") return IoEngine::kIoUring;
+  if (name == "io_uring-sqpoll") return IoEngine::kIoUringSqpoll;
+  throw std::invalid_argument("I/O engine '" + name + "': io_uring or io_uring-sqpoll");
+}
 
 WritePersistEngine::WritePersistEngine(SstPool* pool, EngineStats& stats, const EngineOptions& options)
     : impl_(nullptr), pool_(pool), stats_(stats), options_(options) {

@@ -35,6 +35,14 @@ struct IoEvent {
   int32_t res;    // kComplete: the CQE's result
 };
 
+// How the engine hands its SQEs to the kernel (PulseDB §IV-E compares them).
+enum class IoEngine {
+  kIoUring,       // io_uring_submit: one io_uring_enter per batch
+  kIoUringSqpoll, // IORING_SETUP_SQPOLL: a kernel thread polls the SQ, no system call per batch
+};
+const char* io_engine_name(IoEngine e);
+IoEngine parse_io_engine(const std::string& name);  // throws std::invalid_argument naming the choices
+
 struct EngineOptions {
   unsigned ring_entries = 256;                 // io_uring queue depth
   uint64_t max_inflight_bytes = 64ull << 20;   // write bytes in flight before the dispatcher waits
@@ -46,6 +54,7 @@ struct EngineOptions {
   // copy is the DMA engine's, not the dpu CPU's, and is not. 1 in the host
   // process (async-host).
   double dpu_speed = 1.0;
+  IoEngine io_engine = IoEngine::kIoUring;
   // Called under the engine's lock for every IoEvent, in order (tests check
   // the dependency tracking with it). Keep it short.
   std::function<void(const IoEvent&)> trace;

@@ -185,6 +185,7 @@ struct Variant {
   bool pool;
   unsigned ring_entries;
   uint64_t max_inflight_bytes;
+  IoEngine io_engine = IoEngine::kIoUring;
 };
 
 class EngineWrites : public ::testing::TestWithParam<Variant> {};
@@ -202,6 +203,7 @@ TEST_P(EngineWrites, InterleavedFilesArriveByteExact) {
   EngineOptions o;
   o.ring_entries = v.ring_entries;
   o.max_inflight_bytes = v.max_inflight_bytes;
+  o.io_engine = v.io_engine;
   EngineRun run(pool ? &*pool : nullptr, trace.options(o));
   Host h = run.host();
 
@@ -277,7 +279,9 @@ TEST_P(EngineWrites, InterleavedFilesArriveByteExact) {
 INSTANTIATE_TEST_SUITE_P(Variants, EngineWrites,
                          ::testing::Values(Variant{"Pool", true, 256, 64 << 20},
                                            Variant{"NormalFiles", false, 256, 64 << 20},
-                                           Variant{"PoolWithTinyRingAndBudget", true, 4, 64 << 10}),
+                                           Variant{"PoolWithTinyRingAndBudget", true, 4, 64 << 10},
+                                           Variant{"PoolSqpoll", true, 256, 64 << 20, IoEngine::kIoUringSqpoll},
+                                           Variant{"TinyRingSqpoll", true, 4, 64 << 10, IoEngine::kIoUringSqpoll}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Engine, FallsBackToNormalFilesWhenThePoolIsExhausted) {

@@ -57,6 +57,10 @@ Config parse_args(int argc, char** argv) {
   p.option("slot-size", "bytes per slot file", "72MiB");
   p.cpus_option("cpus", "CPUs for the agent and all its threads, e.g. 1 or 1-3");
   p.dpu_speed_option();
+  const char* io_engine = std::getenv("DPUKIT_AGENT_IO_ENGINE");
+  p.option("io-engine", "how SQEs reach the kernel: io_uring (a submit per batch) or io_uring-sqpoll (a kernel thread\n"
+                        "polls the submission queue; PulseDB §IV-E) (default $DPUKIT_AGENT_IO_ENGINE, else io_uring)",
+           io_engine && *io_engine ? io_engine : "io_uring");
   p.option("stats", "write statistics as JSON to this file on SIGUSR1 and at exit");
   p.flag("no-pool", "no pool: every SST file is a normal file at its name");
   p.flag("buffered", "write through the page cache (default: O_DIRECT where the filesystem takes it, so that the\n"
@@ -68,6 +72,11 @@ Config parse_args(int argc, char** argv) {
   c.stats = p.str("stats");
   c.engine.direct_io = !p.has("buffered");
   c.dpu_speed = p.dpu_speed();
+  try {
+    c.engine.io_engine = parse_io_engine(p.str("io-engine"));
+  } catch (const std::invalid_argument& e) {
+    p.fail(std::string("--io-engine: ") + e.what());
+  }
   c.engine.dpu_speed = c.dpu_speed.factor;
   if (p.has("no-pool") && p.has("pool")) p.fail("--pool and --no-pool exclude each other");
   if (!p.has("no-pool")) {
@@ -193,7 +202,8 @@ Result Agent::stats() const {
   r.parameters() = {{"listen", config_.listen},
                     {"pool", config_.pool ? nlohmann::json(config_.pool->dir) : nlohmann::json(nullptr)},
                     {"cpus", config_.cpus.str()},
-                    {"direct_io", config_.engine.direct_io}};
+                    {"direct_io", config_.engine.direct_io},
+                    {"io_engine", io_engine_name(config_.engine.io_engine)}};
   r.figures() = {
       {"pid", ::getpid()},
       {"queue_pairs", {{"accepted", get(stats_.queue_pairs)}, {"active", sessions_.size()}}},
