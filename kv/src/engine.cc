@@ -281,6 +281,11 @@ struct WritePersistEngine::Impl {
   // never overflows.
   unsigned io_capacity = 0;
   bool sqpoll = false;    // IoEngine::kIoUringSqpoll
+  // IoEngine::kPwrite: the SQEs are prepared here, not in the ring, and
+  // flush() does each as a system call, in order; mu.
+  bool sync_calls = false;
+  std::deque<io_uring_sqe> sync_sqes;
+  void run_sync_calls();
   uint64_t prepared = 0;  // SQEs prepared since the last flush; mu
 
   std::mutex mu;  // guards everything below and the SQ
@@ -326,6 +331,7 @@ WritePersistEngine::Impl::Impl(SstPool* pool, EngineStats& stats, const EngineOp
     p.sq_thread_idle = kSqThreadIdleMs;
     sqpoll = true;
   }
+  sync_calls = options.io_engine == IoEngine::kPwrite;
   if (int r = io_uring_queue_init_params(options.ring_entries, &ring, &p); r < 0)
     throw std::system_error(-r, std::generic_category(),
                             "write-persist engine: io_uring_queue_init with " + std::to_string(options.ring_entries) +
@@ -862,6 +868,7 @@ void WritePersistEngine::Impl::unreserve(unsigned ios, uint64_t bytes) {
 }
 
 io_uring_sqe* WritePersistEngine::Impl::next_sqe() {
+  if (sync_calls) return &sync_sqes.emplace_back();  // zeroed; a deque keeps earlier ones in place
   io_uring_sqe* sqe = io_uring_get_sqe(&ring);
   if (!sqe) {
     flush();
@@ -898,6 +905,7 @@ void WritePersistEngine::Impl::submit_range_sync(std::unique_ptr<IoOp> op) {
 }
 
 void WritePersistEngine::Impl::flush() {
+  if (sync_calls) return run_sync_calls();
   if (sqpoll) {
     // The kernel's SQ thread takes them: one call publishes the tail and
     // wakes the thread if it sleeps (no system call otherwise).
@@ -925,6 +933,36 @@ void WritePersistEngine::Impl::flush() {
     } else if (r != -EINTR) {
       throw std::system_error(-r, std::generic_category(), "write-persist: io_uring_submit");
     }
+  }
+}
+
+// The pwrite engine: each prepared SQE as the system call it stands for, its
+// result handled as its CQE would be (which may prepare more: done in turn).
+// Linked fsync + close run one after the other, the close also after a
+// failed fsync, as Linux 6.x runs a linked close.
+void WritePersistEngine::Impl::run_sync_calls() {
+  while (!sync_sqes.empty()) {
+    const io_uring_sqe sqe = sync_sqes.front();
+    sync_sqes.pop_front();
+    prepared = 0;
+    add(stats.submit_calls);
+    add(stats.sqes_submitted);
+    int32_t res = 0;
+    ssize_t r = 0;
+    switch (sqe.opcode) {
+      case IORING_OP_WRITE:
+        r = ::pwrite(sqe.fd, reinterpret_cast<const void*>(sqe.addr), sqe.len, static_cast<off_t>(sqe.off));
+        break;
+      case IORING_OP_SYNC_FILE_RANGE:
+        r = ::sync_file_range(sqe.fd, static_cast<off_t>(sqe.off), sqe.len, sqe.sync_range_flags);
+        break;
+      case IORING_OP_FSYNC: r = ::fsync(sqe.fd); break;
+      case IORING_OP_CLOSE: r = ::close(sqe.fd); break;
+      default: break;  // the poller's wake-up NOP
+    }
+    res = r < 0 ? -errno : static_cast<int32_t>(r);
+    add(stats.cqes_completed);
+    if (sqe.user_data != kWakeTag) on_cqe(reinterpret_cast<IoOp*>(sqe.user_data), res);
   }
 }
 
@@ -1256,12 +1294,19 @@ void WritePersistEngine::Impl::release_slot(uint32_t slot) {
 
 // -------------------------------------------------------------------- facade
 
-const char* io_engine_name(IoEngine e) { return e == IoEngine::kIoUringSqpoll ? "io_uring-sqpoll" : "io_uring"; }
+const char* io_engine_name(IoEngine e) {
+  switch (e) {
+    case IoEngine::kIoUringSqpoll: return "io_uring-sqpoll";
+    case IoEngine::kPwrite: return "pwrite";
+    case IoEngine::kIoUring: break;
+  }
+  return "io_uring";
+}
 
 IoEngine parse_io_engine(const std::string& name) {
-  if (name == "io_uring") return IoEngine::kIoUring;
-  if (name == "io_uring-sqpoll") return IoEngine::kIoUringSqpoll;
-  throw std::invalid_argument("I/O engine '" + name + "': io_uring or io_uring-sqpoll");
+  for (IoEngine e : {IoEngine::kIoUring, IoEngine::kIoUringSqpoll, IoEngine::kPwrite})
+    if (name == io_engine_name(e)) return e;
+  throw std::invalid_argument("I/O engine '" + name + "': io_uring, io_uring-sqpoll or pwrite");
 }
 
 WritePersistEngine::WritePersistEngine(SstPool* pool, EngineStats& stats, const EngineOptions& options)

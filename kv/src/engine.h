@@ -39,6 +39,7 @@ struct IoEvent {
 enum class IoEngine {
   kIoUring,       // io_uring_submit: one io_uring_enter per batch
   kIoUringSqpoll, // IORING_SETUP_SQPOLL: a kernel thread polls the SQ, no system call per batch
+  kPwrite,        // plain system calls (pwrite, sync_file_range, fsync, close), each waited for in turn
 };
 const char* io_engine_name(IoEngine e);
 IoEngine parse_io_engine(const std::string& name);  // throws std::invalid_argument naming the choices

@@ -281,7 +281,9 @@ INSTANTIATE_TEST_SUITE_P(Variants, EngineWrites,
                                            Variant{"NormalFiles", false, 256, 64 << 20},
                                            Variant{"PoolWithTinyRingAndBudget", true, 4, 64 << 10},
                                            Variant{"PoolSqpoll", true, 256, 64 << 20, IoEngine::kIoUringSqpoll},
-                                           Variant{"TinyRingSqpoll", true, 4, 64 << 10, IoEngine::kIoUringSqpoll}),
+                                           Variant{"TinyRingSqpoll", true, 4, 64 << 10, IoEngine::kIoUringSqpoll},
+                                           Variant{"PoolPwrite", true, 256, 64 << 20, IoEngine::kPwrite},
+                                           Variant{"NormalFilesPwrite", false, 4, 64 << 10, IoEngine::kPwrite}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Engine, FallsBackToNormalFilesWhenThePoolIsExhausted) {

@@ -58,8 +58,9 @@ Config parse_args(int argc, char** argv) {
   p.cpus_option("cpus", "CPUs for the agent and all its threads, e.g. 1 or 1-3");
   p.dpu_speed_option();
   const char* io_engine = std::getenv("DPUKIT_AGENT_IO_ENGINE");
-  p.option("io-engine", "how SQEs reach the kernel: io_uring (a submit per batch) or io_uring-sqpoll (a kernel thread\n"
-                        "polls the submission queue; PulseDB §IV-E) (default $DPUKIT_AGENT_IO_ENGINE, else io_uring)",
+  p.option("io-engine", "how the writes reach the kernel (PulseDB §IV-E): io_uring (a submit per batch),\n"
+                        "io_uring-sqpoll (a kernel thread polls the submission queue) or pwrite (a system call per\n"
+                        "I/O, waited for) (default $DPUKIT_AGENT_IO_ENGINE, else io_uring)",
            io_engine && *io_engine ? io_engine : "io_uring");
   p.option("stats", "write statistics as JSON to this file on SIGUSR1 and at exit");
   p.flag("no-pool", "no pool: every SST file is a normal file at its name");
