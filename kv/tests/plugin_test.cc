@@ -187,7 +187,8 @@ TEST(KvOptions, UriModesAndSettings) {
   EXPECT_EQ(ParseOffloadUri("pulsedb-async://").mode, OffloadMode::kAsyncHost);
   EXPECT_EQ(ParseOffloadUri("pulsedb-filepool:///p").pool, "/p");
   EXPECT_TRUE(ParseOffloadUri("pulsedb:///s?offload:compaction+flush").offload_flush);
-  EXPECT_EQ(ParseOffloadUri("pulsedb:///s").payload, PayloadPath::kPull) << "the DMA path by default";
+  EXPECT_EQ(ParseOffloadUri("pulsedb:///s").payload, PayloadPath::kCopy) << "the ring copy by default (measured)";
+  EXPECT_EQ(ParseOffloadUri("pulsedb:///s?payload:pull").payload, PayloadPath::kPull);
   EXPECT_EQ(ParseOffloadUri("pulsedb:///s?payload:copy").payload, PayloadPath::kCopy);
   EXPECT_THROW(ParseOffloadUri("pulsedb:///s?payload:dma"), std::invalid_argument);
   ::setenv("DPUKIT_AGENT", "/run/a.sock", 1);
@@ -471,13 +472,13 @@ ThroughAgent write_through_agent(DbRun& r, Agent& a, const std::string& settings
 TEST(KvPlugin, PulseDbSendsCompactionOutputsToTheAgent) {
   DbRun r("pulsedb");
   Agent a(r.tmp);
-  const ThroughAgent t = write_through_agent(r, a, "");
+  const ThroughAgent t = write_through_agent(r, a, "&payload:pull");
   const nlohmann::json &st = t.plugin, &ag = t.agent();
   EXPECT_GT(st["files_offloaded"].get<int>(), 0);
   EXPECT_EQ(st["file_errors"].get<int>(), 0);
   EXPECT_GT(st["recycles"].get<int>(), 0);
   EXPECT_EQ(ag["write_bytes"], st["bytes_offloaded"]) << "the agent wrote every byte the host appended";
-  // payload=pull (the default): the agent's DMA stage read RocksDB's buffers.
+  // payload=pull: the agent's DMA stage read RocksDB's buffers.
   EXPECT_EQ(st["payload"], "pull");
   EXPECT_GT(st["pulls"].get<int>(), 0);
   EXPECT_EQ(st["pull_refusals"].get<int>(), 0);
@@ -510,7 +511,7 @@ TEST(KvPlugin, ARefusedPullFallsBackToTheCopyAndLosesNothing) {
   fs::permissions(r.tmp.str("db"), fs::perms::all);
   Agent a(r.tmp);
   a.prefix = {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--"};
-  const ThroughAgent t = write_through_agent(r, a, "");
+  const ThroughAgent t = write_through_agent(r, a, "&payload:pull");
   const nlohmann::json &st = t.plugin, &ag = t.agent();
   EXPECT_EQ(st["payload"], "pull refused: copy");
   // The first refusal turns pulling off (another thread's pull may be refused meanwhile).

@@ -44,7 +44,10 @@ struct OffloadOptions {
   size_t request_queue = 32u << 20;         // payload bytes per queue pair (power of two)
   size_t completion_queue = 1u << 20;       // completion ring bytes per queue pair (power of two)
   bool offload_flush = false;               // also send flush outputs (the paper: compaction only)
-  PayloadPath payload = PayloadPath::kPull;  // pulsedb: falls back to kCopy if the kernel refuses the pull
+  // pulsedb. The copy by measurement in the compaction-bound regime (docs/kv.md:
+  // level or better throughput, a third of the pull's write P99); a pull falls
+  // back to kCopy if the kernel refuses it.
+  PayloadPath payload = PayloadPath::kCopy;
   std::string stats_file;                   // if set: JSON counters written here at shutdown
 };
 
