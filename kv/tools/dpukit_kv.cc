@@ -233,8 +233,10 @@ int bench_command(int argc, char** argv) {
            "the DMA path (RocksDB's default)",
            "1M");
   p.option("sync-interval", "pulsedb/async-host: bytes per range_sync", "1M");
-  p.option("payload", "pulsedb: pull (the agent reads RocksDB's buffers: the DMA path) or copy (through the ring)",
-           "pull");
+  p.option("payload",
+           "pulsedb: copy (through the ring; the default, chosen by measurement: docs/kv.md) or pull (the agent\n"
+           "reads RocksDB's buffers: the DMA path)",
+           "copy");
   p.option("slots", "pool slots", "0").cpus_option("host-cpus", "CPUs of db_bench (the host)", "0");
   p.cpus_option("dpu-cpus", "CPUs of the agent / dcomp worker (the dpu)", "1");
   p.dpu_speed_option();

@@ -23,7 +23,7 @@ def bench(kv_tool, tmp_path, mode: str, *extra: str) -> dict:
 
 
 def test_stock_db_bench_sends_compaction_output_through_the_agent(kv_tool, tmp_path):
-    r = bench(kv_tool, tmp_path, "pulsedb")
+    r = bench(kv_tool, tmp_path, "pulsedb", "--payload", "pull")
     f = r["figures"]
     agent, plugin = f["agent"], f["plugin"]
     assert plugin["files_offloaded"] > 0
@@ -37,7 +37,7 @@ def test_stock_db_bench_sends_compaction_output_through_the_agent(kv_tool, tmp_p
     assert agent["pool"]["claims"] > 0 and agent["errors"] == 0
     assert f["dpu_cpu_s"] > 0 and f["ops_per_sec"] > 0
     assert r["placement"]["dpu_cpus"] == "1"
-    # The DMA path (the default): the agent pulled RocksDB's buffers, its DMA
+    # The DMA path: the agent pulled RocksDB's buffers, its DMA
     # threads' time is hw, and it wrote with O_DIRECT.
     assert plugin["payload"] == "pull" and plugin["pulls"] > 0
     assert agent["dma"]["pull_bytes"] == plugin["pull_bytes"] > 0
