@@ -286,6 +286,10 @@ def rebuild_sections(run_dir: Path, meta: dict, *, plots_into: Path | None = Non
         except NotRebuildable as e:
             progress(f"[render {i}/{len(meta['experiments'])}] {name}: kept as written ({e})")
             section = section_from_json(entry["section"])
+        except Exception as e:  # noqa: BLE001 - one experiment's rebuild must not lose the others'
+            progress(f"[render {i}/{len(meta['experiments'])}] {name}: kept as written (its rebuild failed: "
+                     f"{type(e).__name__}: {e})")
+            section = section_from_json(entry["section"])
         sections.append(section)
     return sections
 

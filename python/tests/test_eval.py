@@ -242,3 +242,33 @@ def test_compare_puts_two_evals_side_by_side(core_tool, tmp_path, monkeypatch):
     assert md.parent == a / f"compare-{b.name}" and html.is_file()
     assert "| eval | what | factor |" in text
     assert "| host | dpu | 1 |" in text and "| bluefield3 | dpu | 0.455 |" in text, text
+
+
+def test_a_section_whose_rebuild_fails_is_kept_and_the_others_are_rebuilt(core_tool, tmp_path, monkeypatch):
+    """One experiment's rebuild raising (here: a file it read is gone) keeps
+    its section as written and says why; the experiments after it are still
+    rebuilt."""
+    from dpukit.evaluate import render_eval
+    from dpukit.report import Section
+
+    scratch = tmp_path / "dump.txt"
+    scratch.write_text("42")
+    title = ["before"]
+
+    def reads_a_dump(ctx):
+        return Section("dump").paragraph(f"read {scratch.read_text()}")
+
+    def plain(ctx):
+        return Section("plain").paragraph(f"title {title[0]}")
+
+    exps = [experiments.Experiment("probe.dump", "t", "d", ("dpukit-core",), reads_a_dump),
+            experiments.Experiment("probe.plain", "t", "d", ("dpukit-core",), plain)]
+    monkeypatch.setattr(experiments, "registry", lambda: {e.name: e for e in exps})
+    run_dir = _probe_eval(tmp_path / "out", exps)
+    scratch.unlink()
+    title[0] = "after"
+    lines = []
+    render_eval(run_dir, progress=lines.append)
+    md = (run_dir / "report.md").read_text()
+    assert "read 42" in md and "title after" in md
+    assert any("probe.dump: kept as written (its rebuild failed: FileNotFoundError" in ln for ln in lines), lines

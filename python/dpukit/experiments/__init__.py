@@ -131,6 +131,7 @@ class Context:
     replay: bool = False
     runs_from: Path | None = None
     records: dict[str, Any] = field(default_factory=dict)
+    _key_counts: dict[str, int] = field(default_factory=dict)
     runs: list[dict[str, Any]] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     _seq: int = 0
@@ -195,6 +196,14 @@ class Context:
         value = json.loads(json.dumps(measure()))
         self.records[key] = value
         return value
+
+    def next_key(self, prefix: str) -> str:
+        """``prefix.N``, N counting this experiment's calls with ``prefix``: a
+        key for :meth:`measured` where the same measurement repeats, the same
+        in an eval and in its rebuild."""
+        n = self._key_counts.get(prefix, 0)
+        self._key_counts[prefix] = n + 1
+        return f"{prefix}.{n}"
 
     def run_point(
         self,

@@ -10,6 +10,7 @@ every run's JSON under ``runs/``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -54,6 +55,13 @@ def list_operators() -> list[OperatorInfo]:
         ops.append(OperatorInfo(parts[0], parts[1], int(parts[2][1:]), tuple(parts[3].split(",")),
                                 parts[4] if len(parts) > 4 else ""))
     return ops
+
+
+def recorded_operators(ctx: Context) -> list[OperatorInfo]:
+    """list_operators(), kept in the eval's record so that --render does not
+    ask the tool again."""
+    kept = ctx.measured("operators", lambda: [dataclasses.asdict(o) for o in list_operators()])
+    return [OperatorInfo(**{**o, "backends": tuple(o["backends"])}) for o in kept]
 
 
 def run_bench(ctx: Context, args: Sequence[Any], label: str) -> dict[str, Any]:
@@ -103,7 +111,7 @@ def method_paragraph(ctx: Context, runs: Sequence[dict[str, Any]]) -> str:
     tools=[TOOL],
 )
 def quick(ctx: Context) -> Section:
-    ops = [o for o in list_operators() if o.scenario != "program"]
+    ops = [o for o in recorded_operators(ctx) if o.scenario != "program"]
     sizes = QUICK_SIZES
     runs = []
     for i, op in enumerate(ops, 1):
@@ -161,7 +169,7 @@ def sweep(ctx: Context) -> Section:
     sec = Section("bench.sweep: operators over input size x threads (Fig. 11)")
     if skipped_in_quick_mode(ctx, sec, "bench.sweep"):
         return sec
-    ops = [o for o in list_operators() if o.scenario != "program"]
+    ops = [o for o in recorded_operators(ctx) if o.scenario != "program"]
     runs = []
     for i, op in enumerate(ops, 1):
         ctx.progress(op.name, i, len(ops))

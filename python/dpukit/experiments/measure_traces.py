@@ -98,13 +98,21 @@ def ensure_trace(ctx: Context, preset: str) -> TraceFile:
     spec = trace_spec(preset, ctx.quick)
     path = traces_dir() / spec.filename
     command = gen_command(spec, path)
+    # What the report says of the trace (reused or generated, its size and
+    # digest) is kept in the eval's record, so that --render neither
+    # generates it again nor reports a later cache state.
+    got = ctx.measured(ctx.next_key(f"trace.{preset}"), lambda: _prepare(ctx, spec, path))
+    return TraceFile(spec, path, command, got["reused"], got["seconds"], got["size"], got["sha256"])
+
+
+def _prepare(ctx: Context, spec: TraceSpec, path: Path) -> dict:
     exe = tool_path(TOOL)  # a clear "not built" error rather than an OSError
     if trace_is_current(path, exe):
-        return TraceFile(spec, path, command, True, 0.0, path.stat().st_size, _sha256(path))
+        return {"reused": True, "seconds": 0.0, "size": path.stat().st_size, "sha256": _sha256(path)}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     run_cmd = gen_command(spec, tmp)
-    ctx.progress(f"generating the {preset} trace ({fmt_int(spec.packets)} packets) into {display_path(path)}")
+    ctx.progress(f"generating the {spec.preset} trace ({fmt_int(spec.packets)} packets) into {display_path(path)}")
     t0 = time.monotonic()
     try:
         proc = subprocess.run(run_cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -119,7 +127,7 @@ def ensure_trace(ctx: Context, preset: str) -> TraceFile:
         why = f"failed (exit {proc.returncode})" if proc.returncode else "exited 0 but wrote no trace"
         raise NativeToolFailed(run_cmd, why, proc.stderr, proc.returncode)
     os.replace(tmp, path)
-    return TraceFile(spec, path, command, False, seconds, path.stat().st_size, _sha256(path))
+    return {"reused": False, "seconds": seconds, "size": path.stat().st_size, "sha256": _sha256(path)}
 
 
 def trace_note(traces: Sequence[TraceFile], flows_seen: dict[str, int] | None = None) -> str:
