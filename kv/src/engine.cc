@@ -1089,9 +1089,23 @@ void WritePersistEngine::Impl::dma_loop() {
     add(stats.pull_queue_ns, now_ns() - p->queued_ns);
     {
       std::unique_lock lock(mu);
-      room.wait(lock, [&] {
+      const auto budget_has_room = [&] {
         return staged_bytes == 0 || staged_bytes + p->len <= options.max_inflight_bytes || dma_stopping;
-      });
+      };
+      while (!budget_has_room()) {
+        // Finished pulls hold this budget until their writes are sequenced,
+        // which the write thread does only at the file's next request: with
+        // nobody else to do it, sequence here what the write budget now
+        // takes (its completions wake `room` too), or the host's next pull
+        // waits forever.
+        try {
+          settle_all(lock);
+          flush();
+        } catch (const std::exception& e) {
+          log_error(std::string("write-persist: ") + e.what());
+        }
+        if (!budget_has_room()) room.wait(lock);
+      }
       staged_bytes += p->len;
       p->buf = buffers.take(p->lead + p->len);
     }

@@ -448,6 +448,46 @@ TEST(Engine, APullIsServedWhileWritesAheadOfItWaitForTheirBudget) {
   expect_dependencies_kept(trace.snapshot());
 }
 
+// A finished pull whose write did not fit the write budget holds the pull
+// budget until its write is sequenced. When the writes ahead complete, that
+// must happen without a further request to its file: here the next pull, for
+// another file, needs the room it holds, and the host waits for its reply.
+TEST(Engine, APulledWriteWaitingForRoomDoesNotHoldTheNextPullForever) {
+  TempDir t;
+  Fifo fifo(t.path / "pipe");
+  TraceLog trace;
+  EngineOptions o;
+  o.max_inflight_bytes = 64 << 10;
+  EngineRun run(nullptr, trace.options(o));
+  Host h = run.host();
+  const fs::path a = t.path / "000021.sst", b = t.path / "000022.sst";
+  h.open(1, fifo.path, false);
+  h.open(2, a, false);
+  h.open(3, b, false);
+  EXPECT_TRUE(h.barrier().empty());
+  auto stuck = random_bytes(128 << 10, 21), pa = random_bytes(32 << 10, 22), pb = random_bytes(48 << 10, 23);
+  h.write(1, 0, stuck);  // blocks: the pipe holds 64 KiB, and the write budget is taken
+  h.write_from(2, 0, pa);  // pulled; its write waits for room and holds 32 KiB of the pull budget
+  auto first = h.collect(1);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].id, 2u);
+  EXPECT_EQ(first[0].status, 0);
+  h.write_from(3, 0, pb);  // 32 + 48 KiB: waits for the pull budget
+  EXPECT_EQ(fifo.read_exactly(stuck.size()), stuck);  // the writes ahead complete
+  auto second = h.collect(1);
+  ASSERT_EQ(second.size(), 1u) << "the second pull waited for room nobody freed";
+  EXPECT_EQ(second[0].id, 3u);
+  EXPECT_EQ(second[0].status, 0);
+  h.sync_close(2, pa.size());
+  h.sync_close(3, pb.size());
+  auto done = h.collect(2);
+  ASSERT_EQ(done.size(), 2u);
+  for (const auto& c : done) EXPECT_EQ(c.status, 0);
+  EXPECT_EQ(read_all(a), pa);
+  EXPECT_EQ(read_all(b), pb);
+  expect_dependencies_kept(trace.snapshot());
+}
+
 // A pull the kernel cannot do (here an address this process has not mapped;
 // EPERM when cross-memory attach is refused) writes nothing and fails no
 // file: the host sends the bytes again through the ring.
