@@ -2,6 +2,9 @@
 real Envoy or dpukit-mesh run on the same Envoy v3 YAML, and a small raw
 HTTP/1.1 client (the tests need to send exactly the bytes they mean).
 
+The configuration pieces, the proxies' command lines and their start-up are
+the experiments' harness (``dpukit.mesh_harness``), re-exported here.
+
 Fixtures are defined here and pulled into a test module with
 ``from mesh_support import *  # noqa: F401,F403`` (pytest collects fixtures
 from the module namespace).
@@ -11,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import http.client
-import itertools
 import os
 import re
 import signal
@@ -25,19 +27,14 @@ from typing import Iterator
 import pytest
 
 from conftest import native_tool
-from dpukit.experiments.mesh import envoy_path, wait_ready
+from dpukit.mesh_harness import (HCM, ROUTER, all_to, bootstrap, cluster, cluster_of, envoy_argv,  # noqa: F401
+                                 envoy_validate, mesh_argv, shm_cluster, start_echo, wait_ready)
+from dpukit.mesh_harness import envoy_path as envoy_bin  # a missing Envoy fails the test with the how-to
 from dpukit.procs import Group, Proc, free_port, http_get
 
 __all__ = ["echoes", "proxy_kind", "start_proxy", "envoy_bin", "Echoes", "Proxy", "Response", "request",
            "raw_exchange", "read_response", "http_get", "HCM", "ROUTER", "bootstrap", "cluster", "cluster_of",
-           "ports", "kill_under_load", "all_to"]
-
-_base_ids = itertools.count(os.getpid() % 1000 * 1000 + 500_000)
-
-
-def envoy_bin() -> Path:
-    """Envoy from the venv; a missing one fails the test with the how-to (never a skip)."""
-    return envoy_path()
+           "ports", "kill_under_load", "all_to", "envoy_validate"]
 
 
 # -- echo upstreams --------------------------------------------------------------
@@ -53,12 +50,10 @@ class Echoes:
 
     def start(self, name: str, *extra: str, threads: int = 1) -> int:
         """Start ``dpukit-mesh echo --name NAME`` on a free port; its port."""
-        tool = native_tool("dpukit-mesh")
-        proc = self.group.start([str(tool), "echo", "--listen", "127.0.0.1:0", "--name", name,
-                                 "--threads", str(threads), *extra], name=f"echo-{name}")
-        m = proc.wait_line(rf"^echo {re.escape(name)} listening on 127\.0\.0\.1:(\d+)$")
+        native_tool("dpukit-mesh")  # skips when not built
+        proc, address = start_echo(self.group, name, threads=threads, extra=extra, proc_name=f"echo-{name}")
         self.procs[name] = proc
-        self.ports[name] = int(m.group(1))
+        self.ports[name] = int(address.rsplit(":", 1)[1])
         return self.ports[name]
 
 
@@ -98,72 +93,26 @@ def start_proxy(group: Group, kind: str, config_text: str, work: Path, *, port: 
     config = work / f"{kind}-{port}.yaml"
     config.write_text(config_text)
     if kind == "envoy":
-        argv = [str(envoy_bin()), "-c", str(config), "--concurrency", "1", "--disable-hot-restart",
-                "--base-id", str(next(_base_ids)), "-l", "warning"]
+        argv = envoy_argv(config)
     else:
-        model = "pipelined" if kind == "mesh-pipelined" else "rtc"
-        argv = [str(native_tool("dpukit-mesh")), "run", "--config", str(config), "--workers", "1", "--model", model]
+        native_tool("dpukit-mesh")  # skips when not built
+        argv = mesh_argv(config, model="pipelined" if kind == "mesh-pipelined" else "rtc", dpu_cpus=None)
     proc = group.start(argv, name=f"{kind}-{port}")
     wait_ready(proc, port, admin, timeout=15)
     return Proxy(kind, proc, port, admin, config)
 
 
-# -- configuration pieces (Envoy's example-config style) --------------------------------
-
-HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
-ROUTER = """\
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"""
-
-
-def cluster(name: str, ports: list[int], extra: str = "") -> str:
-    """A STATIC round-robin cluster on 127.0.0.1:ports (``extra``: more cluster fields, indented 4)."""
-    return cluster_of(name, [f"socket_address: {{address: 127.0.0.1, port_value: {p}}}" for p in ports], extra)
-
-
-def cluster_of(name: str, addresses: list[str], extra: str = "", endpoint_extra: str = "") -> str:
-    """A STATIC round-robin cluster of endpoints at ``addresses`` (Envoy address
-    bodies); ``endpoint_extra``: one more field of every lb_endpoint (its metadata)."""
-    more = f"\n          {endpoint_extra}" if endpoint_extra else ""
-    endpoints = "".join(f"""
-        - endpoint:
-            address:
-              {a}{more}""" for a in addresses)
-    return f"""\
-  - name: {name}
-    connect_timeout: 0.5s
-    type: STATIC
-    lb_policy: ROUND_ROBIN
-{extra}    load_assignment:
-      cluster_name: {name}
-      endpoints:
-      - lb_endpoints:{endpoints}
-"""
+# -- services attached over the rings, and a proxy killed under load ---------------------------
 
 
 def start_attached(echoes: Echoes, name: str, path: Path, *extra: str) -> None:
     """``dpukit-mesh echo --listen shm:PATH``: a service attached over the rings."""
-    proc = echoes.group.start([str(native_tool("dpukit-mesh")), "echo", "--listen", f"shm:{path}", "--name", name,
-                               *extra], name=f"echo-{name}")
-    proc.wait_line(rf"^echo {re.escape(name)} listening on shm:")
-    echoes.procs[name] = proc
+    native_tool("dpukit-mesh")  # skips when not built
+    echoes.procs[name], _ = start_echo(echoes.group, name, listen=f"shm:{path}", extra=extra, proc_name=f"echo-{name}")
 
 
-def shm_cluster(name: str, paths: list[Path], extra: str = "") -> str:
-    """A cluster of services attached over shared-memory rings at ``paths``."""
-    return cluster_of(name, [f"pipe: {{path: {p}}}" for p in paths], extra,
-                      endpoint_extra="metadata: {filter_metadata: {dpukit.mesh: {attach: shm}}}")
 
 
-def all_to(cluster_name: str) -> str:
-    """One virtual host for every domain, every path to ``cluster_name`` (for bootstrap's virtual_hosts)."""
-    return f"""\
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {{prefix: "/"}}
-                route: {{cluster: {cluster_name}}}"""
 
 
 def kill_under_load(port: int, pid: int) -> collections.Counter:
@@ -189,33 +138,6 @@ def kill_under_load(port: int, pid: int) -> collections.Counter:
     return during
 
 
-def bootstrap(*, port: int, admin: int, virtual_hosts: str, clusters: str, http_filters: str = "",
-              hcm_extra: str = "") -> str:
-    """One HTTP listener; ``virtual_hosts`` indented 12 (under route_config),
-    ``http_filters`` before the router indented 10, ``clusters`` from cluster()."""
-    return f"""\
-admin:
-  address:
-    socket_address: {{address: 127.0.0.1, port_value: {admin}}}
-static_resources:
-  listeners:
-  - name: main
-    address:
-      socket_address: {{address: 127.0.0.1, port_value: {port}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": {HCM}
-          stat_prefix: ingress_http
-{hcm_extra}          route_config:
-            name: local_route
-            virtual_hosts:
-{virtual_hosts}
-          http_filters:
-{http_filters}{ROUTER}
-  clusters:
-{clusters}"""
 
 
 # -- HTTP clients ----------------------------------------------------------------------

@@ -18,8 +18,8 @@ import pytest
 
 from conftest import native_tool
 from mesh_support import *  # noqa: F401,F403
-from mesh_support import (Echoes, bootstrap, cluster_of, envoy_bin, kill_under_load, raw_exchange, request, shm_cluster,
-                          start_attached, start_proxy)
+from mesh_support import (Echoes, bootstrap, cluster_of, envoy_validate, kill_under_load, raw_exchange, request,
+                          shm_cluster, start_attached, start_proxy)
 from dpukit.procs import free_port
 
 
@@ -149,8 +149,7 @@ def test_attach_metadata_is_checked(tmp_path: Path, address: str, metadata: str,
     if fault is None:
         assert proc.returncode == 0, proc.stderr
         # Envoy accepts the same file: the metadata is opaque to it.
-        env = subprocess.run([str(envoy_bin()), "--mode", "validate", "-c", str(path), "-l", "error",
-                              "--disable-hot-restart"], capture_output=True, text=True, timeout=60)
+        env = envoy_validate(path)
         assert env.returncode == 0, env.stdout + env.stderr
     else:
         assert proc.returncode == 2, proc.stderr

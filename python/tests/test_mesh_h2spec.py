@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dpukit.experiments.mesh import h2spec_path
+from dpukit.mesh_harness import h2spec_path
 from mesh_support import *  # noqa: F401,F403
 from mesh_support import Echoes, all_to, bootstrap, cluster, ports, start_proxy
 

@@ -34,9 +34,9 @@ from typing import Iterator
 import pytest
 
 from conftest import native_tool
-from dpukit.experiments.mesh import rss_kib
+from dpukit.mesh_harness import rss_kib
 from mesh_support import *  # noqa: F401,F403
-from mesh_support import (Echoes, all_to, bootstrap, cluster, cluster_of, envoy_bin, ports, raw_exchange,
+from mesh_support import (Echoes, all_to, bootstrap, cluster, cluster_of, envoy_validate, ports, raw_exchange,
                           read_response, request, shm_cluster, start_attached, start_proxy)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "mesh" / "examples"
@@ -457,11 +457,6 @@ def test_http10_where_dpukit_differs_from_envoy(kind, echoes: Echoes, servers, t
 
 
 # -- 7. a listener with no name ---------------------------------------------------------------------------
-
-
-def envoy_validate(config: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(envoy_bin()), "--mode", "validate", "-c", str(config), "-l", "error"],
-                          capture_output=True, text=True, timeout=60)
 
 
 def mesh_validate(config: Path) -> subprocess.CompletedProcess:

@@ -23,8 +23,8 @@ import pytest
 
 from conftest import native_tool
 from mesh_support import *  # noqa: F401,F403
-from mesh_support import (Echoes, Proxy, all_to, bootstrap, cluster, envoy_bin, http_get, kill_under_load, ports,
-                          raw_exchange, request, start_proxy)
+from mesh_support import (Echoes, Proxy, all_to, bootstrap, cluster, envoy_validate, http_get, kill_under_load,
+                          ports, raw_exchange, request, start_proxy)
 
 MiB = 1 << 20
 
@@ -412,8 +412,7 @@ def test_malformed_config_is_refused(proxy_kind: str, tmp_path: Path):
     path.write_text(BAD_CONFIG)
     if proxy_kind == "envoy":
         # The reference: Envoy refuses the same file.
-        proc = subprocess.run([str(envoy_bin()), "--mode", "validate", "-c", str(path), "-l", "error",
-                               "--disable-hot-restart"], capture_output=True, text=True, timeout=30)
+        proc = envoy_validate(path, timeout=30)
         assert proc.returncode != 0
         assert "conect_timeout" in proc.stdout + proc.stderr
         return

@@ -220,12 +220,12 @@ def test_kernel_refusal_names_the_call(sockmap_tool: Path, request: pytest.Fixtu
 def test_envoy_sidecar_chain_through_the_sockmap(sockmap_tool: Path, tmp_path: Path):
     """The baseline itself: load → client-side Envoy → server-side Envoy →
     echo, every hop on loopback redirected."""
-    from dpukit.experiments.mesh import Chain, envoy_sidecars
+    from dpukit.mesh_harness import Chain, envoy_sidecars
 
     native_tool("dpukit-mesh")
     with Group(tmp_path / "logs") as g:
         chain = Chain(g, tmp_path)
-        with_sockmap(envoy_sidecars)(chain)  # how mesh.py wires the envoy-sockmap topology
+        with_sockmap(envoy_sidecars)(chain)  # how the harness wires the envoy-sockmap topology
         loader = next(p for p in g.procs if isinstance(p, SockmapLoader))
         for p in g.procs:
             if p is not loader:  # the loader itself was started before the join

@@ -17,7 +17,7 @@ import pytest
 from conftest import native_tool, quick_eval
 from mesh_support import *  # noqa: F401,F403
 from mesh_support import Echoes, all_to, bootstrap, cluster, ports
-from dpukit.experiments.mesh import wait_ready
+from dpukit.mesh_harness import mesh_argv, wait_ready
 from dpukit.procs import Group
 
 CLIENTS, PER_CLIENT = 4, 1000  # a fixed load: 4,000 requests over 4 keep-alive connections
@@ -59,8 +59,9 @@ def run_at(speed: str, model: str, upstream: int, work: Path) -> dict:
                                 clusters=cluster("svc", [upstream])))
     out = work / f"proxy-{speed}-{model}.json"
     with Group(work / f"logs-{speed}-{model}") as group:
-        proc = group.start([str(native_tool("dpukit-mesh")), "run", "--config", str(config), "--workers", "1",
-                            "--model", model, "--dpu-speed", speed, "--json", str(out)], name=f"mesh-{speed}")
+        native_tool("dpukit-mesh")  # skips when not built
+        proc = group.start([*mesh_argv(config, model=model, dpu_cpus=None, dpu_speed=speed), "--json", str(out)],
+                           name=f"mesh-{speed}")
         wait_ready(proc, port, admin, timeout=15)
         before = proc.cpu_ns()
         statuses = serve_fixed_load(port)

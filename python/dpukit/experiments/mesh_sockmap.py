@@ -15,7 +15,8 @@ opens afterwards, not those it accepts on the listener it already has (the
 redirect then never finds a peer; ``test_mesh_sockmap.py`` shows it). So the
 loader starts first and the calling process joins the cgroup until the
 loader stops; every process it starts meanwhile (the chain's servers, wrk,
-fortio) is born inside. Wiring a topology into ``mesh.py`` is one entry::
+fortio) is born inside. Wiring a topology into the harness's TOPOLOGIES
+(``dpukit.mesh_harness``) is one entry::
 
     from dpukit.experiments.mesh_sockmap import with_sockmap
 

@@ -2,9 +2,10 @@
 to reach the Envoy sidecar pair's max qps on host cores, and its added p99
 there (issue 25).
 
-The chains are mesh.py's (its topologies, loads and measured runs, reused, not
-copied): the Envoy sidecar pair on the dpu CPU as mesh.quick runs it (Envoy
-counted as host CPU: in that architecture it runs in the pods), and the node
+The chains are the harness's (``dpukit.mesh_harness``: its topologies, loads
+and measured runs, reused, not copied): the Envoy sidecar pair on the dpu CPU
+as mesh.quick runs it (Envoy counted as host CPU: in that architecture it runs
+in the pods), and the node
 proxy (rtc, TCP to the service) with ``--dpu-speed bluefield3`` on 1, then 2
 dpu CPUs, and at host speed beside it. Every data-plane loop of the proxy is
 dilated to the speed (docs/core.md); the wire is loopback TCP on the same
@@ -24,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpukit.experiments import Context, experiment
-from dpukit.experiments.mesh import (DPU_CPU, HOST_CPU, TOOL, Chain, Topology, add_chain_commands, direct,
-                                     envoy_sidecars, error_note, fmt_mr, fortio_load, measure, node_proxy,
-                                     run_chain, wrk_load)
+from dpukit.experiments.mesh import add_chain_commands, error_note, fmt_mr
+from dpukit.mesh_harness import (DPU_CPU, HOST_CPU, TOOL, Chain, Topology, direct, envoy_sidecars, fortio_load,
+                                 measure, node_proxy, run_chain, wrk_load)
 from dpukit.plots import BarPanel, bars_plot
 from dpukit.report import Section
 from dpukit.units import fmt_int, fmt_sig
