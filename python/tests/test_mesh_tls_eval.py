@@ -1,13 +1,16 @@
 """dpukit eval's mesh.tls experiment: the parser of openssl s_time's output,
 the generated configurations (valid for Envoy 1.40 and dpukit-mesh), and a
-short end-to-end run that produces the tables, the goals and the plot and
-leaves no file behind."""
+short end-to-end run that produces the tables, the goals and the plot,
+leaves no file behind, and whose report ``dpukit eval --render`` rebuilds
+from its runs alone."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -33,6 +36,30 @@ rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr*rrr
 14164 connections in 0.63s; 22482.54 connections/user sec, bytes read 0
 14164 connections in 3 real seconds, 0 bytes read per connection
 """
+
+
+def rebuilt_byte_for_byte(run_dir: Path, run_dpukit: Callable, name: str) -> None:
+    """`dpukit eval --render RUN_DIR` draws experiment NAME's section again
+    from runs/ (not kept as written) and writes report.md, report.html and
+    the plots byte for byte as the eval did, running nothing."""
+    outputs = [run_dir / "report.md", run_dir / "report.html", *sorted((run_dir / "plots").glob("*.png"))]
+    written = {p: p.read_bytes() for p in outputs}
+    for p in outputs:
+        p.unlink()
+    runs = {p: p.read_bytes() for p in (run_dir / "runs").iterdir()}
+    proc = run_dpukit("eval", "--render", str(run_dir), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(rf"\] {re.escape(name)}: rebuilt from \d+ runs", proc.stderr), proc.stderr
+    assert {p: p.read_bytes() for p in (run_dir / "runs").iterdir()} == runs  # nothing ran
+    for p, data in written.items():
+        assert p.read_bytes() == data, p
+
+
+def set_figure(run: Path, key: str, value: float) -> None:
+    """Change one figure of a kept run (to see that a rebuild reads it)."""
+    record = json.loads(run.read_text())
+    record["figures"][key] = value
+    run.write_text(json.dumps(record, indent=1) + "\n")
 
 
 def test_parse_s_time():
@@ -118,3 +145,11 @@ def test_eval_mesh_tls(tmp_path: Path, run_dpukit):
             assert r["cpu_ns"]["host"] > 0 and r["cpu_ns"]["dpu"] == 0, r["cpu_ns"]
         if r["parameters"].get("mode", "").startswith("resumed"):
             assert r["figures"]["reused"] >= r["figures"]["connections"] - 1, r["figures"]
+
+    # The report is rebuilt from the runs: byte for byte, then with a run's figure changed.
+    rebuilt_byte_for_byte(run_dir, run_dpukit, "mesh.tls")
+    [wrk_direct] = (run_dir / "runs").glob("mesh.tls-*-direct-qps0-r1.json")
+    set_figure(wrk_direct, "qps", 123456.0)
+    proc = run_dpukit("eval", "--render", str(run_dir), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"^\| direct \| 123,000 \|", (run_dir / "report.md").read_text(), re.M)

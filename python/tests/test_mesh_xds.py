@@ -25,7 +25,7 @@ from typing import Any, Iterator
 import pytest
 
 from conftest import native_tool
-from dpukit.experiments.mesh import fortio_path, parse_fortio
+from dpukit.mesh_harness import fortio_path, parse_fortio
 from dpukit.experiments.mesh_xds import (KINDS, RESOURCE_TYPES, Snapshot, XdsProxy, XdsServer, config_dump_versions,
                                          direct, eds_cluster, http_listener, load_assignment, route_config,
                                          start_xds_proxy, to_cluster, virtual_host, xds_server_path)

@@ -1,6 +1,7 @@
 """dpukit eval's mesh.xds: its snapshots pass the control plane and its
 bootstrap passes both proxies' validation; a quick end-to-end run produces
-the table, one result per proxy, size and round, and leaves nothing behind."""
+the table, one result per proxy, size and round, leaves nothing behind, and
+its report is rebuilt from its runs alone by ``dpukit eval --render``."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from dpukit import experiments, native
 experiments.registry()
 from dpukit.experiments import mesh_xds  # noqa: E402
 from dpukit.procs import Group  # noqa: E402
+from test_mesh_tls_eval import rebuilt_byte_for_byte, set_figure  # noqa: E402
 
 
 def test_sized_snapshot_is_consistent_and_taken(tmp_path: Path):
@@ -76,3 +78,12 @@ def test_eval_quick_mesh_xds(tmp_path: Path, run_dpukit):
             assert f["proxy_cpu_ns"] > 0
         assert r["parameters"]["proxy"] in mesh_xds.KINDS
         assert "dynamic_resources" in r["parameters"]["proxy_config"]
+
+    # The report is rebuilt from the runs: byte for byte, then with a run's figure changed.
+    rebuilt_byte_for_byte(run_dir, run_dpukit, "mesh.xds")
+    [run] = (run_dir / "runs").glob("mesh.xds-*-dpukit-GRPC-10-r1.json")
+    set_figure(run, "cpu_ms_per_update", 777.0)
+    proc = run_dpukit("eval", "--render", str(run_dir), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"^\| 10 \| state of the world \| dpukit \| .* \| [\d.,]+ \([\d.]+–777\) \|$",
+                     (run_dir / "report.md").read_text(), re.M)

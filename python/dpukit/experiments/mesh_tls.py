@@ -24,11 +24,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from dpukit.errors import DpukitError
-from dpukit.experiments import Context, experiment, mesh
-from dpukit.experiments.mesh import (DPU_CPU, LOOPBACK, TOOL, Chain, Load, Topology, add_chain_commands,
-                                     envoy_path, error_note, fmt_mr, fortio_load, goal_rows, iperf3_load,
-                                     start_iperf_server, start_service, sweep, wait_ready, wrk_load)
-from dpukit.paths import tool_path
+from dpukit.experiments import Context, experiment
+from dpukit.experiments.mesh import add_chain_commands, error_note, fmt_mr, goal_rows, sweep
+from dpukit.mesh_harness import (DPU_CPU, L4_TOPOLOGIES, LOOPBACK, TOOL, TOPOLOGIES, Chain, Load, Topology, collected,
+                                 fortio_load, iperf3_load, start_iperf_server, start_proxy, start_service, wrk_load)
 from dpukit.plots import BarPanel, bars_plot
 from dpukit.procs import free_port
 from dpukit.report import Section
@@ -398,7 +397,9 @@ static_resources:
 # where A and B are either two Envoy sidecars (Istio's model, host CPU) or
 # two dpukit-mesh node proxies (each node's dpu place). Everything a chain
 # writes (certificates, SDS files, configurations, logs) is in its work
-# directory, which mesh.run_chain removes.
+# directory, which the harness's run_chain removes. A ``collect`` step runs
+# them; a pure ``render`` step makes the section from the runs and what
+# collect returned, so that ``dpukit eval --render`` rebuilds it.
 
 # The issue's goals for the two-node mTLS path against the mTLS sidecar pair.
 GOAL_QPS, GOAL_P99, GOAL_HOST_CPU = 3.0, 0.3, 0.2
@@ -413,23 +414,6 @@ def chain_certs(chain: Chain) -> tuple[MeshCerts, Path, Path]:
     certs = mesh_certs(CertFactory(work))
     return (certs, sds_certificate_file(work / "sds-frontend.yaml", "default", certs.frontend),
             sds_certificate_file(work / "sds-backend.yaml", "default", certs.backend))
-
-
-def start_tls_proxy(chain: Chain, name: str, kind: str, config: str, listen: int, admin: int, place: str) -> None:
-    """Envoy (one worker, under taskset on the dpu CPU) or dpukit-mesh
-    (``--dpu-cpus``) on ``config``; waits until it is ready."""
-    path = chain.work_dir / f"{name}.yaml"
-    path.write_text(config)
-    chain.configs[name] = config
-    if kind == "envoy":
-        mesh._base_id[0] += 1  # one counter for every Envoy of an eval: shared-memory names must differ
-        proc = chain.group.start([envoy_path(), "-c", path, "--concurrency", "1", "--disable-hot-restart",
-                                  "--base-id", str(mesh._base_id[0]), "-l", "warning"],
-                                 name=name, cpus=DPU_CPU, place=place)
-    else:
-        proc = chain.group.start([tool_path(TOOL), "run", "--config", path, "--workers", "1", "--dpu-cpus", DPU_CPU],
-                                 name=name, place=place)
-    wait_ready(proc, listen, admin)
 
 
 def server_side_yaml(certs: MeshCerts, sds: Path, *, listen: int, admin: int, service: int, l4: bool,
@@ -464,10 +448,10 @@ def mtls_pair(name: str, start_server: Callable[[Chain], int], l4: bool) -> Call
         service = start_server(chain)
         certs, sds_a, sds_b = chain_certs(chain)
         b_listen, b_admin, a_listen, a_admin = (free_port() for _ in range(4))
-        start_tls_proxy(chain, b_name, kind, server_side_yaml(certs, sds_b, listen=b_listen, admin=b_admin,
+        start_proxy(chain, b_name, kind, server_side_yaml(certs, sds_b, listen=b_listen, admin=b_admin,
                                                               service=service, l4=l4, node=b_name),
                         b_listen, b_admin, place)
-        start_tls_proxy(chain, a_name, kind, client_side_yaml(certs, sds_a, listen=a_listen, admin=a_admin,
+        start_proxy(chain, a_name, kind, client_side_yaml(certs, sds_a, listen=a_listen, admin=a_admin,
                                                               peer=b_listen, l4=l4, node=a_name),
                         a_listen, a_admin, place)
         chain.entry_port, chain.admin_port = a_listen, a_admin
@@ -476,7 +460,7 @@ def mtls_pair(name: str, start_server: Callable[[Chain], int], l4: bool) -> Call
 
 
 def request_topologies() -> tuple[Topology, ...]:
-    return (next(t for t in mesh.TOPOLOGIES if t.name == "direct"),
+    return (next(t for t in TOPOLOGIES if t.name == "direct"),
             Topology("envoy-sidecars", "client → Envoy sidecar → mTLS → Envoy sidecar → service (Istio's model)",
                      mtls_pair("envoy-sidecars", start_service, l4=False)),
             Topology("node-proxy-pair", "client → dpukit-mesh node proxy A → mTLS → node proxy B → service (two "
@@ -484,7 +468,7 @@ def request_topologies() -> tuple[Topology, ...]:
 
 
 def bulk_topologies() -> tuple[Topology, ...]:
-    return (mesh.L4_TOPOLOGIES[0],  # iperf3 client → iperf3 server
+    return (L4_TOPOLOGIES[0],  # iperf3 client → iperf3 server
             Topology("envoy-sidecars", "Envoy tcp_proxy → mTLS → Envoy tcp_proxy → iperf3 server",
                      mtls_pair("envoy-sidecars", start_iperf_server, l4=True)),
             Topology("node-proxy-pair", "dpukit-mesh tcp_proxy → mTLS → dpukit-mesh tcp_proxy → iperf3 server",
@@ -498,7 +482,7 @@ def handshake_server(kind: str, name: str, place: str) -> Callable[[Chain], None
         service = start_service(chain)
         certs, _, sds_b = chain_certs(chain)
         listen, admin = free_port(), free_port()
-        start_tls_proxy(chain, name, kind, server_side_yaml(certs, sds_b, listen=listen, admin=admin,
+        start_proxy(chain, name, kind, server_side_yaml(certs, sds_b, listen=listen, admin=admin,
                                                             service=service, l4=False, node=name),
                         listen, admin, place)
         chain.entry_port, chain.admin_port = listen, admin
@@ -556,56 +540,52 @@ def _proxy_cpu_s(r: dict[str, Any], names: Sequence[str]) -> float:
     return sum(r["figures"]["process_cpu_ns"].get(n, 0) for n in names) / 1e9
 
 
-def _handshake_rows(ctx: Context, seconds: int) -> tuple[list[list[str]], list[dict[str, Any]]]:
-    runs = sweep(ctx, HANDSHAKE_TOPOLOGIES, range(len(HANDSHAKE_MODES)), "mode",
-                 lambda chain, m: s_time_load(chain, m, seconds),
-                 lambda m: {"load": "openssl s_time", "mode": HANDSHAKE_MODES[m][0], "seconds": seconds})
-    rows, records = [], []
-    for t in HANDSHAKE_TOPOLOGIES:
-        for m, (what, _, _) in enumerate(HANDSHAKE_MODES):
-            rs = runs[t.name][m]
-            records += rs
-            rows.append([t.name, what,
-                         fmt_mr([r["figures"]["connections"] / (r["wall_ns"] / 1e9) for r in rs]),
-                         fmt_mr([r["figures"]["connections"] / _proxy_cpu_s(r, [t.name]) for r in rs]),
-                         fmt_mr([1e6 * _proxy_cpu_s(r, [t.name]) / r["figures"]["connections"] for r in rs]),
-                         fmt_mr([100 * r["figures"]["reused"] / r["figures"]["connections"] for r in rs])])
-    return rows, records
+# -- collect ------------------------------------------------------------------------------
 
 
-def _bulk_rows(ctx: Context, streams: Sequence[int], seconds: int) -> tuple[list[list[str]], list[dict[str, Any]]]:
-    tops = bulk_topologies()
-    runs = sweep(ctx, tops, streams, "streams", lambda chain, n: iperf3_load(chain.entry_port, n, seconds),
-                 lambda n: {"load": "iperf3", "streams": n, "seconds": seconds})
-
-    def per_gb(r: dict[str, Any], place: str) -> float:
-        return r["cpu_ns"][place] / 1e9 / (r["figures"]["bytes"] / 1e9)
-
-    rows = [[t.name, n, fmt_mr([r["figures"]["gbps"] for r in runs[t.name][n]]),
-             fmt_mr([per_gb(r, "host") for r in runs[t.name][n]]), fmt_mr([per_gb(r, "dpu") for r in runs[t.name][n]])]
-            for t in tops for n in streams]
-    return rows, [r for t in runs.values() for rs in t.values() for r in rs]
-
-
-
-
-def _met(cell: str, goal: float, at_least: bool) -> str:
-    """'met' or 'missed' for a goal cell ('median (range)') from mesh.goal_rows."""
-    med = float(cell.split()[0].replace(",", ""))
-    return "met" if (med >= goal if at_least else med <= goal) else "missed"
-
-
-@experiment(
-    "mesh.tls",
-    title="mesh.tls: mutual TLS between node proxies against the mTLS sidecar pair",
-    description="Full and resumed mTLS handshakes per second per proxy CPU (openssl s_time), bulk Gbps and CPU per GB "
-                "through two tcp_proxy hops over mTLS (iperf3), and the request path client → node proxy A → mTLS → "
-                "node proxy B → service against the Envoy sidecar pair with the same certificates (max qps, added "
-                "p99, host and dpu CPU per 1,000 requests), with the issue's goals.",
-    tools=[TOOL],
-)
-def tls(ctx: Context) -> Section:
+def collect(ctx: Context) -> dict[str, Any]:
+    """Runs the three parts (each mesh.sweep's paired, interleaved rounds)
+    and returns what the render needs besides the runs: the load length, the
+    points, and per part, topology and point the indices of its runs among
+    the experiment's (in the order they were made)."""
     seconds = int(os.environ.get(SECONDS_ENV) or (3 if ctx.quick else 5))
+    first = len(ctx.runs)
+    ctx.progress("handshakes")
+    handshakes = sweep(ctx, HANDSHAKE_TOPOLOGIES, range(len(HANDSHAKE_MODES)), "mode",
+                       lambda chain, m: s_time_load(chain, m, seconds),
+                       lambda m: {"load": "openssl s_time", "mode": HANDSHAKE_MODES[m][0], "seconds": seconds})
+    streams = (1, 4) if ctx.quick else (1, 4, 16)
+    bulk = sweep(ctx, bulk_topologies(), streams, "streams",
+                 lambda chain, n: iperf3_load(chain.entry_port, n, seconds),
+                 lambda n: {"load": "iperf3", "streams": n, "seconds": seconds})
+    points = (0, FIXED_QPS) if ctx.quick else (0, FIXED_QPS, 2 * FIXED_QPS)
+    request = sweep(ctx, request_topologies(), points, "qps",
+                    lambda chain, q: wrk_load(chain.url, 16, seconds) if q == 0 else
+                    fortio_load(chain.url, q, 8, seconds, chain.work_dir / "fortio.json"),
+                    lambda q: {"load": "wrk", "connections": 16, "seconds": seconds} if q == 0 else
+                    {"load": "fortio", "qps": q, "connections": 8, "seconds": seconds})
+    place = {id(r): i - first for i, r in enumerate(ctx.runs) if i >= first}
+
+    def indices(runs: dict[str, dict[int, list[dict[str, Any]]]]) -> dict[str, dict[str, list[int]]]:
+        return {t: {str(p): [place[id(r)] for r in rs] for p, rs in by_point.items()} for t, by_point in runs.items()}
+
+    return {"seconds": seconds, "rounds": ctx.repeats, "modes": [m[0] for m in HANDSHAKE_MODES],
+            "streams": list(streams), "points": list(points),
+            "handshakes": indices(handshakes), "bulk": indices(bulk), "request": indices(request)}
+
+
+# -- render -------------------------------------------------------------------------------
+
+
+def _runs_of(data: dict[str, dict[str, list[int]]], records: Sequence[dict[str, Any]]
+             ) -> dict[str, dict[int, list[dict[str, Any]]]]:
+    """A part's runs as mesh.sweep gave them (topology -> point -> rounds) from its indices."""
+    return {t: {int(p): [records[i] for i in idx] for p, idx in by_point.items()} for t, by_point in data.items()}
+
+
+def render(ctx: Context, data: dict[str, Any], records: Sequence[dict[str, Any]]) -> Section:
+    """The section from the collected data and the runs alone (nothing runs)."""
+    seconds, rounds, modes = data["seconds"], data["rounds"], data["modes"]
     sec = Section("mesh.tls: mutual TLS between node proxies against the mTLS sidecar pair")
     sec.paragraph(
         "Certificates as Istio's CA gives them: a mesh root CA and workload certificates whose identity is a SPIFFE "
@@ -616,13 +596,21 @@ def tls(ctx: Context) -> Section:
         "(host); every proxy is pinned to CPU 1: Envoy with `--concurrency 1` under `taskset`, dpukit-mesh with "
         "`--workers 1 --dpu-cpus 1`. Two nodes are emulated on this machine, so both node proxies share the one dpu "
         "CPU, as both sidecars do. "
-        + ("Quick mode: one round per point." if ctx.repeats == 1 else
-           f"{ctx.repeats} paired, interleaved rounds (topology after topology, then again); each cell is the median "
+        + ("Quick mode: one round per point." if rounds == 1 else
+           f"{rounds} paired, interleaved rounds (topology after topology, then again); each cell is the median "
            "with the range of the rounds in parentheses."))
 
     # 1. Handshakes.
-    ctx.progress("handshakes")
-    rows, hs_records = _handshake_rows(ctx, seconds)
+    handshakes = _runs_of(data["handshakes"], records)
+    rows = []
+    for t in HANDSHAKE_TOPOLOGIES:
+        for m, what in enumerate(modes):
+            rs = handshakes[t.name][m]
+            rows.append([t.name, what,
+                         fmt_mr([r["figures"]["connections"] / (r["wall_ns"] / 1e9) for r in rs]),
+                         fmt_mr([r["figures"]["connections"] / _proxy_cpu_s(r, [t.name]) for r in rs]),
+                         fmt_mr([1e6 * _proxy_cpu_s(r, [t.name]) / r["figures"]["connections"] for r in rs]),
+                         fmt_mr([100 * r["figures"]["reused"] / r["figures"]["connections"] for r in rs])])
     sec.table(["server", "handshake", "handshakes / s", "handshakes per proxy CPU-second", "proxy CPU µs / handshake",
                "resumed %"], rows,
               caption="mTLS handshakes against one listener (`openssl s_time` with the client's certificate)")
@@ -638,9 +626,16 @@ def tls(ctx: Context) -> Section:
         "links (Envoy links BoringSSL).")
 
     # 2. Bulk.
-    streams = (1, 4) if ctx.quick else (1, 4, 16)
-    rows, bulk_records = _bulk_rows(ctx, streams, seconds)
-    sec.table(["topology", "streams", "Gbps", "host CPU s / GB", "dpu CPU s / GB"], rows,
+    bulk = _runs_of(data["bulk"], records)
+
+    def per_gb(r: dict[str, Any], place: str) -> float:
+        return r["cpu_ns"][place] / 1e9 / (r["figures"]["bytes"] / 1e9)
+
+    sec.table(["topology", "streams", "Gbps", "host CPU s / GB", "dpu CPU s / GB"],
+              [[t.name, n, fmt_mr([r["figures"]["gbps"] for r in bulk[t.name][n]]),
+                fmt_mr([per_gb(r, "host") for r in bulk[t.name][n]]),
+                fmt_mr([per_gb(r, "dpu") for r in bulk[t.name][n]])]
+               for t in bulk_topologies() for n in data["streams"]],
               caption="TCP through tcp_proxy, proxy A → mTLS → proxy B (iperf3)")
     sec.paragraph(
         f"`iperf3 -c -t {seconds} -P N -J` on CPU 0 against `iperf3 -s` on CPU 0. " + "; ".join(
@@ -649,13 +644,9 @@ def tls(ctx: Context) -> Section:
         "dpu CPU (this kernel has no kernel TLS).")
 
     # 3. The request path.
-    points = (0, FIXED_QPS) if ctx.quick else (0, FIXED_QPS, 2 * FIXED_QPS)
+    points = data["points"]
     tops = request_topologies()
-    runs = sweep(ctx, tops, points, "qps",
-                 lambda chain, q: wrk_load(chain.url, 16, seconds) if q == 0 else
-                 fortio_load(chain.url, q, 8, seconds, chain.work_dir / "fortio.json"),
-                 lambda q: {"load": "wrk", "connections": 16, "seconds": seconds} if q == 0 else
-                 {"load": "fortio", "qps": q, "connections": 8, "seconds": seconds})
+    runs = _runs_of(data["request"], records)
 
     def col(name: str, q: int, key: str) -> str:
         return fmt_mr([r["figures"][key] for r in runs[name][q]])
@@ -706,7 +697,26 @@ def tls(ctx: Context) -> Section:
     ], names, title="The request path over mTLS", ncols=2, highlight="node-proxy-pair")
     sec.image(rel, "Max qps, p99 and CPU per 1,000 requests over mTLS", "Max qps (wrk), p99 at "
               f"{FIXED_QPS} qps (fortio), host and dpu CPU ms per 1,000 requests at max qps.")
-    request_records = [r for t in runs.values() for rs in t.values() for r in rs]
-    sec.paragraph(error_note([*hs_records, *bulk_records, *request_records]))
-    add_chain_commands(sec, ctx.runs)
+    sec.paragraph(error_note(records))
+    add_chain_commands(sec, records)
     return sec
+
+
+def _met(cell: str, goal: float, at_least: bool) -> str:
+    """'met' or 'missed' for a goal cell ('median (range)') from mesh.goal_rows."""
+    med = float(cell.split()[0].replace(",", ""))
+    return "met" if (med >= goal if at_least else med <= goal) else "missed"
+
+
+@experiment(
+    "mesh.tls",
+    title="mesh.tls: mutual TLS between node proxies against the mTLS sidecar pair",
+    description="Full and resumed mTLS handshakes per second per proxy CPU (openssl s_time), bulk Gbps and CPU per GB "
+                "through two tcp_proxy hops over mTLS (iperf3), and the request path client → node proxy A → mTLS → "
+                "node proxy B → service against the Envoy sidecar pair with the same certificates (max qps, added "
+                "p99, host and dpu CPU per 1,000 requests), with the issue's goals.",
+    tools=[TOOL],
+)
+def tls(ctx: Context) -> Section:
+    data, records = collected(ctx, lambda: collect(ctx))
+    return render(ctx, data, records)

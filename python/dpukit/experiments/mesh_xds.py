@@ -5,7 +5,9 @@ cache and ADS server, built by scripts/setup.sh into .tools/bin) drives
 dpukit-mesh and Envoy 1.40 side by side, each its own node id, over ADS
 (state of the world, v3). Measured: the time from a snapshot update to the
 first request served by the new route, and the proxy's CPU per update at 100
-and 1,000 clusters.
+and 1,000 clusters. The experiment is a ``collect`` step (runs the proxies,
+keeps one result per proxy, protocol, size and round) and a pure ``render``
+step (results -> section), so that ``dpukit eval --render`` rebuilds it.
 
 This module also holds what the xDS tests share (python/tests/test_mesh_xds.py):
 the server and its control endpoint, the ADS bootstrap, the proxies, and
@@ -30,8 +32,9 @@ from typing import Any, Iterator, Sequence
 from dpukit import __version__
 from dpukit.errors import DpukitError
 from dpukit.experiments import Context, experiment
-from dpukit.experiments.mesh import (DPU_CPU, HOST_CPU, LOOPBACK, TOOL, Chain, envoy_path, fmt_mr, go_tool_path,
-                                     machine, start_service)
+from dpukit.experiments.mesh import fmt_mr
+from dpukit.mesh_harness import (DPU_CPU, HOST_CPU, LOOPBACK, TOOL, Chain, collected, envoy_path, go_tool_path,
+                                 keep_run, machine, start_service)
 from dpukit.machine_load import background_busy
 from dpukit.paths import tool_path
 from dpukit.procs import Group, Proc, free_port, http_get
@@ -414,12 +417,8 @@ def xds_record(ctx: Context, proxy: XdsProxy, xds: XdsServer, figures: dict[str,
         "cpu_ns": {"host": 0, "dpu": figures["proxy_cpu_ns"], "hw": 0},
         "wall_ns": figures["cpu_wall_ns"],
     }
-    ctx.runs_dir.mkdir(parents=True, exist_ok=True)
-    path = ctx.runs_dir / f"{ctx.name}-{len(ctx.runs) + 1:03d}-{proxy.kind}-{parameters['api_type']}" \
-                          f"-{parameters['clusters']}-r{parameters['round']}.json"
-    path.write_text(json.dumps(record, indent=1) + "\n")
-    ctx.runs.append(record)
-    return record
+    return keep_run(ctx, f"{proxy.kind}-{parameters['api_type']}-{parameters['clusters']}-r{parameters['round']}",
+                    record)
 
 
 @contextlib.contextmanager
@@ -435,21 +434,23 @@ def on_host_cpu() -> Iterator[None]:
         os.sched_setaffinity(0, affinity)
 
 
-@experiment(
-    "mesh.xds",
-    title="mesh.xds: configuration from an xDS control plane",
-    description="dpukit-mesh and Envoy 1.40 driven by one go-control-plane server over ADS (state of the world and "
-                "delta): time from a snapshot update to the first request served by the new route, and the "
-                "proxy's CPU per update at 100 and 1,000 clusters.",
-    tools=[TOOL],
-)
-def xds_updates(ctx: Context) -> Section:
+# -- collect --------------------------------------------------------------------------------
+
+
+def collect(ctx: Context) -> dict[str, Any]:
+    """Every proxy and protocol at every size, in paired, interleaved rounds;
+    each measured round is one run (xds_record). Returns what the render
+    needs besides the runs: the sizes and counts, how busy the machine was
+    before and after, and per size, proxy and protocol the indices of its
+    runs among the experiment's, round by round."""
     sizes = (10, 100) if ctx.quick else (100, 1000)
     rounds = 2 if ctx.quick else 3
     updates, cpu_updates = (5, 20) if ctx.quick else (10, 30)
-    busy = background_busy()
+    busy = [background_busy()]
+    first = len(ctx.runs)
+    results: dict[str, dict[str, dict[str, list[int]]]] = {
+        str(size): {kind: {proto: [] for proto, _, _ in PROTOCOLS} for kind in KINDS} for size in sizes}
     work = Path(tempfile.mkdtemp(prefix="dpukit-mesh-xds-"))
-    results: dict[tuple[int, str, str], list[dict[str, Any]]] = {}
     # Every proxy and protocol, interleaved; the order reversed every round.
     setups = [(kind, proto) for proto in PROTOCOLS for kind in KINDS]
     steps, step = len(sizes) * rounds * len(setups), 0
@@ -465,9 +466,9 @@ def xds_updates(ctx: Context) -> Section:
                     ports[key] = free_port()
                     proxies[key] = start_xds_proxy(group, kind, node, xds.xds_port, work, cpus=DPU_CPU,
                                                    api_type=api_type)
-                    first = sized_snapshot(0, size, ports[key], service)
-                    xds.post(node, first)
-                    xds.wait_acked(node, first, timeout=120, proxy=proxies[key].proc)
+                    first_snapshot = sized_snapshot(0, size, ports[key], service)
+                    xds.post(node, first_snapshot)
+                    xds.wait_acked(node, first_snapshot, timeout=120, proxy=proxies[key].proc)
                     probers[key] = Prober(ports[key])
                     probers[key].wait_route(0)
                     versions[key] = 1
@@ -483,21 +484,42 @@ def xds_updates(ctx: Context) -> Section:
                                                       listen_port=ports[key], service_port=service,
                                                       ack_types=ack_types)
                         versions[key] = figures.pop("next_version")
-                        results.setdefault((size, kind, proto), []).append(xds_record(
-                            ctx, proxies[key], xds, figures,
-                            {"clusters": size, "api_type": api_type, "round": rnd, "updates": updates,
-                             "cpu_updates": cpu_updates}, started))
+                        xds_record(ctx, proxies[key], xds, figures,
+                                   {"clusters": size, "api_type": api_type, "round": rnd, "updates": updates,
+                                    "cpu_updates": cpu_updates}, started)
+                        results[str(size)][kind][proto].append(len(ctx.runs) - 1 - first)
                 for key in proxies:
                     probers[key].close()
                     proxies[key].proc.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return xds_section(sizes, rounds, updates, cpu_updates, results, (busy, background_busy()))
+    busy.append(background_busy())
+    return {"sizes": list(sizes), "rounds": rounds, "updates": updates, "cpu_updates": cpu_updates, "busy": busy,
+            "cpu_tick_ms": CPU_TICK_MS, "results": results}
 
 
-def xds_section(sizes: Sequence[int], rounds: int, updates: int, cpu_updates: int,
-                results: dict[tuple[int, str, str], list[dict[str, Any]]],
-                busy: tuple[float | None, float | None]) -> Section:
+@experiment(
+    "mesh.xds",
+    title="mesh.xds: configuration from an xDS control plane",
+    description="dpukit-mesh and Envoy 1.40 driven by one go-control-plane server over ADS (state of the world and "
+                "delta): time from a snapshot update to the first request served by the new route, and the "
+                "proxy's CPU per update at 100 and 1,000 clusters.",
+    tools=[TOOL],
+)
+def xds_updates(ctx: Context) -> Section:
+    data, records = collected(ctx, lambda: collect(ctx))
+    return render(data, records)
+
+
+# -- render ---------------------------------------------------------------------------------
+
+
+def render(data: dict[str, Any], records: Sequence[dict[str, Any]]) -> Section:
+    """The section from the collected data and the runs alone (nothing runs)."""
+    sizes, rounds, updates, cpu_updates, busy = (data[k] for k in ("sizes", "rounds", "updates", "cpu_updates",
+                                                                    "busy"))
+    results = {(size, kind, proto): [records[i] for i in data["results"][str(size)][kind][proto]]
+               for size in sizes for kind in KINDS for proto, _, _ in PROTOCOLS}
     sec = Section("mesh.xds: configuration from an xDS control plane")
     sec.paragraph(
         "One `dpukit-xds-server` (go-control-plane v0.14 snapshot cache, ADS) drives dpukit-mesh (`--workers 1 "
@@ -532,7 +554,7 @@ def xds_section(sizes: Sequence[int], rounds: int, updates: int, cpu_updates: in
                                fmt_mr([d["figures"]["first_request_ms_median"]
                                        / e["figures"]["first_request_ms_median"] for d, e in pairs]),
                                fmt_mr([d["figures"]["cpu_ms_per_update"] / max(e["figures"]["cpu_ms_per_update"],
-                                                                              CPU_TICK_MS / cpu_updates)
+                                                                              data["cpu_tick_ms"] / cpu_updates)
                                        for d, e in pairs])])
     sec.table(["clusters", "xDS", "proxy", "first request after an update, ms", "every update's, ms (min–max)",
                "proxy CPU ms per update"], rows,
