@@ -38,6 +38,17 @@ rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr*rrr
 """
 
 
+# Under 10 ms of the client's user time (few handshakes on a busy machine): the rate is inf.
+S_TIME_NO_USER_TIME = """\
+Now timing with session id reuse.
+starting
+rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr
+
+109 connections in 0.00s; inf connections/user sec, bytes read 0
+109 connections in 2 real seconds, 0 bytes read per connection
+"""
+
+
 def rebuilt_byte_for_byte(run_dir: Path, run_dpukit: Callable, name: str) -> None:
     """`dpukit eval --render RUN_DIR` draws experiment NAME's section again
     from runs/ (not kept as written) and writes report.md, report.html and
@@ -67,6 +78,8 @@ def test_parse_s_time():
     assert (f["connections"], f["requests"], f["reused"], f["client_user_s"]) == (2238, 2238, 0, 1.51)
     f = mesh_tls.parse_s_time(S_TIME_REUSE)
     assert (f["connections"], f["reused"]) == (14164, 71)
+    f = mesh_tls.parse_s_time(S_TIME_NO_USER_TIME)
+    assert (f["connections"], f["reused"], f["client_user_s"]) == (109, 109, 0.0)
     with pytest.raises(Exception, match="without its summary"):
         mesh_tls.parse_s_time("connect: Connection refused\nconnect:errno=111\n")
 

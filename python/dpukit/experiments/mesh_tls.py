@@ -518,7 +518,8 @@ HANDSHAKE_MODES = (("full, TLS 1.3", "-new", ()), ("full, TLS 1.2", "-new", ("-t
 def parse_s_time(stdout: str, _json: str = "") -> dict[str, Any]:
     """Figures from ``openssl s_time``: connections made and how many
     resumed a session (its progress marks: ``r`` reused, ``*`` new)."""
-    m = re.search(r"^(\d+) connections in ([\d.]+)s; ([\d.]+) connections/user sec", stdout, re.M)
+    # The rate is "inf" when the client spent under 10 ms of user time (few handshakes on a busy machine).
+    m = re.search(r"^(\d+) connections in ([\d.]+)s; ([\d.]+|inf) connections/user sec", stdout, re.M)
     if not m:
         raise DpukitError(f"openssl s_time output without its summary:\n{stdout[-2000:]}")
     marks = "".join(re.findall(r"^[r*]+$", stdout, re.M))
