@@ -470,6 +470,17 @@ def topologies(quick: bool = False) -> list[Topology]:
 
 
 
+def http_topologies(quick: bool) -> tuple[list[Topology], dict[str, str]]:
+    """topologies(quick), and those left out on this machine with why (a Sweep's selection)."""
+    tops = topologies(quick)
+    return tops, {n: why for n, why in LEFT_OUT.items() if all(t.name != n for t in tops)}
+
+
+def just(tops: Sequence[Topology]) -> Callable[[bool], tuple[list[Topology], dict[str, str]]]:
+    """A Sweep's selection of always ``tops``, in quick and full mode."""
+    return lambda quick: (list(tops), {})
+
+
 # -- L4 services and tcp_proxy chains ---------------------------------------------------
 
 
@@ -763,15 +774,17 @@ def collected(ctx: Context, collect: Callable[[], dict[str, Any]]) -> tuple[dict
     the chains (its runs saved by keep_run) and returns what the render needs
     besides the runs (JSON); that is kept in the eval's record, the runs in
     runs/. When a report is rebuilt, both come back from there and nothing
-    runs. The runs are given as JSON read them back, in both cases, so that a
-    render sees the same values live and rebuilt."""
+    runs. Both are given as JSON reads them back, live too, so that a render
+    sees the same values live and rebuilt."""
     first = len(ctx.runs)
 
     def run() -> dict[str, Any]:
         data = collect()
         return {"data": data, "runs": len(ctx.runs) - first}
 
-    got = ctx.measured(ctx.next_key("collected"), run)
+    # Keys sorted as the eval's record keeps them, so that a render iterating
+    # over a mapping sees the same order live and rebuilt.
+    got = json.loads(json.dumps(ctx.measured(ctx.next_key("collected"), run), sort_keys=True))
     if ctx.replay:
         ctx.runs.extend(recorded_run(ctx, first + i + 1) for i in range(got["runs"]))
     records = json.loads(json.dumps(ctx.runs[first:first + got["runs"]]))
@@ -803,6 +816,126 @@ def warm_up(chain: Chain) -> None:
         raise DpukitError(f"warm-up load failed: {proc.stderr[-1000:]}")
 
 
+# -- sweeps, described as data ---------------------------------------------------------
+
+# Each load generator by name: (chain, a run's parameters) -> its load phase.
+LOADS: dict[str, Callable[[Chain, dict[str, Any]], Load]] = {
+    "wrk": lambda chain, p: wrk_load(chain.url, p["connections"], p["seconds"]),
+    "fortio": lambda chain, p: fortio_load(chain.url, p["qps"], p["connections"], p["seconds"],
+                                           chain.work_dir / "fortio.json"),
+    "iperf3": lambda chain, p: iperf3_load(chain.entry_port, p["streams"], p["seconds"]),
+    "sockperf": lambda chain, p: sockperf_load(chain.entry_port, p["message_bytes"], p["seconds"], p["mps"]),
+}
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One load generator run against every chain with ``fixed`` parameters,
+    once per value in ``points`` of the parameter ``vary`` (once when None)."""
+
+    load: str  # a key of LOADS
+    fixed: dict[str, Any]
+    vary: str | None = None
+    points: tuple[Any, ...] = ()
+
+    def settings(self) -> list[dict[str, Any]]:
+        """The parameters of each run, in order (the record's ``parameters``, with the load's name)."""
+        if self.vary is None:
+            return [{"load": self.load, **self.fixed}]
+        return [{"load": self.load, **self.fixed, self.vary: p} for p in self.points]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"load": self.load, "fixed": dict(self.fixed), "vary": self.vary, "points": list(self.points)}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> Phase:
+        return Phase(data["load"], data["fixed"], data["vary"], tuple(data["points"]))
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What an experiment measures: in each round (``ctx.repeats``, paired
+    and interleaved: topology after topology, then again, so that a slow
+    spell of this shared machine hits every topology alike), one chain per
+    topology that ``topologies(quick)`` selects (with those left out on this
+    machine, and why), and against it each phase's runs in turn."""
+
+    topologies: Callable[[bool], tuple[Sequence[Topology], dict[str, str]]]
+    phases: tuple[Phase, ...]
+
+
+@dataclass(frozen=True)
+class Described:
+    """A topology as a report names it (the rebuild has no processes to start)."""
+
+    name: str
+    description: str
+
+
+@dataclass
+class Swept:
+    """A sweep's runs as its collect step made them, for a render: the
+    phases and topologies as they were, and every run's record."""
+
+    phases: list[Phase]
+    topologies: list[Described]
+    left_out: dict[str, str]  # topology -> why it could not run here
+    rounds: int
+    records: list[dict[str, Any]]
+    index: dict[str, list[list[list[int]]]]  # topology -> phase -> point -> run per round
+
+    @property
+    def names(self) -> list[str]:
+        return [t.name for t in self.topologies]
+
+    def points(self, phase: int = 0) -> list[Any]:
+        return list(self.phases[phase].points)
+
+    def runs(self, topology: str, phase: int = 0, point: Any = None) -> list[dict[str, Any]]:
+        """The records of one topology, phase and point (the varied value), one per round."""
+        p = self.phases[phase]
+        at = 0 if p.vary is None else p.points.index(point)
+        return [self.records[i] for i in self.index[topology][phase][at]]
+
+    def by_point(self, topology: str, phase: int = 0) -> dict[Any, list[dict[str, Any]]]:
+        return {pt: self.runs(topology, phase, pt) for pt in self.points(phase)}
+
+
+def collect_sweep(ctx: Context, sweep: Sweep) -> Swept:
+    """The collect step of a sweep: runs it (or, rebuilding a report, reads
+    it back from the eval's record and runs/)."""
+
+    def walk() -> dict[str, Any]:
+        tops, left_out = sweep.topologies(ctx.quick)
+        first = len(ctx.runs)
+        index = {t.name: [[[] for _ in p.settings()] for p in sweep.phases] for t in tops}
+        rounds = ctx.repeats
+        steps = rounds * len(tops) * sum(len(p.settings()) for p in sweep.phases)
+        step = 0
+        for rnd in range(1, rounds + 1):
+            for top in tops:
+
+                def body(chain: Chain, top: Topology = top, rnd: int = rnd) -> None:
+                    nonlocal step
+                    for i, phase in enumerate(sweep.phases):
+                        for j, params in enumerate(phase.settings()):
+                            step += 1
+                            point = f" {phase.vary}={params[phase.vary]}" if phase.vary else ""
+                            ctx.progress(f"{top.name} {phase.load}{point}"
+                                         + (f" round {rnd}/{rounds}" if rounds > 1 else ""), step, steps)
+                            label = f"{top.name}-{phase.load}{point.replace(' ', '-').replace('=', '')}"
+                            measure(ctx, top, chain, LOADS[phase.load](chain, params),
+                                    label=label + (f"-r{rnd}" if rounds > 1 else ""), parameters=dict(params))
+                            index[top.name][i][j].append(len(ctx.runs) - 1 - first)
+
+                run_chain(ctx, top, body)
+        return {"phases": [p.to_json() for p in sweep.phases], "topologies": [[t.name, t.description] for t in tops],
+                "left_out": left_out, "rounds": rounds, "index": index}
+
+    data, records = collected(ctx, walk)
+    return Swept([Phase.from_json(p) for p in data["phases"]], [Described(n, d) for n, d in data["topologies"]],
+                 data["left_out"], data["rounds"], records, data["index"])
+
 
 # -- what a running proxy says about itself ------------------------------------------
 
@@ -822,7 +955,6 @@ def reset_peak_rss(pid: int) -> bool:
         return True
     except OSError:
         return False
-
 
 
 def prometheus_stats(admin_url: str) -> str:

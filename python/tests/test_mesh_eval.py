@@ -37,7 +37,7 @@ Transfer/sec:     20.75MB
 
 
 def test_parse_wrk():
-    f = mesh_exps.parse_wrk(WRK_OUTPUT)
+    f = harness.parse_wrk(WRK_OUTPUT)
     assert f["requests"] == 401545 and f["qps"] == pytest.approx(129485.62)
     assert f["errors"] == 3 and f["non_2xx"] == 7
     assert f["p50_ms"] == pytest.approx(0.101) and f["p90_ms"] == pytest.approx(1.5)
@@ -52,25 +52,44 @@ def test_parse_fortio():
             {"Percentile": 50, "Value": 0.0004}, {"Percentile": 99, "Value": 0.002},
             {"Percentile": 99.9, "Value": 0.004}]},
     })
-    f = mesh_exps.parse_fortio("", text)
+    f = harness.parse_fortio("", text)
     assert f["requests"] == 2995 and f["qps"] == 998.5 and f["requested_qps"] == 1000
     assert f["non_2xx"] == 5 and f["errors"] == 1
     assert f["p50_ms"] == pytest.approx(0.4) and f["p99_9_ms"] == pytest.approx(4.0)
 
 
+def test_a_sweep_is_data_its_render_reads_back():
+    """A sweep's phases go into the eval's record as JSON and come back the
+    same; each phase gives its runs' parameters in the order collect walks them."""
+    for phase in [p for sweep in (mesh_exps.QUICK, mesh_exps.LATENCY, mesh_exps.THROUGHPUT, mesh_exps.L4,
+                                  mesh_exps.JITTER) for p in sweep.phases]:
+        assert harness.Phase.from_json(json.loads(json.dumps(phase.to_json()))) == phase
+        assert phase.load in harness.LOADS
+    latency, = mesh_exps.LATENCY.phases
+    assert [s["qps"] for s in latency.settings()] == list(mesh_exps.LATENCY_QPS)
+    assert latency.settings()[0] == {"load": "fortio", "connections": 8, "seconds": mesh_exps.FULL_SECONDS,
+                                     "qps": mesh_exps.LATENCY_QPS[0]}
+    assert [s["load"] for p in mesh_exps.QUICK.phases for s in p.settings()] == ["wrk", "fortio"]
+    # Swept finds a run by topology, phase and point.
+    records = [{"n": i} for i in range(4)]
+    swept = harness.Swept([latency], [harness.Described("direct", "d")], {}, 2, records,
+                          {"direct": [[[0, 2], [1, 3]] + [[]] * (len(mesh_exps.LATENCY_QPS) - 2)]})
+    assert swept.runs("direct", 0, mesh_exps.LATENCY_QPS[1]) == [{"n": 1}, {"n": 3}]
+
+
 def test_topologies_are_registered_and_selectable(monkeypatch):
-    names = [t.name for t in mesh_exps.TOPOLOGIES]
+    names = [t.name for t in harness.TOPOLOGIES]
     assert names[:2] == ["direct", "envoy-sidecars"]
     assert {"envoy-sockmap", "node-proxy", "node-proxy-uds", "node-proxy-shm", "node-proxy-pipelined",
             "node-proxy-pipelined-uds", "node-proxy-pipelined-shm"} <= set(names)
     # Both execution models over all three attachments; the quick eval keeps under a minute with fewer.
-    assert {t.name for t in mesh_exps.topologies(quick=True)} < {t.name for t in mesh_exps.topologies()}
+    assert {t.name for t in harness.topologies(quick=True)} < {t.name for t in harness.topologies()}
     assert {"mesh.quick", "mesh.latency", "mesh.throughput", "mesh.jitter"} <= set(experiments.registry())
-    monkeypatch.setenv(mesh_exps.TOPOLOGIES_ENV, "node-proxy,direct")
-    assert [t.name for t in mesh_exps.topologies()] == ["node-proxy", "direct"]
-    monkeypatch.setenv(mesh_exps.TOPOLOGIES_ENV, "sidecar")
+    monkeypatch.setenv(harness.TOPOLOGIES_ENV, "node-proxy,direct")
+    assert [t.name for t in harness.topologies()] == ["node-proxy", "direct"]
+    monkeypatch.setenv(harness.TOPOLOGIES_ENV, "sidecar")
     with pytest.raises(Exception, match="unknown topology"):
-        mesh_exps.topologies()
+        harness.topologies()
 
 
 def test_bootstrap_is_valid_for_envoy(tmp_path: Path):
@@ -86,7 +105,7 @@ def test_eval_quick_mesh(tmp_path: Path, run_dpukit):
     native_tool("dpukit-mesh")
     run_dir, md = quick_eval("mesh.quick", tmp_path / "results", timeout=180)
     assert "## mesh.quick" in md
-    names = [t.name for t in mesh_exps.TOPOLOGIES if t.in_quick]
+    names = [t.name for t in harness.TOPOLOGIES if t.in_quick]
     assert {"direct", "envoy-sidecars", "envoy-sockmap", "node-proxy", "node-proxy-uds", "node-proxy-shm",
             "node-proxy-pipelined"} <= set(names)
     for name in names:
@@ -110,6 +129,19 @@ def test_eval_quick_mesh(tmp_path: Path, run_dpukit):
         if r["parameters"]["topology"] == "envoy-sidecars":
             assert r["cpu_ns"]["host"] > 0 and r["cpu_ns"]["dpu"] == 0
 
+    # `dpukit eval --render` rebuilds the section, its tables and its plot
+    # from runs/ alone, byte for byte, running nothing (no chain, no load).
+    written = {p: p.read_bytes() for p in [run_dir / "report.md", run_dir / "report.html", *pngs]}
+    for p in written:
+        p.unlink()
+    before = sorted((run_dir / "runs").iterdir())
+    proc = run_dpukit("eval", "--render", str(run_dir), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"[render 1/1] mesh.quick: rebuilt from {len(runs)} runs" in proc.stderr, proc.stderr
+    assert sorted((run_dir / "runs").iterdir()) == before
+    for p, data in written.items():
+        assert p.read_bytes() == data, p
+
 
 SOCKPERF_OUT = """\
 sockperf: [Valid Duration] RunTime=1.550 sec; SentMessages=7751; ReceivedMessages=7749
@@ -125,9 +157,9 @@ sockperf: ---> <MIN> observation =    6.965
 
 
 def test_parse_sockperf():
-    f = mesh_exps.parse_sockperf(SOCKPERF_OUT)
+    f = harness.parse_sockperf(SOCKPERF_OUT)
     assert f["avg_us"] == 12.816 and f["std_dev_us"] == 26.693
     assert (f["p50_us"], f["p99_us"], f["p99_9_us"], f["max_us"]) == (12.308, 17.210, 67.489, 1553.781)
     assert f["messages"] == 7749 and f["lost"] == 3  # 2 unanswered + 1 dropped
     with pytest.raises(Exception, match="no statistics"):
-        mesh_exps.parse_sockperf("sockperf: error: connection refused")
+        harness.parse_sockperf("sockperf: error: connection refused")

@@ -1,12 +1,17 @@
 """Experiments on FlatProxy (``dpukit-mesh``): the node proxy against Envoy
 sidecars and no proxy at all, as in the paper's §V (Fig. 17 latency vs qps,
-Fig. 18b throughput vs connections).
+Fig. 18b throughput vs connections, Fig. 19a jitter), and the node proxy's
+memory over a soak.
 
 The chains, their configurations, the load generators and one measured run
 are the harness's (``dpukit.mesh_harness``, which the mesh tests use too).
-Every run is kept as one ``dpukit.result/1`` JSON under ``runs/`` with the
-load generator's command line and, in ``parameters.chain``, the command line
-and configuration of every process of the chain.
+Each experiment's sweep is data (a :class:`~dpukit.mesh_harness.Sweep`:
+which topologies, which load phases at which points); its ``collect`` step
+runs it, keeping every run as one ``dpukit.result/1`` JSON under ``runs/``
+(with the load generator's command line and, in ``parameters.chain``, the
+command line and configuration of every process of the chain), and a pure
+``render`` step turns the runs into the section, its tables and plots.
+``dpukit eval --render`` gives the render the runs read back from ``runs/``.
 """
 
 from __future__ import annotations
@@ -20,16 +25,12 @@ from typing import Any, Callable, Sequence
 
 from dpukit.errors import DpukitError
 from dpukit.experiments import Context, experiment, skipped_in_quick_mode
-# Names other modules still import from here (mesh_tls, mesh_xds, measure,
-# measure_soak, test_mesh_xds): the harness's, re-exported until they import
-# dpukit.mesh_harness themselves.
-from dpukit.mesh_harness import (DPU_CPU, HOST_CPU, JITTER_TOPOLOGIES, L4_TOPOLOGIES, LEFT_OUT,  # noqa: F401
-                                 LOOPBACK, TOOL, TOPOLOGIES, TOPOLOGIES_ENV, Chain, Load, Topology, _base_id,
-                                 bootstrap_yaml, envoy_path, fortio_load, fortio_path, go_tool_path, h2load_burst,
-                                 iperf3_load, machine, measure, module_times, one_listener_yaml, parse_fortio,
-                                 parse_h2load, parse_iperf3, parse_sockperf, parse_wrk, reset_peak_rss, rss_kib,
-                                 run_chain, sockperf_load, start_iperf_server, start_l4_proxy, start_service,
-                                 tcp_bootstrap_yaml, topologies, upstream_cx_active, wait_ready, wrk_load)
+from dpukit.mesh_harness import (JITTER_TOPOLOGIES, L4_TOPOLOGIES, LOOPBACK, TOOL, TOPOLOGIES, Chain, Described, Load,
+                                 Phase, Sweep, Swept, Topology, collect_sweep, collected, fortio_load, h2load_burst,
+                                 http_topologies, just, measure, module_times, reset_peak_rss, rss_kib, run_chain,
+                                 upstream_cx_active)
+# measure.py's import of the machine record, from before the harness.
+from dpukit.mesh_harness import machine  # noqa: F401
 from dpukit.plots import BarPanel, Series, bars_plot, line_plot
 from dpukit.report import Section
 from dpukit.units import fmt_int, fmt_sig
@@ -58,9 +59,9 @@ def error_note(records: Sequence[dict[str, Any]]) -> str:
     return f"WARNING: {len(bad)} of {len(records)} load runs had errors or non-2xx answers: " + "; ".join(parts) + "."
 
 
-def topology_note(tops: Sequence[Topology]) -> str:
-    note = "Topologies: " + "; ".join(f"`{t.name}`: {t.description}" for t in tops) + "."
-    left = [f"`{name}` ({why})" for name, why in LEFT_OUT.items() if all(t.name != name for t in tops)]
+def topology_note(swept: Swept) -> str:
+    note = "Topologies: " + "; ".join(f"`{t.name}`: {t.description}" for t in swept.topologies) + "."
+    left = [f"`{name}` ({why})" for name, why in swept.left_out.items()]
     return note + (" Left out on this machine: " + "; ".join(left) + "." if left else "")
 
 
@@ -89,6 +90,11 @@ def add_chain_commands(sec: Section, records: Sequence[dict[str, Any]]) -> None:
 
 # -- mesh.quick ---------------------------------------------------------------------
 
+# Max qps, then latency at a fixed rate, against each chain.
+QUICK = Sweep(http_topologies, (Phase("wrk", {"connections": 16, "seconds": 3}),
+                                Phase("fortio", {"qps": 1000, "connections": 8, "seconds": 3})))
+WRK, FORTIO = 0, 1  # QUICK's phases
+
 
 @experiment(
     "mesh.quick",
@@ -98,95 +104,75 @@ def add_chain_commands(sec: Section, records: Sequence[dict[str, Any]]) -> None:
     tools=[TOOL],
 )
 def quick(ctx: Context) -> Section:
-    tops = topologies(quick=ctx.quick)
-    seconds = 3
-    wrk_conns, fortio_qps, fortio_conns = 16, 1000, 8
-    rounds = ctx.repeats
-    wrk_runs: dict[str, list[dict[str, Any]]] = {t.name: [] for t in tops}
-    fortio_runs: dict[str, list[dict[str, Any]]] = {t.name: [] for t in tops}
-    steps = rounds * len(tops)
-    step = 0
-    # Paired, interleaved rounds: topology after topology, then again, so that
-    # a slow spell of this shared machine hits every topology alike.
-    for rnd in range(1, rounds + 1):
-        for top in tops:
-            step += 1
-            note = f" round {rnd}/{rounds}" if rounds > 1 else ""
-            ctx.progress(f"{top.name}{note}", step, steps)
-            suffix = f"-r{rnd}" if rounds > 1 else ""
+    return render_quick(ctx, collect_sweep(ctx, QUICK))
 
-            def body(chain: Chain, top: Topology = top, suffix: str = suffix) -> None:
-                wrk_runs[top.name].append(measure(
-                    ctx, top, chain, wrk_load(chain.url, wrk_conns, seconds), label=f"{top.name}-wrk{suffix}",
-                    parameters={"load": "wrk", "connections": wrk_conns, "seconds": seconds}))
-                fortio_runs[top.name].append(measure(
-                    ctx, top, chain,
-                    fortio_load(chain.url, fortio_qps, fortio_conns, seconds, chain.work_dir / "fortio.json"),
-                    label=f"{top.name}-fortio{suffix}",
-                    parameters={"load": "fortio", "qps": fortio_qps, "connections": fortio_conns,
-                                "seconds": seconds}))
 
-            run_chain(ctx, top, body)
+def render_quick(ctx: Context, swept: Swept) -> Section:
+    wrk, fortio = swept.phases[WRK].fixed, swept.phases[FORTIO].fixed
+    wrk_runs = {n: swept.runs(n, WRK) for n in swept.names}
+    fortio_runs = {n: swept.runs(n, FORTIO) for n in swept.names}
+    rounds = swept.rounds
 
     def col(runs: dict[str, list[dict[str, Any]]], name: str, key: str, scale: float = 1.0) -> str:
         return fmt_mr([r["figures"][key] for r in runs[name]], scale)
 
     sec = Section("mesh.quick: direct, Envoy sidecars and the node proxy")
-    sec.paragraph(topology_note(tops) + " " + METHOD)
+    sec.paragraph(topology_note(swept) + " " + METHOD)
     sec.paragraph(
-        f"Max qps: `wrk -t1 -c{wrk_conns} -d{seconds}s`. Latency: `fortio load -qps {fortio_qps} -c {fortio_conns} "
-        f"-t {seconds}s`. "
+        f"Max qps: `wrk -t1 -c{wrk['connections']} -d{wrk['seconds']}s`. Latency: `fortio load -qps {fortio['qps']} "
+        f"-c {fortio['connections']} -t {fortio['seconds']}s`. "
         + ("Quick mode: one run per topology." if rounds == 1 else
            f"Full mode: {rounds} paired, interleaved rounds (topology after topology, then again); each cell "
            "is the median with the range of the rounds in parentheses."))
     sec.table(
         ["topology", "max qps (wrk)", "host CPU ms / 1k req", "dpu CPU ms / 1k req", "wrk CPU ms / 1k req",
          "errors", "non-2xx"],
-        [[t.name, col(wrk_runs, t.name, "qps"), col(wrk_runs, t.name, "host_cpu_ms_per_1k"),
-          col(wrk_runs, t.name, "dpu_cpu_ms_per_1k"), col(wrk_runs, t.name, "load_cpu_ms_per_1k"),
-          fmt_int(sum(r["figures"]["errors"] for r in wrk_runs[t.name])),
-          fmt_int(sum(r["figures"]["non_2xx"] for r in wrk_runs[t.name]))] for t in tops],
-        caption=f"Maximum rate, {wrk_conns} connections, and CPU per 1,000 requests at that rate")
+        [[n, col(wrk_runs, n, "qps"), col(wrk_runs, n, "host_cpu_ms_per_1k"),
+          col(wrk_runs, n, "dpu_cpu_ms_per_1k"), col(wrk_runs, n, "load_cpu_ms_per_1k"),
+          fmt_int(sum(r["figures"]["errors"] for r in wrk_runs[n])),
+          fmt_int(sum(r["figures"]["non_2xx"] for r in wrk_runs[n]))] for n in swept.names],
+        caption=f"Maximum rate, {wrk['connections']} connections, and CPU per 1,000 requests at that rate")
     sec.table(
         ["topology", "achieved qps", "p50 ms", "p99 ms", "p99.9 ms", "host CPU ms / 1k req",
          "dpu CPU ms / 1k req", "fortio CPU ms / 1k req", "errors", "non-2xx"],
-        [[t.name, col(fortio_runs, t.name, "qps"), col(fortio_runs, t.name, "p50_ms"),
-          col(fortio_runs, t.name, "p99_ms"), col(fortio_runs, t.name, "p99_9_ms"),
-          col(fortio_runs, t.name, "host_cpu_ms_per_1k"), col(fortio_runs, t.name, "dpu_cpu_ms_per_1k"),
-          col(fortio_runs, t.name, "load_cpu_ms_per_1k"),
-          fmt_int(sum(r["figures"]["errors"] for r in fortio_runs[t.name])),
-          fmt_int(sum(r["figures"]["non_2xx"] for r in fortio_runs[t.name]))] for t in tops],
-        caption=f"Latency at {fortio_qps} qps, {fortio_conns} connections, and CPU per 1,000 requests at that rate")
+        [[n, col(fortio_runs, n, "qps"), col(fortio_runs, n, "p50_ms"),
+          col(fortio_runs, n, "p99_ms"), col(fortio_runs, n, "p99_9_ms"),
+          col(fortio_runs, n, "host_cpu_ms_per_1k"), col(fortio_runs, n, "dpu_cpu_ms_per_1k"),
+          col(fortio_runs, n, "load_cpu_ms_per_1k"),
+          fmt_int(sum(r["figures"]["errors"] for r in fortio_runs[n])),
+          fmt_int(sum(r["figures"]["non_2xx"] for r in fortio_runs[n]))] for n in swept.names],
+        caption=f"Latency at {fortio['qps']} qps, {fortio['connections']} connections, and CPU per 1,000 requests "
+                "at that rate")
 
     def med(runs: dict[str, list[dict[str, Any]]], name: str, key: str) -> float:
         return statistics.median(r["figures"][key] for r in runs[name])
 
-    names = [t.name for t in tops]
+    names = swept.names
     path, rel = ctx.plot_path("summary")
     bars_plot(path, [
-        BarPanel("max qps (wrk, 16 conns)", "requests / s", {"": [med(wrk_runs, n, "qps") for n in names]},
-                 fmt=lambda v: fmt_sig(v / 1000) + "k"),
-        BarPanel(f"p99 at {fortio_qps} qps", "ms", {"": [med(fortio_runs, n, "p99_ms") for n in names]}),
+        BarPanel(f"max qps (wrk, {wrk['connections']} conns)", "requests / s",
+                 {"": [med(wrk_runs, n, "qps") for n in names]}, fmt=lambda v: fmt_sig(v / 1000) + "k"),
+        BarPanel(f"p99 at {fortio['qps']} qps", "ms", {"": [med(fortio_runs, n, "p99_ms") for n in names]}),
         BarPanel("host CPU per 1k req (max qps)", "ms", {"": [med(wrk_runs, n, "host_cpu_ms_per_1k") for n in names]}),
         BarPanel("dpu CPU per 1k req (max qps)", "ms", {"": [med(wrk_runs, n, "dpu_cpu_ms_per_1k") for n in names]}),
     ], names, title="Service mesh topologies on the emulated DPU", ncols=2, highlight="node-proxy")
     sec.image(rel, "Max qps, p99 latency and CPU per 1,000 requests per topology",
-              "Max qps (wrk), p99 at 1000 qps (fortio), host and dpu CPU ms per 1,000 requests at max qps"
+              f"Max qps (wrk), p99 at {fortio['qps']} qps (fortio), host and dpu CPU ms per 1,000 requests at max qps"
               + (" (medians)." if rounds > 1 else "."))
-    goals = goal_rows(tops, wrk_runs, fortio_runs)
+    goals = goal_rows(swept.topologies, wrk_runs, fortio_runs)
     if goals:
         sec.table(["node proxy", "max qps × sidecars (goal ≥ 4)", "added p99 × sidecars' (goal ≤ 0.3)",
                    "host CPU / 1k req × sidecars' (goal ≤ 0.2)"], goals,
                   caption="The issue's goals as paired ratios: each round's node proxy against the same round's "
                           "sidecar pair (median, range)")
-        sec.paragraph("Added p99 is the topology's p99 at 1000 qps minus the same round's direct p99. Host CPU is "
-                      "at max qps: the service's CPU and, for the sidecars, the two Envoys'.")
-    sec.paragraph(error_note([*sum(wrk_runs.values(), []), *sum(fortio_runs.values(), [])]))
-    add_chain_commands(sec, ctx.runs)
+        sec.paragraph(f"Added p99 is the topology's p99 at {fortio['qps']} qps minus the same round's direct p99. "
+                      "Host CPU is at max qps: the service's CPU and, for the sidecars, the two Envoys'.")
+    sec.paragraph(error_note(swept.records))
+    add_chain_commands(sec, swept.records)
     return sec
 
 
-def goal_rows(tops: Sequence[Topology], wrk_runs: dict[str, list[dict[str, Any]]],
+def goal_rows(tops: Sequence[Topology | Described], wrk_runs: dict[str, list[dict[str, Any]]],
               fortio_runs: dict[str, list[dict[str, Any]]]) -> list[list[str]]:
     """Per node-proxy topology: round-by-round ratios to the sidecar pair (rounds are paired by index)."""
     names = {t.name for t in tops}
@@ -207,18 +193,22 @@ def goal_rows(tops: Sequence[Topology], wrk_runs: dict[str, list[dict[str, Any]]
     return rows
 
 
-# -- mesh.latency (Fig. 17) --------------------------------------------------------------
+# -- mesh.latency (Fig. 17) and mesh.throughput (Fig. 18b) --------------------------------
 
 
 LATENCY_QPS = (250, 500, 1000, 2000, 4000)
 THROUGHPUT_CONNS = (1, 4, 16, 64)
 FULL_SECONDS = 5
 
+LATENCY = Sweep(http_topologies, (Phase("fortio", {"connections": 8, "seconds": FULL_SECONDS}, "qps", LATENCY_QPS),))
+THROUGHPUT = Sweep(http_topologies, (Phase("wrk", {"seconds": FULL_SECONDS}, "connections", THROUGHPUT_CONNS),))
+
 
 def sweep(ctx: Context, tops: Sequence[Topology], points: Sequence[int], kind: str,
           make_load: Callable[[Chain, int], Load],
           params: Callable[[int], dict[str, Any]]) -> dict[str, dict[int, list[dict[str, Any]]]]:
-    """For each round and topology: one chain, every point against it."""
+    """For each round and topology: one chain, every point against it.
+    (mesh_tls's walker until it describes its sweeps as a Sweep.)"""
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {t.name: {p: [] for p in points} for t in tops}
     steps = ctx.repeats * len(tops) * len(points)
     step = 0
@@ -238,7 +228,7 @@ def sweep(ctx: Context, tops: Sequence[Topology], points: Sequence[int], kind: s
     return runs
 
 
-def medians(runs: dict[int, list[dict[str, Any]]], key: str) -> list[float]:
+def medians(runs: dict[Any, list[dict[str, Any]]], key: str) -> list[float]:
     return [statistics.median(r["figures"][key] for r in rs) for rs in runs.values()]
 
 
@@ -252,18 +242,20 @@ def latency(ctx: Context) -> Section:
     sec = Section("mesh.latency: latency vs qps (Fig. 17)")
     if skipped_in_quick_mode(ctx, sec, "mesh.latency"):
         return sec
-    tops, conns = topologies(), 8
-    runs = sweep(ctx, tops, LATENCY_QPS, "qps",
-                 lambda chain, q: fortio_load(chain.url, q, conns, FULL_SECONDS, chain.work_dir / "fortio.json"),
-                 lambda q: {"load": "fortio", "qps": q, "connections": conns, "seconds": FULL_SECONDS})
-    sec.paragraph(topology_note(tops) + " " + METHOD)
-    sec.paragraph(f"`fortio load -qps Q -c {conns} -t {FULL_SECONDS}s` per point; {ctx.repeats} interleaved rounds "
-                  "(one chain per topology and round, every rate against it); cells are medians (range).")
+    return render_latency(ctx, sec, collect_sweep(ctx, LATENCY))
+
+
+def render_latency(ctx: Context, sec: Section, swept: Swept) -> Section:
+    fixed, qps = swept.phases[0].fixed, swept.points()
+    sec.paragraph(topology_note(swept) + " " + METHOD)
+    sec.paragraph(f"`fortio load -qps Q -c {fixed['connections']} -t {fixed['seconds']}s` per point; {swept.rounds} "
+                  "interleaved rounds (one chain per topology and round, every rate against it); cells are medians "
+                  "(range).")
     rows = []
-    for t in tops:
-        for q in LATENCY_QPS:
-            rs = runs[t.name][q]
-            rows.append([t.name, fmt_int(q), fmt_mr([r["figures"]["qps"] for r in rs])]
+    for n in swept.names:
+        for q in qps:
+            rs = swept.runs(n, 0, q)
+            rows.append([n, fmt_int(q), fmt_mr([r["figures"]["qps"] for r in rs])]
                         + [fmt_mr([r["figures"][k] for r in rs]) for k in ("p50_ms", "p90_ms", "p99_ms", "p99_9_ms")]
                         + [fmt_mr([r["figures"]["host_cpu_ms_per_1k"] for r in rs]),
                            fmt_mr([r["figures"]["dpu_cpu_ms_per_1k"] for r in rs])])
@@ -271,12 +263,12 @@ def latency(ctx: Context) -> Section:
                "dpu CPU ms / 1k"], rows, caption="Latency vs offered rate")
     for key, label in (("p50_ms", "p50"), ("p99_ms", "p99")):
         path, rel = ctx.plot_path(f"latency-{label}")
-        line_plot(path, [Series(t.name, list(LATENCY_QPS), medians(runs[t.name], key)) for t in tops],
+        line_plot(path, [Series(n, qps, medians(swept.by_point(n), key)) for n in swept.names],
                   title=f"{label} latency vs offered rate", xlabel="qps", ylabel=f"{label} latency (ms)",
-                  logx=True, xticks=LATENCY_QPS, ymin_zero=True)
+                  logx=True, xticks=qps, ymin_zero=True)
         sec.image(rel, f"{label} latency vs qps", f"{label} latency (median of rounds) vs offered qps, per topology.")
-    sec.paragraph(error_note([r for t in runs.values() for rs in t.values() for r in rs]))
-    add_chain_commands(sec, ctx.runs)
+    sec.paragraph(error_note(swept.records))
+    add_chain_commands(sec, swept.records)
     return sec
 
 
@@ -290,30 +282,31 @@ def throughput(ctx: Context) -> Section:
     sec = Section("mesh.throughput: max qps vs connections (Fig. 18b)")
     if skipped_in_quick_mode(ctx, sec, "mesh.throughput"):
         return sec
-    tops = topologies()
-    runs = sweep(ctx, tops, THROUGHPUT_CONNS, "conns",
-                 lambda chain, c: wrk_load(chain.url, c, FULL_SECONDS),
-                 lambda c: {"load": "wrk", "connections": c, "seconds": FULL_SECONDS})
-    sec.paragraph(topology_note(tops) + " " + METHOD)
-    sec.paragraph(f"`wrk -t1 -cC -d{FULL_SECONDS}s --latency` per point; {ctx.repeats} interleaved rounds; "
-                  "cells are medians (range).")
+    return render_throughput(ctx, sec, collect_sweep(ctx, THROUGHPUT))
+
+
+def render_throughput(ctx: Context, sec: Section, swept: Swept) -> Section:
+    conns = swept.points()
+    sec.paragraph(topology_note(swept) + " " + METHOD)
+    sec.paragraph(f"`wrk -t1 -cC -d{swept.phases[0].fixed['seconds']}s --latency` per point; {swept.rounds} "
+                  "interleaved rounds; cells are medians (range).")
     rows = []
-    for t in tops:
-        for c in THROUGHPUT_CONNS:
-            rs = runs[t.name][c]
-            rows.append([t.name, c, fmt_mr([r["figures"]["qps"] for r in rs]),
+    for n in swept.names:
+        for c in conns:
+            rs = swept.runs(n, 0, c)
+            rows.append([n, c, fmt_mr([r["figures"]["qps"] for r in rs]),
                          fmt_mr([r["figures"]["p99_ms"] for r in rs]),
                          fmt_mr([r["figures"]["host_cpu_ms_per_1k"] for r in rs]),
                          fmt_mr([r["figures"]["dpu_cpu_ms_per_1k"] for r in rs])])
     sec.table(["topology", "connections", "max qps", "p99 ms", "host CPU ms / 1k", "dpu CPU ms / 1k"], rows,
               caption="Maximum rate vs connections")
     path, rel = ctx.plot_path("throughput")
-    line_plot(path, [Series(t.name, list(THROUGHPUT_CONNS), medians(runs[t.name], "qps")) for t in tops],
+    line_plot(path, [Series(n, conns, medians(swept.by_point(n), "qps")) for n in swept.names],
               title="Max qps vs connections", xlabel="connections", ylabel="requests / s",
-              logx=True, xticks=THROUGHPUT_CONNS, ymin_zero=True, y_format=lambda v: f"{v / 1000:g}k")
+              logx=True, xticks=conns, ymin_zero=True, y_format=lambda v: f"{v / 1000:g}k")
     sec.image(rel, "max qps vs connections", "Max qps (median of rounds) vs connections, per topology.")
-    sec.paragraph(error_note([r for t in runs.values() for rs in t.values() for r in rs]))
-    add_chain_commands(sec, ctx.runs)
+    sec.paragraph(error_note(swept.records))
+    add_chain_commands(sec, swept.records)
     return sec
 
 
@@ -321,11 +314,11 @@ def throughput(ctx: Context) -> Section:
 
 SOAK_QPS, SOAK_CONNS = 2000, 8
 SOAK_SAMPLE_S = 5.0
+SOAK_SECONDS_ENV = "DPUKIT_MESH_SOAK_SECONDS"  # the soak's length (default 600)
 # Before the soak, one HTTP/2 connection opens more streams at once than
 # max_concurrent_streams (1,024) lets run together.
 BURST_STREAMS = 1025
 BURST_SETTLE_S = 1.0  # after the burst, before "after" is read
-
 
 
 def burst_rss(ctx: Context, top: Topology, chain: Chain, pid: int) -> dict[str, Any]:
@@ -357,6 +350,42 @@ def sample_rss(pid: int, stop: threading.Event, out: list[tuple[float, int]]) ->
         stop.wait(SOAK_SAMPLE_S)
 
 
+def collect_soak(ctx: Context) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The burst, then the soak with the proxy's RSS sampled, then its
+    modules' times: (the samples, the module times and the settings; the
+    burst's and the soak's records)."""
+
+    def run() -> dict[str, Any]:
+        seconds = int(os.environ.get(SOAK_SECONDS_ENV, "600"))
+        top = next(t for t in TOPOLOGIES if t.name == "node-proxy")
+        samples: list[tuple[float, int]] = []
+        modules: dict[str, tuple[float, int]] = {}
+
+        def body(chain: Chain) -> None:
+            proxy = next(p for p in chain.group.procs if p.name == "node-proxy")
+            ctx.progress(f"node-proxy: {BURST_STREAMS} streams on one HTTP/2 connection", 1, 2)
+            burst_rss(ctx, top, chain, proxy.pid)
+            stop = threading.Event()
+            sampler = threading.Thread(target=sample_rss, args=(proxy.pid, stop, samples), daemon=True)
+            sampler.start()
+            try:
+                ctx.progress(f"node-proxy at {SOAK_QPS} qps for {seconds} s", 2, 2)
+                measure(ctx, top, chain,
+                        fortio_load(chain.url, SOAK_QPS, SOAK_CONNS, seconds, chain.work_dir / "fortio.json"),
+                        label="node-proxy-soak",
+                        parameters={"load": "fortio", "qps": SOAK_QPS, "connections": SOAK_CONNS, "seconds": seconds})
+            finally:
+                stop.set()
+                sampler.join()
+            modules.update(module_times(f"http://{LOOPBACK}:{chain.admin_port}"))
+
+        run_chain(ctx, top, body)
+        return {"topology": [top.name, top.description], "seconds": seconds, "qps": SOAK_QPS,
+                "connections": SOAK_CONNS, "sample_s": SOAK_SAMPLE_S, "burst_streams": BURST_STREAMS,
+                "settle_s": BURST_SETTLE_S, "samples": samples, "modules": modules}
+
+    return collected(ctx, run)
+
 
 @experiment(
     "mesh.soak",
@@ -370,48 +399,33 @@ def soak(ctx: Context) -> Section:
     sec = Section("mesh.soak: the node proxy after a burst of HTTP/2 streams and under a fixed rate for 10 minutes")
     if skipped_in_quick_mode(ctx, sec, "mesh.soak", " (it runs for 10 minutes)"):
         return sec
-    seconds = int(os.environ.get("DPUKIT_MESH_SOAK_SECONDS", "600"))
-    top = next(t for t in TOPOLOGIES if t.name == "node-proxy")
-    samples: list[tuple[float, int]] = []
-    result: dict[str, Any] = {}
+    data, (burst, run) = collect_soak(ctx)
+    return render_soak(ctx, sec, data, burst, run)
 
-    def body(chain: Chain) -> None:
-        proxy = next(p for p in chain.group.procs if p.name == "node-proxy")
-        ctx.progress(f"node-proxy: {BURST_STREAMS} streams on one HTTP/2 connection", 1, 2)
-        result["burst"] = burst_rss(ctx, top, chain, proxy.pid)
-        stop = threading.Event()
-        sampler = threading.Thread(target=sample_rss, args=(proxy.pid, stop, samples), daemon=True)
-        sampler.start()
-        try:
-            ctx.progress(f"node-proxy at {SOAK_QPS} qps for {seconds} s", 2, 2)
-            result["run"] = measure(
-                ctx, top, chain, fortio_load(chain.url, SOAK_QPS, SOAK_CONNS, seconds, chain.work_dir / "fortio.json"),
-                label="node-proxy-soak",
-                parameters={"load": "fortio", "qps": SOAK_QPS, "connections": SOAK_CONNS, "seconds": seconds})
-        finally:
-            stop.set()
-            sampler.join()
-        result["modules"] = module_times(f"http://{LOOPBACK}:{chain.admin_port}")
 
-    run_chain(ctx, top, body)
-    f = result["run"]["figures"]
+def render_soak(ctx: Context, sec: Section, data: dict[str, Any], burst: dict[str, Any],
+                run: dict[str, Any]) -> Section:
+    f = run["figures"]
+    samples = data["samples"]
+    qps, streams = data["qps"], data["burst_streams"]
     rss = [kib for _, kib in samples]
     half = len(rss) // 2
-    b = result["burst"]["figures"]
-    sec.paragraph(f"First `h2load -n {BURST_STREAMS} -c 1 -m {BURST_STREAMS}`: {BURST_STREAMS} streams opened at "
+    b = burst["figures"]
+    sec.paragraph(f"First `h2load -n {streams} -c 1 -m {streams}`: {streams} streams opened at "
                   "once on one HTTP/2 connection (the listener's max_concurrent_streams lets 1,024 run together; "
                   "each goes to the HTTP/1.1 service on an upstream connection of its own, pooled when it ends). "
                   f"The proxy's VmRSS before, its VmHWM during the burst (reset before it: "
                   f"{'yes' if b['rss_peak_since'] == 'burst' else 'refused here, so the peak since the start'}) "
-                  f"and its VmRSS {BURST_SETTLE_S:g} s after.")
+                  f"and its VmRSS {data['settle_s']:g} s after.")
     sec.table(["streams", "succeeded", "non-2xx", "RSS before MiB", "RSS peak MiB", "RSS after MiB",
                "upstream connections after"],
               [[fmt_int(b["requests"]), fmt_int(b["requests"] - b["errors"]), fmt_int(b["non_2xx"]),
                 f"{b['rss_before_kib'] / 1024:.1f}", f"{b['rss_peak_kib'] / 1024:.1f}",
                 f"{b['rss_after_kib'] / 1024:.1f}", fmt_int(b["upstream_cx_active_after"])]],
               caption="The burst of HTTP/2 streams (what stays after it: the pooled upstream connections)")
-    sec.paragraph(f"Then `fortio load -qps {SOAK_QPS} -c {SOAK_CONNS} -t {seconds}s` through `node-proxy` "
-                  f"({top.description}); the proxy's VmRSS every {SOAK_SAMPLE_S:g} s. " + METHOD)
+    name, description = data["topology"]
+    sec.paragraph(f"Then `fortio load -qps {qps} -c {data['connections']} -t {data['seconds']}s` through `{name}` "
+                  f"({description}); the proxy's VmRSS every {data['sample_s']:g} s. " + METHOD)
     sec.table(["requests", "achieved qps", "errors", "non-2xx", "p50 ms", "p99 ms", "p99.9 ms",
                "RSS first / last / max MiB", "RSS max, first half / second half MiB"],
               [[fmt_int(f["requests"]), fmt_sig(f["qps"]), fmt_int(f["errors"]), fmt_int(f["non_2xx"]),
@@ -420,22 +434,21 @@ def soak(ctx: Context) -> Section:
                 f"{max(rss[:half] or rss) / 1024:.1f} / {max(rss[half:]) / 1024:.1f}"]],
               caption="The soak run")
     sec.table(["module", "ns per call", "calls"],
-              [[m, fmt_sig(ns), fmt_int(c)] for m, (ns, c) in result["modules"].items()],
+              [[m, fmt_sig(ns), fmt_int(c)] for m, (ns, c) in data["modules"].items()],
               caption="Time in each processing module, measured by the module itself (paper Table III)")
     path, rel = ctx.plot_path("soak-rss")
     line_plot(path, [Series("node proxy RSS", [t for t, _ in samples], [k / 1024 for k in rss], "-")],
-              title=f"node proxy RSS at {SOAK_QPS} qps", xlabel="seconds", ylabel="MiB", ymin_zero=True)
+              title=f"node proxy RSS at {qps} qps", xlabel="seconds", ylabel="MiB", ymin_zero=True)
     sec.image(rel, "node proxy RSS over the soak", "The node proxy's resident memory during the soak.")
-    sec.paragraph(error_note([result["burst"], result["run"]]))
-    add_chain_commands(sec, ctx.runs)
+    sec.paragraph(error_note([burst, run]))
+    add_chain_commands(sec, [burst, run])
     return sec
 
 
 # -- mesh.l4 ------------------------------------------------------------------------
 
 L4_STREAMS = (1, 4, 16)
-
-
+L4 = Sweep(just(L4_TOPOLOGIES), (Phase("iperf3", {"seconds": FULL_SECONDS}, "streams", L4_STREAMS),))
 
 
 @experiment(
@@ -449,28 +462,30 @@ def l4(ctx: Context) -> Section:
     sec = Section("mesh.l4: TCP throughput through tcp_proxy vs connections")
     if skipped_in_quick_mode(ctx, sec, "mesh.l4"):
         return sec
-    tops = list(L4_TOPOLOGIES)
-    runs = sweep(ctx, tops, L4_STREAMS, "streams", lambda chain, n: iperf3_load(chain.entry_port, n, FULL_SECONDS),
-                 lambda n: {"load": "iperf3", "streams": n, "seconds": FULL_SECONDS})
+    return render_l4(ctx, sec, collect_sweep(ctx, L4))
+
+
+def render_l4(ctx: Context, sec: Section, swept: Swept) -> Section:
+    streams, seconds = swept.points(), swept.phases[0].fixed["seconds"]
 
     def cpu_per_gb(r: dict[str, Any], place: str) -> float:
         return r["cpu_ns"][place] / 1e9 / (r["figures"]["bytes"] / 1e9)
 
-    sec.paragraph("Topologies: " + "; ".join(f"`{t.name}`: {t.description}" for t in tops) + ". "
-                  f"`iperf3 -c -t {FULL_SECONDS} -P N -J` on CPU 0 against `iperf3 -s` on CPU 0; every proxy on "
-                  f"CPU 1. {ctx.repeats} interleaved rounds; cells are medians (range). CPU is per GB received.")
-    rows = [[t.name, n, fmt_mr([r["figures"]["gbps"] for r in runs[t.name][n]]),
-             fmt_mr([cpu_per_gb(r, "host") for r in runs[t.name][n]]),
-             fmt_mr([cpu_per_gb(r, "dpu") for r in runs[t.name][n]])]
-            for t in tops for n in L4_STREAMS]
+    sec.paragraph("Topologies: " + "; ".join(f"`{t.name}`: {t.description}" for t in swept.topologies) + ". "
+                  f"`iperf3 -c -t {seconds} -P N -J` on CPU 0 against `iperf3 -s` on CPU 0; every proxy on "
+                  f"CPU 1. {swept.rounds} interleaved rounds; cells are medians (range). CPU is per GB received.")
+    rows = [[t, n, fmt_mr([r["figures"]["gbps"] for r in swept.runs(t, 0, n)]),
+             fmt_mr([cpu_per_gb(r, "host") for r in swept.runs(t, 0, n)]),
+             fmt_mr([cpu_per_gb(r, "dpu") for r in swept.runs(t, 0, n)])]
+            for t in swept.names for n in streams]
     sec.table(["topology", "streams", "Gbps", "host CPU s / GB", "dpu CPU s / GB"], rows,
               caption="TCP throughput through tcp_proxy")
     path, rel = ctx.plot_path("l4")
-    line_plot(path, [Series(t.name, list(L4_STREAMS), medians(runs[t.name], "gbps")) for t in tops],
+    line_plot(path, [Series(t, streams, medians(swept.by_point(t), "gbps")) for t in swept.names],
               title="TCP throughput vs streams", xlabel="iperf3 streams", ylabel="Gbps", logx=True,
-              xticks=L4_STREAMS, ymin_zero=True)
+              xticks=streams, ymin_zero=True)
     sec.image(rel, "TCP throughput vs streams", "Gbps (median of rounds) vs parallel streams, per topology.")
-    add_chain_commands(sec, ctx.runs)
+    add_chain_commands(sec, swept.records)
     return sec
 
 
@@ -478,8 +493,8 @@ def l4(ctx: Context) -> Section:
 
 JITTER_SIZES = (64, 1024)
 JITTER_MPS = 5000
-
-
+JITTER = Sweep(just(JITTER_TOPOLOGIES), (Phase("sockperf", {"mps": JITTER_MPS, "seconds": FULL_SECONDS},
+                                               "message_bytes", JITTER_SIZES),))
 
 
 @experiment(
@@ -493,37 +508,37 @@ def jitter(ctx: Context) -> Section:
     sec = Section("mesh.jitter: latency jitter through tcp_proxy (Fig. 19a)")
     if skipped_in_quick_mode(ctx, sec, "mesh.jitter"):
         return sec
-    tops = list(JITTER_TOPOLOGIES)
-    runs = sweep(ctx, tops, JITTER_SIZES, "bytes",
-                 lambda chain, n: sockperf_load(chain.entry_port, n, FULL_SECONDS, JITTER_MPS),
-                 lambda n: {"load": "sockperf", "message_bytes": n, "mps": JITTER_MPS, "seconds": FULL_SECONDS})
-    sec.paragraph("Topologies: " + "; ".join(f"`{t.name}`: {t.description}" for t in tops) + ". "
-                  f"`sockperf ping-pong --tcp -t {FULL_SECONDS} -m N --mps {JITTER_MPS}` on CPU 0 against "
+    return render_jitter(ctx, sec, collect_sweep(ctx, JITTER))
+
+
+def render_jitter(ctx: Context, sec: Section, swept: Swept) -> Section:
+    sizes, fixed = swept.points(), swept.phases[0].fixed
+    sec.paragraph("Topologies: " + "; ".join(f"`{t.name}`: {t.description}" for t in swept.topologies) + ". "
+                  f"`sockperf ping-pong --tcp -t {fixed['seconds']} -m N --mps {fixed['mps']}` on CPU 0 against "
                   "`sockperf server --tcp` on CPU 0; every proxy on CPU 1. sockperf's latency is half the round "
-                  f"trip, in µs; jitter is its standard deviation. {ctx.repeats} interleaved rounds; cells are "
+                  f"trip, in µs; jitter is its standard deviation. {swept.rounds} interleaved rounds; cells are "
                   "medians (range). Lost: messages sent but not answered in the measured window.")
 
     def col(name: str, n: int, key: str) -> str:
-        return fmt_mr([r["figures"][key] for r in runs[name][n]])
+        return fmt_mr([r["figures"][key] for r in swept.runs(name, 0, n)])
 
-    rows = [[t.name, n, col(t.name, n, "avg_us"), col(t.name, n, "std_dev_us"), col(t.name, n, "p50_us"),
-             col(t.name, n, "p99_us"), col(t.name, n, "p99_9_us"), col(t.name, n, "max_us"),
-             fmt_int(sum(r["figures"]["lost"] for r in runs[t.name][n]))]
-            for t in tops for n in JITTER_SIZES]
+    rows = [[t, n, col(t, n, "avg_us"), col(t, n, "std_dev_us"), col(t, n, "p50_us"),
+             col(t, n, "p99_us"), col(t, n, "p99_9_us"), col(t, n, "max_us"),
+             fmt_int(sum(r["figures"]["lost"] for r in swept.runs(t, 0, n)))]
+            for t in swept.names for n in sizes]
     sec.table(["topology", "message bytes", "avg µs", "jitter (std-dev) µs", "p50 µs", "p99 µs", "p99.9 µs",
                "max µs", "lost"], rows, caption="Latency and its jitter through tcp_proxy")
     path, rel = ctx.plot_path("jitter")
-    names = [t.name for t in tops]
-    bars_plot(path, [
-        BarPanel(f"jitter (std-dev), {n} B", "µs", {"": [statistics.median(r["figures"]["std_dev_us"]
-                                                                        for r in runs[name][n]) for name in names]})
-        for n in JITTER_SIZES
-    ] + [
-        BarPanel(f"p99.9, {n} B", "µs", {"": [statistics.median(r["figures"]["p99_9_us"] for r in runs[name][n])
-                                              for name in names]})
-        for n in JITTER_SIZES
-    ], names, title="Latency jitter through tcp_proxy", ncols=2, highlight="node-proxy")
+    names = swept.names
+
+    def med(name: str, n: int, key: str) -> float:
+        return statistics.median(r["figures"][key] for r in swept.runs(name, 0, n))
+
+    bars_plot(path, [BarPanel(f"jitter (std-dev), {n} B", "µs", {"": [med(name, n, "std_dev_us") for name in names]})
+                     for n in sizes]
+              + [BarPanel(f"p99.9, {n} B", "µs", {"": [med(name, n, "p99_9_us") for name in names]}) for n in sizes],
+              names, title="Latency jitter through tcp_proxy", ncols=2, highlight="node-proxy")
     sec.image(rel, "Latency jitter through tcp_proxy", "Standard deviation and p99.9 of sockperf latency "
               "(medians of rounds) per topology and message size.")
-    add_chain_commands(sec, ctx.runs)
+    add_chain_commands(sec, swept.records)
     return sec
