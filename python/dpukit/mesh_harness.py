@@ -406,6 +406,8 @@ class Topology:
     description: str
     start: Callable[[Chain], None]
     in_quick: bool = True  # False: full mode only (the quick eval's mesh experiment stays under a minute)
+    # What every run's record says of this topology besides its name (a proxy's --dpu-speed, ...).
+    parameters: dict[str, Any] = field(default_factory=dict)
 
 
 # Adding a topology is one entry here.
@@ -741,7 +743,7 @@ def measure(ctx: Context, topology: Topology, chain: Chain, load: Load, *, label
         "placement": {"host_cpus": HOST_CPU, "dpu_cpus": DPU_CPU, "hw_cpus": "",
                       "note": "load generator and service on the host CPU; every proxy pinned to the dpu CPU; "
                               "Envoy sidecars counted as host CPU (they run in the pods)"},
-        "parameters": {"topology": topology.name, **parameters, "chain": chain.describe()},
+        "parameters": {"topology": topology.name, **parameters, **topology.parameters, "chain": chain.describe()},
         "figures": figures,
         "cpu_ns": {"host": cpu["host"], "dpu": cpu["dpu"], "hw": 0},
         "wall_ns": wall,

@@ -12,8 +12,9 @@ dilated to the speed (docs/core.md); the wire is loopback TCP on the same
 kernel, so the proxy's kernel time on its thread is dilated too (a BlueField's
 Arm cores run their own network stack).
 
-The experiment is a ``collect`` step (runs the chains, returns the records)
-and a pure ``render`` step (records -> section, table and plot).
+The experiment is a sweep described as data (the harness's Sweep: these
+topologies, wrk's max qps, then fortio at each fixed rate), collected by the
+harness, and a pure ``render`` step (runs -> section, table and plot).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from typing import Any
 
 from dpukit.experiments import Context, experiment
 from dpukit.experiments.mesh import add_chain_commands, error_note, fmt_mr
-from dpukit.mesh_harness import (DPU_CPU, HOST_CPU, TOOL, Chain, Topology, direct, envoy_sidecars, fortio_load,
-                                 measure, node_proxy, run_chain, wrk_load)
+from dpukit.mesh_harness import (DPU_CPU, HOST_CPU, TOOL, Phase, Sweep, Swept, Topology, collect_sweep, direct,
+                                 envoy_sidecars, node_proxy)
 from dpukit.plots import BarPanel, bars_plot
 from dpukit.report import Section
 from dpukit.units import fmt_int, fmt_sig
@@ -63,12 +64,11 @@ def proxy_runs() -> list[ProxyRun]:
             ProxyRun(f"node-proxy-{SPEED}-2cpu", SPEED, 2)]
 
 
-def plan() -> tuple[list[Topology], dict[str, ProxyRun], dict[str, str]]:
-    """The topologies that can run here, their proxy runs, and what is left out with why."""
+def plan(quick: bool) -> tuple[list[Topology], dict[str, str]]:
+    """The topologies that can run here, and what is left out with why."""
     tops = [Topology("direct", "client → service (no proxy)", direct),
             Topology(SIDECARS, "client → Envoy → Envoy → service (the sidecar pair, on one host core)",
                      envoy_sidecars)]
-    runs: dict[str, ProxyRun] = {}
     left_out: dict[str, str] = {}
     for r in proxy_runs():
         cpus = dpu_cpu_list(r.cpus)
@@ -78,54 +78,19 @@ def plan() -> tuple[list[Topology], dict[str, ProxyRun], dict[str, str]]:
             continue
         tops.append(Topology(r.name, f"client → dpukit-mesh (rtc, {r.cpus} worker(s) on dpu CPUs {cpus}, "
                              f"--dpu-speed {r.speed}) → service",
-                             node_proxy("rtc", r.cpus, dpu_cpus=cpus, dpu_speed=r.speed)))
-        runs[r.name] = r
-    return tops, runs, left_out
+                             node_proxy("rtc", r.cpus, dpu_cpus=cpus, dpu_speed=r.speed),
+                             parameters={"dpu_speed": r.speed, "dpu_cpus": cpus}))
+    return tops, left_out
 
 
-# -- collect --------------------------------------------------------------------------
+def sweep(rates: tuple[int, ...]) -> Sweep:
+    """In each round and chain: wrk's max qps, then fortio at each of ``rates``."""
+    return Sweep(plan, (Phase("wrk", {"connections": WRK_CONNS, "seconds": SECONDS}),
+                        Phase("fortio", {"connections": FORTIO_CONNS, "seconds": SECONDS}, "qps", rates)))
 
 
-def collect(ctx: Context) -> dict[str, Any]:
-    """Paired, interleaved rounds (topology after topology, then again): in
-    each, one chain per topology, wrk's max qps then fortio at each fixed
-    rate. Returns every run's record in the order it was made, and per
-    topology the indices of its wrk runs and, per rate, of its fortio runs."""
-    tops, runs, left_out = plan()
-    rates = QUICK_RATES if ctx.quick else FULL_RATES
-    rounds = ctx.repeats
-    records: list[dict[str, Any]] = []
-    wrk: dict[str, list[int]] = {t.name: [] for t in tops}
-    fortio: dict[str, dict[str, list[int]]] = {t.name: {str(q): [] for q in rates} for t in tops}
-
-    def keep(record: dict[str, Any]) -> int:
-        records.append(record)
-        return len(records) - 1
-
-    steps, step = rounds * len(tops), 0
-    for rnd in range(1, rounds + 1):
-        for top in tops:
-            step += 1
-            ctx.progress(f"{top.name} round {rnd}/{rounds}", step, steps)
-            extra: dict[str, Any] = {}
-            if top.name in runs:
-                extra = {"dpu_speed": runs[top.name].speed, "dpu_cpus": dpu_cpu_list(runs[top.name].cpus)}
-
-            def body(chain: Chain, top: Topology = top, rnd: int = rnd, extra: dict[str, Any] = extra) -> None:
-                wrk[top.name].append(keep(measure(
-                    ctx, top, chain, wrk_load(chain.url, WRK_CONNS, SECONDS), label=f"{top.name}-wrk-r{rnd}",
-                    parameters={"load": "wrk", "connections": WRK_CONNS, "seconds": SECONDS, **extra})))
-                for q in rates:
-                    fortio[top.name][str(q)].append(keep(measure(
-                        ctx, top, chain, fortio_load(chain.url, q, FORTIO_CONNS, SECONDS, chain.work_dir / "f.json"),
-                        label=f"{top.name}-fortio{q}-r{rnd}",
-                        parameters={"load": "fortio", "qps": q, "connections": FORTIO_CONNS, "seconds": SECONDS,
-                                    **extra})))
-
-            run_chain(ctx, top, body)
-    return {"topologies": [[t.name, t.description] for t in tops], "runs": {n: vars(r) for n, r in runs.items()},
-            "left_out": left_out, "rates": list(rates), "rounds": rounds, "records": records, "wrk": wrk,
-            "fortio": fortio}
+QUICK, FULL = sweep(QUICK_RATES), sweep(FULL_RATES)
+WRK, FORTIO = 0, 1  # the phases
 
 
 # -- render ---------------------------------------------------------------------------
@@ -152,25 +117,27 @@ def per_cpu_qps(record: dict[str, Any]) -> float:
     return record["figures"]["requests"] / (cpu / 1e9) if cpu else math.nan
 
 
-def render(ctx: Context, data: dict[str, Any]) -> Section:
+def render(ctx: Context, swept: Swept) -> Section:
     sec = Section("mesh.bluefield: the node proxy at BlueField-3 speed against the Envoy sidecar pair")
-    names = [n for n, _ in data["topologies"]]
-    recs = data["records"]
-    wrk = {n: [recs[i] for i in idx] for n, idx in data["wrk"].items()}
-    fortio = {n: {int(q): [recs[i] for i in idx] for q, idx in by_rate.items()} for n, by_rate in data["fortio"].items()}
-    rates, rounds = data["rates"], data["rounds"]
-    proxies = [n for n in names if n in data["runs"]]
+    names = swept.names
+    recs = swept.records
+    wrk = {n: swept.runs(n, WRK) for n in names}
+    fortio = {n: swept.by_point(n, FORTIO) for n in names}
+    rates, rounds = swept.points(FORTIO), swept.rounds
+    runs = {r.name: r for r in proxy_runs()}
+    wrk_load, fortio_load = swept.phases[WRK].fixed, swept.phases[FORTIO].fixed
     sec.paragraph(
-        "Topologies: " + "; ".join(f"`{n}`: {d}" for n, d in data["topologies"]) + "."
-        + ("" if not data["left_out"] else " Left out on this machine: "
-           + "; ".join(f"`{n}` ({why})" for n, why in data["left_out"].items()) + "."))
+        "Topologies: " + "; ".join(f"`{t.name}`: {t.description}" for t in swept.topologies) + "."
+        + ("" if not swept.left_out else " Left out on this machine: "
+           + "; ".join(f"`{n}` ({why})" for n, why in swept.left_out.items()) + "."))
     sec.paragraph(
         f"The load generator and the service run on CPU {HOST_CPU}; the sidecar pair (two Envoy 1.40, "
         f"`--concurrency 1`) and the node proxy on CPU {DPU_CPU} (the 2-CPU proxy on CPUs 1-2). The node proxy's "
         f"data-plane loops are dilated to `--dpu-speed {SPEED}` (F = 0.455: each batch of events is followed by "
         "(1/F − 1) × its CPU time of busy time, so a dpu CPU serves F of what a host core does). "
-        f"Max qps: `wrk -t1 -c{WRK_CONNS} -d{SECONDS}s`; added latency: `fortio load -qps Q -c {FORTIO_CONNS} "
-        f"-t {SECONDS}s`, the topology's p50 and p99 minus the same round's direct ones. "
+        f"Max qps: `wrk -t1 -c{wrk_load['connections']} -d{wrk_load['seconds']}s`; added latency: `fortio load -qps Q "
+        f"-c {fortio_load['connections']} -t {fortio_load['seconds']}s`, the topology's p50 and p99 minus the same "
+        "round's direct ones. "
         + ("Quick mode: one round." if rounds == 1 else
            f"{rounds} paired, interleaved rounds (topology after topology, then again); each cell is the median "
            "with the range of the rounds."))
@@ -204,15 +171,15 @@ def render(ctx: Context, data: dict[str, Any]) -> Section:
                                     "one host core, the node proxy's dpu CPUs), and added latency at fixed rates")
 
     verdict = []
-    for n in proxies:
-        r = data["runs"][n]
-        if r["speed"] != SPEED:
+    for n in names:
+        r = runs.get(n)
+        if r is None or r.speed != SPEED:
             continue
         reached = all(p["figures"]["qps"] >= s for s, p in zip(side_qps, wrk[n]))
         by_capacity = [e / per_cpu_qps(p) for e, p in zip(side_rate, wrk[n])]
         by_measured = [s / per_cpu_qps(p) for s, p in zip(side_qps, wrk[n])]
         verdict.append(
-            f"`{n}` ({r['cpus']} CPU) "
+            f"`{n}` ({r.cpus} CPU) "
             + ("reached the pair's max qps in every round (measured)" if reached else
                "did not reach the pair's max qps in every round")
             + f"; from the per-CPU rates (extrapolated, assuming workers scale linearly), the pair's max qps on this "
@@ -227,7 +194,7 @@ def render(ctx: Context, data: dict[str, Any]) -> Section:
     path, rel = ctx.plot_path("bluefield")
     plot_names = [n for n in names if n != "direct"]
     med = statistics.median
-    panels = [BarPanel("max qps (wrk, 16 conns)", "requests / s",
+    panels = [BarPanel(f"max qps (wrk, {wrk_load['connections']} conns)", "requests / s",
                        {"": [med(r["figures"]["qps"] for r in wrk[n]) for n in plot_names]},
                        fmt=lambda v: fmt_sig(v / 1000) + "k",
                        refline=(med(side_qps), "Envoy sidecar pair")),
@@ -258,7 +225,4 @@ def render(ctx: Context, data: dict[str, Any]) -> Section:
     tools=[TOOL],
 )
 def bluefield(ctx: Context) -> Section:
-    data = ctx.measured("chains", lambda: collect(ctx))
-    if ctx.replay:  # the runs the section lists, as the live eval made them
-        ctx.runs.extend(data["records"])
-    return render(ctx, data)
+    return render(ctx, collect_sweep(ctx, QUICK if ctx.quick else FULL))
