@@ -161,7 +161,7 @@ def test_eval_mesh_tls(tmp_path: Path, run_dpukit):
 
     # The report is rebuilt from the runs: byte for byte, then with a run's figure changed.
     rebuilt_byte_for_byte(run_dir, run_dpukit, "mesh.tls")
-    [wrk_direct] = (run_dir / "runs").glob("mesh.tls-*-direct-qps0-r1.json")
+    [wrk_direct] = (run_dir / "runs").glob("mesh.tls-*-direct-wrk*.json")
     set_figure(wrk_direct, "qps", 123456.0)
     proc = run_dpukit("eval", "--render", str(run_dir), timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]

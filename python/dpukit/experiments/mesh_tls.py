@@ -25,9 +25,9 @@ from typing import Any, Callable, Sequence
 
 from dpukit.errors import DpukitError
 from dpukit.experiments import Context, experiment
-from dpukit.experiments.mesh import add_chain_commands, error_note, fmt_mr, goal_rows, sweep
-from dpukit.mesh_harness import (DPU_CPU, L4_TOPOLOGIES, LOOPBACK, TOOL, TOPOLOGIES, Chain, Load, Topology, collected,
-                                 fortio_load, iperf3_load, start_iperf_server, start_proxy, start_service, wrk_load)
+from dpukit.experiments.mesh import add_chain_commands, error_note, fmt_mr, goal_rows
+from dpukit.mesh_harness import (DPU_CPU, L4_TOPOLOGIES, LOADS, LOOPBACK, TOOL, TOPOLOGIES, Chain, Load, Phase, Sweep,
+                                 Swept, Topology, collect_sweep, just, start_iperf_server, start_proxy, start_service)
 from dpukit.plots import BarPanel, bars_plot
 from dpukit.procs import free_port
 from dpukit.report import Section
@@ -390,16 +390,16 @@ static_resources:
 
 # -- the mesh.tls experiment ---------------------------------------------------------------
 #
-# Three parts, each with paired, interleaved rounds (mesh.sweep): handshakes
-# per second per proxy CPU (openssl s_time against one mTLS listener); bulk
-# TCP over mTLS through two tcp_proxy hops (iperf3); and the request path
-# over the two-node topology, client → proxy A → mTLS → proxy B → service,
+# Three parts, each a sweep (the harness's paired, interleaved rounds):
+# handshakes per second per proxy CPU (openssl s_time against one mTLS
+# listener); bulk TCP over mTLS through two tcp_proxy hops (iperf3); and the
+# request path over the two-node topology, client → proxy A → mTLS → proxy B → service,
 # where A and B are either two Envoy sidecars (Istio's model, host CPU) or
 # two dpukit-mesh node proxies (each node's dpu place). Everything a chain
 # writes (certificates, SDS files, configurations, logs) is in its work
-# directory, which the harness's run_chain removes. A ``collect`` step runs
-# them; a pure ``render`` step makes the section from the runs and what
-# collect returned, so that ``dpukit eval --render`` rebuilds it.
+# directory, which the harness's run_chain removes. The sweeps are data
+# (sweeps()); collect_sweep runs them, a pure ``render`` makes the section
+# from their runs alone, so that ``dpukit eval --render`` rebuilds it.
 
 # The issue's goals for the two-node mTLS path against the mTLS sidecar pair.
 GOAL_QPS, GOAL_P99, GOAL_HOST_CPU = 3.0, 0.3, 0.2
@@ -528,8 +528,9 @@ def parse_s_time(stdout: str, _json: str = "") -> dict[str, Any]:
             "errors": 0, "non_2xx": 0}
 
 
-def s_time_load(chain: Chain, mode: int, seconds: int) -> Load:
-    _, flag, extra = HANDSHAKE_MODES[mode]
+def s_time_load(chain: Chain, mode: str, seconds: int) -> Load:
+    """``openssl s_time`` against the chain with the client's certificate: handshakes of ``mode`` (HANDSHAKE_MODES)."""
+    flag, extra = next((flag, extra) for what, flag, extra in HANDSHAKE_MODES if what == mode)
     certs = chain.work_dir / "certs"
     argv = ["openssl", "s_time", "-connect", f"{LOOPBACK}:{chain.entry_port}", flag, "-time", str(seconds),
             "-cert", str(certs / "frontend.crt"), "-key", str(certs / "frontend.key"), "-CAfile",
@@ -537,56 +538,36 @@ def s_time_load(chain: Chain, mode: int, seconds: int) -> Load:
     return Load("openssl s_time", argv, seconds, parse_s_time)
 
 
+# openssl s_time as a load of the harness's sweeps (its registry of load generators by name).
+LOADS["s_time"] = lambda chain, p: s_time_load(chain, p["mode"], p["seconds"])
+
+
 def _proxy_cpu_s(r: dict[str, Any], names: Sequence[str]) -> float:
     return sum(r["figures"]["process_cpu_ns"].get(n, 0) for n in names) / 1e9
 
 
-# -- collect ------------------------------------------------------------------------------
+# -- collect: the three parts as sweeps ----------------------------------------------------
 
 
-def collect(ctx: Context) -> dict[str, Any]:
-    """Runs the three parts (each mesh.sweep's paired, interleaved rounds)
-    and returns what the render needs besides the runs: the load length, the
-    points, and per part, topology and point the indices of its runs among
-    the experiment's (in the order they were made)."""
-    seconds = int(os.environ.get(SECONDS_ENV) or (3 if ctx.quick else 5))
-    first = len(ctx.runs)
-    ctx.progress("handshakes")
-    handshakes = sweep(ctx, HANDSHAKE_TOPOLOGIES, range(len(HANDSHAKE_MODES)), "mode",
-                       lambda chain, m: s_time_load(chain, m, seconds),
-                       lambda m: {"load": "openssl s_time", "mode": HANDSHAKE_MODES[m][0], "seconds": seconds})
-    streams = (1, 4) if ctx.quick else (1, 4, 16)
-    bulk = sweep(ctx, bulk_topologies(), streams, "streams",
-                 lambda chain, n: iperf3_load(chain.entry_port, n, seconds),
-                 lambda n: {"load": "iperf3", "streams": n, "seconds": seconds})
-    points = (0, FIXED_QPS) if ctx.quick else (0, FIXED_QPS, 2 * FIXED_QPS)
-    request = sweep(ctx, request_topologies(), points, "qps",
-                    lambda chain, q: wrk_load(chain.url, 16, seconds) if q == 0 else
-                    fortio_load(chain.url, q, 8, seconds, chain.work_dir / "fortio.json"),
-                    lambda q: {"load": "wrk", "connections": 16, "seconds": seconds} if q == 0 else
-                    {"load": "fortio", "qps": q, "connections": 8, "seconds": seconds})
-    place = {id(r): i - first for i, r in enumerate(ctx.runs) if i >= first}
-
-    def indices(runs: dict[str, dict[int, list[dict[str, Any]]]]) -> dict[str, dict[str, list[int]]]:
-        return {t: {str(p): [place[id(r)] for r in rs] for p, rs in by_point.items()} for t, by_point in runs.items()}
-
-    return {"seconds": seconds, "rounds": ctx.repeats, "modes": [m[0] for m in HANDSHAKE_MODES],
-            "streams": list(streams), "points": list(points),
-            "handshakes": indices(handshakes), "bulk": indices(bulk), "request": indices(request)}
+def sweeps(seconds: int, quick: bool) -> tuple[Sweep, Sweep, Sweep]:
+    """Handshakes (each mode against one listener), bulk (iperf3 streams) and
+    the request path (wrk's max qps, then fortio at fixed rates), each phase
+    ``seconds`` long."""
+    streams = (1, 4) if quick else (1, 4, 16)
+    rates = (FIXED_QPS,) if quick else (FIXED_QPS, 2 * FIXED_QPS)
+    return (Sweep(just(HANDSHAKE_TOPOLOGIES),
+                  (Phase("s_time", {"seconds": seconds}, "mode", tuple(m[0] for m in HANDSHAKE_MODES)),)),
+            Sweep(just(bulk_topologies()), (Phase("iperf3", {"seconds": seconds}, "streams", streams),)),
+            Sweep(just(request_topologies()), (Phase("wrk", {"connections": 16, "seconds": seconds}),
+                                               Phase("fortio", {"connections": 8, "seconds": seconds}, "qps", rates))))
 
 
 # -- render -------------------------------------------------------------------------------
 
 
-def _runs_of(data: dict[str, dict[str, list[int]]], records: Sequence[dict[str, Any]]
-             ) -> dict[str, dict[int, list[dict[str, Any]]]]:
-    """A part's runs as mesh.sweep gave them (topology -> point -> rounds) from its indices."""
-    return {t: {int(p): [records[i] for i in idx] for p, idx in by_point.items()} for t, by_point in data.items()}
-
-
-def render(ctx: Context, data: dict[str, Any], records: Sequence[dict[str, Any]]) -> Section:
-    """The section from the collected data and the runs alone (nothing runs)."""
-    seconds, rounds, modes = data["seconds"], data["rounds"], data["modes"]
+def render(ctx: Context, handshakes: Swept, bulk: Swept, request: Swept) -> Section:
+    """The section from the three sweeps' runs alone (nothing runs)."""
+    seconds, rounds = request.phases[0].fixed["seconds"], request.rounds
     sec = Section("mesh.tls: mutual TLS between node proxies against the mTLS sidecar pair")
     sec.paragraph(
         "Certificates as Istio's CA gives them: a mesh root CA and workload certificates whose identity is a SPIFFE "
@@ -602,15 +583,14 @@ def render(ctx: Context, data: dict[str, Any], records: Sequence[dict[str, Any]]
            "with the range of the rounds in parentheses."))
 
     # 1. Handshakes.
-    handshakes = _runs_of(data["handshakes"], records)
     rows = []
-    for t in HANDSHAKE_TOPOLOGIES:
-        for m, what in enumerate(modes):
-            rs = handshakes[t.name][m]
-            rows.append([t.name, what,
+    for name in handshakes.names:
+        for what in handshakes.points():
+            rs = handshakes.runs(name, 0, what)
+            rows.append([name, what,
                          fmt_mr([r["figures"]["connections"] / (r["wall_ns"] / 1e9) for r in rs]),
-                         fmt_mr([r["figures"]["connections"] / _proxy_cpu_s(r, [t.name]) for r in rs]),
-                         fmt_mr([1e6 * _proxy_cpu_s(r, [t.name]) / r["figures"]["connections"] for r in rs]),
+                         fmt_mr([r["figures"]["connections"] / _proxy_cpu_s(r, [name]) for r in rs]),
+                         fmt_mr([1e6 * _proxy_cpu_s(r, [name]) / r["figures"]["connections"] for r in rs]),
                          fmt_mr([100 * r["figures"]["reused"] / r["figures"]["connections"] for r in rs])])
     sec.table(["server", "handshake", "handshakes / s", "handshakes per proxy CPU-second", "proxy CPU µs / handshake",
                "resumed %"], rows,
@@ -627,47 +607,43 @@ def render(ctx: Context, data: dict[str, Any], records: Sequence[dict[str, Any]]
         "links (Envoy links BoringSSL).")
 
     # 2. Bulk.
-    bulk = _runs_of(data["bulk"], records)
-
     def per_gb(r: dict[str, Any], place: str) -> float:
         return r["cpu_ns"][place] / 1e9 / (r["figures"]["bytes"] / 1e9)
 
     sec.table(["topology", "streams", "Gbps", "host CPU s / GB", "dpu CPU s / GB"],
-              [[t.name, n, fmt_mr([r["figures"]["gbps"] for r in bulk[t.name][n]]),
-                fmt_mr([per_gb(r, "host") for r in bulk[t.name][n]]),
-                fmt_mr([per_gb(r, "dpu") for r in bulk[t.name][n]])]
-               for t in bulk_topologies() for n in data["streams"]],
+              [[name, n, fmt_mr([r["figures"]["gbps"] for r in bulk.runs(name, 0, n)]),
+                fmt_mr([per_gb(r, "host") for r in bulk.runs(name, 0, n)]),
+                fmt_mr([per_gb(r, "dpu") for r in bulk.runs(name, 0, n)])]
+               for name in bulk.names for n in bulk.points()],
               caption="TCP through tcp_proxy, proxy A → mTLS → proxy B (iperf3)")
     sec.paragraph(
         f"`iperf3 -c -t {seconds} -P N -J` on CPU 0 against `iperf3 -s` on CPU 0. " + "; ".join(
-            f"`{t.name}`: {t.description}" for t in bulk_topologies()) + ". CPU is per GB received; the Envoy "
+            f"`{t.name}`: {t.description}" for t in bulk.topologies) + ". CPU is per GB received; the Envoy "
         "sidecars count as host CPU, the node proxies as dpu CPU. The record crypto is OpenSSL's AES-GCM on the "
         "dpu CPU (this kernel has no kernel TLS).")
 
-    # 3. The request path.
-    points = data["points"]
-    tops = request_topologies()
-    runs = _runs_of(data["request"], records)
+    # 3. The request path: phase 0 is wrk's max qps, phase 1 fortio at each fixed rate.
+    names, rates = request.names, request.points(1)
+    wrk = {n: request.runs(n, 0) for n in names}
 
-    def col(name: str, q: int, key: str) -> str:
-        return fmt_mr([r["figures"][key] for r in runs[name][q]])
+    def col(runs: list[dict[str, Any]], key: str) -> str:
+        return fmt_mr([r["figures"][key] for r in runs])
 
     sec.table(["topology", "max qps (wrk)", "host CPU ms / 1k req", "dpu CPU ms / 1k req", "errors", "non-2xx"],
-              [[t.name, col(t.name, 0, "qps"), col(t.name, 0, "host_cpu_ms_per_1k"),
-                col(t.name, 0, "dpu_cpu_ms_per_1k"),
-                fmt_int(sum(r["figures"]["errors"] for r in runs[t.name][0])),
-                fmt_int(sum(r["figures"]["non_2xx"] for r in runs[t.name][0]))] for t in tops],
+              [[n, col(wrk[n], "qps"), col(wrk[n], "host_cpu_ms_per_1k"), col(wrk[n], "dpu_cpu_ms_per_1k"),
+                fmt_int(sum(r["figures"]["errors"] for r in wrk[n])),
+                fmt_int(sum(r["figures"]["non_2xx"] for r in wrk[n]))] for n in names],
               caption="The request path over mTLS: maximum rate (wrk, 16 connections) and CPU per 1,000 requests")
     sec.table(["topology", "offered qps", "achieved", "p50 ms", "p99 ms", "p99.9 ms", "host CPU ms / 1k req",
                "dpu CPU ms / 1k req"],
-              [[t.name, fmt_int(q), col(t.name, q, "qps"), col(t.name, q, "p50_ms"), col(t.name, q, "p99_ms"),
-                col(t.name, q, "p99_9_ms"), col(t.name, q, "host_cpu_ms_per_1k"), col(t.name, q, "dpu_cpu_ms_per_1k")]
-               for q in points[1:] for t in tops],
+              [[n, fmt_int(q)] + [col(request.runs(n, 1, q), key) for key in
+                                  ("qps", "p50_ms", "p99_ms", "p99_9_ms", "host_cpu_ms_per_1k", "dpu_cpu_ms_per_1k")]
+               for q in rates for n in names],
               caption="The request path over mTLS at fixed rates (fortio, 8 connections)")
-    sec.paragraph("; ".join(f"`{t.name}`: {t.description}" for t in tops) + ". " +
+    sec.paragraph("; ".join(f"`{t.name}`: {t.description}" for t in request.topologies) + ". " +
                   f"Max qps: `wrk -t1 -c16 -d{seconds}s`; latency: `fortio load -qps Q -c 8 -t {seconds}s`. host CPU "
                   "counts the service and, for the sidecar pair, both Envoys; dpu CPU counts both node proxies.")
-    goals = goal_rows(tops, {t.name: runs[t.name][0] for t in tops}, {t.name: runs[t.name][FIXED_QPS] for t in tops})
+    goals = goal_rows(request.topologies, wrk, {n: request.runs(n, 1, FIXED_QPS) for n in names})
     sec.table(["node proxies", f"max qps × sidecars' (goal ≥ {GOAL_QPS:g})",
                f"added p99 at {FIXED_QPS} qps × sidecars' (goal ≤ {GOAL_P99:g})",
                f"host CPU / 1k req × sidecars' (goal ≤ {GOAL_HOST_CPU:g})"],
@@ -675,7 +651,7 @@ def render(ctx: Context, data: dict[str, Any], records: Sequence[dict[str, Any]]
                 f"{g[3]}: {_met(g[3], GOAL_HOST_CPU, False)}"] for g in goals],
               caption="The issue's goals as paired ratios: each round's node-proxy pair against the same round's "
                       "mTLS sidecar pair (median, range)")
-    busy = {name: fmt_mr([100 * _proxy_cpu_s(r, PAIRS[name][1:3]) / (r["wall_ns"] / 1e9) for r in runs[name][0]])
+    busy = {name: fmt_mr([100 * _proxy_cpu_s(r, PAIRS[name][1:3]) / (r["wall_ns"] / 1e9) for r in wrk[name]])
             for name in PAIRS}
     sec.paragraph(f"Added p99 is a topology's p99 at {FIXED_QPS} qps minus the same round's direct p99. At the "
                   "maximum rate the two proxies together kept the dpu CPU busy "
@@ -683,21 +659,21 @@ def render(ctx: Context, data: dict[str, Any], records: Sequence[dict[str, Any]]
                   + ". Below 100 %, the rate is not bound by the proxies' CPU time alone: each request crosses two "
                     "proxies that share the one CPU and wakes each in turn, and any other program on that CPU "
                     "delays them.")
-    names = [t.name for t in tops]
+
+    def med(runs: list[dict[str, Any]], key: str) -> float:
+        return statistics.median(r["figures"][key] for r in runs)
+
     path, rel = ctx.plot_path("request-path")
     bars_plot(path, [
-        BarPanel("max qps (wrk, 16 conns)", "requests / s",
-                 {"": [statistics.median(r["figures"]["qps"] for r in runs[n][0]) for n in names]},
+        BarPanel("max qps (wrk, 16 conns)", "requests / s", {"": [med(wrk[n], "qps") for n in names]},
                  fmt=lambda v: fmt_sig(v / 1000) + "k"),
-        BarPanel(f"p99 at {FIXED_QPS} qps", "ms",
-                 {"": [statistics.median(r["figures"]["p99_ms"] for r in runs[n][FIXED_QPS]) for n in names]}),
-        BarPanel("host CPU per 1k req (max qps)", "ms",
-                 {"": [statistics.median(r["figures"]["host_cpu_ms_per_1k"] for r in runs[n][0]) for n in names]}),
-        BarPanel("dpu CPU per 1k req (max qps)", "ms",
-                 {"": [statistics.median(r["figures"]["dpu_cpu_ms_per_1k"] for r in runs[n][0]) for n in names]}),
+        BarPanel(f"p99 at {FIXED_QPS} qps", "ms", {"": [med(request.runs(n, 1, FIXED_QPS), "p99_ms") for n in names]}),
+        BarPanel("host CPU per 1k req (max qps)", "ms", {"": [med(wrk[n], "host_cpu_ms_per_1k") for n in names]}),
+        BarPanel("dpu CPU per 1k req (max qps)", "ms", {"": [med(wrk[n], "dpu_cpu_ms_per_1k") for n in names]}),
     ], names, title="The request path over mTLS", ncols=2, highlight="node-proxy-pair")
     sec.image(rel, "Max qps, p99 and CPU per 1,000 requests over mTLS", "Max qps (wrk), p99 at "
               f"{FIXED_QPS} qps (fortio), host and dpu CPU ms per 1,000 requests at max qps.")
+    records = [*handshakes.records, *bulk.records, *request.records]
     sec.paragraph(error_note(records))
     add_chain_commands(sec, records)
     return sec
@@ -719,5 +695,6 @@ def _met(cell: str, goal: float, at_least: bool) -> str:
     tools=[TOOL],
 )
 def tls(ctx: Context) -> Section:
-    data, records = collected(ctx, lambda: collect(ctx))
-    return render(ctx, data, records)
+    seconds = int(os.environ.get(SECONDS_ENV) or (3 if ctx.quick else 5))
+    handshakes, bulk, request = [collect_sweep(ctx, s) for s in sweeps(seconds, ctx.quick)]
+    return render(ctx, handshakes, bulk, request)
