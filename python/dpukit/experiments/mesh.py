@@ -21,15 +21,15 @@ import re
 import statistics
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from dpukit.errors import DpukitError
 from dpukit.experiments import Context, experiment, skipped_in_quick_mode
-from dpukit.mesh_harness import (JITTER_TOPOLOGIES, L4_TOPOLOGIES, LOOPBACK, TOOL, TOPOLOGIES, Chain, Described, Load,
+from dpukit.mesh_harness import (JITTER_TOPOLOGIES, L4_TOPOLOGIES, LOOPBACK, TOOL, TOPOLOGIES, Chain, Described,
                                  Phase, Sweep, Swept, Topology, collect_sweep, collected, fortio_load, h2load_burst,
                                  http_topologies, just, measure, module_times, reset_peak_rss, rss_kib, run_chain,
                                  upstream_cx_active)
-# measure.py's import of the machine record, from before the harness.
+# measure.py imports the machine record from here (from before the harness).
 from dpukit.mesh_harness import machine  # noqa: F401
 from dpukit.plots import BarPanel, Series, bars_plot, line_plot
 from dpukit.report import Section
@@ -202,30 +202,6 @@ FULL_SECONDS = 5
 
 LATENCY = Sweep(http_topologies, (Phase("fortio", {"connections": 8, "seconds": FULL_SECONDS}, "qps", LATENCY_QPS),))
 THROUGHPUT = Sweep(http_topologies, (Phase("wrk", {"seconds": FULL_SECONDS}, "connections", THROUGHPUT_CONNS),))
-
-
-def sweep(ctx: Context, tops: Sequence[Topology], points: Sequence[int], kind: str,
-          make_load: Callable[[Chain, int], Load],
-          params: Callable[[int], dict[str, Any]]) -> dict[str, dict[int, list[dict[str, Any]]]]:
-    """For each round and topology: one chain, every point against it.
-    (mesh_tls's walker until it describes its sweeps as a Sweep.)"""
-    runs: dict[str, dict[int, list[dict[str, Any]]]] = {t.name: {p: [] for p in points} for t in tops}
-    steps = ctx.repeats * len(tops) * len(points)
-    step = 0
-    for rnd in range(1, ctx.repeats + 1):
-        for top in tops:
-
-            def body(chain: Chain, top: Topology = top, rnd: int = rnd) -> None:
-                nonlocal step
-                for point in points:
-                    step += 1
-                    ctx.progress(f"{top.name} {kind}={point} round {rnd}/{ctx.repeats}", step, steps)
-                    runs[top.name][point].append(measure(
-                        ctx, top, chain, make_load(chain, point), label=f"{top.name}-{kind}{point}-r{rnd}",
-                        parameters=params(point)))
-
-            run_chain(ctx, top, body)
-    return runs
 
 
 def medians(runs: dict[Any, list[dict[str, Any]]], key: str) -> list[float]:
