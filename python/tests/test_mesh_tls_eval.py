@@ -73,6 +73,17 @@ def set_figure(run: Path, key: str, value: float) -> None:
     run.write_text(json.dumps(record, indent=1) + "\n")
 
 
+def rendered_with_figure(run_dir: Path, run_dpukit: Callable, run_glob: str, key: str, value: float) -> str:
+    """report.md as `dpukit eval --render` writes it after figure ``key`` of
+    the one kept run matching ``run_glob`` was set to ``value`` (to see that
+    a rebuild reads the runs)."""
+    [run] = (run_dir / "runs").glob(run_glob)
+    set_figure(run, key, value)
+    proc = run_dpukit("eval", "--render", str(run_dir), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return (run_dir / "report.md").read_text()
+
+
 def test_parse_s_time():
     f = mesh_tls.parse_s_time(S_TIME_NEW)
     assert (f["connections"], f["requests"], f["reused"], f["client_user_s"]) == (2238, 2238, 0, 1.51)
@@ -161,8 +172,5 @@ def test_eval_mesh_tls(tmp_path: Path, run_dpukit):
 
     # The report is rebuilt from the runs: byte for byte, then with a run's figure changed.
     rebuilt_byte_for_byte(run_dir, run_dpukit, "mesh.tls")
-    [wrk_direct] = (run_dir / "runs").glob("mesh.tls-*-direct-wrk*.json")
-    set_figure(wrk_direct, "qps", 123456.0)
-    proc = run_dpukit("eval", "--render", str(run_dir), timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert re.search(r"^\| direct \| 123,000 \|", (run_dir / "report.md").read_text(), re.M)
+    md = rendered_with_figure(run_dir, run_dpukit, "mesh.tls-*-direct-wrk*.json", "qps", 123456.0)
+    assert re.search(r"^\| direct \| 123,000 \|", md, re.M)
