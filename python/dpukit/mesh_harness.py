@@ -3,9 +3,12 @@ external programs, Envoy v3 configurations, the processes of a topology and
 their start-up, the load generators and their parsers, and one measured run.
 
 Nothing here decides what an experiment measures: ``dpukit.experiments.mesh``
-and its siblings describe their sweeps as data and walk them with
-:func:`run_chain` and :func:`measure`; the mesh tests start the same proxies
-on the same configuration pieces (``python/tests/mesh_support.py``).
+and its siblings describe their sweeps as data (:class:`Sweep`), which
+:func:`collect_sweep` walks (chain by chain with :func:`run_chain`, run by run
+with :func:`measure`) and hands back to their pure renders as :class:`Swept`,
+live or, for ``dpukit eval --render``, read back from the eval's record. The
+mesh tests start the same proxies from the same configuration pieces
+(``python/tests/mesh_support.py``).
 
 A topology is a real process chain on this machine. The load generator and
 the service (``dpukit-mesh echo``) run on the host CPU (CPU 0); every proxy is
@@ -90,13 +93,11 @@ def wrk_path() -> Path:
     return Path(found)
 
 
-
 def sockperf_path() -> Path:
     found = shutil.which("sockperf")
     if not found:
         raise DpukitError("sockperf not found (Debian package sockperf; `make eval` installs it)")
     return Path(found)
-
 
 
 # -- Envoy v3 configuration ------------------------------------------------------
@@ -471,7 +472,6 @@ def topologies(quick: bool = False) -> list[Topology]:
     return tops
 
 
-
 def http_topologies(quick: bool) -> tuple[list[Topology], dict[str, str]]:
     """topologies(quick), and those left out on this machine with why (a Sweep's selection)."""
     tops = topologies(quick)
@@ -632,7 +632,6 @@ def h2load_burst(url: str, streams: int) -> Load:
     return Load("h2load", [h2load, "-n", str(streams), "-c", "1", "-m", str(streams), url], 60, parse_h2load)
 
 
-
 def parse_iperf3(stdout: str, _json: str = "") -> dict[str, Any]:
     """Figures from ``iperf3 -J``: what the server received."""
     data = json.loads(stdout)
@@ -645,7 +644,6 @@ def parse_iperf3(stdout: str, _json: str = "") -> dict[str, Any]:
 def iperf3_load(port: int, streams: int, seconds: int) -> Load:
     argv = [str(iperf3_path()), "-c", LOOPBACK, "-p", str(port), "-t", str(seconds), "-P", str(streams), "-J"]
     return Load("iperf3", argv, seconds, parse_iperf3)
-
 
 
 _SOCKPERF_LINE = re.compile(r"---> (?:percentile (\d+\.\d+)|<(MAX|MIN)> observation) =\s*([\d.]+)")
@@ -672,7 +670,6 @@ def sockperf_load(port: int, size: int, seconds: int, mps: int) -> Load:
     argv = [str(sockperf_path()), "ping-pong", "--tcp", "-i", LOOPBACK, "-p", str(port), "-t", str(seconds),
             "-m", str(size), "--mps", str(mps)]
     return Load("sockperf", argv, seconds, parse_sockperf)
-
 
 
 # -- one measured run --------------------------------------------------------------

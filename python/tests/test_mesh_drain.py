@@ -29,7 +29,7 @@ from conftest import native_tool
 from dpukit.experiments.mesh_xds import (HCM_TYPE, Snapshot, XdsServer, eds_cluster, http_listener,
                                          load_assignment, route_config, to_cluster, virtual_host, xds_bootstrap_yaml)
 from dpukit.procs import Group, Proc, free_port, http_get
-from mesh_support import Echoes, envoy_bin, read_response
+from mesh_support import Echoes, envoy_argv, mesh_argv, read_response
 
 DRAIN_S = 4  # --drain-time-s of every proxy here
 DELAY_MS = 1500  # how long the upstream holds a request in flight
@@ -70,14 +70,13 @@ def xds_rig(group: Group, work: Path, kind: str, echo: int) -> Rig:
     http, tcp, kept, admin = free_port(), free_port(), free_port(), free_port()
     config = work / f"{kind}.yaml"
     config.write_text(xds_bootstrap_yaml(node=NODE, admin_port=admin, xds_port=xds.xds_port))
+    drain = ["--drain-time-s", str(DRAIN_S), "--drain-strategy", "immediate"]
     if kind == "envoy":
-        argv = [envoy_bin(), "-c", config, "--concurrency", "1", "--disable-hot-restart", "--use-dynamic-base-id",
-                "-l", "warning", "--drain-time-s", str(DRAIN_S), "--drain-strategy", "immediate"]
+        argv = [*envoy_argv(config), *drain]
     else:
-        model = "pipelined" if kind == "dpukit-pipelined" else "rtc"
-        argv = [native_tool("dpukit-mesh"), "run", "--config", config, "--workers", "1", "--model", model,
-                "--drain-time-s", str(DRAIN_S), "--drain-strategy", "immediate"]
-    proc = group.start([str(a) for a in argv], name=kind)
+        native_tool("dpukit-mesh")  # skips when not built
+        argv = [*mesh_argv(config, model="pipelined" if kind == "dpukit-pipelined" else "rtc", dpu_cpus=None), *drain]
+    proc = group.start(argv, name=kind)
     common = dict(clusters=[eds_cluster("echo")], routes=[ROUTES], endpoints=[load_assignment("echo", [echo])])
     first = Snapshot("1", listeners=[http_listener("http", http, "all"), tcp_listener("tcp", tcp, "echo"),
                                      http_listener("kept", kept, "all")], **common)
@@ -112,8 +111,8 @@ def sighup_rig(group: Group, work: Path, echo: int) -> Rig:
     config.write_text(static_bootstrap(admin, echo, [http_listener("http", http, "all"),
                                                      tcp_listener("tcp", tcp, "echo"),
                                                      http_listener("kept", kept, "all")]))
-    proc = group.start([str(native_tool("dpukit-mesh")), "run", "--config", str(config), "--workers", "1",
-                        "--drain-time-s", str(DRAIN_S)], name="dpukit-sighup")
+    native_tool("dpukit-mesh")  # skips when not built
+    proc = group.start([*mesh_argv(config, dpu_cpus=None), "--drain-time-s", str(DRAIN_S)], name="dpukit-sighup")
     wait_accepting(proc, http, tcp, kept)
 
     def remove() -> None:
@@ -268,8 +267,8 @@ def test_ads_keepalive_notices_a_silent_control_plane(tmp_path: Path):
         port, admin = free_port(), free_port()
         config = tmp_path / "ads.yaml"
         config.write_text(xds_bootstrap_yaml(node=NODE, admin_port=admin, xds_port=xds.xds_port))
-        proc = group.start([str(native_tool("dpukit-mesh")), "run", "--config", str(config), "--workers", "1"],
-                           name="dpukit")
+        native_tool("dpukit-mesh")  # skips when not built
+        proc = group.start(mesh_argv(config, dpu_cpus=None), name="dpukit")
         common = dict(clusters=[eds_cluster("echo")], routes=[ROUTES], endpoints=[load_assignment("echo", [echo])])
         first = Snapshot("1", listeners=[http_listener("http", port, "all")], **common)
         xds.post(NODE, first)
