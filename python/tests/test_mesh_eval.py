@@ -1,5 +1,7 @@
-"""dpukit eval's mesh experiments: the parsers of the load generators' output,
-and an end-to-end quick run that produces the mesh table and plot."""
+"""dpukit eval's mesh experiments and their harness: the parsers of the load
+generators' output, the generated bootstraps as Envoy validates them, the
+sweeps as data, and an end-to-end quick run that produces the mesh table and
+plot, rebuilt by ``dpukit eval --render``."""
 
 from __future__ import annotations
 
@@ -93,10 +95,15 @@ def test_topologies_are_registered_and_selectable(monkeypatch):
         harness.topologies()
 
 
-def test_bootstrap_is_valid_for_envoy(tmp_path: Path):
-    """The generated sidecar / node-proxy bootstrap passes Envoy's own validation."""
+@pytest.mark.parametrize("kind", ["http", "http-shm", "tcp"])
+def test_bootstrap_is_valid_for_envoy(tmp_path: Path, kind: str):
+    """The generated sidecar / node-proxy bootstraps (HTTP to a port, HTTP to
+    an attach point over the rings, tcp_proxy) pass Envoy's own validation."""
+    ports = dict(listen_port=10001, admin_port=10002, upstream_port=10003, node="t")
     path = tmp_path / "b.yaml"
-    path.write_text(harness.bootstrap_yaml(listen_port=10001, admin_port=10002, upstream_port=10003, node="t"))
+    path.write_text(harness.tcp_bootstrap_yaml(**ports) if kind == "tcp" else
+                    harness.bootstrap_yaml(**ports, upstream_pipe=str(tmp_path / "s.sock"), attach_shm=True)
+                    if kind == "http-shm" else harness.bootstrap_yaml(**ports))
     proc = harness.envoy_validate(path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
