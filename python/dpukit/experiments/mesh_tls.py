@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 from dpukit.errors import DpukitError
 from dpukit.experiments import Context, experiment
 from dpukit.experiments.mesh import add_chain_commands, error_note, fmt_mr, goal_rows
+from dpukit.mesh_harness import HCM as HCM_TYPE
 from dpukit.mesh_harness import (DPU_CPU, L4_TOPOLOGIES, LOADS, LOOPBACK, TOOL, TOPOLOGIES, Chain, Load, Phase, Sweep,
                                  Swept, Topology, collect_sweep, just, start_iperf_server, start_proxy, start_service)
 from dpukit.plots import BarPanel, bars_plot
@@ -281,7 +282,6 @@ transport_socket:
     return _indent(body, indent)
 
 
-HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 TCP_PROXY_TYPE = "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy"
 
 

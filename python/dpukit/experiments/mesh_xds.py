@@ -33,6 +33,7 @@ from dpukit import __version__
 from dpukit.errors import DpukitError
 from dpukit.experiments import Context, experiment
 from dpukit.experiments.mesh import fmt_mr
+from dpukit.mesh_harness import HCM as HCM_TYPE
 from dpukit.mesh_harness import (DPU_CPU, HOST_CPU, LOOPBACK, TOOL, Chain, collected, envoy_path, go_tool_path,
                                  keep_run, machine, start_service)
 from dpukit.machine_load import background_busy
@@ -42,7 +43,6 @@ from dpukit.report import Section
 from dpukit.units import fmt_int, fmt_sig
 
 XDS_SERVER = "dpukit-xds-server"
-HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 ROUTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
 # The resource types of a snapshot, by the names of the server's control endpoint.
 RESOURCE_TYPES = ("listeners", "clusters", "routes", "endpoints")
