@@ -51,7 +51,6 @@ int run_proxy(const ProxyOptions& o) {
   std::string warn = pin_current_thread(placement.dpu);
   if (!warn.empty()) log_warn("dpukit-mesh: " + warn);
   uint64_t t0 = now_ns();
-  set_dpu_speed(o.dpu_speed);  // before any data-plane loop starts
   ControlPlane cp(o, placement.dpu.cpus, workers);
   try {
     cp.start(std::move(bootstrap));
@@ -78,13 +77,20 @@ int run_proxy(const ProxyOptions& o) {
       auto [ns, calls] = cp.stats().module_total(static_cast<Module>(m));
       modules[module_name(static_cast<Module>(m))] = {{"ns_total", ns}, {"calls", calls}};
     }
-    // The data-plane loops' dilation: their units' CPU time and the busy time added after them (work x (1/F - 1));
-    // both are in the CPU figures too (what the slower core would have spent).
-    DilationTotals dilation = dilation_totals();
+    // The loops' dilation: their units' CPU time and the busy time added after them (work x (1/F - 1)), in all
+    // and per plane; both are in the CPU figures too (what the slower core would have spent).
+    const auto counted = [](const DilationCounters& c) {
+      return nlohmann::json{{"work_ns", c.work_ns.load()}, {"dilated_ns", c.dilated_ns.load()}};
+    };
+    const DilationCounters &data = cp.data_plane_dilation(), &control = cp.control_plane_dilation();
     r.figures() = {{"requests", cp.requests_total()},
                    {"workers_cpu_ns", cp.workers_cpu_ns()},
                    {"modules", modules},
-                   {"dilation", {{"work_ns", dilation.work_ns}, {"dilated_ns", dilation.dilated_ns}}}};
+                   {"dilation",
+                    {{"work_ns", data.work_ns.load() + control.work_ns.load()},
+                     {"dilated_ns", data.dilated_ns.load() + control.dilated_ns.load()},
+                     {"data_plane", counted(data)},
+                     {"control_plane", counted(control)}}}};
     r.write(o.json_out);
   }
   return 0;

@@ -23,6 +23,7 @@
 
 #include "config/bootstrap.h"
 #include "control/control_plane.h"
+#include "admin_client.h"
 #include "xds_bootstrap.h"
 #include "xds/xds_client.h"
 #include "xds/xds_messages.h"
@@ -316,37 +317,17 @@ TEST(MeshXds, ConfigDumpShowsDynamicResourcesWithVersions) {
   EXPECT_EQ(configs[4]["dynamic_endpoint_configs"][0]["endpoint_config"]["cluster_name"], "backend");
 }
 
-uint16_t free_port() {
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::acceptor a(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
-  return a.local_endpoint().port();
-}
-
 // The admin's /ready status (0 when it does not answer).
-unsigned ready_status(uint16_t port) {
-  namespace http = boost::beast::http;
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::socket sock(io);
-  boost::system::error_code ec;
-  sock.connect({boost::asio::ip::make_address("127.0.0.1"), port}, ec);
-  if (ec) return 0;
-  http::request<http::empty_body> req{http::verb::get, "/ready", 11};
-  req.set(http::field::host, "admin");
-  http::write(sock, req, ec);
-  boost::beast::flat_buffer buffer;
-  http::response<http::string_body> res;
-  if (!ec) http::read(sock, buffer, res, ec);
-  return ec ? 0 : res.result_int();
-}
+unsigned ready_status(uint16_t port) { return testing::admin_status(port, "/ready"); }
 
 TEST(MeshXds, NotReadyUntilTheFirstSetThenLiveAfterInitialFetchTimeout) {
   // A control plane that is not there (nothing listens on its port): the
   // proxy is PRE_INITIALIZING, then after initial_fetch_timeout LIVE with its
   // static part, as Envoy is.
-  const uint16_t admin = free_port();
+  const uint16_t admin = testing::free_port();
   std::string text = kBootstrap;
   text.replace(text.find("port_value: 9901"), 16, "port_value: " + std::to_string(admin));
-  text.replace(text.find("port_value: 18000"), 17, "port_value: " + std::to_string(free_port()));
+  text.replace(text.find("port_value: 18000"), 17, "port_value: " + std::to_string(testing::free_port()));
   text.replace(text.find("cds_config: {ads: {}, resource_api_version: V3}"), 47,
                "cds_config: {ads: {}, resource_api_version: V3, initial_fetch_timeout: 3s}");
   const std::filesystem::path path =

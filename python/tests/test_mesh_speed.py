@@ -88,10 +88,15 @@ def test_half_speed_doubles_cpu_per_request(echoes: Echoes, tmp_path: Path, mode
     assert "--dpu-speed" in half["result"]["command_line"]
 
     # At host speed nothing is dilated; at 0.5 every loop stays busy as long
-    # again as its work took: dilated = work x (1/F - 1) = work.
-    assert host["result"]["figures"]["dilation"] == {"work_ns": 0, "dilated_ns": 0}
+    # again as its work took: dilated = work x (1/F - 1) = work. The control
+    # plane's loop too (it answered wait_ready's /ready polls), counted apart
+    # and in the totals.
+    zero = {"work_ns": 0, "dilated_ns": 0}
+    assert host["result"]["figures"]["dilation"] == {**zero, "data_plane": zero, "control_plane": zero}
     dil = half["result"]["figures"]["dilation"]
     assert dil["work_ns"] > 0
+    assert dil["control_plane"]["work_ns"] > 0 and dil["data_plane"]["work_ns"] > 0, dil
+    assert dil["work_ns"] == dil["control_plane"]["work_ns"] + dil["data_plane"]["work_ns"]
     assert 0.8 <= dil["dilated_ns"] / dil["work_ns"] <= 1.3, dil
     # ... and the dilated time is the proxy's own CPU time (what the slower core would have spent).
     process_cpu = half["result"]["cpu_ns"]["dpu"]

@@ -30,8 +30,8 @@ struct ProxyOptions {
   // reload or an xDS update removed may drain before what is left is closed.
   // Every one is told at once (Envoy's --drain-strategy immediate).
   unsigned drain_time_s = 600;
-  // How fast a dpu CPU is (--dpu-speed): every data-plane loop (workers and
-  // pipeline stages) is dilated to it; the control plane's thread is not.
+  // How fast a dpu CPU is (--dpu-speed): every loop of the proxy (workers,
+  // pipeline stages, the control plane's and the xDS stream's) is dilated to it.
   DpuSpeed dpu_speed;
 };
 

@@ -113,6 +113,7 @@ class ControlPlane::Admin {
         res.body() = std::string("admin: cannot answer ") + std::string(req.target()) + ": " + e.what() + "\n";
       }
       res.prepare_payload();
+      pay_before_write();  // Beast's write goes through the plain socket, not a stream that pays
       bhttp::async_write(sock, res, [self = shared_from_this(), quit](beast::error_code ec, size_t) {
         if (quit) {
           self->cp.stop();
@@ -313,7 +314,9 @@ class ControlPlane::HealthChecker : public std::enable_shared_from_this<ControlP
 ControlPlane::ControlPlane(ProxyOptions options, std::vector<int> dpu_cpus, unsigned workers)
     : options_(std::move(options)), dpu_cpus_(std::move(dpu_cpus)), stats_(workers), signals_(io_),
       watch_timer_(io_), dns_timer_(io_), xds_init_timer_(io_) {
-  for (unsigned i = 0; i < workers; ++i) workers_.push_back(std::make_unique<Worker>(i, stats_, options_.model, std::chrono::seconds(options_.drain_time_s)));
+  for (unsigned i = 0; i < workers; ++i)
+    workers_.push_back(std::make_unique<Worker>(i, stats_, options_.model, std::chrono::seconds(options_.drain_time_s),
+                                                options_.dpu_speed, data_dilation_));
 }
 
 ControlPlane::~ControlPlane() {
@@ -384,6 +387,7 @@ void ControlPlane::start(config::Bootstrap bootstrap) {
     awaiting_xds_ = true;
     xds_ = std::make_unique<xds::AdsClient>(YAML::LoadFile(options_.config_path), snapshot->bootstrap,
                                             [this](config::Bootstrap b) { return apply_from_xds(std::move(b)); });
+    xds_->dilate(options_.dpu_speed, control_dilation_);
   }
   start_services();
   if (xds_) {
@@ -540,14 +544,9 @@ void ControlPlane::run() {
     stop();
   };
   signals_.async_wait(on_signal);
-  while (!stopped_) {
-    try {
-      io_.run();
-      break;
-    } catch (const std::exception& e) {
-      log_error(std::string("mesh control plane: ") + e.what());
-    }
-  }
+  // The control plane runs on the dpu's cores too: its loop is dilated as the workers' are.
+  LoopDilation dilation(options_.dpu_speed, control_dilation_);
+  run_loop(io_, dilation, "mesh control plane");
   if (xds_) xds_->stop();
   for (auto& w : workers_) w->stop();
   for (auto& w : workers_) w->join();
@@ -555,7 +554,6 @@ void ControlPlane::run() {
 
 void ControlPlane::stop() {
   asio::post(io_, [this] {
-    stopped_ = true;
     if (admin_) admin_->close();
     if (sds_) sds_->stop();
     for (auto& h : health_) h->stop();

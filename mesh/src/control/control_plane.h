@@ -38,6 +38,11 @@ class ControlPlane {
   const StatsStore& stats() const { return stats_; }
   uint64_t workers_cpu_ns() const;
   uint64_t requests_total() const;
+  // What the proxy's loops dilated at options.dpu_speed: the workers' and
+  // pipeline stages', and the control plane's (its loop and the xDS stream's
+  // thread: on a DPU they run on the Arm cores too).
+  const DilationCounters& data_plane_dilation() const { return data_dilation_; }
+  const DilationCounters& control_plane_dilation() const { return control_dilation_; }
   std::vector<HostStatsView> host_views() const;
 
  private:
@@ -66,6 +71,7 @@ class ControlPlane {
   ProxyOptions options_;
   std::vector<int> dpu_cpus_;
   StatsStore stats_;
+  DilationCounters data_dilation_, control_dilation_;  // before the workers and the xDS client that add to them
   boost::asio::io_context io_;
   boost::asio::signal_set signals_;
   boost::asio::steady_timer watch_timer_, dns_timer_;
@@ -82,7 +88,6 @@ class ControlPlane {
   std::shared_ptr<size_t> hc_pending_;        // health checks whose first round is still out
   uint64_t version_ = 0;
   int64_t file_mtime_ns_ = 0;
-  bool stopped_ = false;
 };
 
 }  // namespace dpukit::mesh

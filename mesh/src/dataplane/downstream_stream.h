@@ -41,7 +41,8 @@ class DownstreamStream {
   }
   template <typename ConstBuffers, typename Token>
   auto async_write_some(const ConstBuffers& buffers, Token&& token) {
-    if (tls_) return tls_->async_write_some(buffers, std::forward<Token>(token));
+    if (tls_) return tls_->async_write_some(buffers, std::forward<Token>(token));  // pays before its records go out
+    pay_before_write();
     return sock_->async_write_some(buffers, std::forward<Token>(token));
   }
   // A TLS stream sends its close_notify first (the TCP proxy's half-close, or
@@ -54,6 +55,7 @@ class DownstreamStream {
       }
       tls_->shutdown_now();
     }
+    if (what != Socket::shutdown_receive) pay_before_write();  // a FIN can end a response (one framed by the close)
     sock_->shutdown(what, ec);
   }
   void close(boost::system::error_code& ec) { sock_->close(ec); }

@@ -94,7 +94,8 @@ void Pipeline::stage_loop(int index, Link& in, Link* out, int cpu) {
   }
   pthread_setname_np(pthread_self(), index == 0 ? "mesh:match" : "mesh:deparse");
   uint64_t t0 = thread_cpu_ns();
-  LoopDilation dilation;  // a stage is a dpu thread: each batch is paid for before the stage may sleep
+  // A stage is a dpu thread: each batch is paid for before the stage may sleep.
+  LoopDilation dilation(worker_.speed(), worker_.dilation());
   dilation.start();
   StageItem batch[kBatch];
   while (!stop_.load(std::memory_order_acquire)) {

@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "config/bootstrap.h"
+#include "dataplane/loop_dilation.h"
 #include "dpukit/mesh_attach.h"
 #include "tls/tls_stream.h"
 
@@ -48,8 +49,12 @@ class ServiceStream {
   // The half-close (the TCP proxy passes one on): close_notify first over TLS.
   void shutdown_send() {
     boost::system::error_code ignored;
-    if (tls_) tls_->shutdown_send();
-    else if (!shm_) sock_.shutdown(Socket::shutdown_send, ignored);
+    if (tls_) {
+      tls_->shutdown_send();
+    } else if (!shm_) {
+      pay_before_write();
+      sock_.shutdown(Socket::shutdown_send, ignored);
+    }
   }
   int native_handle() { return sock_.native_handle(); }
 
@@ -99,6 +104,7 @@ class ServiceStream {
   auto async_write_some(const ConstBuffers& buffers, Token&& token) {
     return asio::async_initiate<Token, void(boost::system::error_code, size_t)>(
         [this](auto handler, const ConstBuffers& b) {
+          if (!tls_) pay_before_write();  // TLS pays before its records go out
           if (shm_) shm_->async_write_some(b, std::move(handler));
           else if (tls_) tls_->async_write_some(b, std::move(handler));
           else sock_.async_write_some(b, std::move(handler));

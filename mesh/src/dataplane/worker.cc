@@ -15,53 +15,16 @@
 
 namespace dpukit::mesh {
 
-namespace {
-
-DpuSpeed g_dpu_speed;
-std::atomic<uint64_t> g_work_ns{0}, g_dilated_ns{0};
-
-// Handlers run between two payments: enough to spread the two CPU clock reads
-// of a payment, few enough that each request's dilation follows it closely.
-constexpr int kEventBatch = 64;
-
-// The event loop until the io_context stops: run_one blocks in epoll (with
-// nothing owed) until an event is ready and runs its handler; up to
-// kEventBatch - 1 more ready handlers run; then the batch is paid for.
-void run_dilated(asio::io_context& io, LoopDilation& dilation) {
-  while (io.run_one() > 0) {
-    for (int i = 1; i < kEventBatch && io.poll_one() > 0; ++i) {
-    }
-    dilation.pay();
-  }
-}
-
-}  // namespace
-
-void set_dpu_speed(const DpuSpeed& speed) { g_dpu_speed = speed; }
-const DpuSpeed& dpu_speed() { return g_dpu_speed; }
-
-DilationTotals dilation_totals() {
-  return {g_work_ns.load(std::memory_order_relaxed), g_dilated_ns.load(std::memory_order_relaxed)};
-}
-
-void LoopDilation::pay() {
-  if (!d_.active()) return;
-  d_.pay();
-  g_work_ns.fetch_add(d_.work_ns() - reported_work_, std::memory_order_relaxed);
-  g_dilated_ns.fetch_add(d_.dilated_ns() - reported_dilated_, std::memory_order_relaxed);
-  reported_work_ = d_.work_ns();
-  reported_dilated_ = d_.dilated_ns();
-}
-
 struct Worker::Acceptor {
   std::string key;
   asio::basic_socket_acceptor<Protocol> acceptor;
   Acceptor(asio::io_context& io, std::string k) : key(std::move(k)), acceptor(io) {}
 };
 
-Worker::Worker(unsigned id, StatsStore& stats, ExecutionModel model, std::chrono::milliseconds drain_time)
-    : id_(id), stats_(stats), modules_(stats.modules(id)), rng_(0x6d657368u + id), model_(model),
-      drain_time_(drain_time) {}
+Worker::Worker(unsigned id, StatsStore& stats, ExecutionModel model, std::chrono::milliseconds drain_time,
+               const DpuSpeed& speed, DilationCounters& dilation)
+    : id_(id), stats_(stats), modules_(stats.modules(id)), rng_(0x6d657368u + id), model_(model), speed_(speed),
+      dilation_(dilation), drain_time_(drain_time) {}
 
 Worker::~Worker() {
   stop();
@@ -81,18 +44,8 @@ void Worker::start(std::vector<int> cpus) {
     }
     pthread_setname_np(pthread_self(), ("mesh:w" + std::to_string(id_)).c_str());
     uint64_t t0 = thread_cpu_ns();
-    LoopDilation dilation;
-    dilation.start();
-    for (;;) {
-      try {
-        run_dilated(io_, dilation);
-        break;
-      } catch (const std::exception& e) {
-        dilation.pay();  // the handlers that ran before it are work too
-        // A handler's exception must not take the proxy down: log it and keep serving.
-        log_error("mesh worker " + std::to_string(id_) + ": " + e.what());
-      }
-    }
+    LoopDilation dilation(speed_, dilation_);
+    run_loop(io_, dilation, "mesh worker " + std::to_string(id_));
     cpu_ns_ = thread_cpu_ns() - t0;
   });
 }

@@ -22,6 +22,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "dataplane/loop_dilation.h"
 #include "dataplane/pipeline.h"
 #include "dataplane/downstream_stream.h"
 #include "dataplane/service_stream.h"
@@ -93,33 +94,6 @@ struct WriteQueue {
 // Nanoseconds on CLOCK_MONOTONIC (core's now_ns), signed: the clock of ejections, timeouts and token buckets.
 inline int64_t mono_ns() { return static_cast<int64_t>(now_ns()); }
 
-// The dpu's speed (docs/core.md), one per process: the node proxy is one
-// dpu place. run_proxy sets it before any data-plane loop starts; every loop
-// (the workers' and the pipeline stages') dilates to it.
-void set_dpu_speed(const DpuSpeed& speed);
-const DpuSpeed& dpu_speed();
-// What the process's data-plane loops have dilated so far: the CPU time of
-// their units of work and the busy time added after them (work x (1/F - 1)).
-struct DilationTotals {
-  uint64_t work_ns = 0, dilated_ns = 0;
-};
-DilationTotals dilation_totals();
-
-// A data-plane loop's Dilation at the process's dpu speed. pay() after each
-// batch of events, before the loop may block again, so a request's service
-// time is dilated and the loop never sleeps with unpaid debt; what it pays is
-// added to dilation_totals().
-class LoopDilation {
- public:
-  LoopDilation() : d_(dpu_speed()) {}
-  void start() { d_.start(); }
-  void pay();
-
- private:
-  Dilation d_;
-  uint64_t reported_work_ = 0, reported_dilated_ = 0;
-};
-
 // A downstream connection as the worker's drain manager sees it: when an
 // install leaves its listener (or filter chain) without a successor, it is
 // told to drain, and closed when the drain time ends (Envoy's listener drain).
@@ -139,7 +113,9 @@ class DrainableConnection {
 
 class Worker {
  public:
-  Worker(unsigned id, StatsStore& stats, ExecutionModel model, std::chrono::milliseconds drain_time);
+  // Its loops (and its pipeline's stages) run at `speed`, adding what they dilate to `dilation`.
+  Worker(unsigned id, StatsStore& stats, ExecutionModel model, std::chrono::milliseconds drain_time,
+         const DpuSpeed& speed, DilationCounters& dilation);
   ~Worker();
 
   // Starts the event loop thread, pinned to `cpus` (may be empty).
@@ -158,6 +134,8 @@ class Worker {
   uint64_t random() { return rng_(); }
   uint64_t cpu_ns() const { return cpu_ns_.load(std::memory_order_relaxed); }
   pid_t tid() const { return tid_.load(); }
+  const DpuSpeed& speed() const { return speed_; }
+  DilationCounters& dilation() { return dilation_; }
   // The stage threads of the pipelined model (nullptr when run-to-completion).
   Pipeline* pipeline() { return pipeline_.get(); }
 
@@ -201,6 +179,8 @@ class Worker {
   std::unordered_map<const Host*, std::vector<std::shared_ptr<UpstreamConn>>> idle_;
   std::mt19937_64 rng_;
   ExecutionModel model_;
+  DpuSpeed speed_;
+  DilationCounters& dilation_;
   std::unique_ptr<Pipeline> pipeline_;
   std::atomic<uint64_t> cpu_ns_{0};
   std::atomic<pid_t> tid_{0};

@@ -5,6 +5,8 @@
 
 #include <boost/asio/ssl/error.hpp>
 
+#include "dataplane/loop_dilation.h"
+
 namespace dpukit::mesh {
 
 namespace {
@@ -66,6 +68,7 @@ void TlsStream::flush() {
   writing_ = true;
   out_in_flight_.swap(out_);
   out_.clear();
+  pay_before_write();  // the records' crypto and what they carry are paid for before they leave
   asio::async_write(sock_, asio::buffer(out_in_flight_),
                     [this, alive = std::weak_ptr<bool>(alive_)](const boost::system::error_code& ec, size_t) {
                       if (alive.expired()) return;
@@ -190,8 +193,10 @@ void TlsStream::shutdown_now() {
   char* data = nullptr;
   const long pending = BIO_get_mem_data(wbio_, &data);
   // Only when no write is in flight: records must not interleave.
-  if (!writing_ && out_.empty() && pending > 0 && sock_.is_open())
+  if (!writing_ && out_.empty() && pending > 0 && sock_.is_open()) {
+    pay_before_write();
     (void)::send(sock_.native_handle(), data, static_cast<size_t>(pending), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
   (void)BIO_reset(wbio_);
 }
 

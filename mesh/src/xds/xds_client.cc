@@ -329,6 +329,10 @@ std::shared_ptr<grpc::Channel> ads_channel(const std::string& target) {
 }  // namespace
 
 void AdsClient::run() {
+  // Each response's work (its decoding, conversion and checks) is paid for before the ACK or NACK is written.
+  DilationCounters unreported;
+  LoopDilation dilation(speed_, dilation_ ? *dilation_ : unreported);
+  LoopDilation::Current current(dilation);
   std::mt19937_64 rng(std::random_device{}());
   auto backoff = kBackoffBase;
   const auto channel = ads_channel(target_);
@@ -361,8 +365,11 @@ bool AdsClient::stream_once(const std::shared_ptr<grpc::Channel>& channel) {
       grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(channel.get(), method, &ctx));
   const Messages& m = messages();
   const auto send = [&](const std::vector<json>& requests) {
-    for (const json& r : requests)
-      if (!stream->Write(to_byte_buffer(m.to_binary(request_type, r)))) return false;
+    for (const json& r : requests) {
+      const grpc::ByteBuffer message = to_byte_buffer(m.to_binary(request_type, r));
+      pay_before_write();
+      if (!stream->Write(message)) return false;
+    }
     return true;
   };
   bool received = false;

@@ -24,6 +24,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "config/bootstrap.h"
+#include "dataplane/loop_dilation.h"
 
 namespace grpc {
 class Channel;
@@ -60,6 +61,12 @@ class AdsClient {
   // `base` is the bootstrap file (static resources, dynamic_resources, node).
   AdsClient(YAML::Node base, const config::Bootstrap& bootstrap, Apply apply);
   ~AdsClient();
+  // The stream's thread runs at `speed` (it is the proxy's, on the dpu's
+  // cores), adding what it dilates to `counters`; before start().
+  void dilate(const DpuSpeed& speed, DilationCounters& counters) {
+    speed_ = speed;
+    dilation_ = &counters;
+  }
   void start();
   void stop();  // ends the stream and joins the thread
 
@@ -111,6 +118,8 @@ class AdsClient {
   std::condition_variable cv_;
   std::atomic<uint64_t> acks_{0}, nacks_{0};
   std::thread thread_;
+  DpuSpeed speed_;
+  DilationCounters* dilation_ = nullptr;
 };
 
 }  // namespace dpukit::mesh::xds
