@@ -7,8 +7,11 @@ and measured runs, reused, not copied): the Envoy sidecar pair on the dpu CPU
 as mesh.quick runs it (Envoy counted as host CPU: in that architecture it runs
 in the pods), and the node
 proxy (rtc, TCP to the service) with ``--dpu-speed bluefield3`` on 1, then 2
-dpu CPUs, and at host speed beside it. Every data-plane loop of the proxy is
-dilated to the speed (docs/core.md); the wire is loopback TCP on the same
+dpu CPUs, and at host speed beside it. Every loop of the proxy (workers,
+pipeline stages, the control plane's and the xDS stream's) is dilated to the
+speed (docs/core.md, docs/mesh.md): a write first pays for the work before
+it, so a reply leaves only once that work is paid for, and each batch of
+events is paid for at its end. The wire is loopback TCP on the same
 kernel, so the proxy's kernel time on its thread is dilated too (a BlueField's
 Arm cores run their own network stack).
 
@@ -133,8 +136,9 @@ def render(ctx: Context, swept: Swept) -> Section:
     sec.paragraph(
         f"The load generator and the service run on CPU {HOST_CPU}; the sidecar pair (two Envoy 1.40, "
         f"`--concurrency 1`) and the node proxy on CPU {DPU_CPU} (the 2-CPU proxy on CPUs 1-2). The node proxy's "
-        f"data-plane loops are dilated to `--dpu-speed {SPEED}` (F = 0.455: each batch of events is followed by "
-        "(1/F − 1) × its CPU time of busy time, so a dpu CPU serves F of what a host core does). "
+        f"loops are dilated to `--dpu-speed {SPEED}` (F = 0.455: a thread stays busy for (1/F − 1) × its CPU time, "
+        "so a dpu CPU serves F of what a host core does; a write first pays for the work before it, so a reply "
+        "leaves only once that work is paid for, and each batch of events is paid for at its end). "
         f"Max qps: `wrk -t1 -c{wrk_load['connections']} -d{wrk_load['seconds']}s`; added latency: `fortio load -qps Q "
         f"-c {fortio_load['connections']} -t {fortio_load['seconds']}s`, the topology's p50 and p99 minus the same "
         "round's direct ones. "
