@@ -1,6 +1,7 @@
 #include "engine.h"
 
 #include <fcntl.h>
+#include <libaio.h>
 #include <liburing.h>
 #include <pthread.h>
 #include <sys/uio.h>
@@ -37,8 +38,8 @@ using Kind = IoEvent::Kind;
 constexpr size_t kMaxBatch = 256;                  // requests taken off the queue pair at once
 constexpr auto kReceiveTimeout = 100ms;            // how soon the dispatcher notices stop()
 constexpr long long kPollTimeoutNs = 100'000'000;  // how soon the polling thread notices it should stop
-constexpr uint64_t kWakeTag = 0;
-constexpr unsigned kSqThreadIdleMs = 10;                   // user_data of the NOP that wakes the polling thread
+constexpr uint64_t kWakeTag = 0;                   // user_data of the NOP that wakes the polling thread
+constexpr unsigned kSqThreadIdleMs = 10;           // SQPOLL: the SQ thread sleeps after this long idle
 
 void add(std::atomic<uint64_t>& counter, uint64_t v = 1) { counter.fetch_add(v, std::memory_order_relaxed); }
 
@@ -194,7 +195,11 @@ struct FileCtx {
 
 struct WritePersistEngine::Impl {
   Impl(SstPool* pool, EngineStats& stats, const EngineOptions& options);
-  ~Impl() { io_uring_queue_exit(&ring); }
+  ~Impl() {
+    if (aio_ctx) io_destroy(aio_ctx);
+    if (aio_wake_fd >= 0) ::close(aio_wake_fd);
+    io_uring_queue_exit(&ring);
+  }
 
   void serve(ChannelDpu& qp);
 
@@ -260,6 +265,7 @@ struct WritePersistEngine::Impl {
   // The polling thread.
   void poll_loop();
   void harvest();
+  void harvest_aio(const io_event* events, int n);
   void on_cqe(IoOp* op, int32_t res);
   void write_done(IoOp* op, int32_t res);
   void sync_done(std::unique_ptr<IoOp> op, int32_t res);
@@ -281,11 +287,24 @@ struct WritePersistEngine::Impl {
   // never overflows.
   unsigned io_capacity = 0;
   bool sqpoll = false;    // IoEngine::kIoUringSqpoll
-  // IoEngine::kPwrite: the SQEs are prepared here, not in the ring, and
-  // flush() does each as a system call, in order; mu.
+  // IoEngine::kPwrite and kLibaio: the SQEs are prepared here, not in the
+  // ring; flush() does each as a system call, in order (pwrite), or hands
+  // them to AIO (libaio); mu.
   bool sync_calls = false;
-  std::deque<io_uring_sqe> sync_sqes;
+  std::deque<io_uring_sqe> aside_sqes;
   void run_sync_calls();
+  // IoEngine::kLibaio: the AIO context the polling thread reaps, /dev/null
+  // (an iocb written to it wakes the polling thread), the close linked to
+  // each fsync in flight (by the fsync's user_data; done when it completes),
+  // whether this file system refused IOCB_CMD_FSYNC; mu.
+  bool aio = false;
+  io_context_t aio_ctx = nullptr;
+  int aio_wake_fd = -1;
+  std::unordered_map<uint64_t, io_uring_sqe> aio_linked;
+  bool aio_no_fsync = false;
+  void submit_aio();
+  void aio_syscall(const io_uring_sqe& sqe);
+  void aio_complete(uint64_t user_data, int32_t res);
   uint64_t prepared = 0;  // SQEs prepared since the last flush; mu
 
   std::mutex mu;  // guards everything below and the SQ
@@ -332,6 +351,7 @@ WritePersistEngine::Impl::Impl(SstPool* pool, EngineStats& stats, const EngineOp
     sqpoll = true;
   }
   sync_calls = options.io_engine == IoEngine::kPwrite;
+  aio = options.io_engine == IoEngine::kLibaio;
   if (int r = io_uring_queue_init_params(options.ring_entries, &ring, &p); r < 0)
     throw std::system_error(-r, std::generic_category(),
                             "write-persist engine: io_uring_queue_init with " + std::to_string(options.ring_entries) +
@@ -343,6 +363,21 @@ WritePersistEngine::Impl::Impl(SstPool* pool, EngineStats& stats, const EngineOp
     throw std::runtime_error("write-persist engine: io_uring lacks IORING_FEAT_EXT_ARG (needs Linux 5.11 or later)");
   }
   io_capacity = p.cq_entries;
+  if (aio) {
+    // Room for every op the reservations admit, and the wake-up.
+    if (int r = io_setup(static_cast<int>(io_capacity + 1), &aio_ctx); r < 0) {
+      io_uring_queue_exit(&ring);
+      throw std::system_error(-r, std::generic_category(),
+                              "write-persist engine: io_setup with " + std::to_string(io_capacity + 1) + " events");
+    }
+    aio_wake_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (aio_wake_fd < 0) {
+      int err = errno;
+      io_destroy(aio_ctx);
+      io_uring_queue_exit(&ring);
+      throw std::system_error(err, std::generic_category(), "write-persist engine: opening /dev/null");
+    }
+  }
 }
 
 // ------------------------------------------------------------ the dispatcher
@@ -814,8 +849,10 @@ void WritePersistEngine::Impl::advance(FileCtx& f) {
 void WritePersistEngine::Impl::start_close(FileCtx& f) {
   f.closing = true;
   // RocksDB's final size is what stat must report (its consistency check
-  // compares them); the writes alone leave `end`.
-  if (f.error == 0 && f.final_size != f.end && ::ftruncate(f.fd, static_cast<off_t>(f.final_size)) != 0) {
+  // compares them); the writes alone leave `end`, and a pool slot is written
+  // out to the slot's size (pool.h).
+  if (f.error == 0 && (f.final_size != f.end || f.slot != kNoSlot) &&
+      ::ftruncate(f.fd, static_cast<off_t>(f.final_size)) != 0) {
     int err = errno;
     fail(f, -err, "cannot set its final size " + std::to_string(f.final_size));
   }
@@ -868,7 +905,7 @@ void WritePersistEngine::Impl::unreserve(unsigned ios, uint64_t bytes) {
 }
 
 io_uring_sqe* WritePersistEngine::Impl::next_sqe() {
-  if (sync_calls) return &sync_sqes.emplace_back();  // zeroed; a deque keeps earlier ones in place
+  if (sync_calls || aio) return &aside_sqes.emplace_back();  // zeroed; a deque keeps earlier ones in place
   io_uring_sqe* sqe = io_uring_get_sqe(&ring);
   if (!sqe) {
     flush();
@@ -906,6 +943,7 @@ void WritePersistEngine::Impl::submit_range_sync(std::unique_ptr<IoOp> op) {
 
 void WritePersistEngine::Impl::flush() {
   if (sync_calls) return run_sync_calls();
+  if (aio) return submit_aio();
   if (sqpoll) {
     // The kernel's SQ thread takes them: one call publishes the tail and
     // wakes the thread if it sleeps (no system call otherwise).
@@ -941,9 +979,9 @@ void WritePersistEngine::Impl::flush() {
 // Linked fsync + close run one after the other, the close also after a
 // failed fsync, as Linux 6.x runs a linked close.
 void WritePersistEngine::Impl::run_sync_calls() {
-  while (!sync_sqes.empty()) {
-    const io_uring_sqe sqe = sync_sqes.front();
-    sync_sqes.pop_front();
+  while (!aside_sqes.empty()) {
+    const io_uring_sqe sqe = aside_sqes.front();
+    aside_sqes.pop_front();
     prepared = 0;
     add(stats.submit_calls);
     add(stats.sqes_submitted);
@@ -966,6 +1004,103 @@ void WritePersistEngine::Impl::run_sync_calls() {
   }
 }
 
+// The libaio engine: the prepared writes and fsyncs of a flush as iocbs in
+// one io_submit (the polling thread reaps them with io_getevents and handles
+// each as a CQE); what AIO has no command for is a system call here, its
+// result handled at once: sync_file_range (submitted only once the writes
+// it covers completed, so those in this batch are later ones), and the close
+// linked to an fsync (when the fsync completes: aio_complete). An fsync the
+// file system refuses (EINVAL) is a system call, and every later one.
+void WritePersistEngine::Impl::submit_aio() {
+  prepared = 0;
+  while (!aside_sqes.empty()) {
+    std::vector<iocb> cbs;
+    cbs.reserve(aside_sqes.size());
+    while (!aside_sqes.empty()) {
+      const io_uring_sqe sqe = aside_sqes.front();
+      aside_sqes.pop_front();
+      if (sqe.opcode == IORING_OP_FSYNC && (sqe.flags & IOSQE_IO_LINK) && !aside_sqes.empty() &&
+          aside_sqes.front().opcode == IORING_OP_CLOSE) {
+        aio_linked.emplace(sqe.user_data, aside_sqes.front());
+        aside_sqes.pop_front();
+      }
+      if (sqe.opcode == IORING_OP_WRITE) {
+        io_prep_pwrite(&cbs.emplace_back(), sqe.fd, reinterpret_cast<void*>(sqe.addr), sqe.len,
+                       static_cast<long long>(sqe.off));
+      } else if (sqe.opcode == IORING_OP_FSYNC && !aio_no_fsync) {
+        io_prep_fsync(&cbs.emplace_back(), sqe.fd);
+      } else {
+        aio_syscall(sqe);  // may prepare more: the outer loop takes them
+        continue;
+      }
+      cbs.back().data = reinterpret_cast<void*>(sqe.user_data);
+    }
+    std::vector<iocb*> ptrs;
+    for (iocb& cb : cbs) ptrs.push_back(&cb);
+    size_t at = 0;
+    while (at < ptrs.size()) {
+      int r = io_submit(aio_ctx, static_cast<long>(ptrs.size() - at), ptrs.data() + at);
+      if (r > 0) {
+        add(stats.submit_calls);
+        add(stats.sqes_submitted, static_cast<uint64_t>(r));
+        raise_max(stats.max_inflight_ios, stats.inflight_ios.fetch_add(r, std::memory_order_relaxed) + r);
+        at += static_cast<size_t>(r);
+      } else if (r == 0 || r == -EAGAIN) {
+        std::this_thread::sleep_for(1ms);  // the polling thread's io_getevents frees room
+      } else if (r != -EINTR) {
+        // The iocb at `at` was refused: its CQE carries the error, or an
+        // fsync this file system does not take through AIO is done here.
+        iocb& cb = *ptrs[at++];
+        const uint64_t tag = reinterpret_cast<uint64_t>(cb.data);
+        if (cb.aio_lio_opcode == IO_CMD_FSYNC && r == -EINVAL) {
+          if (!aio_no_fsync)
+            log_info("write-persist: libaio: the file system refuses IOCB_CMD_FSYNC: fsync is a system call");
+          aio_no_fsync = true;
+          add(stats.aio_fsync_refused);
+          io_uring_sqe sqe{};
+          sqe.opcode = IORING_OP_FSYNC;
+          sqe.fd = static_cast<int32_t>(cb.aio_fildes);
+          sqe.user_data = tag;
+          aio_syscall(sqe);
+        } else {
+          add(stats.sqes_submitted);
+          add(stats.cqes_completed);
+          aio_complete(tag, r);
+        }
+      }
+    }
+  }
+}
+
+// An op AIO has no command for, done now as its system call.
+void WritePersistEngine::Impl::aio_syscall(const io_uring_sqe& sqe) {
+  add(stats.aio_sync_calls);
+  add(stats.sqes_submitted);
+  add(stats.cqes_completed);
+  ssize_t r = 0;
+  switch (sqe.opcode) {
+    case IORING_OP_SYNC_FILE_RANGE:
+      r = ::sync_file_range(sqe.fd, static_cast<off_t>(sqe.off), sqe.len, sqe.sync_range_flags);
+      break;
+    case IORING_OP_FSYNC: r = ::fsync(sqe.fd); break;
+    case IORING_OP_CLOSE: r = ::close(sqe.fd); break;
+    default: throw std::logic_error("write-persist: libaio: no system call for SQE opcode " +
+                                    std::to_string(sqe.opcode));
+  }
+  aio_complete(sqe.user_data, r < 0 ? -errno : static_cast<int32_t>(r));
+}
+
+// An op's completion as its CQE, then the close linked behind an fsync
+// (also after a failed fsync, as Linux 6.x runs a linked close).
+void WritePersistEngine::Impl::aio_complete(uint64_t user_data, int32_t res) {
+  on_cqe(reinterpret_cast<IoOp*>(user_data), res);
+  if (auto it = aio_linked.find(user_data); it != aio_linked.end()) {
+    const io_uring_sqe close_sqe = it->second;
+    aio_linked.erase(it);
+    aio_syscall(close_sqe);
+  }
+}
+
 void WritePersistEngine::Impl::trace(Kind kind, const IoOp& op, int32_t res) {
   if (options.trace) options.trace(IoEvent{kind, op.io, op.file->id, op.seq, res});
 }
@@ -974,7 +1109,27 @@ void WritePersistEngine::Impl::trace(Kind kind, const IoOp& op, int32_t res) {
 
 void WritePersistEngine::Impl::poll_loop() {
   DpuThreadClock clock(options.dpu_speed, stats);
+  std::vector<io_event> events(aio ? io_capacity + 1 : 0);
   while (!stop_polling.load(std::memory_order_relaxed)) {
+    if (aio) {
+      timespec ts{0, kPollTimeoutNs};
+      int n = io_getevents(aio_ctx, 1, static_cast<long>(events.size()), events.data(), &ts);
+      if (n == 0 || n == -EINTR) continue;
+      if (n < 0) {
+        log_error(std::string("write-persist: waiting for libaio completions: ") + std::strerror(-n));
+        std::this_thread::sleep_for(10ms);
+        continue;
+      }
+      clock.start();
+      try {
+        harvest_aio(events.data(), n);
+      } catch (const std::exception& e) {
+        log_error(std::string("write-persist: ") + e.what());
+      }
+      clock.pay();
+      post_ready();
+      continue;
+    }
     io_uring_cqe* cqe = nullptr;
     __kernel_timespec ts{0, kPollTimeoutNs};
     int r = io_uring_wait_cqe_timeout(&ring, &cqe, &ts);
@@ -1005,6 +1160,19 @@ void WritePersistEngine::Impl::harvest() {
     add(stats.cqes_completed);
     stats.inflight_ios.fetch_sub(1, std::memory_order_relaxed);
     if (tag != kWakeTag) on_cqe(reinterpret_cast<IoOp*>(tag), res);
+  }
+  flush();  // range_syncs and sync_closes that became ready
+}
+
+// libaio's events, in the order io_getevents returned them.
+void WritePersistEngine::Impl::harvest_aio(const io_event* events, int n) {
+  std::lock_guard lock(mu);
+  for (int i = 0; i < n; ++i) {
+    const uint64_t tag = reinterpret_cast<uint64_t>(events[i].data);
+    if (tag == kWakeTag) continue;
+    add(stats.cqes_completed);
+    stats.inflight_ios.fetch_sub(1, std::memory_order_relaxed);
+    aio_complete(tag, static_cast<int32_t>(static_cast<long>(events[i].res)));
   }
   flush();  // range_syncs and sync_closes that became ready
 }
@@ -1272,6 +1440,15 @@ void WritePersistEngine::Impl::drain() noexcept {
 }
 
 void WritePersistEngine::Impl::wake_poller() {
+  if (aio) {  // a write to /dev/null completes at once
+    static const char byte = 0;
+    iocb cb;
+    io_prep_pwrite(&cb, aio_wake_fd, const_cast<char*>(&byte), 1, 0);
+    cb.data = nullptr;  // kWakeTag
+    iocb* p = &cb;
+    io_submit(aio_ctx, 1, &p);  // if refused, the poller's timeout covers it
+    return;
+  }
   std::lock_guard lock(mu);
   io_uring_sqe* sqe = io_uring_get_sqe(&ring);
   if (!sqe) return;  // the SQ is never full here; the poller's timeout covers it anyway
@@ -1312,15 +1489,16 @@ const char* io_engine_name(IoEngine e) {
   switch (e) {
     case IoEngine::kIoUringSqpoll: return "io_uring-sqpoll";
     case IoEngine::kPwrite: return "pwrite";
+    case IoEngine::kLibaio: return "libaio";
     case IoEngine::kIoUring: break;
   }
   return "io_uring";
 }
 
 IoEngine parse_io_engine(const std::string& name) {
-  for (IoEngine e : {IoEngine::kIoUring, IoEngine::kIoUringSqpoll, IoEngine::kPwrite})
+  for (IoEngine e : {IoEngine::kIoUring, IoEngine::kIoUringSqpoll, IoEngine::kLibaio, IoEngine::kPwrite})
     if (name == io_engine_name(e)) return e;
-  throw std::invalid_argument("I/O engine '" + name + "': io_uring, io_uring-sqpoll or pwrite");
+  throw std::invalid_argument("I/O engine '" + name + "': io_uring, io_uring-sqpoll, libaio or pwrite");
 }
 
 WritePersistEngine::WritePersistEngine(SstPool* pool, EngineStats& stats, const EngineOptions& options)

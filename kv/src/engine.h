@@ -40,6 +40,9 @@ enum class IoEngine {
   kIoUring,       // io_uring_submit: one io_uring_enter per batch
   kIoUringSqpoll, // IORING_SETUP_SQPOLL: a kernel thread polls the SQ, no system call per batch
   kPwrite,        // plain system calls (pwrite, sync_file_range, fsync, close), each waited for in turn
+  // Linux AIO (libaio): writes and fsyncs as iocbs (io_submit per batch, io_getevents in the polling
+  // thread); sync_file_range and close have no iocb and are system calls (close once its fsync completed).
+  kLibaio,
 };
 const char* io_engine_name(IoEngine e);
 IoEngine parse_io_engine(const std::string& name);  // throws std::invalid_argument naming the choices
@@ -66,6 +69,9 @@ struct EngineStats {
   std::atomic<uint64_t> queue_pairs{0}, requests{0}, writes{0}, write_bytes{0}, range_syncs{0}, sync_closes{0},
       recycles{0}, files_opened{0}, pool_files{0}, normal_files{0}, direct_files{0}, errors{0};
   std::atomic<uint64_t> sqes_submitted{0}, submit_calls{0}, cqes_completed{0};
+  // kLibaio: the ops done as system calls because AIO has no command for them (sync_file_range, close)
+  // or the file system refused the IOCB_CMD_FSYNC (then every later fsync is a system call too).
+  std::atomic<uint64_t> aio_sync_calls{0}, aio_fsync_refused{0};
   std::atomic<uint64_t> max_batch{0};           // most requests taken off a queue pair at once
   std::atomic<uint64_t> max_inflight_ios{0};    // most SQEs in flight at once
   std::atomic<uint64_t> inflight_ios{0};        // SQEs in flight now

@@ -59,7 +59,8 @@ Config parse_args(int argc, char** argv) {
   p.dpu_speed_option();
   const char* io_engine = std::getenv("DPUKIT_AGENT_IO_ENGINE");
   p.option("io-engine", "how the writes reach the kernel (PulseDB §IV-E): io_uring (a submit per batch),\n"
-                        "io_uring-sqpoll (a kernel thread polls the submission queue) or pwrite (a system call per\n"
+                        "io_uring-sqpoll (a kernel thread polls the submission queue), libaio (Linux AIO: io_submit per\n"
+                        "batch, io_getevents; sync_file_range and close as system calls) or pwrite (a system call per\n"
                         "I/O, waited for) (default $DPUKIT_AGENT_IO_ENGINE, else io_uring)",
            io_engine && *io_engine ? io_engine : "io_uring");
   p.option("stats", "write statistics as JSON to this file on SIGUSR1 and at exit");
