@@ -85,10 +85,12 @@ struct Buffer {
 
 // Buffers are reused: a fresh multi-megabyte allocation per write would fault
 // in new pages every time. Keeps at most `keep_bytes`, dropping the smallest.
+// Its own lock: the DMA thread takes buffers without the engine's.
 class BufferPool {
  public:
   explicit BufferPool(uint64_t keep_bytes) : keep_bytes_(keep_bytes) {}
   Buffer take(size_t len) {
+    std::lock_guard lock(mu_);
     for (size_t i = 0; i < free_.size(); ++i) {
       if (free_[i].capacity < len) continue;
       Buffer b = std::move(free_[i]);
@@ -100,6 +102,7 @@ class BufferPool {
     return Buffer{std::unique_ptr<uint8_t[], AlignedFree>(new (std::align_val_t(kDirectAlign)) uint8_t[cap]), cap};
   }
   void give(Buffer b) {
+    std::lock_guard lock(mu_);
     kept_ += b.capacity;
     free_.push_back(std::move(b));
     while (kept_ > keep_bytes_) {
@@ -111,9 +114,15 @@ class BufferPool {
   }
 
  private:
+  std::mutex mu_;
   uint64_t keep_bytes_, kept_ = 0;
   std::vector<Buffer> free_;
 };
+
+// Completions a thread made and has not posted: each engine thread posts its
+// own (post_ready), after it paid its dilation for the work behind them, so
+// that no reply leaves before its work's time at the dpu's speed.
+thread_local std::vector<ChannelCompletion> t_ready;
 
 struct FileCtx;
 
@@ -235,6 +244,7 @@ struct WritePersistEngine::Impl {
   // their writes are sequenced and submitted.
   void dma_loop();
   int pull(StagedWrite& p) const;  // 0 or an errno
+  ChannelCompletion pull_completion(const StagedWrite& p, int err);  // without mu
   void pulled(StagedWrite& p, int err);
   // Sequences `f`'s pulled writes into its writes, in order; mu held. With
   // `wait` (the dispatcher, before any later request of the file) it waits
@@ -272,8 +282,9 @@ struct WritePersistEngine::Impl {
   void close_done(std::unique_ptr<IoOp> op, int32_t res);
 
   // Completions and the end of a queue pair.
-  void queue_completion(const ChannelCompletion& c);
+  void queue_completion(const ChannelCompletion& c);  // this thread's, posted by its post_ready
   void post_ready();
+  void post(const std::vector<ChannelCompletion>& out);
   void drain() noexcept;
   void wake_poller();
   void abandon(FileCtx& f);
@@ -313,7 +324,10 @@ struct WritePersistEngine::Impl {
   unsigned reserved_ios = 0;    // SQEs in flight or deferred
   uint64_t inflight_bytes = 0;  // write bytes admitted and not yet written
   BufferPool buffers;
-  std::vector<ChannelCompletion> ready;  // completions not yet posted
+  // The files that failed (their ids; fail() adds, finish_file removes):
+  // the DMA thread's replies read it without mu.
+  std::mutex failed_mu;
+  std::set<uint64_t> failed_files;
 
   ChannelDpu* qp = nullptr;
   std::mutex post_mu;  // the completion ring has one producer at a time
@@ -335,7 +349,9 @@ struct WritePersistEngine::Impl {
   std::deque<std::shared_ptr<StagedWrite>> pulls;  // the pull queue, in arrival order
   bool dma_stop = false;
   std::atomic<bool> dma_stopping{false};
-  uint64_t staged_bytes = 0;  // pulled (or being pulled) and not yet sequenced; mu
+  // Pulled (or being pulled) and not yet sequenced: only the DMA thread adds
+  // (without mu while there is room), settle subtracts (mu).
+  std::atomic<uint64_t> staged_bytes{0};
   std::thread dma;
 };
 
@@ -386,6 +402,19 @@ void WritePersistEngine::Impl::serve(ChannelDpu& channel) {
   qp = &channel;
   host_gone = false;
   stop_polling = false;
+  // Nothing of an earlier serve() carries over: its write thread's error, a
+  // stopped DMA stage's open budget, its failed files.
+  write_error = nullptr;
+  write_failed = false;
+  dma_stopping = false;
+  copy_staged = 0;
+  staged_bytes = 0;
+  write_queue.clear();
+  pulls.clear();
+  {
+    std::lock_guard l(failed_mu);
+    failed_files.clear();
+  }
   add(stats.queue_pairs);
   host_pid = channel.peer_pid() > 0 ? channel.peer_pid() : ::getpid();  // an in-process pair: this process
   dma_stop = false;
@@ -527,6 +556,7 @@ void WritePersistEngine::Impl::write_loop() {
         room.notify_all();
       }
       stop_serving = true;
+      post_ready();  // what it completed before
       return;
     }
     clock.pay();
@@ -821,7 +851,11 @@ FileCtx& WritePersistEngine::Impl::file(uint64_t id) {
 }
 
 void WritePersistEngine::Impl::fail(FileCtx& f, int32_t err, const std::string& what) {
-  if (f.error == 0) f.error = err;
+  if (f.error == 0) {
+    f.error = err;
+    std::lock_guard l(failed_mu);
+    failed_files.insert(f.id);
+  }
   add(stats.errors);
   log_warn("write-persist: " + f.name + ": " + what + ": " + std::strerror(-err));
 }
@@ -875,8 +909,12 @@ void WritePersistEngine::Impl::start_close(FileCtx& f) {
 }
 
 void WritePersistEngine::Impl::finish_file(FileCtx& f) {
-  ready.push_back(
+  queue_completion(
       {f.id, static_cast<int64_t>(f.bytes_written), static_cast<uint32_t>(Op::kSyncClose), f.error, f.slot});
+  if (f.error) {
+    std::lock_guard l(failed_mu);
+    failed_files.erase(f.id);
+  }
   files.erase(f.id);
 }
 
@@ -1255,11 +1293,14 @@ void WritePersistEngine::Impl::dma_loop() {
       pulls.pop_front();
     }
     add(stats.pull_queue_ns, now_ns() - p->queued_ns);
-    {
+    const auto budget_has_room = [&] {
+      const uint64_t staged = staged_bytes.load();
+      return staged == 0 || staged + p->len <= options.max_inflight_bytes || dma_stopping;
+    };
+    // Without mu while there is room: a pull and its reply never wait for
+    // the write thread's or the polling thread's work under it (a flush).
+    if (!budget_has_room()) {
       std::unique_lock lock(mu);
-      const auto budget_has_room = [&] {
-        return staged_bytes == 0 || staged_bytes + p->len <= options.max_inflight_bytes || dma_stopping;
-      };
       while (!budget_has_room()) {
         // Finished pulls hold this budget until their writes are sequenced,
         // which the write thread does only at the file's next request: with
@@ -1274,22 +1315,23 @@ void WritePersistEngine::Impl::dma_loop() {
         }
         if (!budget_has_room()) room.wait(lock);
       }
-      staged_bytes += p->len;
-      p->buf = buffers.take(p->lead + p->len);
     }
+    staged_bytes += p->len;
+    p->buf = buffers.take(p->lead + p->len);
     clock.start();
     const uint64_t cpu0 = thread_cpu_ns();
     const int err = pull(*p);
     const uint64_t copy_ns = thread_cpu_ns() - cpu0;
     add(stats.pull_cpu_ns, copy_ns);
     clock.exclude(copy_ns);
-    pulled(*p, err);
+    const ChannelCompletion reply = pull_completion(*p, err);
     clock.pay();
-    post_ready();  // the pull's completion: the host's buffer is free
+    post({reply});  // the host's buffer is free
     add(stats.pull_reply_ns, now_ns() - p->received_ns);
     clock.start();
     try {
       std::unique_lock lock(mu);
+      pulled(*p, err);
       // Its write, unless that would wait, if the write thread has given it
       // its place in the file's order.
       if (auto it = files.find(p->file); !p->sequenced && it != files.end() && !it->second->pulled.empty() &&
@@ -1318,28 +1360,33 @@ int WritePersistEngine::Impl::pull(StagedWrite& p) const {
   return 0;
 }
 
-// A failed pull writes nothing and does not fail the file: the host sends the
-// bytes again through the ring.
-void WritePersistEngine::Impl::pulled(StagedWrite& p, int err) {
-  std::lock_guard lock(mu);
-  p.done = true;
-  p.err = err;
-  room.notify_all();  // the write thread may wait for this pull
-  // A file that failed already writes nothing (its sync_close says why); one
-  // the write thread has not opened yet is not known to have failed.
-  auto it = files.find(p.file);
-  const bool write = err == 0 && (it == files.end() || it->second->error == 0);
-  ready.push_back({p.file, write ? static_cast<int64_t>(p.len) : 0, static_cast<uint32_t>(Op::kWriteFrom), -err,
-                   p.offset});
+// A pull's reply, without mu. A failed pull writes nothing and does not
+// fail the file: the host sends the bytes again through the ring. A file
+// that failed already writes nothing (its sync_close says why); one the
+// write thread has not opened yet is not known to have failed.
+ChannelCompletion WritePersistEngine::Impl::pull_completion(const StagedWrite& p, int err) {
+  bool file_failed;
+  {
+    std::lock_guard l(failed_mu);
+    file_failed = failed_files.count(p.file) > 0;
+  }
+  const bool write = err == 0 && !file_failed;
   if (err) {
     add(stats.pull_failures);
-    log_warn("write-persist: " + (it == files.end() ? "file id " + std::to_string(p.file) : it->second->name) +
-             ": cannot pull " + std::to_string(p.len) + " bytes from host process " +
-             std::to_string(host_pid) + ": " + std::strerror(err));
+    log_warn("write-persist: file id " + std::to_string(p.file) + ": cannot pull " + std::to_string(p.len) +
+             " bytes from host process " + std::to_string(host_pid) + ": " + std::strerror(err));
   } else if (write) {
     add(stats.pulls);
     add(stats.pull_bytes, p.len);
   }
+  return {p.file, write ? static_cast<int64_t>(p.len) : 0, static_cast<uint32_t>(Op::kWriteFrom), -err, p.offset};
+}
+
+// The pull is done (its reply posted): its write may be sequenced; mu held.
+void WritePersistEngine::Impl::pulled(StagedWrite& p, int err) {
+  p.done = true;
+  p.err = err;
+  room.notify_all();  // the write thread may wait for this pull
 }
 
 void WritePersistEngine::Impl::settle(FileCtx& f, std::unique_lock<std::mutex>& lock, bool wait) {
@@ -1395,17 +1442,16 @@ void WritePersistEngine::Impl::stop_dma() {
 
 // --------------------------------------------- completions and the end of a queue pair
 
-void WritePersistEngine::Impl::queue_completion(const ChannelCompletion& c) {
-  std::lock_guard lock(mu);
-  ready.push_back(c);
-}
+void WritePersistEngine::Impl::queue_completion(const ChannelCompletion& c) { t_ready.push_back(c); }
 
+// This thread's completions (t_ready); call it after paying for their work.
 void WritePersistEngine::Impl::post_ready() {
   std::vector<ChannelCompletion> out;
-  {
-    std::lock_guard lock(mu);
-    out.swap(ready);
-  }
+  out.swap(t_ready);
+  post(out);
+}
+
+void WritePersistEngine::Impl::post(const std::vector<ChannelCompletion>& out) {
   if (out.empty() || host_gone) return;
   std::lock_guard lock(post_mu);
   try {

@@ -459,6 +459,63 @@ TEST(Engine, APullIsServedWhileWritesAheadOfItWaitForTheirBudget) {
   expect_dependencies_kept(trace.snapshot());
 }
 
+// A pull's reply never waits for the engine's lock: here the write thread
+// holds it (its trace hook, called under the lock, blocks at a copied
+// write's submission, as a synchronous flush under --io-engine pwrite holds
+// it for every system call), and a pull for another file is still answered.
+TEST(Engine, APullIsAnsweredWhileTheWriteThreadHoldsTheEngineLock) {
+  TempDir t;
+  std::mutex m;
+  std::condition_variable cv;
+  bool holding = false, release = false;
+  EngineOptions o;
+  o.trace = [&](const IoEvent& e) {
+    if (e.kind != Kind::kSubmit || e.io != Io::kWrite || e.file != 1) return;
+    std::unique_lock l(m);
+    holding = true;
+    cv.notify_all();
+    cv.wait(l, [&] { return release; });
+  };
+  auto let_go = [&] {
+    std::lock_guard l(m);
+    release = true;
+    cv.notify_all();
+  };
+  struct LetGo {
+    std::function<void()> f;
+    ~LetGo() { f(); }
+  } guard{let_go};
+  EngineRun run(nullptr, o);
+  Host h = run.host();
+  auto a = random_bytes(64 << 10, 21), b = random_bytes(300 << 10, 22);
+  const fs::path one = t.path / "000021.sst", two = t.path / "000022.sst";
+  h.open(1, one, false);
+  h.open(2, two, false);
+  h.write(1, 0, a);  // its submission holds the lock
+  {
+    std::unique_lock l(m);
+    ASSERT_TRUE(cv.wait_for(l, kPatience, [&] { return holding; })) << "the write was never submitted";
+  }
+  h.write_from(2, 0, b);
+  auto reply = h.collect(1);
+  let_go();
+  ASSERT_EQ(reply.size(), 1u) << "the pull's reply waited for the engine's lock";
+  EXPECT_EQ(reply[0].op, op(Op::kWriteFrom));
+  EXPECT_EQ(reply[0].id, 2u);
+  EXPECT_EQ(reply[0].status, 0);
+  EXPECT_EQ(reply[0].result, static_cast<int64_t>(b.size()));
+  h.sync_close(1, a.size());
+  h.sync_close(2, b.size());
+  auto done = h.collect(2);
+  ASSERT_EQ(done.size(), 2u);
+  for (const auto& d : done) {
+    EXPECT_EQ(d.op, op(Op::kSyncClose));
+    EXPECT_EQ(d.status, 0);
+  }
+  EXPECT_EQ(read_all(one), a);
+  EXPECT_EQ(read_all(two), b);
+}
+
 // A finished pull whose write did not fit the write budget holds the pull
 // budget until its write is sequenced. When the writes ahead complete, that
 // must happen without a further request to its file: here the next pull, for
