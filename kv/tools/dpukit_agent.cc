@@ -235,7 +235,10 @@ Result Agent::stats() const {
         {"submit_calls", get(stats_.submit_calls)},
         {"cqes_completed", get(stats_.cqes_completed)},
         {"inflight_ios", get(stats_.inflight_ios)},
-        {"max_inflight_ios", get(stats_.max_inflight_ios)}}},
+        {"max_inflight_ios", get(stats_.max_inflight_ios)},
+        // libaio: the ops done as system calls (no AIO command, or IOCB_CMD_FSYNC refused)
+        {"aio_sync_calls", get(stats_.aio_sync_calls)},
+        {"aio_fsync_refused", get(stats_.aio_fsync_refused)}}},
       {"pool", nullptr},
   };
   if (pool_) {
