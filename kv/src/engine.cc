@@ -1149,37 +1149,27 @@ void WritePersistEngine::Impl::poll_loop() {
   DpuThreadClock clock(options.dpu_speed, stats);
   std::vector<io_event> events(aio ? io_capacity + 1 : 0);
   while (!stop_polling.load(std::memory_order_relaxed)) {
+    int r;  // libaio: events reaped; io_uring: 0 once a CQE is there
     if (aio) {
       timespec ts{0, kPollTimeoutNs};
-      int n = io_getevents(aio_ctx, 1, static_cast<long>(events.size()), events.data(), &ts);
-      if (n == 0 || n == -EINTR) continue;
-      if (n < 0) {
-        log_error(std::string("write-persist: waiting for libaio completions: ") + std::strerror(-n));
-        std::this_thread::sleep_for(10ms);
-        continue;
-      }
-      clock.start();
-      try {
-        harvest_aio(events.data(), n);
-      } catch (const std::exception& e) {
-        log_error(std::string("write-persist: ") + e.what());
-      }
-      clock.pay();
-      post_ready();
-      continue;
+      r = io_getevents(aio_ctx, 1, static_cast<long>(events.size()), events.data(), &ts);
+      if (r == 0) r = -ETIME;
+    } else {
+      io_uring_cqe* cqe = nullptr;
+      __kernel_timespec ts{0, kPollTimeoutNs};
+      r = io_uring_wait_cqe_timeout(&ring, &cqe, &ts);
     }
-    io_uring_cqe* cqe = nullptr;
-    __kernel_timespec ts{0, kPollTimeoutNs};
-    int r = io_uring_wait_cqe_timeout(&ring, &cqe, &ts);
     if (r == -ETIME || r == -EINTR) continue;
     if (r < 0) {
-      log_error(std::string("write-persist: waiting for io_uring completions: ") + std::strerror(-r));
+      log_error(std::string("write-persist: waiting for ") + (aio ? "libaio" : "io_uring") +
+                " completions: " + std::strerror(-r));
       std::this_thread::sleep_for(10ms);
       continue;
     }
     clock.start();
     try {
-      harvest();
+      if (aio) harvest_aio(events.data(), r);
+      else harvest();
     } catch (const std::exception& e) {
       log_error(std::string("write-persist: ") + e.what());
     }
