@@ -1,11 +1,15 @@
 #include "pool.h"
 
 #include <fcntl.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cerrno>
@@ -41,6 +45,12 @@ constexpr uint32_t kRecordFree = 1, kRecordOwned = 2;
 // page with another slot's record.
 constexpr size_t kRecordBytes = 4096;
 constexpr size_t kHeaderBytes = 4096;
+// Linux 6.17's fallocate mode that has the device write the zeros and leaves
+// written extents; refused (EOPNOTSUPP) by devices without write-zeroes.
+constexpr int kFallocWriteZeroes = 0x80;
+// Zeros are written in pieces of this size, direct I/O aligned to a page.
+constexpr size_t kZeroChunk = 1 << 20;
+constexpr uint64_t kDirectAlign = 4096;
 
 // The first page of pool.index: the geometry the pool was created with.
 // Version 1 ended after slot_bytes.
@@ -227,6 +237,32 @@ std::string realpath_of(const std::string& path) {
   return real ? std::string(real.get()) : std::string();
 }
 
+// How far from offset 0 up to `end` the file is written blocks: the offset
+// of its first hole or unwritten (preallocated) extent, or `end`. nullopt
+// where the filesystem has no FIEMAP (tmpfs, which has no unwritten extents).
+std::optional<uint64_t> written_through(int fd, uint64_t end) {
+  constexpr unsigned kExtents = 64;
+  std::vector<char> buf(sizeof(fiemap) + kExtents * sizeof(fiemap_extent));
+  auto* fm = reinterpret_cast<fiemap*>(buf.data());
+  uint64_t at = 0;
+  while (at < end) {
+    std::fill(buf.begin(), buf.end(), 0);
+    fm->fm_start = at;
+    fm->fm_length = end - at;
+    fm->fm_flags = FIEMAP_FLAG_SYNC;  // delayed allocations are reported as what they become
+    fm->fm_extent_count = kExtents;
+    if (::ioctl(fd, FS_IOC_FIEMAP, fm) != 0) return at == 0 ? std::nullopt : std::optional<uint64_t>(at);
+    const uint64_t before = at;
+    for (unsigned i = 0; i < fm->fm_mapped_extents; ++i) {
+      const fiemap_extent& e = fm->fm_extents[i];
+      if (e.fe_logical > at || (e.fe_flags & (FIEMAP_EXTENT_UNWRITTEN | FIEMAP_EXTENT_UNKNOWN))) return at;
+      at = std::max<uint64_t>(at, e.fe_logical + e.fe_length);
+    }
+    if (at == before) return at;  // a hole to the end
+  }
+  return end;
+}
+
 struct Judgement {
   PoolCheck::Verdict verdict;
   std::string reason;
@@ -234,12 +270,18 @@ struct Judgement {
 
 // Whether slot `slot` (its record, its file and the bytes in it) is free, in
 // use, shown free (reclaimable) or not accounted for (quarantined). Read-only.
-Judgement judge(uint32_t slot, const std::optional<Record>& rec, const std::string& slot_file, uint64_t bytes) {
+// A free slot is empty (preallocated, or made by an earlier build) or written
+// out to the slot's size; a release leaves one of the two before it records
+// the slot free, so any other size is data the pool did not leave there.
+Judgement judge(uint32_t slot, const std::optional<Record>& rec, const std::string& slot_file, uint64_t bytes,
+                uint64_t slot_bytes) {
   using V = PoolCheck::Verdict;
   if (!rec) return {V::kQuarantined, std::string("its owner record in ") + kIndexName + " is damaged"};
   if (!rec->owned) {
-    if (bytes == 0) return {V::kFree, ""};
-    return {V::kQuarantined, "it holds " + std::to_string(bytes) + " bytes, but its record says free"};
+    if (bytes == 0 || bytes == slot_bytes) return {V::kFree, ""};
+    return {V::kQuarantined, "it holds " + std::to_string(bytes) +
+                                 " bytes, but its record says free (a free slot is empty or written out to " +
+                                 std::to_string(slot_bytes) + ")"};
   }
   const std::string& owner = rec->owner;
   struct stat st {};
@@ -332,6 +374,9 @@ SstPool::SstPool(const Options& options) : options_(options) {
     state_.assign(options_.slots, State::kFree);
     quarantine_.resize(options_.slots);
     for (uint32_t i = 0; i < options_.slots; ++i) open_slot(i);
+    if (written_at_open_ > 0)
+      log_info(what("wrote out " + std::to_string(written_at_open_) +
+                    " bytes of free slots that were not (made by an earlier build, or interrupted)"));
   } catch (...) {
     close_fds();
     if (!fs::exists(dir_ + "/" + kIndexName, ec)) {  // a pool that was never made leaves nothing
@@ -397,9 +442,10 @@ void SstPool::open_index() {
 }
 
 // A new pool, made atomically: the index is written as pool.index.tmp, the
-// slot files are made and preallocated, and the rename to pool.index
-// completes it. If anything fails, every file made is removed (a slot whose
-// preallocation failed half-way would otherwise keep the space it got).
+// slot files are made and written out (or preallocated), and the rename to
+// pool.index completes it. If anything fails, every file made is removed (a
+// slot whose allocation failed half-way would otherwise keep the space it
+// got).
 void SstPool::create(const std::string& index_path) {
   const std::string tmp = index_path + ".tmp";
   remove_unfinished_creation(tmp);
@@ -416,7 +462,10 @@ void SstPool::create(const std::string& index_path) {
       UniqueFd slot(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
       if (!slot) throw_sys(errno, dir_, "cannot create", path);
       made.push_back(i);
-      reserve(slot.get(), path, false);
+      if (options_.write_out)
+        write_out(slot.get(), path, 0, false);
+      else
+        reserve(slot.get(), path, false);
     }
     if (::rename(tmp.c_str(), index_path.c_str()) != 0) throw_sys(errno, dir_, "cannot rename", tmp);
   } catch (...) {
@@ -464,8 +513,10 @@ void SstPool::remove_unfinished_creation(const std::string& tmp) {
 
 // Rewrites a version-1 index (owner records without checksums) as version 2,
 // under a temporary name and renamed, so a crash leaves one or the other.
-// Nothing is freed here: a record that was free stays free (quarantined by
-// open_slot if its slot holds data), an owner stays the owner (with its
+// Nothing is freed here: a record that was free stays free if its slot is
+// empty, as version 1 left free slots, and is recorded damaged if not (a
+// free slot may now be the slot's size, so data there would pass for one);
+// an owner stays the owner (with its
 // directory's identity if it still links to the slot, else unknown, which
 // quarantines it if it is missing), and a malformed record becomes damaged.
 void SstPool::migrate_v1(const std::string& index_path) {
@@ -478,7 +529,10 @@ void SstPool::migrate_v1(const std::string& index_path) {
     for (uint32_t i = 0; i < options_.slots; ++i) {
       std::optional<Record> r = read_record(in.get(), i, 1);
       std::array<char, kRecordBytes> rec{};  // all zero: damaged
-      if (r && !r->owned) rec = encode_record(i, "", {});
+      struct stat st {};
+      const bool empty = ::stat(slot_path(i).c_str(), &st) != 0 || st.st_size == 0;
+      if (r && !r->owned && empty) rec = encode_record(i, "", {});
+      damaged += r && !r->owned && !empty;
       if (r && r->owned) {
         DirId dir;
         if (realpath_of(r->owner) == slot_path(i)) dir = dir_id_of(r->owner).value_or(DirId{});
@@ -500,8 +554,9 @@ void SstPool::migrate_v1(const std::string& index_path) {
   }
 }
 
-// Makes sure slot file `slot` exists and is preallocated, then decides what
-// it is from its record.
+// Makes sure slot file `slot` exists, decides what it is from its record, and
+// gives a free one its free shape: a free slot an earlier build left empty
+// and preallocated is written out here, once.
 void SstPool::open_slot(uint32_t slot) {
   std::string path = slot_path(slot);
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
@@ -515,10 +570,34 @@ void SstPool::open_slot(uint32_t slot) {
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) throw_sys(errno, dir_, "cannot stat", path);
   // A slot that lost its reservation to a full filesystem (see reset_slot)
-  // still works.
-  if (static_cast<uint64_t>(st.st_blocks) * 512 < options_.slot_bytes && !reserve(fd.get(), path, true))
+  // still works. Data past a slot's end is never preallocated where free
+  // slots are written out: a release writes the tail out anyway.
+  if (!options_.write_out && static_cast<uint64_t>(st.st_blocks) * 512 < options_.slot_bytes &&
+      !reserve(fd.get(), path, true))
     log_warn(what("no space to preallocate " + path + " again; it is used without its reservation"));
   examine(slot, true);
+  if (state_[slot] == State::kFree) ready_free(slot);
+}
+
+void SstPool::ready_free(uint32_t slot) {
+  const std::string path = slot_path(slot);
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  struct stat st {};
+  if (!fd || ::fstat(fd.get(), &st) != 0) throw_sys(errno, dir_, "cannot open", path);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (!options_.write_out) {
+    if (size != 0) empty_slot(fd.get(), path);
+    return;
+  }
+  const uint64_t from = written_through(fd.get(), size).value_or(size);
+  if (from >= options_.slot_bytes) return;
+  // Only writes: a crash part-way leaves a free slot of the slot's size (the
+  // first step sizes it), written out again at the next open.
+  try {
+    if (write_out(fd.get(), path, from, true)) written_at_open_ += options_.slot_bytes - from;
+  } catch (const std::exception& e) {
+    log_warn(std::string(e.what()) + "; " + slot_name(slot) + " is used as it is");
+  }
 }
 
 // Decides slot `slot`'s state from its record: in use, free, freed now (shown
@@ -529,7 +608,7 @@ void SstPool::examine(uint32_t slot, bool at_open) {
   struct stat st {};
   const uint64_t bytes = ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
   std::optional<Record> rec = read_record(index_fd_, slot, kIndexVersion);
-  Judgement j = judge(slot, rec, path, bytes);
+  Judgement j = judge(slot, rec, path, bytes, options_.slot_bytes);
   const State was = state_[slot];
   switch (j.verdict) {
     case PoolCheck::Verdict::kFree:
@@ -583,13 +662,15 @@ std::vector<SstPool::Quarantined> SstPool::quarantined() const {
   return q;
 }
 
-bool SstPool::reserve(int fd, const std::string& path, bool tolerate_no_space) const {
-  if (::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(options_.slot_bytes)) == 0) return true;
+bool SstPool::reserve(int fd, const std::string& path, bool tolerate_no_space, bool sized, uint64_t from) const {
+  const int mode = sized ? 0 : FALLOC_FL_KEEP_SIZE;
+  if (::fallocate(fd, mode, static_cast<off_t>(from), static_cast<off_t>(options_.slot_bytes - from)) == 0)
+    return true;
   int err = errno;
   if (err == ENOSPC && tolerate_no_space) return false;
   if (err == EOPNOTSUPP)
-    throw_sys(err, what("the filesystem refuses fallocate(FALLOC_FL_KEEP_SIZE) for " + path +
-                        "; put the pool on ext4, xfs, btrfs or tmpfs"));
+    throw_sys(err, what(std::string("the filesystem refuses fallocate(") + (sized ? "0" : "FALLOC_FL_KEEP_SIZE") +
+                        ") for " + path + "; put the pool on ext4, xfs, btrfs or tmpfs"));
   if (err == ENOSPC)
     throw_sys(err, what("no space to preallocate " + path + " (" + std::to_string(options_.slots) + " slots of " +
                         std::to_string(options_.slot_bytes) + " bytes)"));
@@ -606,19 +687,81 @@ void SstPool::write_record(uint32_t slot, const std::string& owner) {
   if (::fdatasync(index_fd_) != 0) throw_sys(errno, problem);
 }
 
-// Drops a slot's data, keeps its space allocated, records it free (last, so
-// that a crash before leaves an owner record, never a free one with data).
-// The truncation frees the space too: if another slot that outgrew its
-// reservation takes it meanwhile, the slot is freed all the same (it works,
-// its writes just need free space) rather than kept out of use for good.
+// Space first (fallocate: the file becomes the slot's size, and a full
+// filesystem fails here, before anything is written), then zeros over it:
+// by the device (FALLOC_FL_WRITE_ZEROES) where it can, else written with
+// direct I/O by this thread, so that converting the preallocated extents is
+// done here and not by the kernel's workers at writeback. Durable on return.
+bool SstPool::write_out(int fd, const std::string& path, uint64_t from, bool tolerate_no_space) const {
+  const uint64_t end = options_.slot_bytes;
+  if (from >= end) return true;
+  if (!reserve(fd, path, tolerate_no_space, true, from)) return false;
+  const std::string problem = what("cannot write out " + path);
+  if (::fallocate(fd, kFallocWriteZeroes, static_cast<off_t>(from), static_cast<off_t>(end - from)) != 0) {
+    if (errno != EOPNOTSUPP && errno != EINVAL) throw_sys(errno, problem);
+    static const std::unique_ptr<void, decltype(&std::free)> zeros(
+        [] {
+          void* p = std::aligned_alloc(kDirectAlign, kZeroChunk);
+          if (p) std::memset(p, 0, kZeroChunk);
+          return p;
+        }(),
+        &std::free);
+    if (!zeros) throw_sys(ENOMEM, problem);
+    // The direct part is page-aligned: a released file's last partial page is
+    // zeroed too (it is dropped anyway). tmpfs takes no O_DIRECT: buffered.
+    uint64_t at = from / kDirectAlign * kDirectAlign;
+    const uint64_t direct_end = end / kDirectAlign * kDirectAlign;
+    UniqueFd direct(::open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC));
+    if (direct)
+      for (; at < direct_end; at += std::min<uint64_t>(kZeroChunk, direct_end - at))
+        pwrite_all(direct.get(), zeros.get(), std::min<uint64_t>(kZeroChunk, direct_end - at),
+                   static_cast<off_t>(at), problem);
+    at = std::max(at, from);
+    for (; at < end; at += std::min<uint64_t>(kZeroChunk, end - at))
+      pwrite_all(fd, zeros.get(), std::min<uint64_t>(kZeroChunk, end - at), static_cast<off_t>(at), problem);
+  }
+  if (::fdatasync(fd) != 0) throw_sys(errno, problem);
+  return true;
+}
+
+void SstPool::empty_slot(int fd, const std::string& path) const {
+  if (::ftruncate(fd, 0) != 0) throw_sys(errno, dir_, "cannot truncate", path);
+  if (::fdatasync(fd) != 0) throw_sys(errno, dir_, "cannot sync", path);
+  if (!reserve(fd, path, true))
+    log_warn(what("no space to preallocate " + path + " again; it is used without its reservation"));
+}
+
+// Gives a slot its free shape, records it free (last, so that a crash before
+// leaves an owner record, never a free one with data). Written out: the old
+// file's bytes stay (a writer writes from offset 0 and truncates at close),
+// the tail the writer's truncation freed is written again. Where the
+// filesystem has no space for the tail, the slot is emptied instead: it
+// works, its writes just need space, rather than kept out of use for good.
 void SstPool::reset_slot(uint32_t slot) {
   std::string path = slot_path(slot);
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
   if (!fd) throw_sys(errno, dir_, "cannot open", path);
-  if (::ftruncate(fd.get(), 0) != 0) throw_sys(errno, dir_, "cannot truncate", path);
-  if (::fdatasync(fd.get()) != 0) throw_sys(errno, dir_, "cannot sync", path);
-  if (!reserve(fd.get(), path, true))
-    log_warn(what("no space to preallocate " + path + " again; it is used without its reservation"));
+  if (!options_.write_out) {
+    empty_slot(fd.get(), path);
+    return write_record(slot, "");
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw_sys(errno, dir_, "cannot stat", path);
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > options_.slot_bytes) {  // a file that outgrew its slot
+    if (::ftruncate(fd.get(), static_cast<off_t>(options_.slot_bytes)) != 0)
+      throw_sys(errno, dir_, "cannot truncate", path);
+    size = options_.slot_bytes;
+  }
+  // Holes or unwritten extents inside the old file (a failed writer, or one
+  // an earlier build preallocated) are written out with the tail.
+  const uint64_t from = std::min(size, written_through(fd.get(), size).value_or(size));
+  if (!write_out(fd.get(), path, from, true)) {
+    log_warn(what("no space to write " + path + " out again; it is emptied and used without its reservation"));
+    empty_slot(fd.get(), path);
+  } else if (from == size && size == options_.slot_bytes && ::fdatasync(fd.get()) != 0) {
+    throw_sys(errno, dir_, "cannot sync", path);  // the truncation above, if any
+  }
   write_record(slot, "");
 }
 
@@ -750,7 +893,7 @@ PoolCheck check_pool(const std::string& dir, const std::string& db_dir) {
     }
     s.bytes = static_cast<uint64_t>(st.st_size);
     s.allocated = static_cast<uint64_t>(st.st_blocks) * 512;
-    Judgement j = judge(i, rec, path, s.bytes);
+    Judgement j = judge(i, rec, path, s.bytes, h.slot_bytes);
     s.verdict = j.verdict;
     s.reason = j.reason;
     if (j.verdict == PoolCheck::Verdict::kQuarantined)

@@ -3,13 +3,20 @@
 // slot and RocksDB's file name becomes a symlink to it; deleting the file
 // recycles the slot.
 //
-// On disk, DIR holds slot-NNNNNN (the data; preallocated with
-// FALLOC_FL_KEEP_SIZE, so the size stat reports is the bytes written), and
-// `pool.index`: a header with the geometry, then one owner record per slot,
-// each with a CRC-32C. A claim writes the owner record durably (fdatasync)
+// On disk, DIR holds slot-NNNNNN (the data), and `pool.index`: a header with
+// the geometry, then one owner record per slot, each with a CRC-32C. A free
+// slot is **written out**: the slot's size, every block allocated and written
+// (zeros, or a released file's old bytes), so that the agent's direct writes
+// into it are overwrites that need no unwritten-extent conversion (done at I/O
+// completion in the kernel's workers otherwise). The writer writes the file
+// from offset 0 and truncates the slot to the file's size when it closes it;
+// a release writes the tail out again. (ext4 cannot keep written blocks past
+// the end of a file, so a free slot cannot be both empty and written out.)
+// A claim writes the owner record durably (fdatasync)
 // before the caller creates the symlink. The pool never destroys data it
 // cannot account for: when it is opened, a slot is reused only if it can be
-// shown to be free (its record says free and it is empty; its owner path
+// shown to be free (its record says free and it is empty or exactly the
+// slot's size, the two shapes a free slot has; its owner path
 // exists and is not a link to it; or its owner is gone from the very
 // directory it was created in). A claimed slot whose owner cannot be found
 // (the DB's filesystem not mounted, its directory renamed away) or whose
@@ -37,6 +44,10 @@ class SstPool {
     // Open an existing pool with the geometry it was created with (slots and
     // slot_bytes are ignored); never create one.
     bool existing_only = false;
+    // Keep free slots written out (above). False for writers that append to
+    // the slot (RocksDB's reopened files, filepool mode): their free slots
+    // are empty and preallocated with FALLOC_FL_KEEP_SIZE instead.
+    bool write_out = true;
   };
   struct Slot {
     uint32_t index;
@@ -76,8 +87,8 @@ class SstPool {
   // a symlink to Slot::path) and records the owner durably. nullopt when every
   // slot is taken (counted in Stats::exhausted). Thread-safe.
   std::optional<Slot> claim(const std::string& owner);
-  // Frees a slot in use or quarantined: truncates its data, preallocates it
-  // again, records it free. The caller has removed the symlink (or an
+  // Frees a slot in use or quarantined: writes its tail out again (a slot
+  // larger than the slot's size is cut to it), records it free. The caller has removed the symlink (or an
   // operator decided the quarantined data may go). Thread-safe.
   void release(uint32_t slot);
   // The slot `path` refers to, if it is a symlink to one of this pool's slots.
@@ -102,8 +113,17 @@ class SstPool {
   void migrate_v1(const std::string& index_path);
   void open_slot(uint32_t slot);
   void examine(uint32_t slot, bool at_open);
-  // Preallocates the slot file; false on ENOSPC if `tolerate_no_space`, else throws.
-  bool reserve(int fd, const std::string& path, bool tolerate_no_space) const;
+  // Preallocates the slot file (FALLOC_FL_KEEP_SIZE, or the whole slot if
+  // `sized`); false on ENOSPC if `tolerate_no_space`, else throws.
+  bool reserve(int fd, const std::string& path, bool tolerate_no_space, bool sized = false,
+               uint64_t from = 0) const;
+  // Writes the slot out from `from` on; false on ENOSPC if tolerated.
+  bool write_out(int fd, const std::string& path, uint64_t from, bool tolerate_no_space) const;
+  // Gives a free slot its free shape (written out, or empty and preallocated).
+  void ready_free(uint32_t slot);
+  // Empties the slot file and preallocates it again (a free slot of a pool
+  // that does not write out, or one that had no space to be written out).
+  void empty_slot(int fd, const std::string& path) const;
   void write_record(uint32_t slot, const std::string& owner);
   void reset_slot(uint32_t slot);
   void close_fds();
@@ -118,6 +138,7 @@ class SstPool {
   std::vector<State> state_;
   std::vector<Quarantined> quarantine_;  // by slot; meaningful where state_ is kQuarantined
   Stats stats_;
+  uint64_t written_at_open_ = 0;  // bytes written out at open (free slots an earlier build left empty)
 };
 
 // What `dpukit-agent pool check` finds: the pool read as it is on disk,
@@ -129,7 +150,7 @@ struct PoolCheck {
     Verdict verdict;
     std::string owner;
     std::string reason;
-    uint64_t bytes;      // data in the slot (its size)
+    uint64_t bytes;      // data in the slot (its size; a free slot's size if written out)
     uint64_t allocated;  // bytes allocated to it
   };
   std::string dir;

@@ -3,6 +3,9 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -16,6 +19,7 @@
 #include <functional>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -37,11 +41,76 @@ struct stat stat_of(const fs::path& p) {
   return st;
 }
 
+// Writes `len` bytes from offset 0 and sets the size, as a pool slot's
+// writer does (the engine truncates a written-out slot at sync_close).
 void write_file(const fs::path& p, size_t len, char fill) {
-  std::ofstream out(p, std::ios::binary | std::ios::in | std::ios::out);
-  ASSERT_TRUE(out) << p;
-  std::string data(len, fill);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  {
+    std::ofstream out(p, std::ios::binary | std::ios::in | std::ios::out);
+    ASSERT_TRUE(out) << p;
+    std::string data(len, fill);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  }
+  fs::resize_file(p, len);
+}
+
+struct Extent {
+  uint64_t logical, length;
+  uint32_t flags;
+};
+// The file's extents as FIEMAP reports them (past its end too: preallocated
+// ones); nullopt where the filesystem has no FIEMAP.
+std::optional<std::vector<Extent>> extents_of(const fs::path& p) {
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::vector<Extent> found;
+  std::vector<char> buf(sizeof(fiemap) + 256 * sizeof(fiemap_extent));
+  auto* fm = reinterpret_cast<fiemap*>(buf.data());
+  for (uint64_t at = 0;;) {
+    std::fill(buf.begin(), buf.end(), 0);
+    fm->fm_start = at;
+    fm->fm_length = FIEMAP_MAX_OFFSET - at;
+    fm->fm_flags = FIEMAP_FLAG_SYNC;
+    fm->fm_extent_count = 256;
+    if (::ioctl(fd, FS_IOC_FIEMAP, fm) != 0) {
+      ::close(fd);
+      return std::nullopt;
+    }
+    bool last = fm->fm_mapped_extents == 0;
+    for (unsigned i = 0; i < fm->fm_mapped_extents; ++i) {
+      const fiemap_extent& e = fm->fm_extents[i];
+      found.push_back({e.fe_logical, e.fe_length, e.fe_flags});
+      at = e.fe_logical + e.fe_length;
+      last = last || (e.fe_flags & FIEMAP_EXTENT_LAST);
+    }
+    if (last) break;
+  }
+  ::close(fd);
+  return found;
+}
+
+// What a written-out slot is not: the problem, or "" (also where FIEMAP
+// cannot tell: then only the size is checked).
+std::string not_written_out(const fs::path& p, uint64_t slot_bytes = kSlotBytes) {
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) return p.string() + " is missing";
+  if (static_cast<uint64_t>(st.st_size) != slot_bytes)
+    return p.string() + " is " + std::to_string(st.st_size) + " bytes, not " + std::to_string(slot_bytes);
+  auto ext = extents_of(p);
+  if (!ext) return "";
+  uint64_t covered = 0;
+  for (const Extent& e : *ext) {
+    if (e.flags & FIEMAP_EXTENT_UNWRITTEN)
+      return p.string() + " has an unwritten extent at " + std::to_string(e.logical);
+    if (e.logical > covered) return p.string() + " has a hole at " + std::to_string(covered);
+    covered = std::max<uint64_t>(covered, e.logical + e.length);
+  }
+  return covered >= slot_bytes ? "" : p.string() + " has a hole from " + std::to_string(covered);
+}
+
+bool has_unwritten_extent(const fs::path& p) {
+  auto ext = extents_of(p);
+  return ext &&
+         std::any_of(ext->begin(), ext->end(), [](const Extent& e) { return e.flags & FIEMAP_EXTENT_UNWRITTEN; });
 }
 
 std::string message_of(const std::function<void()>& f) {
@@ -61,7 +130,7 @@ SstPool::Slot claim_linked(SstPool& pool, const fs::path& owner) {
   return *slot;
 }
 
-TEST(SstPool, CreatesPreallocatedSlotsAndReopensWithTheSameGeometry) {
+TEST(SstPool, CreatesWrittenOutSlotsAndReopensWithTheSameGeometry) {
   TempDir t;
   fs::path dir = t.path / "pool";
   {
@@ -71,9 +140,7 @@ TEST(SstPool, CreatesPreallocatedSlotsAndReopensWithTheSameGeometry) {
     EXPECT_EQ(s.slots, 4u);
     EXPECT_EQ(s.free, 4u);
     for (int i = 0; i < 4; ++i) {
-      struct stat st = stat_of(dir / ("slot-00000" + std::to_string(i)));
-      EXPECT_EQ(st.st_size, 0) << "KEEP_SIZE: preallocated but empty";
-      EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, kSlotBytes) << "preallocated";
+      EXPECT_EQ(not_written_out(dir / ("slot-00000" + std::to_string(i))), "");
     }
     EXPECT_TRUE(fs::exists(dir / "pool.index"));
   }
@@ -185,19 +252,17 @@ TEST(SstPool, ClaimAndReleaseNeedNoSpaceOnAFullFilesystem) {
   EXPECT_EQ(pool.stats().free, 4u);
 }
 
-TEST(SstPool, StatReportsTheBytesWrittenAndReleaseEmptiesTheSlot) {
+TEST(SstPool, StatReportsTheBytesWrittenAndReleaseWritesTheSlotOutAgain) {
   TempDir t;
   SstPool pool(options(t.path / "pool"));
   fs::path owner = t.path / "000007.sst";
   SstPool::Slot slot = claim_linked(pool, owner);
   write_file(owner, 12345, 'a');
-  EXPECT_EQ(stat_of(owner).st_size, 12345) << "KEEP_SIZE preallocation must not show in the size";
+  EXPECT_EQ(stat_of(owner).st_size, 12345) << "the writer's size";
   EXPECT_EQ(pool.slot_of(owner.string()), slot.index);
   ASSERT_EQ(::unlink(owner.c_str()), 0);
   pool.release(slot.index);
-  struct stat st = stat_of(slot.path);
-  EXPECT_EQ(st.st_size, 0);
-  EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, kSlotBytes) << "preallocated again";
+  EXPECT_EQ(not_written_out(slot.path), "");
 }
 
 TEST(SstPool, SlotOfKnowsOnlySymlinksIntoThisPool) {
@@ -249,7 +314,7 @@ TEST(SstPool, ReopeningFreesEverySlotWhoseOwnerIsNoLongerItsSymlink) {
     if (i == kept_slot) continue;
     char name[32];
     std::snprintf(name, sizeof(name), "slot-%06u", i);
-    EXPECT_EQ(stat_of(dir / name).st_size, 0) << name << " was emptied";
+    EXPECT_EQ(not_written_out(dir / name), "") << name << " was freed";
   }
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(pool.claim((t.path / ("new" + std::to_string(i))).string()));
   EXPECT_FALSE(pool.claim((t.path / "one-too-many").string()));
@@ -430,7 +495,7 @@ TEST(SstPool, AQuarantinedSlotIsFreedOnlyByARelease) {
   pool.release(slot);
   EXPECT_EQ(pool.stats().quarantined, 0u);
   EXPECT_EQ(pool.stats().free, 4u);
-  EXPECT_EQ(stat_of(dir / slot_file_name(slot)).st_size, 0);
+  EXPECT_EQ(not_written_out(dir / slot_file_name(slot)), "");
   EXPECT_THROW(pool.release(slot), std::invalid_argument);
 }
 
@@ -451,7 +516,7 @@ TEST(SstPool, AQuarantinedSlotWhoseOwnerComesBackAsAnotherFileIsFreed) {
   EXPECT_EQ(pool.stats().quarantined, 0u);
   EXPECT_EQ(pool.stats().free, 4u);
   EXPECT_EQ(pool.stats().reclaimed, 1u);
-  EXPECT_EQ(stat_of(dir / slot_file_name(slot)).st_size, 0);
+  EXPECT_EQ(not_written_out(dir / slot_file_name(slot)), "");
 }
 
 // The pool directory moved: its owners' links name slots that are not this
@@ -535,7 +600,10 @@ TEST(SstPool, AVersion1IndexIsUpgradedAndNothingUnaccountedIsFreed) {
   TempDir t;
   fs::path dir = t.path / "pool", db = t.path / "db";
   fs::create_directories(db);
-  { SstPool pool(options(dir)); }  // the slot files
+  {  // the slot files, empty as version 1 left free slots
+    SstPool pool(options(dir));
+    for (uint32_t i = 0; i < 4; ++i) fs::resize_file(dir / slot_file_name(i), 0);
+  }
   // Version 1: a header page, then one page per slot {magic, slot, len, 0, path}.
   std::string index(4096 * 5, '\0');
   auto put32 = [&](size_t at, uint32_t v) { std::memcpy(index.data() + at, &v, 4); };
@@ -559,6 +627,9 @@ TEST(SstPool, AVersion1IndexIsUpgradedAndNothingUnaccountedIsFreed) {
   owner_record(1, missing.string());
   write_file(dir / slot_file_name(1), 200, 'b');  // its owner is gone: deleted, or out of sight?
   write_file(dir / slot_file_name(2), 300, 'c');  // all-zero record over data
+  // The slot's size: what a written-out free slot looks like, but version 1
+  // never left a free slot other than empty.
+  write_file(dir / slot_file_name(3), kSlotBytes, 'd');
   {
     std::ofstream out(dir / "pool.index", std::ios::binary | std::ios::trunc);
     out.write(index.data(), static_cast<std::streamsize>(index.size()));
@@ -567,12 +638,13 @@ TEST(SstPool, AVersion1IndexIsUpgradedAndNothingUnaccountedIsFreed) {
     SstPool pool(options(dir));
     SstPool::Stats s = pool.stats();
     EXPECT_EQ(s.reclaimed, 0u);
-    EXPECT_EQ(s.quarantined, 2u);
-    EXPECT_EQ(s.free, 1u);
+    EXPECT_EQ(s.quarantined, 3u);
+    EXPECT_EQ(s.free, 0u);
     EXPECT_EQ(pool.slot_of(live.string()), 0u);
   }
   EXPECT_EQ(stat_of(dir / slot_file_name(1)).st_size, 200);
   EXPECT_EQ(stat_of(dir / slot_file_name(2)).st_size, 300);
+  EXPECT_EQ(read_all(dir / slot_file_name(3)), std::string(kSlotBytes, 'd'));
   EXPECT_EQ(read_all(live), std::string(100, 'a'));
   PoolCheck c = check_pool(dir.string());
   EXPECT_TRUE(c.usable) << c.problem;
@@ -581,7 +653,7 @@ TEST(SstPool, AVersion1IndexIsUpgradedAndNothingUnaccountedIsFreed) {
   ASSERT_EQ(::unlink(live.c_str()), 0);
   SstPool pool(options(dir));
   EXPECT_EQ(pool.stats().reclaimed, 1u);
-  EXPECT_EQ(pool.stats().quarantined, 2u);
+  EXPECT_EQ(pool.stats().quarantined, 3u);
 }
 
 TEST(SstPool, CheckReportsEverySlotAndTheDbLinksWithoutTakingThePool) {
@@ -614,6 +686,125 @@ TEST(SstPool, CheckReportsEverySlotAndTheDbLinksWithoutTakingThePool) {
   c = check_pool((t.path / "moved").string());
   EXPECT_FALSE(c.usable);
   EXPECT_NE(c.problem.find("is not an SST pool index"), std::string::npos) << c.problem;
+}
+
+// Issue 25: the agent's direct writes into a slot must be overwrites of
+// written blocks, not writes into unwritten (preallocated) extents, whose
+// conversion at I/O completion the kernel's workers do on the host. A free
+// slot is written out, so is the slot a file was written into (from offset
+// 0, then truncated to its size, as the engine does), and so is it again
+// once released.
+TEST(SstPool, SlotsHaveNoUnwrittenExtentsBeforeOrAfterAFileIsWrittenIntoThem) {
+  TempDir t;
+  fs::path dir = t.path / "pool", owner = t.path / "000012.sst";
+  SstPool pool(options(dir));
+  if (!extents_of(dir / slot_file_name(0))) GTEST_SKIP() << "no FIEMAP on " << dir;
+  for (uint32_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(not_written_out(dir / slot_file_name(i)), "");
+    EXPECT_FALSE(has_unwritten_extent(dir / slot_file_name(i))) << i;
+  }
+  SstPool::Slot slot = claim_linked(pool, owner);
+  {
+    constexpr size_t kWritten = 300 << 10, kFinal = 300'000;
+    int fd = ::open(owner.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    void* data = std::aligned_alloc(4096, kWritten);
+    std::memset(data, 's', kWritten);
+    EXPECT_EQ(::pwrite(fd, data, kWritten, 0), static_cast<ssize_t>(kWritten));
+    std::free(data);
+    EXPECT_EQ(::ftruncate(fd, kFinal), 0);
+    EXPECT_EQ(::fsync(fd), 0);
+    ::close(fd);
+    EXPECT_EQ(stat_of(owner).st_size, static_cast<off_t>(kFinal));
+  }
+  EXPECT_FALSE(has_unwritten_extent(slot.path)) << "the file, and nothing preallocated past its end";
+  ASSERT_EQ(::unlink(owner.c_str()), 0);
+  pool.release(slot.index);
+  EXPECT_EQ(not_written_out(slot.path), "");
+  EXPECT_FALSE(has_unwritten_extent(slot.path));
+}
+
+// An earlier build left free slots empty and preallocated (unwritten
+// extents), and preallocated past the end of the files in use. Opened now,
+// its free slots are written out (also one a crash left sized but not
+// written); a file in use keeps every byte and is written out on release.
+TEST(SstPool, APoolOfAnEarlierBuildIsWrittenOutAtOpenAndKeepsItsFiles) {
+  TempDir t;
+  fs::path dir = t.path / "pool", owner = t.path / "000013.sst";
+  uint32_t used;
+  {
+    SstPool pool(options(dir));
+    if (!extents_of(dir / slot_file_name(0))) GTEST_SKIP() << "no FIEMAP on " << dir;
+    used = claim_linked(pool, owner).index;
+    write_file(owner, 3000, 'k');
+  }
+  for (uint32_t i = 0; i < 4; ++i) {
+    const fs::path p = dir / slot_file_name(i);
+    int fd = ::open(p.c_str(), O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    if (i != used) ASSERT_EQ(::ftruncate(fd, 0), 0);
+    ASSERT_EQ(::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, kSlotBytes), 0);
+    ::close(fd);
+    EXPECT_TRUE(has_unwritten_extent(p)) << i << ": as the earlier build left it";
+  }
+  const uint32_t sparse = used == 3 ? 2 : 3;  // sized, never written: a write-out cut short
+  fs::resize_file(dir / slot_file_name(sparse), 0);
+  fs::resize_file(dir / slot_file_name(sparse), kSlotBytes);
+  SstPool pool(options(dir));
+  EXPECT_EQ(pool.stats().free, 3u);
+  EXPECT_EQ(pool.stats().quarantined, 0u);
+  for (uint32_t i = 0; i < 4; ++i)
+    if (i != used) EXPECT_EQ(not_written_out(dir / slot_file_name(i)), "");
+  EXPECT_EQ(read_all(owner), std::string(3000, 'k'));
+  ASSERT_EQ(::unlink(owner.c_str()), 0);
+  pool.release(used);
+  EXPECT_EQ(not_written_out(dir / slot_file_name(used)), "");
+  EXPECT_FALSE(has_unwritten_extent(dir / slot_file_name(used)));
+}
+
+// Writers that append to their slot (RocksDB's reopened files: filepool)
+// get empty, preallocated free slots, also from a pool that was written out.
+TEST(SstPool, APoolForAppendingWritersKeepsItsFreeSlotsEmpty) {
+  TempDir t;
+  fs::path dir = t.path / "pool", owner = t.path / "000014.sst";
+  { SstPool written(options(dir)); }
+  SstPool::Options o = options(dir);
+  o.write_out = false;
+  SstPool pool(o);
+  EXPECT_EQ(pool.stats().free, 4u);
+  for (uint32_t i = 0; i < 4; ++i) {
+    struct stat st = stat_of(dir / slot_file_name(i));
+    EXPECT_EQ(st.st_size, 0) << i;
+    EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, kSlotBytes) << "preallocated";
+  }
+  SstPool::Slot slot = claim_linked(pool, owner);
+  write_file(owner, 5000, 'a');
+  ASSERT_EQ(::unlink(owner.c_str()), 0);
+  pool.release(slot.index);
+  EXPECT_EQ(stat_of(slot.path).st_size, 0);
+}
+
+// A release that finds no space for the tail the writer's truncation gave
+// back still frees the slot (emptied, usable without its reservation).
+TEST(SstPool, AReleaseWithoutSpaceForTheTailEmptiesTheSlot) {
+  TempDir t;
+  SmallFs small(t.path / "small", "1m");
+  if (!small.mounted) GTEST_SKIP() << "cannot mount a tmpfs for a real ENOSPC: " << small.why;
+  fs::path owner = t.path / "000015.sst";
+  SstPool pool(options(small.dir / "pool", 4, 64 << 10));
+  SstPool::Slot slot = claim_linked(pool, owner);
+  write_file(owner, 1000, 'w');
+  {
+    std::ofstream filler(small.dir / "filler", std::ios::binary);
+    std::string chunk(4096, 'f');
+    while (filler.write(chunk.data(), static_cast<std::streamsize>(chunk.size())) && filler.flush()) {}
+  }
+  ASSERT_EQ(::unlink(owner.c_str()), 0);
+  EXPECT_NO_THROW(pool.release(slot.index));
+  EXPECT_EQ(pool.stats().free, 4u);
+  EXPECT_EQ(stat_of(slot.path).st_size, 0);
+  PoolCheck c = check_pool((small.dir / "pool").string());
+  EXPECT_EQ(c.reports[slot.index].verdict, PoolCheck::Verdict::kFree);
 }
 
 TEST(SstPool, RefusesAnEmptyGeometry) {

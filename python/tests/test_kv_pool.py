@@ -10,10 +10,12 @@ checkconsistency` (every file's size against the MANIFEST) and `sst_dump
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -127,6 +129,37 @@ def judge(db: Path) -> None:
         assert out.returncode == 0 and "The file is ok" in text and "Corruption" not in text, text
 
 
+FS_IOC_FIEMAP = 0xC020660B
+FIEMAP_FLAG_SYNC = 0x1
+FIEMAP_EXTENT_LAST = 0x1
+FIEMAP_EXTENT_UNWRITTEN = 0x800
+_FIEMAP = struct.Struct("=QQIIII")  # fm_start, fm_length, fm_flags, fm_mapped_extents, fm_extent_count, reserved
+_EXTENT = struct.Struct("=QQQQQIIII")  # fe_logical, fe_physical, fe_length, 2 reserved, fe_flags, 3 reserved
+
+
+def extents(path: Path) -> list[tuple[int, int, int]] | None:
+    """(logical, length, flags) of every extent of the file, past its end
+    too (what fallocate's KEEP_SIZE left), by FIEMAP; None without FIEMAP."""
+    found, at, count = [], 0, 128
+    with open(path, "rb") as f:
+        while True:
+            buf = bytearray(_FIEMAP.pack(at, (1 << 64) - 1 - at, FIEMAP_FLAG_SYNC, 0, count, 0) +
+                            bytes(_EXTENT.size * count))
+            try:
+                fcntl.ioctl(f.fileno(), FS_IOC_FIEMAP, buf)
+            except OSError:
+                return None
+            mapped = _FIEMAP.unpack_from(buf)[3]
+            last = mapped == 0
+            for i in range(mapped):
+                logical, _, length, _, _, flags, *_ = _EXTENT.unpack_from(buf, _FIEMAP.size + i * _EXTENT.size)
+                found.append((logical, length, flags))
+                at = logical + length
+                last = last or bool(flags & FIEMAP_EXTENT_LAST)
+            if last:
+                return found
+
+
 def pool_check(agent_exe: Path, pool: Path, *extra) -> subprocess.CompletedProcess:
     return run([agent_exe, "pool", "check", "--pool", pool, *extra], check=False)
 
@@ -160,6 +193,44 @@ def assert_kept_in_quarantine(links: list[Path], pool: dict, log: str) -> None:
     assert pool["returned_later"] == len(links), pool
     assert f"{len(links)} quarantined" in log and "is missing" in log, log
     assert "freed" not in log.replace("freed at start", ""), log
+
+
+# Issue 25: the agent's direct writes must land in written blocks, not in
+# unwritten (preallocated) extents, whose conversion at I/O completion the
+# host's kworkers do. After a fill through the agent, no slot has an unwritten
+# extent: neither the free ones (written out: the slot's size, no hole) nor
+# the ones holding the DB's files (nothing preallocated past their end), and
+# RocksDB finds the DB whole.
+def test_the_agents_pool_slots_have_no_unwritten_extents(agent_exe, start_agent, tmp_path):
+    db, pool = tmp_path / "db", tmp_path / "pool"
+    probe = tmp_path / "probe"
+    probe.write_bytes(b"x")
+    if extents(probe) is None:
+        pytest.skip("no FIEMAP on this filesystem")
+    agent = start_agent("first")
+    links = fill(db, agent)
+    stats = agent.stats()
+    agent.stop()
+    assert stats["pool"]["claims"] > len(links), "slots were reused"
+    assert stats["pool"]["released"] > 0, stats["pool"]
+    judge(db)
+    used = {p.resolve() for p in links}
+    slots = sorted(pool.glob("slot-*"))
+    assert len(slots) == 32
+    for slot in slots:
+        ext = extents(slot)
+        assert ext is not None
+        unwritten = [e for e in ext if e[2] & FIEMAP_EXTENT_UNWRITTEN]
+        assert not unwritten, f"{slot.name} ({'in use' if slot in used else 'free'}): unwritten extents {unwritten}"
+        if slot not in used:
+            assert slot.stat().st_size == 2 << 20, f"{slot.name} is free and written out to the slot's size"
+            covered = 0
+            for logical, length, _ in ext:
+                assert logical <= covered, f"{slot.name}: a hole at {covered}"
+                covered = max(covered, logical + length)
+            assert covered >= 2 << 20, f"{slot.name}: a hole from {covered}"
+    check = pool_check(agent_exe, pool, "--db", db)
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 # Issue 22 §1.1, the rename: the DB directory renamed away while the agent

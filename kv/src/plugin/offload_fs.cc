@@ -521,6 +521,8 @@ OffloadFileSystem::OffloadFileSystem(std::shared_ptr<rocksdb::FileSystem> base, 
     po.dir = options_.pool;
     po.slots = options_.pool_slots;
     po.slot_bytes = options_.slot_bytes;
+    // filepool's RocksDB reopens the slot for appending: it needs it empty.
+    po.write_out = options_.mode != OffloadMode::kFilePool;
     pool_ = std::make_unique<SstPool>(po);
   }
 }
