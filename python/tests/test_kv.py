@@ -13,13 +13,18 @@ SMALL = ["--data", "48M", "--write-buffer", "2M", "--target-file", "2M", "--leve
          "--value-size", "1024", "--threads", "1"]
 
 
-def bench(kv_tool, tmp_path, mode: str, *extra: str) -> dict:
+def bench_run(kv_tool, tmp_path, mode: str, *extra: str) -> tuple[dict, str]:
+    """The result and the one-line summary printed."""
     out = tmp_path / f"{mode}.json"
     proc = subprocess.run([str(kv_tool), "bench", "--mode", mode, *SMALL, *extra,
                            "--work-dir", str(tmp_path / mode), "--json", str(out)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr + proc.stdout
-    return load_result(out)
+    return load_result(out), proc.stdout
+
+
+def bench(kv_tool, tmp_path, mode: str, *extra: str) -> dict:
+    return bench_run(kv_tool, tmp_path, mode, *extra)[0]
 
 
 def test_stock_db_bench_sends_compaction_output_through_the_agent(kv_tool, tmp_path):
@@ -64,11 +69,14 @@ def test_whole_host_cpu_adds_the_kernels_share(kv_tool, tmp_path):
 
 
 def test_vanilla_has_no_plugin_and_measures_compaction_cpu(kv_tool, tmp_path):
-    f = bench(kv_tool, tmp_path, "vanilla")["figures"]
+    r, summary = bench_run(kv_tool, tmp_path, "vanilla")
+    f = r["figures"]
     assert "plugin" not in f and f["dpu_cpu_s"] == 0
     assert f["compaction_write_bytes"] > 0
     assert f["host_compaction_cpu_s"] > 0 and f["host_plugin_cpu_s"] == 0
     assert f["write_p99_us"] > 0 and f["write_p999_us"] >= f["write_p99_us"]
+    # the one-line summary carries the tail beside P99
+    assert f"P99 {f['write_p99_us']:.0f} us, P99.9 {f['write_p999_us']:.0f} us," in summary, summary
 
 
 def test_bad_mode_is_an_input_error(kv_tool, tmp_path):
