@@ -377,6 +377,41 @@ TEST(Engine, RangeSyncWaitsForTheWritesSentBeforeIt) {
   expect_dependencies_kept(trace.snapshot());
 }
 
+// libaio on a file that refuses IOCB_CMD_FSYNC (a FIFO has no fsync at all):
+// the fsync is done as a system call, whose error is the file's, the close
+// linked to it still runs, and a later file's fsync goes straight to the
+// system call.
+TEST(Engine, LibaioDoesAnFsyncTheFileRefusesThroughAioAsASystemCall) {
+  TempDir t;
+  Fifo first(t.path / "pipe1"), second(t.path / "pipe2");
+  EngineOptions o;
+  o.io_engine = IoEngine::kLibaio;
+  TraceLog trace;
+  EngineRun run(nullptr, trace.options(o));
+  Host h = run.host();
+  auto a = random_bytes(4096, 31), b = random_bytes(4096, 32);
+  h.open(1, first.path, false);
+  h.write(1, 0, a);
+  h.sync_close(1, a.size());
+  EXPECT_EQ(first.read_exactly(a.size()), a);
+  auto done = h.collect(1);
+  ASSERT_EQ(done.size(), 1u) << "the fsync refused through AIO never completed, or its close never ran";
+  EXPECT_EQ(done[0].status, -EINVAL) << "the fsync system call's error";
+  EXPECT_EQ(done[0].result, static_cast<int64_t>(a.size()));
+  h.open(2, second.path, false);
+  h.write(2, 0, b);
+  h.sync_close(2, b.size());
+  EXPECT_EQ(second.read_exactly(b.size()), b);
+  done = h.collect(1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, -EINVAL);
+  run.finish();
+  EXPECT_EQ(run.stats.aio_fsync_refused, 1u) << "refused once, then a system call without asking AIO again";
+  EXPECT_EQ(run.stats.aio_sync_calls, 4u) << "two fsyncs and two closes";
+  EXPECT_EQ(run.stats.sqes_submitted, run.stats.cqes_completed);
+  expect_dependencies_kept(trace.snapshot());
+}
+
 // kWriteFrom: the engine's DMA stage pulls the bytes from the host process
 // (here this one), completes the pull, then writes; copied writes, range
 // syncs and the sync_close keep their order around it.
