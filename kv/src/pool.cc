@@ -457,15 +457,20 @@ void SstPool::create(const std::string& index_path) {
       pwrite_all(fd.get(), rec.data(), rec.size(), record_offset(i), what("cannot write " + tmp));
     }
     if (::fdatasync(fd.get()) != 0) throw_sys(errno, dir_, "cannot sync", tmp);
+    // Every slot's space first, so that a pool that does not fit fails
+    // before any zeros are written.
     for (uint32_t i = 0; i < options_.slots; ++i) {
       std::string path = slot_path(i);
       UniqueFd slot(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
       if (!slot) throw_sys(errno, dir_, "cannot create", path);
       made.push_back(i);
-      if (options_.write_out)
-        write_out(slot.get(), path, 0, false);
-      else
-        reserve(slot.get(), path, false);
+      reserve(slot.get(), path, false, options_.write_out);
+    }
+    for (uint32_t i = 0; options_.write_out && i < options_.slots; ++i) {
+      std::string path = slot_path(i);
+      UniqueFd slot(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+      if (!slot) throw_sys(errno, dir_, "cannot open", path);
+      write_out(slot.get(), path, 0, false);
     }
     if (::rename(tmp.c_str(), index_path.c_str()) != 0) throw_sys(errno, dir_, "cannot rename", tmp);
   } catch (...) {
@@ -594,9 +599,16 @@ void SstPool::ready_free(uint32_t slot) {
   // Only writes: a crash part-way leaves a free slot of the slot's size (the
   // first step sizes it), written out again at the next open.
   try {
-    if (write_out(fd.get(), path, from, true)) written_at_open_ += options_.slot_bytes - from;
+    if (write_out_or_empty(fd.get(), path, from)) written_at_open_ += options_.slot_bytes - from;
   } catch (const std::exception& e) {
-    log_warn(std::string(e.what()) + "; " + slot_name(slot) + " is used as it is");
+    // A write-out that failed after its fallocate left the file at a size a
+    // free slot never has: emptied, as for no space.
+    log_warn(std::string(e.what()) + "; " + slot_name(slot) + " is emptied and used without its reservation");
+    try {
+      empty_slot(fd.get(), path);
+    } catch (const std::exception& e2) {
+      log_warn(e2.what());
+    }
   }
 }
 
@@ -724,6 +736,16 @@ bool SstPool::write_out(int fd, const std::string& path, uint64_t from, bool tol
   return true;
 }
 
+// A free slot's write-out where the filesystem may lack the space: without
+// it, the slot is emptied, since a failed fallocate can leave the file grown
+// part-way (ext4 keeps what it allocated), a size that judge() takes for data.
+bool SstPool::write_out_or_empty(int fd, const std::string& path, uint64_t from) const {
+  if (write_out(fd, path, from, true)) return true;
+  log_warn(what("no space to write " + path + " out; it is emptied and used without its reservation"));
+  empty_slot(fd, path);
+  return false;
+}
+
 void SstPool::empty_slot(int fd, const std::string& path) const {
   if (::ftruncate(fd, 0) != 0) throw_sys(errno, dir_, "cannot truncate", path);
   if (::fdatasync(fd) != 0) throw_sys(errno, dir_, "cannot sync", path);
@@ -756,12 +778,9 @@ void SstPool::reset_slot(uint32_t slot) {
   // Holes or unwritten extents inside the old file (a failed writer, or one
   // an earlier build preallocated) are written out with the tail.
   const uint64_t from = std::min(size, written_through(fd.get(), size).value_or(size));
-  if (!write_out(fd.get(), path, from, true)) {
-    log_warn(what("no space to write " + path + " out again; it is emptied and used without its reservation"));
-    empty_slot(fd.get(), path);
-  } else if (from == size && size == options_.slot_bytes && ::fdatasync(fd.get()) != 0) {
+  if (write_out_or_empty(fd.get(), path, from) && from == size && size == options_.slot_bytes &&
+      ::fdatasync(fd.get()) != 0)
     throw_sys(errno, dir_, "cannot sync", path);  // the truncation above, if any
-  }
   write_record(slot, "");
 }
 

@@ -119,6 +119,8 @@ class SstPool {
                uint64_t from = 0) const;
   // Writes the slot out from `from` on; false on ENOSPC if tolerated.
   bool write_out(int fd, const std::string& path, uint64_t from, bool tolerate_no_space) const;
+  // write_out(), or empty_slot() where there is no space; true if written out.
+  bool write_out_or_empty(int fd, const std::string& path, uint64_t from) const;
   // Gives a free slot its free shape (written out, or empty and preallocated).
   void ready_free(uint32_t slot);
   // Empties the slot file and preallocates it again (a free slot of a pool

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <linux/fiemap.h>
 #include <linux/fs.h>
+#include <linux/loop.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -216,6 +217,48 @@ struct SmallFs {
     else why = std::strerror(errno);
   }
   ~SmallFs() {
+    if (mounted) ::umount2(dir.c_str(), MNT_DETACH);
+  }
+};
+
+// A small ext4 on a loop device, for what tmpfs hides: a failed fallocate
+// there keeps the blocks it got (the file stays grown part-way), where tmpfs
+// rolls it back. Needs CAP_SYS_ADMIN, a loop device and mkfs.ext4; `why` says
+// what was missing otherwise. The loop device goes with the unmount.
+struct SmallExt4 {
+  fs::path dir;
+  std::string why;
+  bool mounted = false;
+  SmallExt4(const fs::path& d, uint64_t bytes) : dir(d) {
+    const fs::path image = d.string() + ".img";
+    fs::create_directories(d);
+    {
+      std::ofstream img(image, std::ios::binary);
+    }
+    fs::resize_file(image, bytes);
+    if (std::system(("mkfs.ext4 -q -F " + image.string() + " >/dev/null 2>&1").c_str()) != 0) {
+      why = "mkfs.ext4 failed";
+      return;
+    }
+    int control = ::open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+    const int n = control < 0 ? -1 : ::ioctl(control, LOOP_CTL_GET_FREE);
+    if (control >= 0) ::close(control);
+    if (n < 0) {
+      why = std::string("no free loop device: ") + std::strerror(errno);
+      return;
+    }
+    const std::string device = "/dev/loop" + std::to_string(n);
+    int loop = ::open(device.c_str(), O_RDWR | O_CLOEXEC), file = ::open(image.c_str(), O_RDWR | O_CLOEXEC);
+    loop_config config{};
+    config.fd = static_cast<uint32_t>(file);
+    config.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+    if (loop < 0 || file < 0 || ::ioctl(loop, LOOP_CONFIGURE, &config) != 0) why = device + ": " + std::strerror(errno);
+    else if (::mount(device.c_str(), d.c_str(), "ext4", MS_NOSUID | MS_NODEV, nullptr) == 0) mounted = true;
+    else why = std::string("mount: ") + std::strerror(errno);
+    if (file >= 0) ::close(file);
+    if (loop >= 0) ::close(loop);  // with the mount's reference gone, autoclear frees the device
+  }
+  ~SmallExt4() {
     if (mounted) ::umount2(dir.c_str(), MNT_DETACH);
   }
 };
@@ -548,6 +591,18 @@ TEST(SstPool, DataInASlotRecordedFreeIsQuarantined) {
   EXPECT_EQ(stat_of(dir / slot_file_name(2)).st_size, 500);
 }
 
+// The bytes this process has passed to write system calls (wchar of
+// /proc/self/io): the index's and the slots' writes alike.
+uint64_t bytes_written_by_this_process() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  uint64_t value = 0;
+  while (io >> key >> value)
+    if (key == "wchar:") return value;
+  ADD_FAILURE() << "no wchar in /proc/self/io";
+  return 0;
+}
+
 // Repro of issue 22 §1.3 on a small filesystem: a pool that does not fit
 // used to leave its first slot's partial preallocation and an index that
 // refused the corrected geometry.
@@ -558,8 +613,11 @@ TEST(SstPool, ACreationThatFailsLeavesNothingBehind) {
   struct statvfs before {};
   ASSERT_EQ(::statvfs(small.dir.c_str(), &before), 0);
   fs::path dir = small.dir / "pool";
+  const uint64_t written_before = bytes_written_by_this_process();
   std::string refused = message_of([&] { SstPool p(options(dir, 4, 3 << 20)); });
   EXPECT_NE(refused.find("no space to preallocate"), std::string::npos) << refused;
+  EXPECT_LT(bytes_written_by_this_process() - written_before, uint64_t{3} << 20)
+      << "every slot's space is taken before any slot is written out";
   EXPECT_FALSE(fs::exists(dir)) << "the directory it made is gone with everything in it";
   struct statvfs after {};
   ASSERT_EQ(::statvfs(small.dir.c_str(), &after), 0);
@@ -742,7 +800,9 @@ TEST(SstPool, APoolOfAnEarlierBuildIsWrittenOutAtOpenAndKeepsItsFiles) {
     const fs::path p = dir / slot_file_name(i);
     int fd = ::open(p.c_str(), O_WRONLY | O_CLOEXEC);
     ASSERT_GE(fd, 0);
-    if (i != used) ASSERT_EQ(::ftruncate(fd, 0), 0);
+    if (i != used) {
+      ASSERT_EQ(::ftruncate(fd, 0), 0);
+    }
     ASSERT_EQ(::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, kSlotBytes), 0);
     ::close(fd);
     EXPECT_TRUE(has_unwritten_extent(p)) << i << ": as the earlier build left it";
@@ -754,7 +814,9 @@ TEST(SstPool, APoolOfAnEarlierBuildIsWrittenOutAtOpenAndKeepsItsFiles) {
   EXPECT_EQ(pool.stats().free, 3u);
   EXPECT_EQ(pool.stats().quarantined, 0u);
   for (uint32_t i = 0; i < 4; ++i)
-    if (i != used) EXPECT_EQ(not_written_out(dir / slot_file_name(i)), "");
+    if (i != used) {
+      EXPECT_EQ(not_written_out(dir / slot_file_name(i)), "");
+    }
   EXPECT_EQ(read_all(owner), std::string(3000, 'k'));
   ASSERT_EQ(::unlink(owner.c_str()), 0);
   pool.release(used);
@@ -805,6 +867,41 @@ TEST(SstPool, AReleaseWithoutSpaceForTheTailEmptiesTheSlot) {
   EXPECT_EQ(stat_of(slot.path).st_size, 0);
   PoolCheck c = check_pool((small.dir / "pool").string());
   EXPECT_EQ(c.reports[slot.index].verdict, PoolCheck::Verdict::kFree);
+}
+
+// A free slot that an open finds no space to write out is emptied, not left
+// at the size a failed fallocate grew it to (ext4 keeps what it allocated):
+// a free slot of any size but 0 or the slot's would be quarantined at the
+// next open, although it was always free.
+TEST(SstPool, AWriteOutAtOpenWithoutSpaceEmptiesTheSlot) {
+  TempDir t;
+  SmallExt4 small(t.path / "small", 16 << 20);
+  if (!small.mounted) GTEST_SKIP() << "cannot mount a small ext4 for a partial fallocate: " << small.why;
+  const fs::path dir = small.dir / "pool";
+  const fs::path slot = dir / slot_file_name(1);
+  {
+    SstPool::Options o = options(dir, 2, 4 << 20);
+    o.write_out = false;  // an earlier build's pool: its free slots empty
+    SstPool pool(o);
+  }
+  fs::resize_file(slot, 0);  // and without their preallocation (ftruncate frees it)
+  {
+    std::ofstream filler(small.dir / "filler", std::ios::binary);
+    std::string chunk(64 << 10, 'f');
+    while (filler.write(chunk.data(), static_cast<std::streamsize>(chunk.size())) && filler.flush()) {}
+  }
+  // Room for part of a slot, not all of it.
+  fs::resize_file(small.dir / "filler", fs::file_size(small.dir / "filler") - (1 << 20));
+  {
+    SstPool pool(options(dir, 2, 4 << 20));
+    EXPECT_EQ(pool.stats().free, 2u);
+  }
+  EXPECT_EQ(stat_of(slot).st_size, 0) << "the slot is left as a failed write-out made it";
+  PoolCheck c = check_pool(dir.string());
+  ASSERT_EQ(c.reports.size(), 2u);
+  EXPECT_EQ(c.reports[1].verdict, PoolCheck::Verdict::kFree) << c.reports[1].reason;
+  SstPool again(options(dir, 2, 4 << 20));
+  EXPECT_EQ(again.stats().quarantined, 0u);
 }
 
 TEST(SstPool, RefusesAnEmptyGeometry) {
