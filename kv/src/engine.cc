@@ -331,7 +331,9 @@ struct WritePersistEngine::Impl {
 
   ChannelDpu* qp = nullptr;
   std::mutex post_mu;  // the completion ring has one producer at a time
-  std::atomic<bool> host_gone{false}, stop_serving{false}, stop_polling{false};
+  // stop_serving: stop() (the agent's shutdown, for good); stop_receiving:
+  // this serve()'s write thread failed.
+  std::atomic<bool> host_gone{false}, stop_serving{false}, stop_receiving{false}, stop_polling{false};
   std::thread poller;
 
   // The write queue, from the receiver to the write thread.
@@ -406,6 +408,7 @@ void WritePersistEngine::Impl::serve(ChannelDpu& channel) {
   // stopped DMA stage's open budget, its failed files.
   write_error = nullptr;
   write_failed = false;
+  stop_receiving = false;
   dma_stopping = false;
   copy_staged = 0;
   staged_bytes = 0;
@@ -445,7 +448,7 @@ void WritePersistEngine::Impl::serve(ChannelDpu& channel) {
 void WritePersistEngine::Impl::receive_loop() {
   std::vector<ChannelDpu::Message> batch;
   DpuThreadClock clock(options.dpu_speed, stats);
-  while (!stop_serving.load(std::memory_order_relaxed)) {
+  while (!stop_serving.load(std::memory_order_relaxed) && !stop_receiving.load(std::memory_order_relaxed)) {
     size_t n = qp->receive(batch, kMaxBatch, kReceiveTimeout);
     if (n == 0) {
       if (qp->closed()) return;
@@ -555,7 +558,7 @@ void WritePersistEngine::Impl::write_loop() {
         write_failed = true;
         room.notify_all();
       }
-      stop_serving = true;
+      stop_receiving = true;
       post_ready();  // what it completed before
       return;
     }

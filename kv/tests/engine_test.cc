@@ -9,11 +9,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <iterator>
 #include <mutex>
 #include <optional>
@@ -549,6 +551,58 @@ TEST(Engine, APullIsAnsweredWhileTheWriteThreadHoldsTheEngineLock) {
   }
   EXPECT_EQ(read_all(one), a);
   EXPECT_EQ(read_all(two), b);
+}
+
+// serve() starts from nothing of an earlier call: a write thread that failed
+// stopped that call's receiving, not the next one's (the next queue pair's
+// hello is answered). The failure here: the trace hook throws at the first
+// write's submission, in the write thread.
+TEST(Engine, AWriteThreadFailureStopsOnlyItsOwnServe) {
+  TempDir t;
+  std::atomic<bool> thrown{false};
+  EngineOptions o;
+  o.trace = [&](const IoEvent& e) {
+    if (e.kind == Kind::kSubmit && e.io == Io::kWrite && !thrown.exchange(true))
+      throw std::runtime_error("the write thread fails");
+  };
+  EngineStats stats;
+  WritePersistEngine engine(nullptr, stats, o);
+  // One serve() on its own thread; its result (what it threw) is the future's.
+  auto serve = [&](ChannelDpu dpu) {
+    auto done = std::make_shared<std::promise<std::string>>();
+    std::thread([&engine, done, dpu = std::move(dpu)]() mutable {
+      try {
+        engine.serve(dpu);
+        done->set_value("");
+      } catch (const std::exception& e) {
+        done->set_value(e.what());
+      }
+    }).detach();
+    return done->get_future();
+  };
+  auto first = make_channel_pair({});
+  ChannelHost first_host = std::move(first.first);
+  auto first_done = serve(std::move(first.second));
+  Host h1{first_host};
+  auto a = random_bytes(4096, 31);
+  h1.open(1, t.path / "000031.sst", false);
+  h1.write(1, 0, a);
+  ASSERT_EQ(first_done.wait_for(kPatience), std::future_status::ready) << "serve() went on after its write thread failed";
+  EXPECT_EQ(first_done.get(), "the write thread fails");
+  first_host.close();
+
+  auto second = make_channel_pair({});
+  ChannelHost second_host = std::move(second.first);
+  auto second_done = serve(std::move(second.second));
+  Host h2{second_host};
+  h2.hello(7);
+  auto reply = h2.collect(1);
+  second_host.close();
+  ASSERT_EQ(second_done.wait_for(kPatience), std::future_status::ready);
+  EXPECT_EQ(second_done.get(), "");
+  ASSERT_EQ(reply.size(), 1u) << "the second serve() stopped at once: the first one's failure carried over";
+  EXPECT_EQ(reply[0].op, op(Op::kHello));
+  EXPECT_EQ(reply[0].status, 0);
 }
 
 // A finished pull whose write did not fit the write budget holds the pull
