@@ -351,6 +351,11 @@ int bench_command(int argc, char** argv) {
       if (!agent.running()) throw std::runtime_error("the agent exited at start: " + slurp(o.log));
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    if (!fs::exists(s.sock)) {
+      agent.kill(SIGTERM);
+      agent.wait();
+      throw std::runtime_error("the agent did not listen on " + s.sock + " within 5 minutes: " + slurp(o.log));
+    }
   }
   auto stop_agent = [&] {
     if (!agent.running()) return;
