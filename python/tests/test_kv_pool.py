@@ -250,6 +250,41 @@ def test_db_bench_through_each_io_engine_leaves_a_whole_db(agent_exe, start_agen
     judge(db)
 
 
+# The peer misbehaves: db_bench is killed (SIGKILL) in the middle of its
+# writes, with files open in the pool and writes in flight on the engine. The
+# agent keeps serving, recycles what it was owed no sync_close for, and a
+# second db_bench opens the same DB through it; RocksDB's tools find it whole.
+@pytest.mark.parametrize("engine", ["io_uring", "libaio"])
+def test_db_bench_killed_mid_write_leaves_a_whole_db(agent_exe, start_agent, tmp_path, engine):
+    db = tmp_path / "db"
+    agent = start_agent("first", "--io-engine", engine)
+    env = {**os.environ, "LD_PRELOAD": str(build_dir() / "lib" / "libdpukit_kv.so")}
+    victim = subprocess.Popen(["db_bench", "--benchmarks=fillrandom", f"--db={db}", "--num=2000000",
+                               "--value_size=256", "--key_size=16", "--compression_type=none",
+                               "--write_buffer_size=262144", "--target_file_size_base=262144",
+                               "--max_bytes_for_level_base=1048576", "--level0_file_num_compaction_trigger=2",
+                               "--max_background_jobs=2", "--seed=1", f"--fs_uri=pulsedb://{agent.sock}"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert eventually(lambda: sum(p.is_symlink() for p in db.glob("*.sst")) >= 4 or victim.poll() is not None)
+        assert victim.poll() is None, "db_bench ended before it could be killed: give it more to write"
+    finally:
+        victim.kill()
+        victim.wait()
+    assert agent.proc.poll() is None, agent.log.read_text()
+    assert eventually(lambda: agent.stats()["queue_pairs"]["active"] == 0), "the agent let go of the dead host"
+    # RocksDB recovers the DB (its WAL) through the same agent, then writes more.
+    run(["db_bench", "--benchmarks=overwrite", "--use_existing_db=1", f"--db={db}", "--num=20000",
+         "--value_size=256", "--key_size=16", "--compression_type=none", "--write_buffer_size=262144",
+         "--target_file_size_base=262144", "--max_bytes_for_level_base=1048576",
+         "--level0_file_num_compaction_trigger=2", "--max_background_jobs=2", "--seed=2",
+         f"--fs_uri=pulsedb://{agent.sock}"], env={"LD_PRELOAD": env["LD_PRELOAD"]})
+    stats = agent.stats()
+    agent.stop()
+    assert stats["pool"]["quarantined"] == 0, stats["pool"]
+    judge(db)
+
+
 # Issue 22 §1.1, the rename: the DB directory renamed away while the agent
 # starts, then back. Runs everywhere (no mount needed).
 def test_a_db_renamed_away_while_the_agent_starts_keeps_its_pool_files(agent_exe, start_agent, tmp_path):
