@@ -1,5 +1,6 @@
 // run_proxy: the node proxy's process — configuration plane, control plane
 // on the main thread, data-plane workers on the dpu CPUs.
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
@@ -9,6 +10,7 @@
 #include "dpukit/core/log.h"
 #include "dpukit/core/results.h"
 #include "dpukit/mesh.h"
+#include "tls/engine_crypto.h"
 
 namespace dpukit::mesh {
 
@@ -45,6 +47,7 @@ int run_proxy(const ProxyOptions& o) {
     std::fprintf(stderr, "dpukit-mesh run: error: %s\n", e.what());
     return 2;
   }
+  set_record_crypto_speed(o.dpu_speed);  // the generation whose crypto engine a TLS context may ask for
   Placement placement = Placement::plan("", o.dpu_cpus);
   unsigned workers = o.workers ? o.workers : static_cast<unsigned>(std::max<size_t>(1, placement.dpu.cpus.size()));
   // The whole proxy is the dpu place: the control plane shares the dpu CPUs with the workers.
@@ -68,8 +71,11 @@ int run_proxy(const ProxyOptions& o) {
     r.set_placement(placement);
     r.set_dpu_speed(o.dpu_speed);
     r.parameters() = {{"model", model_name(o.model)}, {"workers", workers}, {"config", o.config_path}};
+    // Record crypto on the engine ran on the proxy's threads but is the hw place's (tls/engine_crypto.h).
+    const EngineCryptoTotals engine = engine_crypto_totals();
     CpuAccount cpu;
-    cpu.add(Place::kDpu, process_cpu_ns());
+    cpu.add(Place::kDpu, process_cpu_ns() - std::min(engine.hw_ns, process_cpu_ns()));
+    cpu.add(Place::kHw, engine.hw_ns);
     r.set_cpu(cpu);
     r.set_wall_ns(now_ns() - t0);
     nlohmann::json modules = nlohmann::json::object();
@@ -91,6 +97,10 @@ int run_proxy(const ProxyOptions& o) {
                      {"dilated_ns", data.dilated_ns.load() + control.dilated_ns.load()},
                      {"data_plane", counted(data)},
                      {"control_plane", counted(control)}}}};
+    if (engine_crypto_in_use())
+      r.figures()["record_crypto_engine"] = {{"calls", engine.calls}, {"bytes", engine.bytes}, {"hw_ns", engine.hw_ns},
+                                             {"excluded_ns", engine.excluded_ns}, {"preempted", engine.preempted},
+                                             {"clock_read_ns", engine_clock_read_ns()}};
     r.write(o.json_out);
   }
   return 0;

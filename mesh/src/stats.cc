@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "dpukit/core/prometheus.h"
+#include "tls/engine_crypto.h"
 
 namespace dpukit::mesh {
 
@@ -262,6 +263,17 @@ void StatsStore::render(MetricsWriter& e, std::map<std::string, int64_t>* text,
     if (text) {
       (*text)[std::string("dpukit.mesh.module.") + module_name(static_cast<Module>(m)) + ".ns"] = static_cast<int64_t>(ns);
       (*text)[std::string("dpukit.mesh.module.") + module_name(static_cast<Module>(m)) + ".calls"] = static_cast<int64_t>(calls);
+    }
+  }
+  if (engine_crypto_in_use()) {  // record crypto on the crypto engine (tls/engine_crypto.h): hw CPU, not the dpu's
+    const EngineCryptoTotals t = engine_crypto_totals();
+    e.counter("dpukit_mesh_record_crypto_engine_calls_total", "Records' payloads encrypted or decrypted on the crypto engine", t.calls);
+    e.counter("dpukit_mesh_record_crypto_engine_bytes_total", "Payload bytes through the crypto engine", t.bytes);
+    e.counter("dpukit_mesh_record_crypto_engine_hw_ns_total", "CPU time of the crypto engine's work (hw place), ns", t.hw_ns);
+    if (text) {
+      (*text)["dpukit.mesh.record_crypto_engine.calls"] = static_cast<int64_t>(t.calls);
+      (*text)["dpukit.mesh.record_crypto_engine.bytes"] = static_cast<int64_t>(t.bytes);
+      (*text)["dpukit.mesh.record_crypto_engine.hw_ns"] = static_cast<int64_t>(t.hw_ns);
     }
   }
 }

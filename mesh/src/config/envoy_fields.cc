@@ -341,6 +341,10 @@ const std::vector<std::string_view>* envoy_fields(std::string_view message) {
     {"envoy.service.discovery.v3.DiscoveryResponse",
      {"version_info", "resources", "canary", "type_url", "nonce", "control_plane",
      "resource_errors"}},
+    // Not Envoy's: dpukit.transport_sockets.crypto_engine's typed_config
+    // (config/tls_config.h), a transport socket that wraps the TLS one.
+    {"dpukit.mesh.v1.CryptoEngineTransportSocket",
+     {"@type", "record_crypto", "transport_socket"}},
     // Not Envoy's: the struct dpukit-mesh reads from an lb_endpoint's
     // metadata.filter_metadata["dpukit.mesh"] (Envoy keeps it as opaque data).
     {"dpukit.mesh.EndpointMetadata",

@@ -252,12 +252,32 @@ CommonTlsContext parse_common_tls_context(const At& at) {
   return c;
 }
 
-// transport_socket: {name, typed_config}, the typed_config of `type`.
+// Where a crypto_engine socket wrapping the TLS socket puts its choice.
+struct RecordCrypto {
+  bool engine = false;
+  std::string where;
+};
+
+// transport_socket: {name, typed_config}, the typed_config of `type`; or
+// dpukit.transport_sockets.crypto_engine wrapping that one (its choice in `rc`).
 Fields tls_typed_config(const At& at, std::string_view message, std::string_view type,
-                        std::initializer_list<std::string_view> known) {
+                        std::initializer_list<std::string_view> known, RecordCrypto* rc) {
   const Fields ts = at.fields("envoy.config.core.v3.TransportSocket", {"name", "typed_config"});
   const At name = ts.required("name");
-  if (name.str() != kTlsSocket) name.fail(name.str() + " is not supported by dpukit-mesh (only " + std::string(kTlsSocket) + ")");
+  if (name.str() == kCryptoEngineSocket && rc != nullptr) {
+    const Fields w = ts.required("typed_config")
+                         .fields("dpukit.mesh.v1.CryptoEngineTransportSocket", {"@type", "record_crypto", "transport_socket"});
+    const At type_at = w.required("@type");
+    if (type_at.str() != kCryptoEngineType)
+      type_at.fail("expected " + std::string(kCryptoEngineType) + ", got '" + type_at.str() + "'");
+    const At choice = w.required("record_crypto");
+    rc->engine = choice.choice<bool>({{"ENGINE", true}, {"CORES", false}}, {});
+    rc->where = choice.path();
+    return tls_typed_config(w.required("transport_socket"), message, type, known, nullptr);
+  }
+  if (name.str() != kTlsSocket)
+    name.fail(name.str() + " is not supported by dpukit-mesh (only " + std::string(kTlsSocket) +
+              (rc != nullptr ? ")" : " inside " + std::string(kCryptoEngineSocket) + ")"));
   const Fields f = ts.required("typed_config").fields(message, known);
   const At type_at = f.required("@type");
   if (type_at.str() != type) type_at.fail("expected " + std::string(type) + ", got '" + type_at.str() + "'");
@@ -371,11 +391,14 @@ CertificateValidation load_sds_validation(const SdsFile& sds) {
 }
 
 DownstreamTlsContext parse_downstream_transport_socket(const At& at) {
+  RecordCrypto rc;
   const Fields f = tls_typed_config(at, "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext", kDownstreamType,
                                     {"@type", "common_tls_context", "require_client_certificate", "require_sni",
-                                     "disable_stateless_session_resumption"});
+                                     "disable_stateless_session_resumption"}, &rc);
   DownstreamTlsContext d;
   d.common = parse_common_tls_context(f.required("common_tls_context"));
+  d.common.record_crypto_engine = rc.engine;
+  d.common.record_crypto_where = rc.where;
   if (d.common.tls_certificates.empty()) f["common_tls_context"].fail("a server needs a certificate (tls_certificates or tls_certificate_sds_secret_configs)");
   d.require_client_certificate = f["require_client_certificate"].boolean_or(false);
   if (d.require_client_certificate && !d.common.validation.trusted_ca)
@@ -386,10 +409,13 @@ DownstreamTlsContext parse_downstream_transport_socket(const At& at) {
 }
 
 UpstreamTlsContext parse_upstream_transport_socket(const At& at) {
+  RecordCrypto rc;
   const Fields f = tls_typed_config(at, "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext", kUpstreamType,
-                                    {"@type", "common_tls_context", "sni"});
+                                    {"@type", "common_tls_context", "sni"}, &rc);
   UpstreamTlsContext u;
   if (f.has("common_tls_context")) u.common = parse_common_tls_context(f["common_tls_context"]);
+  u.common.record_crypto_engine = rc.engine;
+  u.common.record_crypto_where = rc.where;
   u.sni = f["sni"].str_or("");
   if (u.sni.size() > 255) f["sni"].fail("longer than 255 bytes");
   return u;
@@ -479,18 +505,28 @@ json common(const CommonTlsContext& c) {
 }
 }  // namespace
 
+// The TLS socket, inside the crypto_engine socket when one wrapped it.
+static json transport_socket(const CommonTlsContext& c, json typed_config) {
+  json tls = {{"name", kTlsSocket}, {"typed_config", std::move(typed_config)}};
+  if (c.record_crypto_where.empty()) return tls;
+  return {{"name", kCryptoEngineSocket},
+          {"typed_config", {{"@type", kCryptoEngineType},
+                            {"record_crypto", c.record_crypto_engine ? "ENGINE" : "CORES"},
+                            {"transport_socket", std::move(tls)}}}};
+}
+
 json to_json(const DownstreamTlsContext& c) {
   json j = {{"@type", kDownstreamType}, {"common_tls_context", common(c.common)}};
   if (c.require_client_certificate) j["require_client_certificate"] = true;
   if (c.require_sni) j["require_sni"] = true;
   if (c.disable_stateless_session_resumption) j["disable_stateless_session_resumption"] = true;
-  return {{"name", kTlsSocket}, {"typed_config", j}};
+  return transport_socket(c.common, std::move(j));
 }
 
 json to_json(const UpstreamTlsContext& c) {
   json j = {{"@type", kUpstreamType}, {"common_tls_context", common(c.common)}};
   if (!c.sni.empty()) j["sni"] = c.sni;
-  return {{"name", kTlsSocket}, {"typed_config", j}};
+  return transport_socket(c.common, std::move(j));
 }
 
 json to_json(const FilterChainMatch& m) {

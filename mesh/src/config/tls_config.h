@@ -89,6 +89,12 @@ struct CommonTlsContext {
   std::optional<SdsFile> validation_sds;       // validation_context_sds_secret_config (plain or combined)
   bool has_validation = false;                 // a validation context (inline or SDS) is configured
   std::vector<std::string> alpn_protocols;
+  // Not Envoy's: dpukit.transport_sockets.crypto_engine wraps this context
+  // with record_crypto: ENGINE (the records' AEAD on the BlueField's crypto
+  // engine, tls/engine_crypto.h). `record_crypto_where` is its config path,
+  // for the refusal when the proxy's dpu speed has no such engine.
+  bool record_crypto_engine = false;
+  std::string record_crypto_where;
 };
 
 struct DownstreamTlsContext {
@@ -110,10 +116,15 @@ struct FilterChainMatch {
   std::vector<std::string> application_protocols;  // ALPN offered by the client
 };
 
-// transport_socket: {name: envoy.transport_sockets.tls, typed_config: DownstreamTlsContext}.
+// transport_socket: {name: envoy.transport_sockets.tls, typed_config: DownstreamTlsContext}, or
+// dpukit.transport_sockets.crypto_engine wrapping it (as Envoy's tap socket wraps another):
+//   {name: dpukit.transport_sockets.crypto_engine, typed_config: {"@type": kCryptoEngineType,
+//    record_crypto: ENGINE | CORES, transport_socket: {name: envoy.transport_sockets.tls, ...}}}
 DownstreamTlsContext parse_downstream_transport_socket(const At& at);
-// A cluster's transport_socket: {name: envoy.transport_sockets.tls, typed_config: UpstreamTlsContext}.
+// A cluster's transport_socket: the same with an UpstreamTlsContext.
 UpstreamTlsContext parse_upstream_transport_socket(const At& at);
+inline constexpr std::string_view kCryptoEngineSocket = "dpukit.transport_sockets.crypto_engine";
+inline constexpr std::string_view kCryptoEngineType = "type.googleapis.com/dpukit.mesh.v1.CryptoEngineTransportSocket";
 FilterChainMatch parse_filter_chain_match(const At& at);
 // listener_filters: only envoy.filters.listener.tls_inspector; true when it is there.
 bool parse_listener_filters(const At& at);

@@ -41,6 +41,8 @@ class LoopDilation {
   void pay();
   // The end of an event loop's batch of handlers: pay() for it.
   void end_batch();
+  // CPU time since the last payment that is not the dpu's (record crypto on the engine): not dilated.
+  void exclude(uint64_t ns) { d_.exclude(ns); }
 
   // The calling thread's loop dilation while a Current lives (none at host
   // speed): what pay_before_write() pays into.

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "tls/engine_crypto.h"
+
 namespace dpukit::mesh {
 
 namespace {
@@ -216,7 +218,21 @@ std::shared_ptr<TlsContext> TlsContext::client(const config::UpstreamTlsContext&
 }
 
 std::shared_ptr<SSL_CTX> TlsContext::build(const config::CommonTlsContext& cfg) const {
-  SSL_CTX* raw = SSL_CTX_new(server_ ? TLS_server_method() : TLS_client_method());
+  // Record crypto on the engine: the context is made in the engine's library
+  // context, whose provider the property query prefers for the engine's
+  // ciphers (tls/engine_crypto.h); everything else is the default provider's.
+  OSSL_LIB_CTX* libctx = nullptr;
+  const char* propq = nullptr;
+  if (cfg.record_crypto_engine) {
+    try {
+      record_crypto_engine(record_crypto_speed());
+      libctx = engine_libctx();
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(cfg.record_crypto_where + ": " + e.what());
+    }
+    propq = kEngineQuery;
+  }
+  SSL_CTX* raw = SSL_CTX_new_ex(libctx, propq, server_ ? TLS_server_method() : TLS_client_method());
   if (raw == nullptr) refuse("SSL_CTX_new");
   std::shared_ptr<SSL_CTX> ctx(raw, SSL_CTX_free);
   auto* data = new CtxData;
@@ -249,7 +265,7 @@ std::shared_ptr<SSL_CTX> TlsContext::build(const config::CommonTlsContext& cfg) 
     ERR_clear_error();
     std::unique_ptr<BIO, decltype(&BIO_free)> kbio(
         BIO_new_mem_buf(cert.private_key.bytes.data(), static_cast<int>(cert.private_key.bytes.size())), BIO_free);
-    EVP_PKEY* key = PEM_read_bio_PrivateKey(kbio.get(), nullptr, nullptr, nullptr);
+    EVP_PKEY* key = PEM_read_bio_PrivateKey_ex(kbio.get(), nullptr, nullptr, nullptr, libctx, propq);
     if (key == nullptr || SSL_CTX_use_PrivateKey(raw, key) != 1) refuse("private_key");
     EVP_PKEY_free(key);
     if (SSL_CTX_check_private_key(raw) != 1) refuse("private_key");
