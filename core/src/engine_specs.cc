@@ -243,9 +243,9 @@ struct Unavailable {
 };
 constexpr Unavailable kUnavailable[] = {
     {"bluefield3", EngineKind::kRegex,
-     "no supported RXP: DOCA's RegEx library, the API DPUBench's RXPMatch used (DOCA 1.2.1), got no update after "
-     "DOCA 2.2 and is absent from later DOCA; the DPDK mlx5 regex PMD lists BlueField-3 but says 'Official "
-     "support is not yet released'"},
+     "no supported RXP: DOCA's RegEx library, the API DPUBench's RXPMatch used (DOCA 1.2.1), got 'no updates' "
+     "in DOCA 2.2 and has no guide in DOCA 2.5-3.2; the DPDK mlx5 regex PMD lists BlueField-3 but says "
+     "'Official support is not yet released' (docs/core.md, The engines)"},
     {"bluefield3", EngineKind::kCompress,
      "DOCA Compress supports only decompression (deflate, LZ4) on BlueField-3, and the DPDK mlx5 compress PMD "
      "says 'Compress operation is not supported by BlueField-3'"},

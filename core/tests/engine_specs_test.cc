@@ -57,8 +57,9 @@ TEST(EngineSpecs, EveryFigureHasASourceAndAGuessSaysSoFirst) {
       EXPECT_GE(f->source.size(), 20u) << name << ": a source names where the figure comes from";
       // A figure that is guessed must say so at the start, where guess()
       // and every reader look; "guess" further in is a mislabelled guess.
-      if (lower(f->source).find("guess") != std::string::npos)
+      if (lower(f->source).find("guess") != std::string::npos) {
         EXPECT_EQ(f->source.rfind("guess: ", 0), 0u) << name << ": " << f->source;
+      }
       EXPECT_EQ(f->guess(), f->source.rfind("guess", 0) == 0) << name;
     }
   }
@@ -169,7 +170,9 @@ TEST(EngineSpecs, PkaOperationsAreNamedAndOrderedByTheirCost) {
     EXPECT_GT(rate("ecdsa_p256_sign"), rate("rsa2048_sign"));
   }
   for (const auto& e : engine_specs())
-    if (e.kind != EngineKind::kPublicKey) EXPECT_TRUE(e.ops_per_s.empty()) << e.generation;
+    if (e.kind != EngineKind::kPublicKey) {
+      EXPECT_TRUE(e.ops_per_s.empty()) << e.generation;
+    }
 }
 
 TEST(EngineSpecs, AlgorithmsFollowTheDriversLimits) {
