@@ -113,11 +113,12 @@ std::vector<EngineSpec> make_specs() {
     e.generation = "bluefield2";
     e.kind = EngineKind::kRegex;
     e.name = "RXP";
-    e.bytes_per_s = fig(50e9 / 8,
-                        "guess: 50 Gb/s; no public rate for BlueField-2's RXP was found. 50 Gb/s is the rate the "
-                        "2021 China DPU industry white paper gives the BlueField DPI/regular-expression path (for "
-                        "the then-announced BlueField-3; summarised at besthub.dev, 'Why NVIDIA's BlueField DPU is "
-                        "redefining modern data center architecture')");
+    e.bytes_per_s = fig(51e9 / 8,
+                        "51 Gb/s: Sismis, Evrard, Riviere and Barbette, 'PAMO: Pattern Matching Offload for "
+                        "Intrusion Detection Systems' (Middleware 2025) benchmark the BlueField-2 RXP at 51 Gb/s "
+                        "'with big packets and not too many rules' (the Emerging Threats ruleset), as their summary "
+                        "at perso.uclouvain.be/tom.barbette/pamo-at-middleware25 states; less with small packets or "
+                        "more rules, which the model does not follow");
     e.latency_ns = fig(5000, kWqeLatencyGuess);
     e.queue_depth = fig(1024, kRegexQueueSource);
     e.parallel = fig(2, "DPDK drivers/regex/mlx5/mlx5_rxp.h: MLX5_RXP_MAX_ENGINES 2u, 'Number of RXP engines' "
