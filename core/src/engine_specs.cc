@@ -162,7 +162,9 @@ std::vector<EngineSpec> make_specs() {
     e.name = "crypto engine";
     // Look-aside: AES-XTS only (DPDK mlx5 crypto: 'AES-GCM is supported only
     // on BlueField-3'). AES-GCM runs inline, on packets the NIC sends or
-    // receives (IPsec crypto offload, kTLS offload), never on a buffer.
+    // receives (IPsec crypto offload; kTLS offload, 'BlueField-2 crypto
+    // devices onwards'), never on a buffer. MACsec offload is 'ConnectX-7
+    // onwards', so BlueField-3 only.
     e.algorithms = {"AES-XTS", "inline:IPsec-AES-GCM", "inline:TLS-AES-GCM"};
     e.bytes_per_s = fig(100e9 / 8,
                         "100 Gb/s: NVIDIA's IPsec crypto offload guide (DOCA 2.9) and IPsec Security Gateway guide "
