@@ -5,6 +5,8 @@
 //   channel-peer     the dpu side of a channel, listening on a Unix socket
 //   channel-host     the host side of a channel, connecting to a channel-peer
 //   flowtable-bench  hardware flow-table insertion rate, latency and lookup rate
+//   engines          every BlueField engine's model, each figure with its source, as JSON
+//   engine-bench     what the dpu pays per engine job: submit and progress (DOCA's job interface)
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
 #include "dpukit/core/accounting.h"
 #include "dpukit/core/channel.h"
 #include "dpukit/core/cli.h"
+#include "dpukit/core/engine.h"
 #include "dpukit/core/flow_table.h"
 #include "dpukit/core/log.h"
 #include "dpukit/core/process.h"
@@ -423,6 +426,192 @@ int dpu_speed(int argc, char** argv) {
   return 0;
 }
 
+// ------------------------------------------------------------ engines
+
+// Every engine spec with its sources, as JSON: what docs/core.md's table and
+// the benchmarks' results cite (core/src/engine_specs.cc holds the figures).
+int engines(int argc, char** argv) {
+  ArgParser args(std::string(kTool) + " engines",
+                 "Print every BlueField engine's model (each figure with its source) as JSON.");
+  args.option("generation", "only this generation's engines (bluefield2, bluefield3)");
+  args.parse(argc, argv, 2);
+  nlohmann::json out = nlohmann::json::array();
+  std::string known;
+  for (const auto& spec : engine_specs()) {
+    if (known.find(spec.generation) == std::string::npos) known += (known.empty() ? "" : ", ") + spec.generation;
+    if (!args.has("generation") || spec.generation == args.str("generation")) out.push_back(spec.to_json());
+  }
+  if (out.empty()) args.fail("no engines for generation '" + args.str("generation") + "' (known: " + known + ")");
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+// ------------------------------------------------------------ engine-bench
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// The dpu side's cost per job, as a real driver pays it on its own thread:
+// posting a task (submit) and taking its completion (progress). Each round
+// submits `depth` jobs with a trivial body (timed), lets the executor
+// compute them (not timed), then takes them back with one progress call
+// (timed); separately, the cost of a poll that finds nothing due. A virtual
+// clock, so the model's times never make the loop wait. The executor sleeps
+// between rounds, so each round's first submit pays its wake-up (a futex
+// wake: the emulator's cost, where a real driver rings a doorbell).
+int engine_bench(int argc, char** argv) {
+  ArgParser p(std::string(kTool) + " engine-bench",
+              "What the dpu thread pays per engine job (submit, progress) and per empty poll, with a trivial body.");
+  p.option("generation", "BlueField generation", "bluefield2");
+  p.option("engine", "regex, compress, decompress, crypto or pka", "compress");
+  p.option("bytes", "input bytes per job (byte engines)", "1024");
+  p.option("operation", "the PKA's operation (default: its first)");
+  p.option("depths", "jobs per round (queue depths), comma-separated", "1,16,128");
+  p.option("rounds", "rounds per depth", "2000").option("polls", "empty polls to time", "1000000");
+  p.option("idle-poll-us", "the executor polls this long before it sleeps (Engine's idle_poll_ns)", "0");
+  p.option("json", "write the result here");
+  add_placement_options(p);
+  p.cpus_option("hw-cpus", "CPUs for the engine's executor");
+  p.parse(argc, argv, 2);
+  Placement pl;
+  try {
+    pl = Placement::plan(p.str("host-cpus"), p.str("dpu-cpus"), p.str("hw-cpus"));
+  } catch (const std::invalid_argument& e) {
+    p.fail(e.what());
+  }
+  EngineKind kind{};
+  try {
+    kind = parse_engine_kind(p.str("engine"));
+  } catch (const std::invalid_argument& e) {
+    p.fail(e.what());
+  }
+  const EngineSpec* spec = nullptr;
+  try {
+    spec = &engine_spec(p.str("generation"), kind);
+  } catch (const std::exception& e) {  // no such generation, or no such engine on it
+    p.fail(e.what());
+  }
+  std::vector<unsigned> depths;
+  const std::string list = p.str("depths");
+  for (size_t at = 0; at <= list.size();) {
+    size_t comma = list.find(',', at);
+    if (comma == std::string::npos) comma = list.size();
+    const std::string d = list.substr(at, comma - at);
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(d.c_str(), &end, 10);
+    if (d.empty() || *end || v == 0 || v > (1u << 20)) p.fail("--depths: '" + d + "' is not a depth from 1 to 2^20");
+    depths.push_back(static_cast<unsigned>(v));
+    at = comma + 1;
+  }
+  const uint64_t rounds = p.u64("rounds"), polls = p.u64("polls");
+  if (rounds == 0) p.fail("--rounds must be > 0");
+  std::atomic<uint64_t> computed{0};
+  EngineJob job;
+  job.body = [&computed] { computed.fetch_add(1, std::memory_order_release); };
+  if (kind == EngineKind::kPublicKey) {
+    job.operation = p.has("operation") ? p.str("operation") : spec->ops_per_s.at(0).first;
+  } else {
+    if (p.has("operation")) p.fail("--operation is for the PKA; " + p.str("engine") + " takes --bytes");
+    job.bytes = p.bytes("bytes");
+  }
+  pin(pl.dpu, "dpu");
+  const double idle_poll_us = p.number("idle-poll-us");
+  if (!(idle_poll_us >= 0)) p.fail("--idle-poll-us must be >= 0");
+  Engine engine(*spec, 1, pl.hw, static_cast<uint64_t>(idle_poll_us * 1000));
+  try {
+    engine.service_ns(job);  // an operation the card's PKA does not have: refused before timing
+  } catch (const std::invalid_argument& e) {
+    p.fail(e.what());
+  }
+  // What reading the clock around a timed block costs, taken off each block.
+  std::vector<double> reads;
+  for (int i = 0; i < 1001; ++i) {
+    const uint64_t a = now_ns();
+    reads.push_back(double(now_ns() - a));
+  }
+  const double clock_ns = median(reads);
+  auto timed = [clock_ns](uint64_t t0, uint64_t t1) { return std::max(0.0, double(t1 - t0) - clock_ns); };
+
+  Result r(std::string(kTool) + " engine-bench", argc, argv);
+  r.set_placement(pl);
+  nlohmann::json points = nlohmann::json::array();
+  std::vector<EngineCompletion> out;
+  uint64_t expected = 0;
+  const uint64_t wall0 = now_ns();
+  for (unsigned depth : depths) {
+    EngineQueue q(engine, depth, EngineQueue::Clock::kVirtual);
+    out.reserve(depth);
+    const uint64_t wakeups0 = engine.stats().wakeups;
+    std::vector<double> submit_ns, progress_ns;
+    uint64_t now = 0;
+    for (uint64_t round = 0; round < rounds; ++round) {
+      uint64_t t0 = now_ns();
+      for (unsigned i = 0; i < depth; ++i)
+        if (!q.submit(job, now)) throw std::runtime_error("a submit was refused below the queue's depth");
+      uint64_t t1 = now_ns();
+      submit_ns.push_back(timed(t0, t1) / depth);
+      expected += depth;
+      // Not timed: the hw place computes; the last body's task is flagged
+      // computed just after its body returns.
+      while (computed.load(std::memory_order_acquire) < expected) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      out.clear();
+      t0 = now_ns();
+      const size_t got = q.progress(UINT64_MAX, out);
+      t1 = now_ns();
+      if (got != 0) progress_ns.push_back(timed(t0, t1) / double(got));
+      while (q.in_flight() != 0) {  // a task not flagged yet: taken back, not timed
+        q.wait_computed();
+        q.progress(UINT64_MAX, out);
+      }
+      now = out.empty() ? now : out.back().completed_ns;
+    }
+    // Empty polls: `depth` jobs in flight, none due yet.
+    double poll_ns = 0;
+    for (unsigned i = 0; i < depth; ++i) q.submit(job, now);
+    const uint64_t first = *q.next_completion_ns();
+    if (first > now && polls > 0) {
+      const uint64_t t0 = now_ns();
+      size_t found = 0;
+      for (uint64_t i = 0; i < polls; ++i) found += q.progress(now, out);
+      poll_ns = timed(t0, now_ns()) / double(polls);
+      if (found != 0) throw std::runtime_error("an empty poll handed back a job before its time");
+    }
+    const double sub = median(submit_ns), prog = median(progress_ns);
+    points.push_back({{"depth", depth},
+                      {"jobs", rounds * depth},
+                      {"submit_ns_per_job", sub},
+                      {"progress_ns_per_job", prog},
+                      {"dpu_ns_per_job", sub + prog},
+                      {"empty_poll_ns", poll_ns}});
+    const uint64_t woke = engine.stats().wakeups - wakeups0;
+    points.back()["wakeups_per_round"] = double(woke) / double(rounds);
+    std::printf("%s %s, %s: depth %u: submit %.0f ns/job, progress %.0f ns/job, %.0f ns/job in all; "
+                "an empty poll %.0f ns; %.2f wake-ups a round (medians of %llu rounds)\n",
+                spec->generation.c_str(), engine_kind_name(kind),
+                job.operation.empty() ? (std::to_string(job.bytes) + " B").c_str() : job.operation.c_str(), depth,
+                sub, prog, sub + prog, poll_ns, double(woke) / double(rounds), (unsigned long long)rounds);
+  }
+  Engine::Stats st = engine.stats();
+  r.parameters() = {{"generation", spec->generation}, {"engine", engine_kind_name(kind)},
+                    {"bytes", job.bytes},             {"operation", job.operation},
+                    {"rounds", rounds},               {"polls", polls},
+                    {"idle_poll_us", idle_poll_us},
+                    {"clock_read_ns", clock_ns}};
+  r.figures() = {{"points", points},
+                 {"jobs", st.jobs},
+                 {"wakeups", st.wakeups},
+                 {"hw_cpu_ns_per_job", double(st.hw_cpu_ns) / double(st.jobs)}};
+  CpuAccount acct;
+  acct.add(Place::kHw, st.hw_cpu_ns);
+  r.set_cpu(acct);
+  r.set_wall_ns(now_ns() - wall0);
+  finish(p, r);
+  return 0;
+}
+
 const Subcommand kCommands[] = {
     {"dpu-speed", dpu_speed, "the dpu speed a tool runs at, or the presets (host, bluefield2, bluefield3), as JSON"},
     {"ring-bench", ring_bench, "in-process SPSC ring throughput"},
@@ -430,6 +619,8 @@ const Subcommand kCommands[] = {
     {"channel-peer", channel_peer, "the dpu side of a channel, listening on a Unix socket"},
     {"channel-host", channel_host, "the host side of a channel, connecting to a channel-peer"},
     {"flowtable-bench", flowtable_bench, "hardware flow-table insertion rate, latency and lookups"},
+    {"engines", engines, "every BlueField engine's model, each figure with its source, as JSON"},
+    {"engine-bench", engine_bench, "what the dpu pays per engine job: submit and progress"},
 };
 
 }  // namespace
