@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "dpukit/bench.h"
+#include "dpukit/core/engine.h"
 
 namespace dpukit::bench {
 
@@ -96,6 +98,18 @@ class Operator {
   // signatures are verified with the ref verifier.
   virtual std::string mismatch(std::span<const uint8_t> in, const Bytes& ref_out, const Bytes& got) const;
 
+  // The BlueField engine that does this operator's work, if a BlueField has
+  // one (the engine backend, bench/src/engine_backend.h): its kind, for the
+  // PKA the operation's name in EngineSpec::ops_per_s, for bulk crypto the
+  // algorithm that must be in EngineSpec::algorithms. The engine's job body
+  // is the lib backend's kernel.
+  struct EngineWork {
+    EngineKind kind;
+    std::string operation;  // the PKA: "rsa2048_sign", ...
+    std::string algorithm;  // bulk crypto: "AES-GCM", ...
+  };
+  virtual std::optional<EngineWork> engine_work() const { return std::nullopt; }
+
   // Bytes one unit of work counts for Gbps (default: the input size).
   virtual size_t work_bytes(size_t size) const { return size; }
 
@@ -119,7 +133,7 @@ class Operator {
 using Registry = std::vector<std::unique_ptr<Operator>>;
 void register_network_ops(Registry& r);   // ops/network.cc: lpm, checksum, crc, toeplitz
 void register_segmentation_ops(Registry& r);  // ops/segmentation.cc: tcp_seg, ip_frag
-void register_storage_ops(Registry& r);   // ops/storage.cc: lz77, huffman, snappy, compress, crc32c
+void register_storage_ops(Registry& r);   // ops/storage.cc: lz77, huffman, snappy, compress, decompress, crc32c
 void register_security_ops(Registry& r);  // ops/security.cc: aes, aes_cbc, md5, sha1, sha256
 void register_pubkey_ops(Registry& r);    // ops/pubkey.cc: rsa, dsa, ecdsa
 void register_regex_ops(Registry& r);     // ops/regex.cc: rxp_match
@@ -142,6 +156,14 @@ Operator& find_operator(const std::string& name);  // throws std::invalid_argume
 void check_input_size(size_t size);
 // "N bytes (x MiB)" for the messages that refuse sizes and input counts.
 std::string bytes_text(uint64_t bytes);
+
+// What the timed loops fold each output into (a sink the compiler cannot
+// drop): its size and end bytes, cheap against any unit of work.
+inline uint64_t digest(const Bytes& out) {
+  uint64_t v = out.size();
+  if (!out.empty()) v ^= static_cast<uint64_t>(out.front()) << 8 ^ static_cast<uint64_t>(out.back()) << 16;
+  return v;
+}
 
 // Helpers shared by the operator families.
 std::string hex(std::span<const uint8_t> bytes, size_t max = 64);  // for mismatch reports

@@ -12,6 +12,7 @@ const char* backend_name(Backend b) {
     case Backend::kRef: return "ref";
     case Backend::kLib: return "lib";
     case Backend::kDev: return "dev";
+    case Backend::kEngine: return "engine";
   }
   return "?";
 }
@@ -20,7 +21,8 @@ Backend parse_backend(const std::string& name) {
   if (name == "ref") return Backend::kRef;
   if (name == "lib") return Backend::kLib;
   if (name == "dev") return Backend::kDev;
-  throw std::invalid_argument("unknown backend '" + name + "' (ref, lib or dev)");
+  if (name == "engine") return Backend::kEngine;
+  throw std::invalid_argument("unknown backend '" + name + "' (ref, lib, dev or engine)");
 }
 
 Registry& registry() {

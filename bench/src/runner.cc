@@ -15,6 +15,7 @@
 #include "dpukit/core/dpu_speed.h"
 #include "dpukit/core/perf_counters.h"
 #include "dpukit/core/results.h"
+#include "engine_backend.h"
 #include "operator.h"
 
 namespace dpukit::bench {
@@ -22,12 +23,6 @@ namespace {
 
 // Keeps every output observable, so the compiler cannot drop the work.
 std::atomic<uint64_t> g_sink{0};
-
-uint64_t digest(const Bytes& out) {
-  uint64_t v = out.size();
-  if (!out.empty()) v ^= static_cast<uint64_t>(out.front()) << 8 ^ static_cast<uint64_t>(out.back()) << 16;
-  return v;
-}
 
 std::vector<std::string> expand_ops(const std::vector<std::string>& ops) {
   std::vector<std::string> names;
@@ -250,6 +245,101 @@ std::vector<Rep> time_point(std::vector<std::unique_ptr<Kernel>>& kernels, unsig
   return reps;
 }
 
+// What every timed point has: where it ran and its throughput over the
+// repetitions (the median, the range, each one).
+nlohmann::json point_figures(const Operator& op, Backend backend, size_t size, unsigned threads, const CpuSet& cpus,
+                             const std::vector<double>& mops) {
+  const double work_bits = 8.0 * static_cast<double>(op.work_bytes(size));
+  const double m = median(mops);
+  const auto [lo, hi] = std::minmax_element(mops.begin(), mops.end());
+  return {{"op", op.info().name},
+          {"scenario", op.info().scenario},
+          {"backend", backend_name(backend)},
+          {"size", size},
+          {"threads", threads},
+          {"cpus", std::min<size_t>(threads, std::max<size_t>(cpus.cpus.size(), 1))},
+          {"mops", m},
+          {"mops_min", *lo},
+          {"mops_max", *hi},
+          {"gbps", m * work_bits / 1e3},
+          {"gbps_min", *lo * work_bits / 1e3},
+          {"gbps_max", *hi * work_bits / 1e3},
+          {"reps_mops", mops}};
+}
+
+// One point of the engine backend: the virtual-clock loop (time_engine)
+// at `threads` x `depth`, its figures in model time.
+nlohmann::json time_engine_point(const Operator& op, std::vector<std::unique_ptr<Kernel>>& kernels,
+                                 const std::vector<Bytes>& inputs, size_t size, unsigned threads, unsigned depth,
+                                 const CpuSet& cpus, const RunOptions& o, size_t checked) {
+  EngineTimingOptions t;
+  t.threads = threads;
+  t.depth = depth;
+  t.factor = std::min(o.dpu_speed.factor, 1.0);
+  t.warmup_s = o.warmup_s;
+  t.phase_s = o.min_time_s;
+  t.phases = o.repetitions;
+  t.cpus = cpus;
+  const std::vector<std::span<const uint8_t>> views(inputs.begin(), inputs.end());
+  uint64_t sink = 0;
+  const std::vector<EnginePhase> phases = time_engine(kernels, views, t, sink);
+  g_sink.fetch_add(sink, std::memory_order_relaxed);
+  const EngineShared& shared = dynamic_cast<EngineKernel&>(*kernels[0]).shared();
+  const Engine& engine = *shared.engine;
+  const EngineSpec& spec = engine.spec();
+  std::vector<double> mops, busy, wall_mops;
+  uint64_t jobs = 0, dpu_cpu = 0, hw_cpu = 0, late = 0, latency = 0, waits = 0, virt = 0;
+  for (const EnginePhase& p : phases) {
+    const double secs = static_cast<double>(p.virtual_ns) / 1e9;
+    mops.push_back(secs > 0 ? static_cast<double>(p.jobs) / secs / 1e6 : 0.0);
+    wall_mops.push_back(static_cast<double>(p.jobs) / (static_cast<double>(p.wall_ns) / 1e9) / 1e6);
+    busy.push_back(p.virtual_ns ? static_cast<double>(p.engine.busy_ns) /
+                                      (spec.parallel.value * static_cast<double>(p.virtual_ns))
+                                : 0.0);
+    jobs += p.jobs;
+    dpu_cpu += p.dpu_cpu_ns;
+    hw_cpu += p.engine.hw_cpu_ns;
+    late += p.engine.late_jobs;
+    latency += p.latency_ns;
+    waits += p.waits;
+    virt += p.virtual_ns;
+  }
+  const double per_job = jobs ? 1.0 / static_cast<double>(jobs) : 0.0;
+  nlohmann::json pt = point_figures(op, Backend::kEngine, size, threads, cpus, mops);
+  pt["depth"] = depth;
+  pt.update(nlohmann::json{
+          // Units per second of the dpu threads' own CPU time at F (what they would
+          // spend on a dpu core): the driver's cost, the engine's work excluded.
+          {"mops_per_cpu_second",
+           dpu_cpu ? static_cast<double>(jobs) / (static_cast<double>(dpu_cpu) / t.factor / 1e9) / 1e6 : 0.0},
+          {"cpu_per_wall", 0.0},
+          {"inputs", inputs.size()},
+          {"checked_inputs", checked},
+          {"basis",
+           "model time: each submitting thread's virtual clock (its own CPU time per loop step / F, advanced to "
+           "the next modelled completion while it waits); throughput = jobs / the longest thread's virtual time"},
+          {"engine",
+           {{"generation", spec.generation},
+            {"kind", engine_kind_name(spec.kind)},
+            {"name", spec.name},
+            {"operation", shared.work.operation},  // the PKA's figure in spec.ops_per_s
+            {"algorithm", shared.work.algorithm},  // bulk crypto's, in spec.algorithms
+            // A decompress job counts its output's bytes (the inflate engine's rate is of output).
+            {"job_bytes", shared.job_bytes ? shared.job_bytes : size},
+            {"busy_fraction", median(busy)},
+            {"late_jobs", late},
+            {"jobs", jobs},
+            {"virtual_ns", virt},
+            {"waits", waits},
+            {"mean_latency_ns", static_cast<double>(latency) * per_job},
+            {"hw_cpu_ns_per_job", static_cast<double>(hw_cpu) * per_job},
+            {"dpu_cpu_ns_per_job", static_cast<double>(dpu_cpu) * per_job},
+            {"dpu_cpu_ns_per_job_at_speed", static_cast<double>(dpu_cpu) * per_job / t.factor},
+            {"wall_mops", median(wall_mops)},
+            {"spec", spec.to_json()}}}});
+  return pt;
+}
+
 }  // namespace
 
 size_t check_against_ref(const Operator& op, Backend backend, size_t size, const std::vector<Bytes>& inputs,
@@ -329,6 +419,38 @@ nlohmann::json run(const RunOptions& o) {
                                     " would hold " + bytes_text(uint64_t{max_threads} * size) +
                                     " of outputs, more than " + bytes_text(kThreadWorkBudget) +
                                     ": fewer threads or a smaller size");
+  if (o.depths.empty()) throw std::invalid_argument("no depths chosen");
+  const bool engine = std::find(o.backends.begin(), o.backends.end(), Backend::kEngine) != o.backends.end();
+  for (unsigned d : o.depths)
+    if (d == 0 || d > kMaxInFlight)
+      throw std::invalid_argument("depth " + std::to_string(d) + " is not 1 to " + std::to_string(kMaxInFlight));
+  if (o.depths != std::vector<unsigned>{1})
+    for (Backend b : o.backends)
+      if (b != Backend::kEngine)
+        throw std::invalid_argument(std::string("--depth is the engine backend's (jobs in flight per thread); the ") +
+                                    backend_name(b) + " backend runs one unit at a time: run it without --depth");
+  // The engine backend: its jobs are submitted by dpu threads, to the
+  // engines of the card the dpu speed names.
+  std::string generation;
+  if (engine) {
+    if (o.place != "dpu")
+      throw std::invalid_argument("the engine backend runs on --place dpu: its jobs are submitted by dpu threads");
+    try {
+      generation = engine_generation(o.dpu_speed);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("the engine backend needs a BlueField generation: ") + e.what());
+    }
+  }
+  const unsigned max_depth = *std::max_element(o.depths.begin(), o.depths.end());
+  if (engine && o.iterations == 0) {
+    if (uint64_t{max_threads} * max_depth > kMaxInFlight)
+      throw std::invalid_argument("threads " + std::to_string(max_threads) + " x depth " + std::to_string(max_depth) +
+                                  " is more than " + std::to_string(kMaxInFlight) + " jobs in flight");
+    for (size_t size : o.sizes)
+      if (uint64_t{max_threads} * max_depth * size > kThreadWorkBudget)
+        throw std::invalid_argument("threads x depth x size = " + bytes_text(uint64_t{max_threads} * max_depth * size) +
+                                    " of outputs in flight, more than " + bytes_text(kThreadWorkBudget));
+  }
   const std::vector<std::string> names = expand_ops(o.ops);
   for (const auto& [k, v] : o.params) {
     auto dot = k.find('.');
@@ -342,12 +464,16 @@ nlohmann::json run(const RunOptions& o) {
     apply_params(op, o.params);
     for (size_t size : o.sizes) op.inputs_within_budget(size);
   }
-  Placement pl = Placement::plan(o.host_cpus, o.dpu_cpus);
+  Placement pl = Placement::plan(o.host_cpus, o.dpu_cpus, o.hw_cpus);
   const CpuSet& cpus = o.place == "dpu" ? pl.dpu : pl.host;
 
   nlohmann::json points = nlohmann::json::array(), unavailable = nlohmann::json::array();
   nlohmann::json versions = nlohmann::json::object(), params = nlohmann::json::object();
-  const size_t total = names.size() * o.backends.size() * o.sizes.size() * (o.iterations ? 1 : o.threads.size());
+  auto sweep = [&](Backend b) -> size_t {
+    return o.iterations ? 1 : o.threads.size() * (b == Backend::kEngine ? o.depths.size() : 1);
+  };
+  size_t total = 0;
+  for (Backend b : o.backends) total += names.size() * o.sizes.size() * sweep(b);
   size_t done = 0;
   for (const auto& name : names) {
     Operator& op = find_operator(name);
@@ -359,12 +485,12 @@ nlohmann::json run(const RunOptions& o) {
         const std::vector<Bytes> inputs = op.make_inputs(size, op.inputs_within_budget(size), o.seed);
         std::vector<std::unique_ptr<Kernel>> kernels;
         try {
-          kernels = op.make_kernels(backend, size, o.iterations ? 1 : max_threads);
+          kernels = make_backend_kernels(op, backend, size, o.iterations ? 1 : max_threads, generation, pl.hw);
         } catch (const Unavailable& e) {
           unavailable.push_back({{"op", name}, {"backend", backend_name(backend)}, {"size", size}, {"why", e.what()}});
           if (o.progress)
             std::fprintf(stderr, "%s %s %zuB: unavailable: %s\n", name.c_str(), backend_name(backend), size, e.what());
-          done += o.iterations ? 1 : o.threads.size();
+          done += sweep(backend);
           continue;
         }
         const size_t checked = check_against_ref(op, backend, size, inputs, kernels, o.iterations > 0);
@@ -392,6 +518,27 @@ nlohmann::json run(const RunOptions& o) {
           ++done;
           continue;
         }
+        if (backend == Backend::kEngine) {
+          for (unsigned threads : o.threads)
+            for (unsigned depth : o.depths) {
+              points.push_back(time_engine_point(op, kernels, inputs, size, threads, depth, cpus, o, checked));
+              ++done;
+              if (o.progress) {
+                const nlohmann::json& pt = points.back();
+                std::fprintf(stderr,
+                             "[%zu/%zu] %-16s %-6s %6zuB %2ut d%-3u %10.4g Mops  %9.4g Gbps  (model time; engine "
+                             "busy %.0f%%, range %.1f%%)\n",
+                             done, total, name.c_str(), backend_name(backend), size, threads, depth,
+                             pt["mops"].get<double>(), pt["gbps"].get<double>(),
+                             100 * pt["engine"]["busy_fraction"].get<double>(),
+                             pt["mops"].get<double>() > 0
+                                 ? 100 * (pt["mops_max"].get<double>() - pt["mops_min"].get<double>()) /
+                                       pt["mops"].get<double>()
+                                 : 0.0);
+              }
+            }
+          continue;
+        }
         const TimedInputs timed(inputs, op.packed_inputs());
         for (unsigned threads : o.threads) {
           std::vector<Rep> reps = time_point(kernels, threads, timed, cpus, o);
@@ -406,25 +553,14 @@ nlohmann::json run(const RunOptions& o) {
           }
           const double m = median(mops);
           const auto [lo, hi] = std::minmax_element(mops.begin(), mops.end());
-          nlohmann::json pt = {{"op", name},
-                               {"scenario", op.info().scenario},
-                               {"backend", backend_name(backend)},
-                               {"size", size},
-                               {"threads", threads},
-                               {"cpus", std::min<size_t>(threads, std::max<size_t>(cpus.cpus.size(), 1))},
-                               {"mops", m},
-                               {"mops_min", *lo},
-                               {"mops_max", *hi},
-                               {"gbps", m * work_bits / 1e3},
-                               {"gbps_min", *lo * work_bits / 1e3},
-                               {"gbps_max", *hi * work_bits / 1e3},
-                               {"reps_mops", mops},
-                               {"cpu_per_wall", median(util)},
-                               // Units per second of the threads' own CPU time (dilation included):
-                               // unlike mops, not lowered by other work that takes their CPUs.
-                               {"mops_per_cpu_second", median(per_cpu)},
-                               {"inputs", inputs.size()},
-                               {"checked_inputs", checked}};
+          nlohmann::json pt = point_figures(op, backend, size, threads, cpus, mops);
+          pt.update(nlohmann::json{
+              {"cpu_per_wall", median(util)},
+              // Units per second of the threads' own CPU time (dilation included):
+              // unlike mops, not lowered by other work that takes their CPUs.
+              {"mops_per_cpu_second", median(per_cpu)},
+              {"inputs", inputs.size()},
+              {"checked_inputs", checked}});
           if (!device.empty()) pt["device"] = device;
           // Over all repetitions: the bursts' CPU time and the busy time the
           // dilation added after them, (1/F - 1) x the former when it works.
@@ -462,8 +598,9 @@ nlohmann::json run(const RunOptions& o) {
 std::vector<std::string> devices() { return device_inventory(); }
 
 CheckReport check_all(const std::vector<std::string>& ops, const std::vector<Backend>& backends,
-                      const std::vector<size_t>& sizes, uint64_t seed) {
+                      const std::vector<size_t>& sizes, uint64_t seed, const std::string& engine_generation) {
   CheckReport rep;
+  const CpuSet hw = Placement::plan("", "").hw;
   check_sizes(sizes);
   for (const auto& name : expand_ops(ops)) {
     Operator& op = find_operator(name);
@@ -473,7 +610,7 @@ CheckReport check_all(const std::vector<std::string>& ops, const std::vector<Bac
         std::string what = name + " " + backend_name(b) + " " + std::to_string(size) + "B";
         try {
           auto inputs = op.make_inputs(size, op.inputs_within_budget(size), seed);
-          auto kernels = op.make_kernels(b, size, 2);
+          auto kernels = make_backend_kernels(op, b, size, 2, engine_generation, hw);
           check_against_ref(op, b, size, inputs, kernels);
           rep.passed.push_back(what);
         } catch (const Unavailable& e) {
@@ -543,7 +680,8 @@ nlohmann::json compare(const nlohmann::json& a, const nlohmann::json& b, const s
   }
   auto key = [](const nlohmann::json& p) {
     return p.at("op").get<std::string>() + "|" + p.at("backend").get<std::string>() + "|" +
-           std::to_string(p.at("size").get<size_t>()) + "|" + std::to_string(p.at("threads").get<unsigned>());
+           std::to_string(p.at("size").get<size_t>()) + "|" + std::to_string(p.at("threads").get<unsigned>()) +
+           (p.contains("depth") ? "|" + std::to_string(p.at("depth").get<unsigned>()) : "");
   };
   std::map<std::string, const nlohmann::json*> in_a;
   // Fixed-count points (--iterations) have no throughput.

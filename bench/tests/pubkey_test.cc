@@ -358,7 +358,7 @@ TEST(PubkeyOperators, RegisteredInOrderWithTheirBackends) {
     if (i.name == "rsa" || i.name == "dsa" || i.name == "ecdsa") {
       names.push_back(i.name);
       EXPECT_EQ(i.scenario, "security");
-      EXPECT_EQ(i.backends, (std::vector<Backend>{Backend::kRef, Backend::kLib, Backend::kDev}));
+      EXPECT_EQ(i.backends, (std::vector<Backend>{Backend::kRef, Backend::kLib, Backend::kDev, Backend::kEngine}));
     }
   EXPECT_EQ(names, (std::vector<std::string>{"rsa", "dsa", "ecdsa"}));
   EXPECT_EQ(operator_params("rsa").at("bits"), "2048");

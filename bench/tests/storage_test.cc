@@ -630,7 +630,7 @@ TEST(StorageOps, RegisteredInOrderWithTheirDevBackends) {
   std::vector<std::string> names;
   for (const auto& info : list_operators())
     if (info.scenario == "storage") names.push_back(info.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"lz77", "huffman", "snappy", "compress", "crc32c"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"lz77", "huffman", "snappy", "compress", "decompress", "crc32c"}));
   for (const char* name : {"lz77", "huffman", "snappy", "crc32c"}) {
     try {
       find_operator(name).make_kernels(Backend::kDev, 64, 1);
@@ -648,6 +648,31 @@ TEST(StorageOps, RegisteredInOrderWithTheirDevBackends) {
   c.set_param("level", "4");
   EXPECT_THROW(c.make_kernels(Backend::kLib, 64, 1), std::invalid_argument);
   c.reset_params();
+}
+
+// decompress: the inputs are the ref encoder's streams of compress's text;
+// ref and ISA-L inflate them back to exactly that text, and refuse a
+// truncated stream instead of returning what they got so far.
+TEST(StorageOps, DecompressInflatesTheStreamsOfCompresssTextBack) {
+  Operator& op = find_operator("decompress");
+  op.reset_params();
+  const size_t size = 4096;
+  auto inputs = op.make_inputs(size, 8, 3);
+  Bytes text(size);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    fill_text(text, 3 * 1000003 + i);
+    EXPECT_LT(inputs[i].size(), size / 2) << "text compresses";
+    EXPECT_EQ(inflate_raw(inputs[i], size), std::optional<Bytes>(text)) << i;
+  }
+  auto lib = op.make_kernels(Backend::kLib, size, 2);
+  EXPECT_EQ(check_against_ref(op, Backend::kLib, size, inputs, lib), 8u);
+  Bytes out;
+  lib[0]->process(inputs[0], out);
+  EXPECT_EQ(out, inflate_raw(inputs[0], size).value());
+  const Bytes cut(inputs[0].begin(), inputs[0].begin() + static_cast<std::ptrdiff_t>(inputs[0].size() / 2));
+  auto ref = op.make_kernels(Backend::kRef, size, 1);
+  EXPECT_THROW(ref[0]->process(cut, out), std::runtime_error);
+  EXPECT_THROW(lib[0]->process(cut, out), std::runtime_error);
 }
 
 TEST(StorageOps, CompressorsGetTextInputs) {

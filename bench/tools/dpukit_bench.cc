@@ -153,11 +153,13 @@ int cmd_run(int argc, char** argv) {
   p.option("ops", "operators (comma-separated), all, or programs", "all");
   p.option("sizes", "input sizes in bytes", "64,128,256,512,1024");
   p.option("threads", "thread counts", "1");
-  p.option("backend", "ref, lib, dev (comma-separated)", "lib");
+  p.option("backend", "ref, lib, dev, engine (comma-separated)", "lib");
+  p.option("depth", "engine backend: jobs in flight per thread (comma-separated sweep)", "1");
   p.option("place", "host or dpu: pin the threads to that place's CPUs", "host");
   p.cpus_option("host-cpus", "CPUs of the host place (default: the first)");
   p.cpus_option("dpu-cpus", "CPUs of the dpu place (default: all but the first)");
-  p.dpu_speed_option();  // --place dpu only: the timing threads are dilated to it
+  p.cpus_option("hw-cpus", "engine backend: CPUs of the hw place, one executor each (default: the dpu place's)");
+  p.dpu_speed_option();  // --place dpu only: the timing threads are dilated to it; the engine backend's card
   p.option("warmup", "warm-up seconds per point", "0.2");
   p.option("min-time", "seconds per repetition", "0.5");
   p.option("repetitions", "timed repetitions per point (median and range reported)", "5");
@@ -177,6 +179,10 @@ int cmd_run(int argc, char** argv) {
   o.place = p.str("place");
   o.host_cpus = p.str("host-cpus");
   o.dpu_cpus = p.str("dpu-cpus");
+  o.hw_cpus = p.str("hw-cpus");
+  o.depths.clear();
+  for (const auto& w : items(p, "depth")) o.depths.push_back(static_cast<unsigned>(whole(p, "depth", w, 1, kMaxInFlight)));
+  if (o.depths.empty()) p.fail("--depth is empty");
   o.dpu_speed = p.dpu_speed();
   o.warmup_s = p.number("warmup");
   o.min_time_s = p.number("min-time");
@@ -202,7 +208,8 @@ int cmd_run(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     p.fail(e.what());
   }
-  out.parameters() = {{"ops", o.ops}, {"sizes", o.sizes}, {"threads", o.threads}, {"backend", p.str("backend")},
+  out.parameters() = {{"ops", o.ops}, {"sizes", o.sizes}, {"threads", o.threads}, {"depth", o.depths},
+                      {"backend", p.str("backend")},
                       {"place", o.place}, {"warmup_s", o.warmup_s}, {"min_time_s", o.min_time_s},
                       {"repetitions", o.repetitions}, {"iterations", o.iterations}, {"seed", o.seed},
                       {"params", o.params}, {"counters", o.counters}, {"dpu_speed", o.dpu_speed.to_json()}};
@@ -211,7 +218,7 @@ int cmd_run(int argc, char** argv) {
   cpu.add(o.place == "dpu" ? Place::kDpu : Place::kHost, process_cpu_ns());
   out.set_cpu(cpu);
   out.set_wall_ns(now_ns() - started);
-  out.set_placement(Placement::plan(o.host_cpus, o.dpu_cpus));
+  out.set_placement(Placement::plan(o.host_cpus, o.dpu_cpus, o.hw_cpus));
   out.set_dpu_speed(o.dpu_speed);
   if (p.has("json")) {
     try {

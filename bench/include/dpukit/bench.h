@@ -22,8 +22,14 @@ enum class Backend {
   kRef,  // portable C++ written here, checked against published vectors
   kLib,  // the field's library (DPDK, ISA-L, OpenSSL, zlib, LZ4, snappy, Hyperscan)
   kDev,  // a DPDK device class (cryptodev, compressdev): soft PMDs here, hardware PMDs on a DPU
+  // A BlueField's hardware engine (core's Engine: RXP, deflate, bulk crypto,
+  // PKA) driven through its job interface from dpu threads; the library's
+  // code computes each job on the hw place, the model says when it is done,
+  // and the throughput is on a virtual clock (docs/bench.md, "The engine
+  // backend").
+  kEngine,
 };
-const char* backend_name(Backend b);             // "ref", "lib", "dev"
+const char* backend_name(Backend b);             // "ref", "lib", "dev", "engine"
 Backend parse_backend(const std::string& name);  // throws std::invalid_argument
 
 struct OperatorInfo {
@@ -48,6 +54,9 @@ constexpr unsigned kMaxThreads = 1024;
 // of work each: threads x size is bounded too (1024 threads at 64 MiB would
 // be 64 GiB), so 32 threads at 64 MiB, 1024 at 2 MiB.
 constexpr size_t kThreadWorkBudget = size_t{2} << 30;
+// The engine backend holds one output per job in flight: threads x depth
+// jobs at most (and threads x depth x size within kThreadWorkBudget).
+constexpr unsigned kMaxInFlight = 16384;
 
 struct RunOptions {
   std::vector<std::string> ops;  // names; {"all"} = every operator
@@ -62,6 +71,13 @@ struct RunOptions {
   // instructions, not time).
   DpuSpeed dpu_speed;
   std::string host_cpus, dpu_cpus;  // as core's Placement takes them ("" = its default)
+  // The engine backend: the CPUs of the hw place, whose threads (one per
+  // CPU) compute the jobs ("" = core's default, the dpu place's CPUs).
+  std::string hw_cpus;
+  // The engine backend: jobs each thread keeps in flight, swept like
+  // threads. The other backends run one unit at a time, so for them only
+  // {1} is accepted.
+  std::vector<unsigned> depths = {1};
   double warmup_s = 0.2;     // per point, before the repetitions
   double min_time_s = 0.5;   // each repetition lasts at least this long
   unsigned repetitions = 5;  // the median and the range of these are reported
@@ -95,8 +111,10 @@ struct CheckFailed : std::runtime_error {
 struct CheckReport {
   std::vector<std::string> passed, failed, unavailable;
 };
+// The engine backend is checked on `engine_generation`'s engines.
 CheckReport check_all(const std::vector<std::string>& ops, const std::vector<Backend>& backends,
-                      const std::vector<size_t>& sizes, uint64_t seed);
+                      const std::vector<size_t>& sizes, uint64_t seed,
+                      const std::string& engine_generation = "bluefield2");
 
 // The inputs `run` times for operator `op` at `size` bytes with `seed`
 // (the operator's pool for one thread), end to end: so that another tool

@@ -37,6 +37,7 @@ class MemCpy final : public Operator {
     switch (b) {
       case Backend::kRef: return kernels_of<RefCopy>(threads);
       case Backend::kLib: return kernels_of<LibCopy>(threads);
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
       case Backend::kDev: break;
     }
     throw Unavailable("no DPDK copy device here (dmadev has no software engine but its test skeleton)");

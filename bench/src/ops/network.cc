@@ -659,6 +659,7 @@ class Lpm final : public Operator {
     switch (b) {
       case Backend::kRef: return kernels_of<RefLpmKernel>(threads, tables().trie(), LpmInput{address_input()});
       case Backend::kLib: return kernels_of<LibLpmKernel>(threads, tables().dpdk(), LpmInput{address_input()});
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
       case Backend::kDev: break;
     }
     throw Unavailable("no DPDK device class for LPM; on a DPU the eSwitch does route lookup through rte_flow");
@@ -799,6 +800,7 @@ class Checksum final : public Operator {
     switch (b) {
       case Backend::kRef: return kernels_of<RefChecksumKernel>(threads);
       case Backend::kLib: return kernels_of<LibChecksumKernel>(threads);
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
       case Backend::kDev: break;
     }
     throw Unavailable("no DPDK device class computes checksums; NICs and DPUs offload them per packet in ethdev");
@@ -891,6 +893,7 @@ class Crc final : public Operator {
         });
         return kernels_of<LibCrcKernel>(threads);
       }
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
       case Backend::kDev: break;
     }
     throw Unavailable("no DPDK device class computes the Ethernet FCS; the NIC's MAC adds and checks it");
@@ -1000,6 +1003,7 @@ class Toeplitz final : public Operator {
     switch (b) {
       case Backend::kRef: return kernels_of<RefToeplitzKernel>(threads, ports);
       case Backend::kLib: return kernels_of<LibToeplitzKernel>(threads, ports);
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
       case Backend::kDev: break;
     }
     throw Unavailable("no DPDK device class computes RSS hashes; the NIC does, on receive");

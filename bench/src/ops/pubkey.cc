@@ -336,8 +336,12 @@ class Rsa final : public Operator {
     static const OperatorInfo i{"rsa", "security",
                                 "sign one message: RSA PKCS#1 v1.5 with SHA-256 (RFC 8017 8.2) by the CRT; "
                                 "output the modulus-size signature",
-                                1, {Backend::kRef, Backend::kLib, Backend::kDev}};
+                                1, {Backend::kRef, Backend::kLib, Backend::kDev, Backend::kEngine}};
     return i;
+  }
+  // The PKA: one operation of the spec's ops_per_s; the body is OpenSSL's.
+  std::optional<EngineWork> engine_work() const override {
+    return EngineWork{EngineKind::kPublicKey, "rsa" + std::to_string(param_u64("bits")) + "_sign", ""};
   }
   size_t input_count(size_t) const override { return kInputs; }
   std::map<std::string, std::string> default_params() const override { return {{"bits", "2048"}}; }
@@ -347,6 +351,7 @@ class Rsa final : public Operator {
     switch (b) {
       case Backend::kRef: return kernels_of<RefRsaSign>(threads, rsa_ref(bits));
       case Backend::kLib: return lib_sign_kernels(threads, [&] { return openssl_rsa_key(key); }, true, 0);
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
       case Backend::kDev: {
         DevRsaKey k;
         for (auto [field, text] : {std::pair{&k.n, key.n}, {&k.e, key.e}, {&k.d, key.d}, {&k.p, key.p},
@@ -370,8 +375,12 @@ class Dsa final : public Operator {
     static const OperatorInfo i{"dsa", "security",
                                 "sign one message: DSA (L, N) = (2048, 256) with SHA-256 (FIPS 186-4); "
                                 "output r || s (32 + 32 bytes)",
-                                1, {Backend::kRef, Backend::kLib, Backend::kDev}};
+                                1, {Backend::kRef, Backend::kLib, Backend::kDev, Backend::kEngine}};
     return i;
+  }
+  // The PKA: one operation of the spec's ops_per_s; the body is OpenSSL's.
+  std::optional<EngineWork> engine_work() const override {
+    return EngineWork{EngineKind::kPublicKey, "dsa2048_sign", ""};
   }
   size_t input_count(size_t) const override { return kInputs; }
   std::vector<std::unique_ptr<Kernel>> make_kernels(Backend b, size_t, unsigned threads) const override {
@@ -380,6 +389,7 @@ class Dsa final : public Operator {
         dsa_ref();  // builds and checks the key on this thread
         return kernels_of<RefDsaSign>(threads);
       case Backend::kLib: return lib_sign_kernels(threads, [] { return openssl_dsa_key(kDsa2048Key); }, false, 32);
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
       case Backend::kDev:
         return dev_dsa_sign_kernels({key_bytes(kDsa2048Key.p), key_bytes(kDsa2048Key.q), key_bytes(kDsa2048Key.g),
                                      key_bytes(kDsa2048Key.x)},
@@ -398,8 +408,12 @@ class Ecdsa final : public Operator {
     static const OperatorInfo i{"ecdsa", "security",
                                 "sign one message: ECDSA over P-256 with SHA-256 (FIPS 186-4); "
                                 "output r || s (32 + 32 bytes)",
-                                1, {Backend::kRef, Backend::kLib, Backend::kDev}};
+                                1, {Backend::kRef, Backend::kLib, Backend::kDev, Backend::kEngine}};
     return i;
+  }
+  // The PKA: one operation of the spec's ops_per_s; the body is OpenSSL's.
+  std::optional<EngineWork> engine_work() const override {
+    return EngineWork{EngineKind::kPublicKey, "ecdsa_p256_sign", ""};
   }
   size_t input_count(size_t) const override { return kInputs; }
   std::vector<std::unique_ptr<Kernel>> make_kernels(Backend b, size_t, unsigned threads) const override {
@@ -408,6 +422,7 @@ class Ecdsa final : public Operator {
         ecdsa_ref();  // builds and checks the key on this thread
         return kernels_of<RefEcdsaSign>(threads);
       case Backend::kLib: return lib_sign_kernels(threads, [] { return openssl_p256_key(kP256Key); }, false, 32);
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
       case Backend::kDev: {
         const Bytes d = BigInt::from_hex(kP256Key.d).to_bytes(32);
         return dev_ecdsa_p256_sign_kernels(d, threads);

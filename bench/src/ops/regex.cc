@@ -89,9 +89,11 @@ class RxpMatch final : public Operator {
             std::to_string(regex_ref::rxp_rules().size()) +
             " IDS/URL-filter regexes); output the bitmap of rules that match anywhere",
         regex_ref::kRuleSetVersion,
-        {Backend::kRef, Backend::kLib}};
+        {Backend::kRef, Backend::kLib, Backend::kEngine}};
     return i;
   }
+  // BlueField-2's RegEx engine (RXP); the job body is Hyperscan.
+  std::optional<EngineWork> engine_work() const override { return EngineWork{EngineKind::kRegex, "", ""}; }
 
   std::map<std::string, std::string> default_params() const override {
     return {{"rules", std::to_string(regex_ref::rxp_rules().size())}, {"plant", "0.5"}};
@@ -144,6 +146,7 @@ class RxpMatch final : public Operator {
         return kernels_of<RefMatch>(threads, shared);
       }
       case Backend::kLib: return hyperscan_kernels(n, threads);
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
       case Backend::kDev: break;
     }
     throw Unavailable(

@@ -155,8 +155,12 @@ class AesGcm final : public Operator {
     static const OperatorInfo i{"aes", "security",
                                 "AES-128-GCM seal of one packet: IV = 4-byte salt || the packet's first 8 bytes, no "
                                 "AAD; output = ciphertext || 16-byte tag",
-                                1, {Backend::kRef, Backend::kLib, Backend::kDev}};
+                                1, {Backend::kRef, Backend::kLib, Backend::kDev, Backend::kEngine}};
     return i;
+  }
+  // The bulk-crypto engine, where the card's does AES-GCM; the body is OpenSSL's.
+  std::optional<EngineWork> engine_work() const override {
+    return EngineWork{EngineKind::kBulkCrypto, "", "AES-GCM"};
   }
   std::map<std::string, std::string> default_params() const override { return kCipherParams; }
   std::vector<Bytes> make_inputs(size_t size, size_t count, uint64_t seed) const override {
@@ -169,6 +173,7 @@ class AesGcm final : public Operator {
     switch (b) {
       case Backend::kRef: return kernels_of<RefGcm>(threads, rekey);
       case Backend::kLib: return kernels_of<LibGcm>(threads, fetch_cipher("AES-128-GCM"), rekey);
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
       case Backend::kDev: return dev_aes_gcm_kernels(key_material().key, key_material().salt, size, threads, rekey);
     }
     throw Unavailable("no such backend");
@@ -221,8 +226,12 @@ class AesCbc final : public Operator {
     static const OperatorInfo i{"aes_cbc", "security",
                                 "AES-128-CBC encryption of one packet, no padding: IV = the packet's first 16 bytes, "
                                 "plaintext = the whole packet; output = ciphertext",
-                                1, {Backend::kRef, Backend::kLib, Backend::kDev}};
+                                1, {Backend::kRef, Backend::kLib, Backend::kDev, Backend::kEngine}};
     return i;
+  }
+  // Only where the card's bulk-crypto engine does CBC (EngineSpec::algorithms).
+  std::optional<EngineWork> engine_work() const override {
+    return EngineWork{EngineKind::kBulkCrypto, "", "AES-CBC"};
   }
   std::map<std::string, std::string> default_params() const override { return kCipherParams; }
   std::vector<Bytes> make_inputs(size_t size, size_t count, uint64_t seed) const override {
@@ -235,6 +244,7 @@ class AesCbc final : public Operator {
     switch (b) {
       case Backend::kRef: return kernels_of<RefCbc>(threads, rekey);
       case Backend::kLib: return kernels_of<LibCbc>(threads, fetch_cipher("AES-128-CBC"), rekey);
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
       case Backend::kDev: return dev_aes_cbc_kernels(key_material().key, size, threads, rekey);
     }
     throw Unavailable("no such backend");
@@ -293,6 +303,7 @@ class Digest final : public Operator {
         if (!md) throw Unavailable(std::string("OpenSSL has no ") + evp_name_ + " (EVP_MD_fetch failed)");
         return kernels_of<LibDigest>(threads, MdPtr(md, EVP_MD_free));
       }
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
       case Backend::kDev: return dev_digest_kernels(dev_hash_, size, threads);
     }
     throw Unavailable("no such backend");

@@ -495,6 +495,7 @@ class TcpSeg final : public Operator {
       case Backend::kLib:
         require_dpdk();
         return kernels_of<LibTcpSeg>(threads, static_cast<size_t>(mss), size);
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
       case Backend::kDev: break;
     }
     throw Unavailable(kNoDevice);
@@ -530,6 +531,7 @@ class IpFrag final : public Operator {
       case Backend::kLib:
         require_dpdk();
         return kernels_of<LibIpFrag>(threads, static_cast<size_t>(mtu), size);
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
       case Backend::kDev: break;
     }
     throw Unavailable(kNoDevice);

@@ -535,6 +535,7 @@ class Lz77 final : public TextCompressor {
     switch (b) {
       case Backend::kRef: return kernels_of<Lz4RefKernel>(threads);
       case Backend::kLib: return kernels_of<Lz4LibKernel>(threads, size);
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
       case Backend::kDev: break;
     }
     throw Unavailable(kNoDevice);
@@ -559,6 +560,7 @@ class Huffman final : public TextCompressor {
     switch (b) {
       case Backend::kRef: return kernels_of<DeflateRefKernel>(threads, false);
       case Backend::kLib: return kernels_of<ZlibHuffmanKernel>(threads, size);
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
       case Backend::kDev: break;
     }
     throw Unavailable(kNoDevice);
@@ -582,6 +584,7 @@ class Snappy final : public TextCompressor {
     switch (b) {
       case Backend::kRef: return kernels_of<SnappyRefKernel>(threads);
       case Backend::kLib: return kernels_of<SnappyLibKernel>(threads, size);
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
       case Backend::kDev: break;
     }
     throw Unavailable(kNoDevice);
@@ -599,9 +602,11 @@ class Compress final : public TextCompressor {
   const OperatorInfo& info() const override {
     static const OperatorInfo i{"compress", "storage",
                                 "deflate-compress one block of text (LZ77 + Huffman, raw RFC 1951 stream)", 1,
-                                {Backend::kRef, Backend::kLib, Backend::kDev}};
+                                {Backend::kRef, Backend::kLib, Backend::kDev, Backend::kEngine}};
     return i;
   }
+  // BlueField's deflate engine; the body is igzip at compress.level.
+  std::optional<EngineWork> engine_work() const override { return EngineWork{EngineKind::kCompress, "", ""}; }
   // level: the igzip level of the lib backend (0-3; ISA-L's fastest is 0,
   // its default 1). The ref encoder has one effort (greedy, 32-deep chains).
   std::map<std::string, std::string> default_params() const override { return {{"level", "1"}}; }
@@ -615,6 +620,7 @@ class Compress final : public TextCompressor {
       case Backend::kLib: return kernels_of<IgzipKernel>(threads, size, static_cast<unsigned>(level));
       // compressdev (compress_isal here, a DPU's engine there): its levels
       // 1-3 are the same ISA-L levels; level 0 has no compressdev equivalent.
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
       case Backend::kDev: return dev_deflate_kernels(static_cast<int>(level), size, threads);
     }
     throw Unavailable(kNoDevice);
@@ -625,6 +631,82 @@ class Compress final : public TextCompressor {
     const bool ok = inflate_raw_into(got, in.size(), decoded, &why);
     return decode_failure("deflate", in, ok, why, decoded, got);
   }
+};
+
+// ------------------------------------------------------------ decompress
+// Inflating: what a storage target does on reads of compressed blocks. Its
+// inputs are the raw deflate streams of the compress operator's text blocks
+// (the same seed gives the same text), made by the ref encoder; one unit
+// inflates one back to `size` bytes, which is what it counts for Gbps.
+
+class InflateRefKernel final : public Kernel {
+ public:
+  explicit InflateRefKernel(size_t size) : size_(size) {}
+  void process(std::span<const uint8_t> in, Bytes& out) override {
+    std::string why;
+    if (!inflate_raw_into(in, size_, out, &why)) throw std::runtime_error("the ref inflater rejects its input: " + why);
+  }
+
+ private:
+  size_t size_;
+};
+
+// ISA-L's inflate (igzip), raw deflate, one state per kernel.
+class IgzipInflateKernel final : public Kernel {
+ public:
+  explicit IgzipInflateKernel(size_t size) : state_(std::make_unique<inflate_state>()), size_(size) {
+    isal_inflate_init(state_.get());
+  }
+  void process(std::span<const uint8_t> in, Bytes& out) override {
+    isal_inflate_reset(state_.get());
+    state_->crc_flag = ISAL_DEFLATE;  // raw deflate, no header or trailer
+    out.resize(size_);
+    state_->next_in = const_cast<uint8_t*>(in.data());  // igzip does not write its input
+    state_->avail_in = static_cast<uint32_t>(in.size());
+    state_->next_out = out.data();
+    state_->avail_out = static_cast<uint32_t>(out.size());
+    if (int r = isal_inflate(state_.get()); r != ISAL_DECOMP_OK)
+      throw std::runtime_error("isal_inflate failed: " + std::to_string(r));
+    if (state_->block_state != ISAL_BLOCK_FINISH)
+      throw std::runtime_error("isal_inflate stopped before the end of the stream");
+    out.resize(state_->total_out);
+  }
+
+ private:
+  std::unique_ptr<inflate_state> state_;
+  size_t size_;
+};
+
+class Decompress final : public StorageOperator {
+ public:
+  const OperatorInfo& info() const override {
+    static const OperatorInfo i{"decompress", "storage",
+                                "inflate one raw RFC 1951 stream (the ref encoder's, of a block of text as compress "
+                                "takes) back to its size bytes",
+                                1, {Backend::kRef, Backend::kLib, Backend::kEngine}};
+    return i;
+  }
+  std::vector<Bytes> make_inputs(size_t size, size_t count, uint64_t seed) const override {
+    std::vector<Bytes> v(count);
+    Bytes text(size);
+    RawDeflater deflater;
+    for (size_t i = 0; i < count; ++i) {
+      fill_text(text, seed * 1000003 + i);
+      deflater.compress(text, v[i]);
+    }
+    return v;
+  }
+  std::vector<std::unique_ptr<Kernel>> make_kernels(Backend b, size_t size, unsigned threads) const override {
+    switch (b) {
+      case Backend::kRef: return kernels_of<InflateRefKernel>(threads, size);
+      case Backend::kLib: return kernels_of<IgzipInflateKernel>(threads, size);
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
+      case Backend::kDev: break;
+    }
+    throw Unavailable("not written: bench's compressdev kernels compress only (compressdev could decompress)");
+  }
+  // BlueField's deflate engine, decompressing; the body is igzip's inflate.
+  std::optional<EngineWork> engine_work() const override { return EngineWork{EngineKind::kDecompress, "", ""}; }
 };
 
 class Crc32c final : public StorageOperator {
@@ -640,6 +722,7 @@ class Crc32c final : public StorageOperator {
     switch (b) {
       case Backend::kRef: return kernels_of<Crc32cRefKernel>(threads);
       case Backend::kLib: return kernels_of<Crc32cLibKernel>(threads);
+      case Backend::kEngine: break;  // the engine backend: make_engine_kernels
       case Backend::kDev: break;
     }
     throw Unavailable(kNoDevice);
@@ -653,6 +736,7 @@ void register_storage_ops(Registry& r) {
   r.push_back(std::make_unique<Huffman>());
   r.push_back(std::make_unique<Snappy>());
   r.push_back(std::make_unique<Compress>());
+  r.push_back(std::make_unique<Decompress>());
   r.push_back(std::make_unique<Crc32c>());
 }
 
