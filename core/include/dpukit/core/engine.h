@@ -200,7 +200,8 @@ class Engine {
 };
 
 // One DOCA context's task pool and its progress engine, owned by one dpu
-// thread (not thread-safe; any number of queues share an Engine).
+// thread (not thread-safe; any number of queues share an Engine, which must
+// outlive them).
 class EngineQueue {
  public:
   // What the caller's clock is. kReal: now_ns() (CLOCK_MONOTONIC), so a job
