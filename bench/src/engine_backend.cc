@@ -276,8 +276,12 @@ std::vector<EnginePhase> time_engine(std::vector<std::unique_ptr<Kernel>>& kerne
       ph.waits += r.waits;
       end = std::max(end, r.v_end);
     }
-    ph.engine = {s1.jobs - s0.jobs, s1.bytes - s0.bytes, s1.busy_ns - s0.busy_ns, s1.hw_cpu_ns - s0.hw_cpu_ns,
-                 s1.late_jobs - s0.late_jobs};
+    ph.engine.jobs = s1.jobs - s0.jobs;
+    ph.engine.bytes = s1.bytes - s0.bytes;
+    ph.engine.busy_ns = s1.busy_ns - s0.busy_ns;
+    ph.engine.hw_cpu_ns = s1.hw_cpu_ns - s0.hw_cpu_ns;
+    ph.engine.late_jobs = s1.late_jobs - s0.late_jobs;
+    ph.engine.wakeups = s1.wakeups - s0.wakeups;
     // Every job is drained, so the units are free from the latest clock on.
     uint64_t c = shared.clock.load();
     while (c < end && !shared.clock.compare_exchange_weak(c, end)) {

@@ -288,7 +288,7 @@ nlohmann::json time_engine_point(const Operator& op, std::vector<std::unique_ptr
   const Engine& engine = *shared.engine;
   const EngineSpec& spec = engine.spec();
   std::vector<double> mops, busy, wall_mops;
-  uint64_t jobs = 0, dpu_cpu = 0, hw_cpu = 0, late = 0, latency = 0, waits = 0, virt = 0;
+  uint64_t jobs = 0, dpu_cpu = 0, hw_cpu = 0, late = 0, latency = 0, waits = 0, virt = 0, wakeups = 0;
   for (const EnginePhase& p : phases) {
     const double secs = static_cast<double>(p.virtual_ns) / 1e9;
     mops.push_back(secs > 0 ? static_cast<double>(p.jobs) / secs / 1e6 : 0.0);
@@ -300,6 +300,7 @@ nlohmann::json time_engine_point(const Operator& op, std::vector<std::unique_ptr
     dpu_cpu += p.dpu_cpu_ns;
     hw_cpu += p.engine.hw_cpu_ns;
     late += p.engine.late_jobs;
+    wakeups += p.engine.wakeups;
     latency += p.latency_ns;
     waits += p.waits;
     virt += p.virtual_ns;
@@ -331,6 +332,9 @@ nlohmann::json time_engine_point(const Operator& op, std::vector<std::unique_ptr
             {"jobs", jobs},
             {"virtual_ns", virt},
             {"waits", waits},
+            // Submits that woke a sleeping executor: the emulator's cost (a futex wake) on the
+            // dpu thread, where a driver writes a doorbell.
+            {"executor_wakeups", wakeups},
             {"mean_latency_ns", static_cast<double>(latency) * per_job},
             {"hw_cpu_ns_per_job", static_cast<double>(hw_cpu) * per_job},
             {"dpu_cpu_ns_per_job", static_cast<double>(dpu_cpu) * per_job},
@@ -519,8 +523,23 @@ nlohmann::json run(const RunOptions& o) {
           continue;
         }
         if (backend == Backend::kEngine) {
+          const EngineSpec& spec = dynamic_cast<EngineKernel&>(*kernels[0]).shared().engine->spec();
           for (unsigned threads : o.threads)
             for (unsigned depth : o.depths) {
+              // A DOCA context's task pool holds at most the engine's queue depth.
+              if (depth > spec.queue_depth.value) {
+                const std::string why = "depth " + std::to_string(depth) + " is more than the " + spec.generation +
+                                        " " + spec.name + "'s queue holds (" +
+                                        std::to_string(static_cast<unsigned>(spec.queue_depth.value)) + ": " +
+                                        spec.queue_depth.source + ")";
+                unavailable.push_back({{"op", name}, {"backend", backend_name(backend)}, {"size", size},
+                                       {"threads", threads}, {"depth", depth}, {"why", why}});
+                if (o.progress)
+                  std::fprintf(stderr, "%s %s %zuB %ut d%u: unavailable: %s\n", name.c_str(), backend_name(backend),
+                               size, threads, depth, why.c_str());
+                ++done;
+                continue;
+              }
               points.push_back(time_engine_point(op, kernels, inputs, size, threads, depth, cpus, o, checked));
               ++done;
               if (o.progress) {

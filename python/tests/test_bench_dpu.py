@@ -24,7 +24,8 @@ def table_rows(sec, caption_start: str) -> list[list]:
 def test_operators_at_bluefield2_against_fig12_and_rebuilt_from_the_record(bench_tool, tmp_path, monkeypatch):
     ctx = small_ops_ctx(tmp_path, monkeypatch)
     data = bd.collect_ops(ctx)
-    assert len(ctx.runs) == 4  # 2 operators x (host, dpu)
+    # 2 operators x (host, dpu), the host's peak of each, the engine backend for compress
+    assert len(ctx.runs) == 7
     for run in data["runs"]:
         fig = run["result"]["figures"]
         assert fig["dilated"] is (run["place"] == "dpu")
@@ -42,9 +43,30 @@ def test_operators_at_bluefield2_against_fig12_and_rebuilt_from_the_record(bench
     rows = {row[0].split(" ")[0]: row for row in table_rows(sec, "The dpu place at bluefield2")}
     assert "[engine: compression (deflate)]" in rows["compress"][0]
     assert rows["compress"][-2].startswith("1.5-2")
-    assert rows["compress"][-1].startswith("wrong direction")
+    assert rows["compress"][-1].startswith("on the Arm cores")
     assert rows["crc"][-2] == "< 1 (no figure given)"
     assert (tmp_path / "plots" / "bench.bluefield.ops-ratios.png").stat().st_size > 1000
+
+    # At peak: compress on BlueField-2's deflate engine (model time), crc on the Arm cores, beside the host.
+    eng = bd.engine_results(data)["compress"]
+    assert eng["why"] is None and eng["spec"]["generation"] == "bluefield2"
+    assert {(t, d) for (_, t, d) in eng["points"]} == {(t, d) for t in bd.engine_sweep(True)[0]
+                                                       for d in bd.engine_sweep(True)[1]}
+    for p in eng["points"].values():
+        assert p["basis"].startswith("model time") and 0 < p["engine"]["busy_fraction"] <= 1.0001
+    peak = {row[0]: row for row in table_rows(sec, "At peak")}
+    assert peak["compress"][1].startswith("engine: deflate engine")
+    assert peak["crc"][1].startswith("Arm cores")
+    best = bd.engine_peak(eng, 1024)
+    assert peak["compress"][2] == bd.fmt_sig(best["mops"])
+    # The saturation: the engine at its peak is within 10 % of its modelled rate, busy most of the time.
+    rate = bd.engine_rate(best, 1024)[0] / 1e6
+    assert best["mops"] <= rate * 1.01 and best["engine"]["busy_fraction"] > 0.9, (best["mops"], rate)
+    assert peak["compress"][-1] == "rate: guess"  # docs name the deflate engine's rate a guess
+    params = table_rows(sec, "The engines' parameters")
+    assert {row[1] for row in params} >= {"rate (B/s)", "latency (ns)", "queue depth", "parallel units"}
+    assert all(row[3] for row in params)  # every figure says where it comes from
+    assert (tmp_path / "plots" / "bench.bluefield.ops-saturation.png").stat().st_size > 1000
 
     # Rebuilt from the runs and the record alone, nothing measured: the same section.
     replay = Context(name="bench.bluefield.ops", quick=True, out_dir=tmp_path / "again", replay=True,
@@ -56,7 +78,11 @@ def test_operators_at_bluefield2_against_fig12_and_rebuilt_from_the_record(bench
 
 def test_verdicts_say_where_one_factor_misses_the_paper():
     v = bd.verdict("rxp_match", 0.25)
-    assert v.startswith("wrong direction") and "6.00-8.00x" in v
+    assert v.startswith("on the Arm cores") and "6.00-8.00x" in v
+    assert bd.peak_verdict("compress", 1.7).startswith("direction as the paper's") and "within" in \
+        bd.peak_verdict("compress", 1.7)
+    assert bd.peak_verdict("rxp_match", 0.5).startswith("wrong direction")
+    assert "above" in bd.peak_verdict("rxp_match", 3.0)
     assert "direction as the paper's" in bd.verdict("sha256", 0.25)
     assert "memory-bound" in bd.verdict("memcpy", 0.25) and "paper" not in bd.verdict("memcpy", 0.25)
     assert "engine was disabled" in bd.verdict("rsa", 0.25)
