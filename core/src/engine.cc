@@ -150,15 +150,14 @@ Engine::Stats Engine::stats() const {
   return s;
 }
 
-void Engine::post(Pending* p) {
-  bool wake;
+void Engine::post(Pending* p, bool wake) {
   {
     std::lock_guard lk(work_mu_);
     work_.push_back(p);
     work_size_.store(work_.size(), std::memory_order_relaxed);
     // One wake-up per sleeping executor: the ones already woken will find
     // this job too.
-    wake = idle_executors_ > signaled_;
+    wake = wake && idle_executors_ > signaled_;
     if (wake) ++signaled_;
   }
   // A busy (or polling) executor finds the job when it looks for the next
@@ -167,6 +166,19 @@ void Engine::post(Pending* p) {
     wakeups_.fetch_add(1, std::memory_order_relaxed);
     work_cv_.notify_one();
   }
+}
+
+void Engine::wake_one_locked(bool by_caller) {
+  if (!work_.empty() && idle_executors_ > signaled_) {
+    ++signaled_;
+    if (by_caller) wakeups_.fetch_add(1, std::memory_order_relaxed);
+    work_cv_.notify_one();
+  }
+}
+
+void Engine::wake_if_sleeping() {
+  std::lock_guard lk(work_mu_);
+  wake_one_locked(true);
 }
 
 namespace {
@@ -222,6 +234,9 @@ void Engine::run_executor(size_t i) {
     Pending* p = work_.front();
     work_.pop_front();
     work_size_.store(work_.size(), std::memory_order_relaxed);
+    // More work than this executor: it wakes the next, so a caller that
+    // woke one (wait_computed) got them all, and the hw place pays for it.
+    wake_one_locked(false);
     lk.unlock();
     if (!busy) {
       cpu_mark = thread_cpu_ns();
@@ -251,6 +266,7 @@ void Engine::run_executor(size_t i) {
 void Engine::wait_computed(const Pending* p) {
   std::unique_lock lk(work_mu_);
   if (p->computed.load(std::memory_order_relaxed)) return;
+  wake_one_locked(true);  // a virtual clock's submits left the executors asleep
   ++done_waiters_;
   done_cv_.wait(lk, [p] { return p->computed.load(std::memory_order_relaxed); });
   --done_waiters_;
@@ -289,12 +305,13 @@ bool EngineQueue::submit(EngineJob job, uint64_t now_ns) {
   auto pos = pending_.end();
   while (pos != pending_.begin() && (*(pos - 1))->completed_ns > done) --pos;
   pending_.insert(pos, p);
-  engine_.post(p);
+  engine_.post(p, clock_ == Clock::kReal);
   return true;
 }
 
 size_t EngineQueue::progress(uint64_t now_ns, std::vector<EngineCompletion>& out) {
   size_t taken = 0, keep = 0, i = 0;
+  bool due_not_computed = false;
   for (; i < pending_.size() && pending_[i]->completed_ns <= now_ns; ++i) {
     Engine::Pending* p = pending_[i];
     if (p->computed.load(std::memory_order_acquire)) {
@@ -304,8 +321,12 @@ size_t EngineQueue::progress(uint64_t now_ns, std::vector<EngineCompletion>& out
       ++taken;
     } else {
       pending_[keep++] = p;  // due but still computing: stays, in order
+      due_not_computed = true;
     }
   }
+  // A virtual clock's submits wake no executor: one that polls here instead
+  // of waiting in wait_computed() must not wait for ever.
+  if (due_not_computed && clock_ == Clock::kVirtual) engine_.wake_if_sleeping();
   if (taken != 0) {
     std::move(pending_.begin() + static_cast<std::ptrdiff_t>(i), pending_.end(),
               pending_.begin() + static_cast<std::ptrdiff_t>(keep));

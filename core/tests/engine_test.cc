@@ -60,6 +60,18 @@ EngineJob op_job(const std::string& op) {
   return j;
 }
 
+// A destructor that hangs fails the test (and ends the run) instead of
+// blocking ctest until its timeout.
+template <class F>
+void within(std::chrono::seconds limit, const char* what, F f) {
+  auto done = std::async(std::launch::async, std::move(f));
+  if (done.wait_for(limit) == std::future_status::timeout) {
+    std::fprintf(stderr, "%s did not return within %lld s\n", what, static_cast<long long>(limit.count()));
+    std::abort();
+  }
+  done.get();
+}
+
 // -- the model ----------------------------------------------------------------
 
 TEST(EngineModel, OneUnitServesInTurnAndAddsItsLatency) {
@@ -399,6 +411,7 @@ TEST(EngineExecutor, BodiesRunOnTheHwPlacesThreadAndItsCpuIsHw) {
 TEST(EngineExecutor, SeveralExecutorsRunBodiesAtOnce) {
   Engine e(byte_spec(1e12, 2, 0), 2);
   EngineQueue q(e, 4, EngineQueue::Clock::kVirtual);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // both executors asleep
   // Each body waits for the other to have started: done only if two run at once.
   std::latch both(2);
   std::thread::id ids[2];
@@ -411,10 +424,13 @@ TEST(EngineExecutor, SeveralExecutorsRunBodiesAtOnce) {
     ASSERT_TRUE(q.submit(std::move(j), 0));
   }
   std::vector<EngineCompletion> out;
-  while (out.size() < 2) {
-    q.wait_computed();
-    q.progress(UINT64_MAX, out);
-  }
+  // On a virtual clock the wait wakes one executor, which wakes the other.
+  within(std::chrono::seconds(60), "two bodies that wait for each other", [&] {
+    while (out.size() < 2) {
+      q.wait_computed();
+      q.progress(UINT64_MAX, out);
+    }
+  });
   EXPECT_NE(ids[0], ids[1]);
 }
 
@@ -471,26 +487,27 @@ TEST(EngineExecutor, ABodysExceptionComesBackWithItsCompletion) {
   EXPECT_FALSE(out[0].error);
 }
 
-TEST(EngineExecutor, ASubmitWakesASleepingExecutorAndNotAPollingOne) {
+TEST(EngineExecutor, ARealClocksSubmitWakesASleepingExecutorAndNotAPollingOne) {
   std::vector<EngineCompletion> out;
   auto one_job_after_a_pause = [&](Engine& e, EngineQueue& q) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the executor has gone idle
     const uint64_t before = e.stats().wakeups;
-    EXPECT_TRUE(q.submit(bytes_job(10), 0));
+    EXPECT_TRUE(q.submit(bytes_job(10), now_ns()));
     const uint64_t woke = e.stats().wakeups - before;
     q.wait_computed();
-    q.progress(UINT64_MAX, out);
+    while (q.progress(now_ns(), out) == 0) {
+    }
     return woke;
   };
   {
     Engine sleeper(byte_spec(1e9, 1, 0));  // sleeps at once
-    EngineQueue q(sleeper, 4, EngineQueue::Clock::kVirtual);
+    EngineQueue q(sleeper, 4);
     for (int i = 0; i < 3; ++i) EXPECT_EQ(one_job_after_a_pause(sleeper, q), 1u) << "round " << i;
   }
   {
     // Polls for 10 s before it sleeps: a submit 5 ms after the last job finds it polling.
     Engine poller(byte_spec(1e9, 1, 0), 1, {}, 10'000'000'000);
-    EngineQueue q(poller, 4, EngineQueue::Clock::kVirtual);
+    EngineQueue q(poller, 4);
     one_job_after_a_pause(poller, q);  // the first may find it not yet started
     for (int i = 0; i < 3; ++i) EXPECT_EQ(one_job_after_a_pause(poller, q), 0u) << "round " << i;
     // Its polling is not hw work: a trivial body costs far less than the 15 ms it polled.
@@ -498,16 +515,35 @@ TEST(EngineExecutor, ASubmitWakesASleepingExecutorAndNotAPollingOne) {
   }  // and it stops at once, polling or not
 }
 
-// A destructor that hangs fails the test (and ends the run) instead of
-// blocking ctest until its timeout.
-template <class F>
-void within(std::chrono::seconds limit, const char* what, F f) {
-  auto done = std::async(std::launch::async, std::move(f));
-  if (done.wait_for(limit) == std::future_status::timeout) {
-    std::fprintf(stderr, "%s did not return within %lld s\n", what, static_cast<long long>(limit.count()));
-    std::abort();
-  }
-  done.get();
+TEST(EngineExecutor, AVirtualClocksSubmitLeavesTheWakeUpToTheWait) {
+  Engine e(byte_spec(1e9, 1, 0));
+  EngineQueue q(e, 4, EngineQueue::Clock::kVirtual);
+  std::atomic<bool> ran{false};
+  EngineJob j = bytes_job(10, 1);
+  j.body = [&] { ran = true; };
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the executor sleeps
+  const uint64_t w0 = e.stats().wakeups;
+  ASSERT_TRUE(q.submit(std::move(j), 0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(e.stats().wakeups, w0);  // the submit paid no wake-up...
+  EXPECT_FALSE(ran);                 // ...so nothing computed it yet
+  q.wait_computed();                 // the wait wakes it
+  EXPECT_TRUE(ran);
+  EXPECT_EQ(e.stats().wakeups, w0 + 1);
+  std::vector<EngineCompletion> out;
+  EXPECT_EQ(q.progress(10, out), 1u);
+  // A caller that only polls progress() still gets its job: a due job not
+  // computed wakes the executor.
+  ran = false;
+  EngineJob k = bytes_job(10, 2);
+  k.body = [&] { ran = true; };
+  ASSERT_TRUE(q.submit(std::move(k), 10));
+  within(std::chrono::seconds(60), "polling a virtual clock's queue", [&] {
+    while (q.progress(20, out) == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  });
+  EXPECT_TRUE(ran);
+  EXPECT_EQ(out.back().user, 2u);
+  EXPECT_EQ(e.stats().wakeups, w0 + 2);
 }
 
 TEST(EngineExecutor, DestructionWithJobsInFlightWaitsForTheirBodiesAndDoesNotHang) {

@@ -457,10 +457,12 @@ double median(std::vector<double> v) {
 // posting a task (submit) and taking its completion (progress). Each round
 // submits `depth` jobs with a trivial body (timed), lets the executor
 // compute them (not timed), then takes them back with one progress call
-// (timed); separately, the cost of a poll that finds nothing due. A virtual
-// clock, so the model's times never make the loop wait. The executor sleeps
-// between rounds, so each round's first submit pays its wake-up (a futex
-// wake: the emulator's cost, where a real driver rings a doorbell).
+// (timed); separately, the cost of a poll that finds nothing due. Taking
+// every completion at once (progress at the end of time), the model's times
+// never make the loop wait. The executor sleeps between rounds: on a real
+// clock each round's first submit pays its wake-up (a futex wake: the
+// emulator's cost, where a real driver rings a doorbell), on a virtual clock
+// the untimed wait does.
 int engine_bench(int argc, char** argv) {
   ArgParser p(std::string(kTool) + " engine-bench",
               "What the dpu thread pays per engine job (submit, progress) and per empty poll, with a trivial body.");
@@ -471,6 +473,7 @@ int engine_bench(int argc, char** argv) {
   p.option("depths", "jobs per round (queue depths), comma-separated", "1,16,128");
   p.option("rounds", "rounds per depth", "2000").option("polls", "empty polls to time", "1000000");
   p.option("idle-poll-us", "the executor polls this long before it sleeps (Engine's idle_poll_ns)", "0");
+  p.option("clock", "the queue's clock: real (submits wake the executor) or virtual", "real");
   p.option("json", "write the result here");
   add_placement_options(p);
   p.cpus_option("hw-cpus", "CPUs for the engine's executor");
@@ -517,6 +520,9 @@ int engine_bench(int argc, char** argv) {
     job.bytes = p.bytes("bytes");
   }
   pin(pl.dpu, "dpu");
+  const std::string clock_name = p.str("clock");
+  if (clock_name != "real" && clock_name != "virtual") p.fail("--clock must be real or virtual, not '" + clock_name + "'");
+  const EngineQueue::Clock clock = clock_name == "real" ? EngineQueue::Clock::kReal : EngineQueue::Clock::kVirtual;
   const double idle_poll_us = p.number("idle-poll-us");
   if (!(idle_poll_us >= 0)) p.fail("--idle-poll-us must be >= 0");
   Engine engine(*spec, 1, pl.hw, static_cast<uint64_t>(idle_poll_us * 1000));
@@ -525,14 +531,27 @@ int engine_bench(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     p.fail(e.what());
   }
-  // What reading the clock around a timed block costs, taken off each block.
-  std::vector<double> reads;
-  for (int i = 0; i < 1001; ++i) {
-    const uint64_t a = now_ns();
-    reads.push_back(double(now_ns() - a));
-  }
-  const double clock_ns = median(reads);
-  auto timed = [clock_ns](uint64_t t0, uint64_t t1) { return std::max(0.0, double(t1 - t0) - clock_ns); };
+  // Each block is timed by the thread's CPU clock (what the dpu pays, even
+  // when another process takes the CPU meanwhile) and by the wall clock;
+  // what reading each around a block costs is taken off it.
+  auto read_cost = [](uint64_t (*clock)()) {
+    std::vector<double> reads;
+    for (int i = 0; i < 1001; ++i) {
+      const uint64_t a = clock();
+      reads.push_back(double(clock() - a));
+    }
+    return median(reads);
+  };
+  const double cpu_read_ns = read_cost([] { return thread_cpu_ns(); });
+  const double wall_read_ns = read_cost([] { return now_ns(); });
+  struct Stamp {
+    uint64_t cpu, wall;
+  };
+  auto stamp = [] { return Stamp{thread_cpu_ns(), now_ns()}; };
+  // A stamp reads the CPU clock first: the wall clock's interval holds one
+  // CPU clock read, the CPU clock's one wall clock read.
+  auto cpu_of = [&](Stamp a, Stamp b) { return std::max(0.0, double(b.cpu - a.cpu) - cpu_read_ns - wall_read_ns); };
+  auto wall_of = [&](Stamp a, Stamp b) { return std::max(0.0, double(b.wall - a.wall) - cpu_read_ns - wall_read_ns); };
 
   Result r(std::string(kTool) + " engine-bench", argc, argv);
   r.set_placement(pl);
@@ -541,65 +560,75 @@ int engine_bench(int argc, char** argv) {
   uint64_t expected = 0;
   const uint64_t wall0 = now_ns();
   for (unsigned depth : depths) {
-    EngineQueue q(engine, depth, EngineQueue::Clock::kVirtual);
+    EngineQueue q(engine, depth, clock);
     out.reserve(depth);
     const uint64_t wakeups0 = engine.stats().wakeups;
-    std::vector<double> submit_ns, progress_ns;
+    std::vector<double> submit_ns, progress_ns, submit_wall_ns, progress_wall_ns;
     uint64_t now = 0;
     for (uint64_t round = 0; round < rounds; ++round) {
-      uint64_t t0 = now_ns();
+      if (clock == EngineQueue::Clock::kReal) now = now_ns();
+      Stamp t0 = stamp();
       for (unsigned i = 0; i < depth; ++i)
         if (!q.submit(job, now)) throw std::runtime_error("a submit was refused below the queue's depth");
-      uint64_t t1 = now_ns();
-      submit_ns.push_back(timed(t0, t1) / depth);
+      Stamp t1 = stamp();
+      submit_ns.push_back(cpu_of(t0, t1) / depth);
+      submit_wall_ns.push_back(wall_of(t0, t1) / depth);
       expected += depth;
       // Not timed: the hw place computes; the last body's task is flagged
       // computed just after its body returns.
+      q.wait_computed();
       while (computed.load(std::memory_order_acquire) < expected) std::this_thread::yield();
       std::this_thread::sleep_for(std::chrono::microseconds(20));
       out.clear();
-      t0 = now_ns();
+      t0 = stamp();
       const size_t got = q.progress(UINT64_MAX, out);
-      t1 = now_ns();
-      if (got != 0) progress_ns.push_back(timed(t0, t1) / double(got));
+      t1 = stamp();
+      if (got != 0) {
+        progress_ns.push_back(cpu_of(t0, t1) / double(got));
+        progress_wall_ns.push_back(wall_of(t0, t1) / double(got));
+      }
       while (q.in_flight() != 0) {  // a task not flagged yet: taken back, not timed
         q.wait_computed();
         q.progress(UINT64_MAX, out);
       }
-      now = out.empty() ? now : out.back().completed_ns;
+      if (clock == EngineQueue::Clock::kVirtual && !out.empty()) now = out.back().completed_ns;
     }
     // Empty polls: `depth` jobs in flight, none due yet.
     double poll_ns = 0;
+    if (clock == EngineQueue::Clock::kReal) now = now_ns();
     for (unsigned i = 0; i < depth; ++i) q.submit(job, now);
     const uint64_t first = *q.next_completion_ns();
     if (first > now && polls > 0) {
-      const uint64_t t0 = now_ns();
+      const Stamp t0 = stamp();
       size_t found = 0;
       for (uint64_t i = 0; i < polls; ++i) found += q.progress(now, out);
-      poll_ns = timed(t0, now_ns()) / double(polls);
+      poll_ns = cpu_of(t0, stamp()) / double(polls);
       if (found != 0) throw std::runtime_error("an empty poll handed back a job before its time");
     }
     const double sub = median(submit_ns), prog = median(progress_ns);
     points.push_back({{"depth", depth},
                       {"jobs", rounds * depth},
-                      {"submit_ns_per_job", sub},
-                      {"progress_ns_per_job", prog},
-                      {"dpu_ns_per_job", sub + prog},
-                      {"empty_poll_ns", poll_ns}});
+                      {"submit_cpu_ns_per_job", sub},
+                      {"progress_cpu_ns_per_job", prog},
+                      {"dpu_cpu_ns_per_job", sub + prog},
+                      {"submit_wall_ns_per_job", median(submit_wall_ns)},
+                      {"progress_wall_ns_per_job", median(progress_wall_ns)},
+                      {"empty_poll_cpu_ns", poll_ns}});
     const uint64_t woke = engine.stats().wakeups - wakeups0;
     points.back()["wakeups_per_round"] = double(woke) / double(rounds);
-    std::printf("%s %s, %s: depth %u: submit %.0f ns/job, progress %.0f ns/job, %.0f ns/job in all; "
-                "an empty poll %.0f ns; %.2f wake-ups a round (medians of %llu rounds)\n",
+    std::printf("%s %s, %s: depth %u: dpu CPU per job: submit %.0f ns, progress %.0f ns, %.0f ns in all "
+                "(wall %.0f ns); an empty poll %.0f ns; %.2f wake-ups a round (medians of %llu rounds)\n",
                 spec->generation.c_str(), engine_kind_name(kind),
                 job.operation.empty() ? (std::to_string(job.bytes) + " B").c_str() : job.operation.c_str(), depth,
-                sub, prog, sub + prog, poll_ns, double(woke) / double(rounds), (unsigned long long)rounds);
+                sub, prog, sub + prog, median(submit_wall_ns) + median(progress_wall_ns), poll_ns,
+                double(woke) / double(rounds), (unsigned long long)rounds);
   }
   Engine::Stats st = engine.stats();
   r.parameters() = {{"generation", spec->generation}, {"engine", engine_kind_name(kind)},
                     {"bytes", job.bytes},             {"operation", job.operation},
                     {"rounds", rounds},               {"polls", polls},
-                    {"idle_poll_us", idle_poll_us},
-                    {"clock_read_ns", clock_ns}};
+                    {"idle_poll_us", idle_poll_us},   {"clock", clock_name},
+                    {"cpu_clock_read_ns", cpu_read_ns}, {"wall_clock_read_ns", wall_read_ns}};
   r.figures() = {{"points", points},
                  {"jobs", st.jobs},
                  {"wakeups", st.wakeups},

@@ -120,11 +120,14 @@ class Engine {
   // `executors` threads run the job bodies, pinned to `hw_cpus` (empty: not
   // pinned). Throws std::invalid_argument when executors is 0.
   //
-  // An executor with nothing to do sleeps, and a submit that finds every
-  // executor asleep wakes one: a futex wake the submitting (dpu) thread pays,
-  // 2.4 us on our 2-CPU VM when the executor shares the dpu thread's CPU and
-  // 7-9 us when it wakes another, idle CPU (dpukit-core engine-bench), where a
-  // driver's doorbell is one store to the device. `idle_poll_ns` > 0 makes
+  // An executor with nothing to do sleeps, and a real clock's submit that
+  // finds every executor asleep wakes one: a futex wake the submitting (dpu)
+  // thread pays, 2.2-2.9 us of its CPU on our 2-CPU VM when the executor
+  // shares its CPU and 7-9.4 us when it wakes another, idle CPU
+  // (dpukit-core engine-bench, depth 1), where a driver's doorbell is one
+  // store to the device (a virtual clock's wait pays it instead:
+  // EngineQueue::Clock). An executor wakes the next itself when there is
+  // work for more than one. `idle_poll_ns` > 0 makes
   // an executor poll that long for new work before it sleeps, so a dpu thread
   // submitting at shorter gaps pays no wake-up; the polling burns the
   // executor's CPU (not counted in hw_cpu_ns), so give it only to executors
@@ -171,10 +174,17 @@ class Engine {
     double frac = 0;
   };
   double exact_service_ns(const EngineJob& job) const;  // validates the job
-  void post(Pending* p);
+  // Queues `p` for the executors; wakes a sleeping one when `wake` (a real
+  // clock's submit), else leaves that to wait_computed().
+  void post(Pending* p, bool wake);
+  // With work_mu_ held: wakes a sleeping executor if work waits for one;
+  // `by_caller` counts it in wakeups (an executor waking the next does not).
+  void wake_one_locked(bool by_caller);
   void run_executor(size_t i);
-  // Blocks until `p`'s body has run (work_mu_, done_cv_).
+  // Blocks until `p`'s body has run (work_mu_, done_cv_), waking an executor
+  // first if every one sleeps.
   void wait_computed(const Pending* p);
+  void wake_if_sleeping();
 
   EngineSpec spec_;
   unsigned parallel_ = 1;
@@ -191,7 +201,7 @@ class Engine {
   std::condition_variable done_cv_;  // a body has run and someone waits for one
   unsigned done_waiters_ = 0;
   unsigned idle_executors_ = 0;  // asleep on work_cv_
-  unsigned signaled_ = 0;        // of those, woken by post() and not yet running
+  unsigned signaled_ = 0;        // of those, woken and not yet running
   std::deque<Pending*> work_;
   std::atomic<size_t> work_size_{0};  // work_.size(), for polling without the lock
   std::atomic<bool> stopping_{false};
@@ -205,10 +215,14 @@ class Engine {
 class EngineQueue {
  public:
   // What the caller's clock is. kReal: now_ns() (CLOCK_MONOTONIC), so a job
-  // whose body finishes after its modelled completion counts in late_jobs.
+  // whose body finishes after its modelled completion counts in late_jobs,
+  // and a submit wakes a sleeping executor at once (the body must run now).
   // kVirtual: any other clock (a benchmark's dilated CPU time, a test's
   // counter); computing never makes a job late on it, since the caller waits
-  // for it (wait_computed) without advancing its clock.
+  // for it (wait_computed) without advancing its clock. Its submits wake no
+  // executor: wait_computed() does, so the wake-up (the emulator's cost, not
+  // a driver's) falls in the wait a virtual clock does not bill; progress()
+  // does too when it finds a job due and not computed.
   enum class Clock { kReal, kVirtual };
   // depth 0: the spec's queue depth. The task pool is allocated here, once:
   // submit() allocates nothing of its own.
