@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "dpukit/core/log.h"
+#include "dpukit/core/ring.h"  // cpu_relax
 
 namespace dpukit {
 
@@ -182,14 +183,6 @@ void Engine::wake_if_sleeping() {
 }
 
 namespace {
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 // An executor reads its CPU clock (a system call, about 0.5 us here) when a
 // busy period starts and ends and every this many jobs within one, not
