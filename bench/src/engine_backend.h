@@ -5,8 +5,9 @@
 //
 // Timing (time_engine): the engine's rate is beyond what this machine's CPUs
 // compute, so each submitting thread runs a virtual clock: it advances by the
-// thread's own CPU time per loop step divided by F (what building, posting
-// and polling jobs costs a dpu core at that speed) and, when the thread has
+// thread's own CPU time per loop step (less one read of its CPU clock, the
+// emulator's cost) divided by F (what building, posting and polling jobs
+// costs a dpu core at that speed) and, when the thread has
 // nothing to do but wait, jumps to the next modelled completion and waits for
 // the executor with wait_computed(), which costs no model time. Throughput is
 // jobs over the longest thread's virtual time (docs/bench.md).
@@ -105,6 +106,7 @@ struct EnginePhase {
   uint64_t dpu_cpu_ns = 0;      // the submitting threads' own CPU time (before dividing by F)
   uint64_t latency_ns = 0;      // sum over jobs of their modelled completion - submission
   uint64_t waits = 0;           // times a thread had nothing to do but wait for a completion
+  uint64_t clock_read_ns = 0;   // one CPU-clock read's CPU time, taken off each step (median over threads)
   Engine::Stats engine;         // the engine's counters over the phase
 };
 

@@ -332,6 +332,8 @@ nlohmann::json time_engine_point(const Operator& op, std::vector<std::unique_ptr
             {"jobs", jobs},
             {"virtual_ns", virt},
             {"waits", waits},
+            // One read of a thread's CPU clock, taken off each loop step's bill (not the driver's).
+            {"clock_read_ns", phases.empty() ? 0 : phases[0].clock_read_ns},
             // Submits that woke a sleeping executor: the emulator's cost (a futex wake) on the
             // dpu thread, where a driver writes a doorbell.
             {"executor_wakeups", wakeups},

@@ -2,6 +2,7 @@
 //   dpukit-bench list
 //   dpukit-bench check [--ops all] [--backend ref,lib,dev] [--sizes 64,1024]
 //   dpukit-bench run --ops aes,lpm|all --sizes 64,...,1024 --threads 1,2 --backend lib --place host --json OUT
+//   dpukit-bench run --ops rxp_match --backend engine --place dpu --dpu-speed bluefield2 --threads 1,8 --depth 1,64
 //   dpukit-bench compare A.json B.json [--json OUT]
 #include <algorithm>
 #include <cstdio>

@@ -68,7 +68,9 @@ struct RunOptions {
   // is time-dilated (core's Dilation): after its bursts it stays busy for
   // (1/F - 1) x their CPU time, so Mops are F of a full-speed core's. The
   // host place never dilates, and neither does fixed-count mode (it counts
-  // instructions, not time).
+  // instructions, not time). The engine backend takes its card from it
+  // (core's engine_generation: bluefield2, bluefield3) and divides its
+  // threads' CPU time by F on its virtual clock.
   DpuSpeed dpu_speed;
   std::string host_cpus, dpu_cpus;  // as core's Placement takes them ("" = its default)
   // The engine backend: the CPUs of the hw place, whose threads (one per
