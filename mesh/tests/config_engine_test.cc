@@ -143,5 +143,16 @@ TEST_F(ConfigEngine, RefusalsByPath) {
                  std::string(kCluster) + ".typed_config.transport_socket.typed_config.snii", "unknown field");
 }
 
+// mesh/examples/dpukit-only/mtls-node-engine.yaml: mtls-node.yaml with both
+// of its mTLS sockets wrapped (not in mesh/examples/, whose files Envoy validates).
+TEST(ConfigEngineExample, BothMtlsSocketsHaveTheirRecordsOnTheEngine) {
+  const Bootstrap b = load_bootstrap(std::string(MESH_EXAMPLES_DIR) + "/dpukit-only/mtls-node-engine.yaml");
+  int engine = 0;
+  for (const auto& l : b.listeners)
+    for (const auto& c : l.filter_chains) engine += c.tls && c.tls->common.record_crypto_engine;
+  for (const auto& c : b.clusters) engine += c.tls && c.tls->common.record_crypto_engine;
+  EXPECT_EQ(engine, 2);
+}
+
 }  // namespace
 }  // namespace dpukit::mesh::config

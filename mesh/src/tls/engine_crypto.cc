@@ -73,13 +73,10 @@ uint64_t measure_clock_read() {
 constexpr uint64_t kPreemptedNs = 50'000;
 std::atomic<uint64_t> g_clean_ns{0}, g_clean_bytes{0}, g_preempted{0};
 
-// One payload call, done by the default provider's implementation and timed:
-// the time is the engine's, so the calling loop does not dilate it.
-template <typename Call>
-int timed(size_t bytes, Call&& call) {
-  const uint64_t t0 = clock_now();
-  const int r = call();
-  const uint64_t spent = clock_now() - t0;
+// Charges `spent` ns of the calling thread's time, over which `bytes` of
+// payload went through the engine, to the engine (hw), and keeps it out of
+// the calling loop's dilation.
+void charge(uint64_t spent, size_t bytes) {
   uint64_t hw = spent > g_clock_read_ns ? spent - g_clock_read_ns : 0;
   if (spent > kPreemptedNs) {
     g_preempted.fetch_add(1, std::memory_order_relaxed);
@@ -95,7 +92,40 @@ int timed(size_t bytes, Call&& call) {
   g_bytes.fetch_add(bytes, std::memory_order_relaxed);
   g_hw_ns.fetch_add(hw, std::memory_order_relaxed);
   g_excluded_ns.fetch_add(excluded, std::memory_order_relaxed);
+}
+
+// A TLS 1.3 record is several calls on one context: the nonce (an init with
+// an IV and no key), the tag to check (opening), the AAD, the payload, and
+// the final (the tag). The whole of it is the engine's, so it is timed as
+// one span, from the nonce's init to the end of the final: two clock reads
+// per record. Between those calls libssl only writes the 5-byte record
+// header that is the AAD. A payload call outside a span (TLS 1.2's AES-GCM
+// does a record in one call, nonce and tag included) is timed alone.
+struct Span {
+  const void* ctx = nullptr;
+  uint64_t t0 = 0;
+  size_t bytes = 0;
+};
+thread_local Span t_span;
+
+void open_span(const void* c) { t_span = Span{c, clock_now(), 0}; }
+
+template <typename Call>
+int in_span_or_timed(const void* c, size_t bytes, Call&& call) {
+  if (t_span.ctx == c) {
+    t_span.bytes += bytes;
+    return call();
+  }
+  const uint64_t t0 = clock_now();
+  const int r = call();
+  charge(clock_now() - t0, bytes);
   return r;
+}
+
+void close_span(const void* c) {
+  if (t_span.ctx != c) return;
+  charge(clock_now() - t_span.t0, t_span.bytes);
+  t_span = Span{};
 }
 
 template <size_t I, int Id, typename Fn>
@@ -108,29 +138,37 @@ Fn* fn() {
 template <size_t I>
 struct Wrap {
   static void* newctx(void*) { return fn<I, OSSL_FUNC_CIPHER_NEWCTX, OSSL_FUNC_cipher_newctx_fn>()(g_default_provctx); }
+  // A key (a connection's, set once) is the handshake's; a nonce alone opens a record's span.
   static int encrypt_init(void* c, const unsigned char* key, size_t keylen, const unsigned char* iv, size_t ivlen,
                           const OSSL_PARAM params[]) {
+    if (key == nullptr && iv != nullptr) open_span(c);
     return fn<I, OSSL_FUNC_CIPHER_ENCRYPT_INIT, OSSL_FUNC_cipher_encrypt_init_fn>()(c, key, keylen, iv, ivlen, params);
   }
   static int decrypt_init(void* c, const unsigned char* key, size_t keylen, const unsigned char* iv, size_t ivlen,
                           const OSSL_PARAM params[]) {
+    if (key == nullptr && iv != nullptr) open_span(c);
     return fn<I, OSSL_FUNC_CIPHER_DECRYPT_INIT, OSSL_FUNC_cipher_decrypt_init_fn>()(c, key, keylen, iv, ivlen, params);
   }
-  // A record's payload (out given); the AAD (out NULL) stays untimed: a few bytes of GHASH.
+  // A record's payload (out given); the AAD (out NULL) is timed only within a record's span.
   static int update(void* c, unsigned char* out, size_t* outl, size_t outsize, const unsigned char* in, size_t inl) {
     auto* f = fn<I, OSSL_FUNC_CIPHER_UPDATE, OSSL_FUNC_cipher_update_fn>();
     if (out == nullptr || inl == 0) return f(c, out, outl, outsize, in, inl);
-    return timed(inl, [&] { return f(c, out, outl, outsize, in, inl); });
+    return in_span_or_timed(c, inl, [&] { return f(c, out, outl, outsize, in, inl); });
   }
   static int final(void* c, unsigned char* out, size_t* outl, size_t outsize) {
-    return fn<I, OSSL_FUNC_CIPHER_FINAL, OSSL_FUNC_cipher_final_fn>()(c, out, outl, outsize);
+    const int r = fn<I, OSSL_FUNC_CIPHER_FINAL, OSSL_FUNC_cipher_final_fn>()(c, out, outl, outsize);
+    close_span(c);
+    return r;
   }
   static int cipher(void* c, unsigned char* out, size_t* outl, size_t outsize, const unsigned char* in, size_t inl) {
     auto* f = fn<I, OSSL_FUNC_CIPHER_CIPHER, OSSL_FUNC_cipher_cipher_fn>();
     if (out == nullptr || inl == 0) return f(c, out, outl, outsize, in, inl);
-    return timed(inl, [&] { return f(c, out, outl, outsize, in, inl); });
+    return in_span_or_timed(c, inl, [&] { return f(c, out, outl, outsize, in, inl); });
   }
-  static void freectx(void* c) { fn<I, OSSL_FUNC_CIPHER_FREECTX, OSSL_FUNC_cipher_freectx_fn>()(c); }
+  static void freectx(void* c) {
+    if (t_span.ctx == c) t_span = Span{};  // a record that never finished
+    fn<I, OSSL_FUNC_CIPHER_FREECTX, OSSL_FUNC_cipher_freectx_fn>()(c);
+  }
   static void* dupctx(void* c) { return fn<I, OSSL_FUNC_CIPHER_DUPCTX, OSSL_FUNC_cipher_dupctx_fn>()(c); }
   static int get_params(OSSL_PARAM params[]) {
     return fn<I, OSSL_FUNC_CIPHER_GET_PARAMS, OSSL_FUNC_cipher_get_params_fn>()(params);

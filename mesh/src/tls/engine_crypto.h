@@ -7,9 +7,9 @@
 // How it is emulated: an OpenSSL 3 provider, "dpukit-engine", in an
 // OSSL_LIB_CTX of the proxy's own, implements the engine's AEAD ciphers
 // (AES-128-GCM, AES-256-GCM) by handing every call to the default provider's
-// implementation of the same cipher, so every byte is OpenSSL's. The calls
-// that carry a record's payload are timed (the monotonic clock, guarded
-// against preemption): that time is the engine's (hw place), not the dpu's. It is excluded from the
+// implementation of the same cipher, so every byte is OpenSSL's. Each
+// record's calls (its nonce, AAD, payload and tag) are timed as one span
+// (the monotonic clock, guarded against preemption): that time is the engine's (hw place), not the dpu's. It is excluded from the
 // calling loop's dilation (it does not slow by F) and counted here, so the
 // proxy reports it as hw CPU. An SSL_CTX made in that library context with
 // the property query kEngineQuery takes these ciphers and every other
@@ -49,16 +49,16 @@ DpuSpeed record_crypto_speed();
 
 // What the engine did, over the process's life.
 struct EngineCryptoTotals {
-  uint64_t calls = 0;  // timed calls (a record's payload: one per record)
+  uint64_t calls = 0;  // timed spans: one per record
   uint64_t bytes = 0;  // payload bytes encrypted or decrypted
   uint64_t hw_ns = 0;  // their CPU time less the clock's own cost: the hw place's
   uint64_t excluded_ns = 0;  // what the loops did not dilate: hw_ns and the clock reads between
-  uint64_t preempted = 0;    // calls longer than a record's crypto can be, charged at the others' rate
+  uint64_t preempted = 0;    // spans longer than a record's crypto can be, charged at the others' rate
 };
 EngineCryptoTotals engine_crypto_totals();
 bool engine_crypto_in_use();  // the engine's library context has been made
 
-// The cost of the model per timed call: the median time between two
+// The cost of the model per record: the median time between two
 // back-to-back reads of the clock (measured once, when the
 // library context is made). Subtracted from each call's time for hw_ns.
 uint64_t engine_clock_read_ns();

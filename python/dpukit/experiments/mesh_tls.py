@@ -14,6 +14,7 @@ listener serves TLS and plaintext.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import re
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from dpukit.dpu_speed import ENV as DPU_SPEED_ENV
 from dpukit.errors import DpukitError
 from dpukit.experiments import Context, experiment
 from dpukit.experiments.mesh import add_chain_commands, error_note, fmt_mr, goal_rows
@@ -30,7 +32,7 @@ from dpukit.mesh_harness import HCM as HCM_TYPE
 from dpukit.mesh_harness import (DPU_CPU, L4_TOPOLOGIES, LOADS, LOOPBACK, TOOL, TOPOLOGIES, Chain, Load, Phase, Sweep,
                                  Swept, Topology, collect_sweep, just, start_iperf_server, start_proxy, start_service)
 from dpukit.plots import BarPanel, bars_plot
-from dpukit.procs import free_port
+from dpukit.procs import free_port, http_get
 from dpukit.report import Section
 from dpukit.units import fmt_int, fmt_sig
 
@@ -255,9 +257,32 @@ def common_tls_context(*, cert: Pem | None = None, sds: Path | None = None, secr
     return out
 
 
-def downstream_tls(indent: int, *, require_client_certificate: bool = True, **common) -> str:
+# dpukit-mesh's transport socket that wraps the TLS one and puts its records'
+# crypto on the BlueField's crypto engine (docs/mesh.md); Envoy has none.
+CRYPTO_ENGINE_SOCKET = "dpukit.transport_sockets.crypto_engine"
+CRYPTO_ENGINE_TYPE = "type.googleapis.com/dpukit.mesh.v1.CryptoEngineTransportSocket"
+
+
+def crypto_engine(tls_socket: str, record_crypto: str) -> str:
+    """``tls_socket`` (a ``transport_socket:`` body at column 0) wrapped by
+    the crypto_engine socket with ``record_crypto`` (ENGINE or CORES); as it
+    is when ``record_crypto`` is empty."""
+    if not record_crypto:
+        return tls_socket
+    return f"""\
+transport_socket:
+  name: {CRYPTO_ENGINE_SOCKET}
+  typed_config:
+    "@type": {CRYPTO_ENGINE_TYPE}
+    record_crypto: {record_crypto}
+{_indent(tls_socket, 4)}"""
+
+
+def downstream_tls(indent: int, *, require_client_certificate: bool = True, record_crypto: str = "",
+                   **common) -> str:
     """A filter chain's ``transport_socket`` with a DownstreamTlsContext,
-    indented ``indent`` (the column of ``transport_socket:``)."""
+    indented ``indent`` (the column of ``transport_socket:``); wrapped by the
+    crypto_engine socket when ``record_crypto`` is given (dpukit-mesh only)."""
     body = f"""\
 transport_socket:
   name: {TLS_SOCKET}
@@ -266,11 +291,12 @@ transport_socket:
     require_client_certificate: {str(require_client_certificate).lower()}
     common_tls_context:
 {_indent(common_tls_context(**common), 6)}"""
-    return _indent(body, indent)
+    return _indent(crypto_engine(body, record_crypto), indent)
 
 
-def upstream_tls(indent: int, *, sni: str = "", **common) -> str:
-    """A cluster's ``transport_socket`` with an UpstreamTlsContext, indented ``indent``."""
+def upstream_tls(indent: int, *, sni: str = "", record_crypto: str = "", **common) -> str:
+    """A cluster's ``transport_socket`` with an UpstreamTlsContext, indented
+    ``indent``; wrapped by the crypto_engine socket when ``record_crypto`` is given."""
     body = f"""\
 transport_socket:
   name: {TLS_SOCKET}
@@ -279,7 +305,7 @@ transport_socket:
 """ + (f"    sni: {sni}\n" if sni else "") + f"""\
     common_tls_context:
 {_indent(common_tls_context(**common), 6)}"""
-    return _indent(body, indent)
+    return _indent(crypto_engine(body, record_crypto), indent)
 
 
 TCP_PROXY_TYPE = "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy"
@@ -417,19 +443,23 @@ def chain_certs(chain: Chain) -> tuple[MeshCerts, Path, Path]:
 
 
 def server_side_yaml(certs: MeshCerts, sds: Path, *, listen: int, admin: int, service: int, l4: bool,
-                     node: str) -> str:
+                     node: str, record_crypto: str = "") -> str:
     """Node B: an mTLS listener (backend's certificate by SDS, frontend's
-    SPIFFE identity required) in front of the service."""
-    tls = downstream_tls(6, sds=sds, ca=certs.ca.cert, san_uris=[spiffe_id("frontend")], alpn=["h2", "http/1.1"])
+    SPIFFE identity required) in front of the service; its records on the
+    crypto engine with ``record_crypto="ENGINE"``."""
+    tls = downstream_tls(6, sds=sds, ca=certs.ca.cert, san_uris=[spiffe_id("frontend")], alpn=["h2", "http/1.1"],
+                         record_crypto=record_crypto)
     filters = tcp_proxy_filter("service") if l4 else hcm_filter("service")
     return tls_bootstrap(admin=admin, node=node, listeners=[listener("inbound", listen, [FilterChain(filters, tls)])],
                          clusters=[tls_cluster("service", service)])
 
 
-def client_side_yaml(certs: MeshCerts, sds: Path, *, listen: int, admin: int, peer: int, l4: bool, node: str) -> str:
+def client_side_yaml(certs: MeshCerts, sds: Path, *, listen: int, admin: int, peer: int, l4: bool, node: str,
+                     record_crypto: str = "") -> str:
     """Node A: a plaintext listener whose cluster reaches node B over mTLS
     (frontend's certificate by SDS, backend's SPIFFE identity required)."""
-    tls = upstream_tls(4, sds=sds, ca=certs.ca.cert, san_uris=[spiffe_id("backend")], sni=BACKEND_DNS)
+    tls = upstream_tls(4, sds=sds, ca=certs.ca.cert, san_uris=[spiffe_id("backend")], sni=BACKEND_DNS,
+                       record_crypto=record_crypto)
     filters = tcp_proxy_filter("peer") if l4 else hcm_filter("peer")
     return tls_bootstrap(admin=admin, node=node, listeners=[listener("outbound", listen, [FilterChain(filters)])],
                          clusters=[tls_cluster("peer", peer, transport_socket=tls)])
@@ -438,41 +468,81 @@ def client_side_yaml(certs: MeshCerts, sds: Path, *, listen: int, admin: int, pe
 # (kind, names of proxy A and B, place)
 PAIRS = {"envoy-sidecars": ("envoy", "client-sidecar", "server-sidecar", "host"),
          "node-proxy-pair": ("mesh", "node-proxy-a", "node-proxy-b", "dpu")}
+# The node pair with both ends' mTLS records on the BlueField's crypto engine
+# (dpukit.transport_sockets.crypto_engine, record_crypto: ENGINE), beside the
+# pair with its records on the cores.
+ENGINE_PAIR = "node-proxy-pair-engine"
+PAIRS[ENGINE_PAIR] = PAIRS["node-proxy-pair"]
+
+
+def engine_admins(chain: Chain) -> tuple[int, ...]:
+    """The admin ports of the chain's proxies whose records are on the engine (none for other chains)."""
+    return getattr(chain, "engine_admins", ())
 
 
 def mtls_pair(name: str, start_server: Callable[[Chain], int], l4: bool) -> Callable[[Chain], None]:
     """client → A → mTLS → B → the service ``start_server`` starts."""
     kind, a_name, b_name, place = PAIRS[name]
+    record_crypto = "ENGINE" if name == ENGINE_PAIR else ""
 
     def start(chain: Chain) -> None:
         service = start_server(chain)
         certs, sds_a, sds_b = chain_certs(chain)
         b_listen, b_admin, a_listen, a_admin = (free_port() for _ in range(4))
         start_proxy(chain, b_name, kind, server_side_yaml(certs, sds_b, listen=b_listen, admin=b_admin,
-                                                              service=service, l4=l4, node=b_name),
+                                                              service=service, l4=l4, node=b_name,
+                                                              record_crypto=record_crypto),
                         b_listen, b_admin, place)
         start_proxy(chain, a_name, kind, client_side_yaml(certs, sds_a, listen=a_listen, admin=a_admin,
-                                                              peer=b_listen, l4=l4, node=a_name),
+                                                              peer=b_listen, l4=l4, node=a_name,
+                                                              record_crypto=record_crypto),
                         a_listen, a_admin, place)
         chain.entry_port, chain.admin_port = a_listen, a_admin
+        if record_crypto:
+            chain.engine_admins = (a_admin, b_admin)  # type: ignore[attr-defined]  # read by the +hw loads
 
     return start
 
 
-def request_topologies() -> tuple[Topology, ...]:
+def engine_left_out() -> str:
+    """Why the engine pair cannot run at this eval's dpu speed ("" when it can):
+    the engine is a BlueField generation's (the proxy refuses it otherwise)."""
+    speed = os.environ.get(DPU_SPEED_ENV) or "host"
+    if speed.startswith("bluefield"):
+        return ""
+    return (f"record crypto on the crypto engine is a BlueField generation's: the dpu speed `{speed}` names none "
+            "(run `dpukit eval --dpu bluefield3`)")
+
+
+def request_topologies(engine: bool = False) -> tuple[Topology, ...]:
+    """The request path's chains; with ``engine``, the node pair with its records on the crypto engine too."""
     return (next(t for t in TOPOLOGIES if t.name == "direct"),
             Topology("envoy-sidecars", "client → Envoy sidecar → mTLS → Envoy sidecar → service (Istio's model)",
                      mtls_pair("envoy-sidecars", start_service, l4=False)),
             Topology("node-proxy-pair", "client → dpukit-mesh node proxy A → mTLS → node proxy B → service (two "
-                     "nodes emulated on this machine)", mtls_pair("node-proxy-pair", start_service, l4=False)))
+                     "nodes emulated on this machine)", mtls_pair("node-proxy-pair", start_service, l4=False)),
+            *((Topology(ENGINE_PAIR, "the node-proxy pair with both ends' mTLS records on the BlueField's crypto "
+                        "engine (record_crypto: ENGINE)", mtls_pair(ENGINE_PAIR, start_service, l4=False)),)
+              if engine else ()))
 
 
-def bulk_topologies() -> tuple[Topology, ...]:
+def bulk_topologies(engine: bool = False) -> tuple[Topology, ...]:
     return (L4_TOPOLOGIES[0],  # iperf3 client → iperf3 server
             Topology("envoy-sidecars", "Envoy tcp_proxy → mTLS → Envoy tcp_proxy → iperf3 server",
                      mtls_pair("envoy-sidecars", start_iperf_server, l4=True)),
             Topology("node-proxy-pair", "dpukit-mesh tcp_proxy → mTLS → dpukit-mesh tcp_proxy → iperf3 server",
-                     mtls_pair("node-proxy-pair", start_iperf_server, l4=True)))
+                     mtls_pair("node-proxy-pair", start_iperf_server, l4=True)),
+            *((Topology(ENGINE_PAIR, "the same with both ends' mTLS records on the crypto engine",
+                        mtls_pair(ENGINE_PAIR, start_iperf_server, l4=True)),) if engine else ()))
+
+
+def with_engine(topologies: Callable[[bool], tuple[Topology, ...]]) -> Callable[[bool], tuple[list[Topology],
+                                                                                                  dict[str, str]]]:
+    """A sweep's selection: the chains, and the engine pair where the dpu speed has the engine."""
+    def select(quick: bool) -> tuple[list[Topology], dict[str, str]]:
+        why = engine_left_out()
+        return list(topologies(not why)), ({ENGINE_PAIR: why} if why else {})
+    return select
 
 
 def handshake_server(kind: str, name: str, place: str) -> Callable[[Chain], None]:
@@ -546,6 +616,52 @@ def _proxy_cpu_s(r: dict[str, Any], names: Sequence[str]) -> float:
     return sum(r["figures"]["process_cpu_ns"].get(n, 0) for n in names) / 1e9
 
 
+def engine_hw_ns(admin: int) -> int:
+    """A proxy's crypto-engine time so far (its /stats' dpukit.mesh.record_crypto_engine.hw_ns)."""
+    status, text = http_get(f"http://{LOOPBACK}:{admin}/stats")
+    if status != 200:
+        raise DpukitError(f"admin :{admin}/stats answered {status}")
+    m = re.search(r"^dpukit\.mesh\.record_crypto_engine\.hw_ns: (\d+)$", text, re.M)
+    return int(m.group(1)) if m else 0
+
+
+def with_hw(load: str) -> Callable[[Chain, dict[str, Any]], Load]:
+    """The load ``load`` that also reports ``hw_cpu_ns``: the crypto engine's
+    time in the chain's proxies during it (read from their admin just before
+    the load and after it). The engine's work runs on the proxies' own
+    threads, so the processes' CPU holds it; hw_cpu_ns is the part of their
+    dpu CPU that is the hw place's (0 where no record is on the engine)."""
+    def make(chain: Chain, p: dict[str, Any]) -> Load:
+        inner = LOADS[load](chain, p)
+        admins = engine_admins(chain)
+        before = sum(engine_hw_ns(a) for a in admins)
+
+        def parse(stdout: str, json_text: str = "") -> dict[str, Any]:
+            figures = inner.parse(stdout, json_text)
+            figures["hw_cpu_ns"] = sum(engine_hw_ns(a) for a in admins) - before
+            return figures
+
+        return dataclasses.replace(inner, parse=parse)
+    return make
+
+
+for _load in ("wrk", "fortio", "iperf3"):
+    LOADS[f"{_load}+hw"] = with_hw(_load)
+
+
+def hw_ns(r: dict[str, Any]) -> int:
+    return r["figures"].get("hw_cpu_ns", 0)
+
+
+def dpu_ms_per_1k(r: dict[str, Any]) -> float:
+    """dpu CPU per 1,000 requests, the engine's time taken out (it is hw)."""
+    return (r["cpu_ns"]["dpu"] - hw_ns(r)) / r["figures"]["requests"] / 1e3
+
+
+def hw_ms_per_1k(r: dict[str, Any]) -> float:
+    return hw_ns(r) / r["figures"]["requests"] / 1e3
+
+
 # -- collect: the three parts as sweeps ----------------------------------------------------
 
 
@@ -557,9 +673,10 @@ def sweeps(seconds: int, quick: bool) -> tuple[Sweep, Sweep, Sweep]:
     rates = (FIXED_QPS,) if quick else (FIXED_QPS, 2 * FIXED_QPS)
     return (Sweep(just(HANDSHAKE_TOPOLOGIES),
                   (Phase("s_time", {"seconds": seconds}, "mode", tuple(m[0] for m in HANDSHAKE_MODES)),)),
-            Sweep(just(bulk_topologies()), (Phase("iperf3", {"seconds": seconds}, "streams", streams),)),
-            Sweep(just(request_topologies()), (Phase("wrk", {"connections": 16, "seconds": seconds}),
-                                               Phase("fortio", {"connections": 8, "seconds": seconds}, "qps", rates))))
+            Sweep(with_engine(bulk_topologies), (Phase("iperf3+hw", {"seconds": seconds}, "streams", streams),)),
+            Sweep(with_engine(request_topologies), (Phase("wrk+hw", {"connections": 16, "seconds": seconds}),
+                                                    Phase("fortio+hw", {"connections": 8, "seconds": seconds}, "qps",
+                                                          rates))))
 
 
 # -- render -------------------------------------------------------------------------------
@@ -608,41 +725,54 @@ def render(ctx: Context, handshakes: Swept, bulk: Swept, request: Swept) -> Sect
 
     # 2. Bulk.
     def per_gb(r: dict[str, Any], place: str) -> float:
-        return r["cpu_ns"][place] / 1e9 / (r["figures"]["bytes"] / 1e9)
+        # The engine's time is in the proxies' process CPU; it is the hw place's, not the dpu's.
+        ns = {"host": r["cpu_ns"]["host"], "dpu": r["cpu_ns"]["dpu"] - hw_ns(r), "hw": hw_ns(r)}[place]
+        return ns / 1e9 / (r["figures"]["bytes"] / 1e9)
 
-    sec.table(["topology", "streams", "Gbps", "host CPU s / GB", "dpu CPU s / GB"],
+    sec.table(["topology", "streams", "Gbps", "host CPU s / GB", "dpu CPU s / GB", "hw CPU s / GB"],
               [[name, n, fmt_mr([r["figures"]["gbps"] for r in bulk.runs(name, 0, n)]),
                 fmt_mr([per_gb(r, "host") for r in bulk.runs(name, 0, n)]),
-                fmt_mr([per_gb(r, "dpu") for r in bulk.runs(name, 0, n)])]
+                fmt_mr([per_gb(r, "dpu") for r in bulk.runs(name, 0, n)]),
+                fmt_mr([per_gb(r, "hw") for r in bulk.runs(name, 0, n)])]
                for name in bulk.names for n in bulk.points()],
               caption="TCP through tcp_proxy, proxy A → mTLS → proxy B (iperf3)")
     sec.paragraph(
         f"`iperf3 -c -t {seconds} -P N -J` on CPU 0 against `iperf3 -s` on CPU 0. " + "; ".join(
             f"`{t.name}`: {t.description}" for t in bulk.topologies) + ". CPU is per GB received; the Envoy "
-        "sidecars count as host CPU, the node proxies as dpu CPU. The record crypto is OpenSSL's AES-GCM on the "
-        "dpu CPU (this kernel has no kernel TLS).")
+        "sidecars count as host CPU, the node proxies as dpu CPU, less the time of their records' crypto where it is "
+        "on the crypto engine (hw CPU: the engine's work, done by OpenSSL on the proxy's thread and not dilated). "
+        "Elsewhere the record crypto is OpenSSL's AES-GCM on the dpu CPU." + _left_out(bulk))
 
     # 3. The request path: phase 0 is wrk's max qps, phase 1 fortio at each fixed rate.
     names, rates = request.names, request.points(1)
     wrk = {n: request.runs(n, 0) for n in names}
 
     def col(runs: list[dict[str, Any]], key: str) -> str:
+        if key == "dpu_cpu_ms_per_1k":
+            return fmt_mr([dpu_ms_per_1k(r) for r in runs])
+        if key == "hw_cpu_ms_per_1k":
+            return fmt_mr([hw_ms_per_1k(r) for r in runs])
         return fmt_mr([r["figures"][key] for r in runs])
 
-    sec.table(["topology", "max qps (wrk)", "host CPU ms / 1k req", "dpu CPU ms / 1k req", "errors", "non-2xx"],
+    sec.table(["topology", "max qps (wrk)", "host CPU ms / 1k req", "dpu CPU ms / 1k req", "hw CPU ms / 1k req",
+               "errors", "non-2xx"],
               [[n, col(wrk[n], "qps"), col(wrk[n], "host_cpu_ms_per_1k"), col(wrk[n], "dpu_cpu_ms_per_1k"),
-                fmt_int(sum(r["figures"]["errors"] for r in wrk[n])),
+                col(wrk[n], "hw_cpu_ms_per_1k"), fmt_int(sum(r["figures"]["errors"] for r in wrk[n])),
                 fmt_int(sum(r["figures"]["non_2xx"] for r in wrk[n]))] for n in names],
               caption="The request path over mTLS: maximum rate (wrk, 16 connections) and CPU per 1,000 requests")
     sec.table(["topology", "offered qps", "achieved", "p50 ms", "p99 ms", "p99.9 ms", "host CPU ms / 1k req",
-               "dpu CPU ms / 1k req"],
+               "dpu CPU ms / 1k req", "hw CPU ms / 1k req"],
               [[n, fmt_int(q)] + [col(request.runs(n, 1, q), key) for key in
-                                  ("qps", "p50_ms", "p99_ms", "p99_9_ms", "host_cpu_ms_per_1k", "dpu_cpu_ms_per_1k")]
+                                  ("qps", "p50_ms", "p99_ms", "p99_9_ms", "host_cpu_ms_per_1k", "dpu_cpu_ms_per_1k",
+                                   "hw_cpu_ms_per_1k")]
                for q in rates for n in names],
               caption="The request path over mTLS at fixed rates (fortio, 8 connections)")
+    if ENGINE_PAIR in names:
+        engine_table(sec, request, bulk)
     sec.paragraph("; ".join(f"`{t.name}`: {t.description}" for t in request.topologies) + ". " +
                   f"Max qps: `wrk -t1 -c16 -d{seconds}s`; latency: `fortio load -qps Q -c 8 -t {seconds}s`. host CPU "
-                  "counts the service and, for the sidecar pair, both Envoys; dpu CPU counts both node proxies.")
+                  "counts the service and, for the sidecar pair, both Envoys; dpu CPU counts both node proxies, less "
+                  "the crypto engine's time (hw CPU)." + _left_out(request))
     goals = goal_rows(request.topologies, wrk, {n: request.runs(n, 1, FIXED_QPS) for n in names})
     sec.table(["node proxies", f"max qps × sidecars' (goal ≥ {GOAL_QPS:g})",
                f"added p99 at {FIXED_QPS} qps × sidecars' (goal ≤ {GOAL_P99:g})",
@@ -651,11 +781,12 @@ def render(ctx: Context, handshakes: Swept, bulk: Swept, request: Swept) -> Sect
                 f"{g[3]}: {_met(g[3], GOAL_HOST_CPU, False)}"] for g in goals],
               caption="The issue's goals as paired ratios: each round's node-proxy pair against the same round's "
                       "mTLS sidecar pair (median, range)")
+    pairs = [n for n in PAIRS if n in wrk]
     busy = {name: fmt_mr([100 * _proxy_cpu_s(r, PAIRS[name][1:3]) / (r["wall_ns"] / 1e9) for r in wrk[name]])
-            for name in PAIRS}
+            for name in pairs}
     sec.paragraph(f"Added p99 is a topology's p99 at {FIXED_QPS} qps minus the same round's direct p99. At the "
                   "maximum rate the two proxies together kept the dpu CPU busy "
-                  + ", ".join(f"{busy[n]} % (`{n}`)" for n in PAIRS)
+                  + ", ".join(f"{busy[n]} % (`{n}`)" for n in pairs)
                   + ". Below 100 %, the rate is not bound by the proxies' CPU time alone: each request crosses two "
                     "proxies that share the one CPU and wakes each in turn, and any other program on that CPU "
                     "delays them.")
@@ -677,6 +808,47 @@ def render(ctx: Context, handshakes: Swept, bulk: Swept, request: Swept) -> Sect
     sec.paragraph(error_note(records))
     add_chain_commands(sec, records)
     return sec
+
+
+def _left_out(swept: Swept) -> str:
+    return "".join(f" `{name}` is left out: {why}." for name, why in swept.left_out.items())
+
+
+def engine_table(sec: Section, request: Swept, bulk: Swept) -> None:
+    """The node pair with its records on the crypto engine beside the pair with them on the cores: paired ratios
+    of each round (engine / cores)."""
+    cores, engine = "node-proxy-pair", ENGINE_PAIR
+
+    def ratio(a: list[dict[str, Any]], b: list[dict[str, Any]], value: Callable[[dict[str, Any]], float]) -> str:
+        return fmt_mr([value(x) / value(y) for x, y in zip(a, b)])
+
+    wrk_c, wrk_e = request.runs(cores, 0), request.runs(engine, 0)
+    fix_c, fix_e = request.runs(cores, 1, FIXED_QPS), request.runs(engine, 1, FIXED_QPS)
+    rows = []
+    for name, w, f in ((cores, wrk_c, fix_c), (engine, wrk_e, fix_e)):
+        rows.append([name, fmt_mr([r["figures"]["qps"] for r in w]), fmt_mr([r["figures"]["p50_ms"] for r in f]),
+                     fmt_mr([r["figures"]["p99_ms"] for r in f]), fmt_mr([dpu_ms_per_1k(r) for r in w]),
+                     fmt_mr([hw_ms_per_1k(r) for r in w])])
+    rows.append(["engine / cores (paired)", ratio(wrk_e, wrk_c, lambda r: r["figures"]["qps"]),
+                 ratio(fix_e, fix_c, lambda r: r["figures"]["p50_ms"]),
+                 ratio(fix_e, fix_c, lambda r: r["figures"]["p99_ms"]), ratio(wrk_e, wrk_c, dpu_ms_per_1k), ""])
+    sec.table(["node pair, records", "max qps", f"p50 ms at {FIXED_QPS} qps", f"p99 ms at {FIXED_QPS} qps",
+               "dpu CPU ms / 1k req (max qps)", "hw CPU ms / 1k req (max qps)"], rows,
+              caption="Record crypto on the BlueField's crypto engine against on the dpu cores (the request path)")
+    streams = bulk.points()[-1]
+    b_c, b_e = bulk.runs(cores, 0, streams), bulk.runs(engine, 0, streams)
+
+    def dpu_per_gb(r: dict[str, Any]) -> float:
+        return (r["cpu_ns"]["dpu"] - hw_ns(r)) / r["figures"]["bytes"]
+
+    sec.paragraph(
+        f"Bulk ({streams} iperf3 streams): {fmt_mr([r['figures']['gbps'] for r in b_e])} Gbps with the engine, "
+        f"{fmt_mr([r['figures']['gbps'] for r in b_c])} on the cores; dpu CPU per GB with the engine / on the cores "
+        f"{ratio(b_e, b_c, dpu_per_gb)} (paired), the engine's hw CPU "
+        f"{fmt_mr([hw_ns(r) / r['figures']['bytes'] for r in b_e])} s / GB. With the engine the dpu pays no "
+        "record crypto, as a ConnectX-6 Dx / BlueField's kTLS offload does: OpenSSL's AES-GCM on each record's "
+        "payload runs on the proxy's thread (its bytes are OpenSSL's), is not dilated, and counts as hw CPU. The "
+        "handshake, the records' framing and the copies stay on the dpu cores (docs/mesh.md).")
 
 
 def _met(cell: str, goal: float, at_least: bool) -> str:
