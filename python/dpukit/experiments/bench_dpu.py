@@ -379,10 +379,10 @@ def render_peaks(ctx: Context, sec: Section, data: dict[str, Any], r: dict[str, 
                   caption=f"The engines' saturation at {big} B: Gbps in model time, the engine's busy share")
         sec.paragraph(
             "The dpu CPU per job is the submitting thread's own CPU time (before / F) per job: building and "
-            "posting jobs, polling completions, reading its CPU clock, and waking a sleeping executor thread "
-            "(a system call a real driver's doorbell write does not make); it falls with depth as a thread's "
-            "steps post and reap more jobs each. hw CPU (the executors computing the library's code) is recorded "
-            "in each point and never enters the model time.")
+            "posting jobs, polling completions, and its share of the engine's state (the model's lock, the "
+            "executor's work queue), less one read of its CPU clock per loop step (a system call a driver does "
+            "not make; `engine.clock_read_ns` in each point). hw CPU (the executor computing the library's "
+            "code) is recorded in each point and never enters the model time.")
     if panels:
         path, rel = ctx.plot_path("saturation")
         line_panels(path, panels, title=f"BlueField-2's engines ({SPEED}): throughput in model time over jobs in "
