@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <sys/wait.h>
 
 #include "dpukit/bench.h"
 #include "dpukit/core/accounting.h"
@@ -131,6 +134,37 @@ TEST(EngineBackend, RefusesARunWithoutACardOrOffTheDpuPlace) {
   o.backends = {Backend::kLib};
   o.depths = {1, 4};
   EXPECT_NE(refusal(o).find("--depth is the engine backend's"), std::string::npos) << refusal(o);
+}
+
+// The tool: a run without a card exits 2 naming why; one on bluefield3
+// lists rxp_match's engine as unavailable naming the generation.
+TEST(EngineBackend, TheToolRefusesHostSpeedAndListsAMissingEngine) {
+  auto run_tool = [](const std::string& args, std::string& out) {
+    const std::string cmd = std::string(DPUKIT_BENCH_TOOL) + " run " + args + " 2>&1";
+    FILE* f = popen(cmd.c_str(), "r");
+    out.clear();
+    char buf[512];
+    while (f && fgets(buf, sizeof buf, f)) out += buf;
+    return f ? WEXITSTATUS(pclose(f)) : -1;
+  };
+  std::string out;
+  EXPECT_EQ(run_tool("--ops rxp_match --sizes 64 --backend engine --place dpu --dpu-speed host", out), 2);
+  EXPECT_NE(out.find("the engine backend needs a BlueField generation"), std::string::npos) << out;
+  EXPECT_EQ(run_tool("--ops rxp_match --sizes 64 --backend engine --place dpu --dpu-speed 0.5", out), 2);
+  EXPECT_NE(out.find("0.5"), std::string::npos) << out;
+  // (The spec gives BlueField-3 no RXP; were it to, this part would not apply.)
+  ASSERT_FALSE(engine_has(find_operator("rxp_match"), "bluefield3"));
+  const std::string json = testing::TempDir() + "engine_bf3.json";
+  EXPECT_EQ(run_tool("--ops rxp_match --sizes 64 --backend engine --place dpu --dpu-speed bluefield3 --json " + json,
+                     out),
+            0)
+      << out;
+  std::ifstream in(json);
+  const nlohmann::json r = nlohmann::json::parse(in);
+  ASSERT_EQ(r["figures"]["unavailable"].size(), 1u) << r.dump();
+  EXPECT_NE(r["figures"]["unavailable"][0]["why"].get<std::string>().find("bluefield3"), std::string::npos);
+  EXPECT_TRUE(r["figures"]["points"].empty());
+  std::remove(json.c_str());
 }
 
 TEST(EngineBackend, ARunRecordsModelTimeTheSpecAndTheEnginesFigures) {
