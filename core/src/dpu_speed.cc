@@ -4,6 +4,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
+#include <algorithm>
+#include <fstream>
+#include <vector>
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
 
 #include "dpukit/core/accounting.h"
 
@@ -50,49 +56,134 @@ DpuSpeed DpuSpeed::parse(const std::string& text) {
 
 nlohmann::json DpuSpeed::to_json() const { return {{"name", name}, {"factor", factor}}; }
 
+namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+// The time stamp counter, when it ticks at a constant rate (constant_tsc and
+// nonstop_tsc): a poll() check is then one instruction, not a vDSO call.
+double tsc_ticks_per_ns() {
+  static const double ticks = [] {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string line;
+    bool constant = false, nonstop = false;
+    while (std::getline(cpuinfo, line)) {
+      if (line.rfind("flags", 0) != 0) continue;
+      constant = line.find(" constant_tsc") != std::string::npos;
+      nonstop = line.find(" nonstop_tsc") != std::string::npos;
+      break;
+    }
+    if (!constant || !nonstop) return 0.0;
+    const uint64_t w0 = now_ns(), t0 = __rdtsc();
+    while (now_ns() - w0 < 2'000'000) {
+    }
+    const uint64_t w1 = now_ns(), t1 = __rdtsc();
+    return t1 > t0 && w1 > w0 ? double(t1 - t0) / double(w1 - w0) : 0.0;
+  }();
+  return ticks;
+}
+#endif
+
+uint64_t median_of(std::vector<uint64_t> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
 Dilation::Dilation(double factor) : factor_(factor) {
   if (!(factor > 0.0 && factor <= 1.0)) throw std::invalid_argument("dilation factor must be in (0, 1]");
   extra_ = factor >= 1.0 ? 0.0 : 1.0 / factor - 1.0;
+  if (active()) overhead();  // measured before any unit, not inside one
   start();
+}
+
+uint64_t Dilation::wall_now() const {
+#if defined(__x86_64__) || defined(__i386__)
+  if (const double t = tsc_ticks_per_ns(); t > 0) return static_cast<uint64_t>(double(__rdtsc()) / t);
+#endif
+  return now_ns();
+}
+
+const Dilation::Overhead& Dilation::overhead() {
+  // Medians of short blocks, so that a preemption in one block does not
+  // count. A payment's reads billed to the unit after it are one thread CPU
+  // clock read (half of the one that ended the last payment, half of the one
+  // that starts this) and the wall clock read that ends the payment.
+  static const Overhead measured = [] {
+    Dilation probe(1.0);  // at F = 1: no recursion into overhead()
+    constexpr int kBlocks = 15, kPerBlock = 16;
+    std::vector<uint64_t> pay, poll;
+    uint64_t sink = 0;
+    for (int b = 0; b < kBlocks; ++b) {
+      uint64_t t0 = now_ns();
+      for (int i = 0; i < kPerBlock; ++i) sink += thread_cpu_ns() + probe.wall_now();
+      pay.push_back((now_ns() - t0) / kPerBlock);
+      t0 = now_ns();
+      for (int i = 0; i < 64 * kPerBlock; ++i) sink += probe.wall_now();
+      poll.push_back((now_ns() - t0) / (64 * kPerBlock));
+    }
+    asm volatile("" : : "r"(sink));
+    return Overhead{median_of(pay), median_of(poll)};
+  }();
+  return measured;
 }
 
 void Dilation::start() {
   if (!active()) return;
   excluded_ns_ = 0;
+  polls_ = 0;
+  credit_ns_ = 0;
   last_cpu_ = thread_cpu_ns();
-  last_wall_ = now_ns();
+  last_wall_ = wall_now();
 }
 
 void Dilation::pay() {
   if (!active()) return;
   const uint64_t now = thread_cpu_ns();
   const uint64_t spent = now - last_cpu_;
-  const uint64_t work = spent > excluded_ns_ ? spent - excluded_ns_ : 0;
+  // The model's own cost within `spent` (this payment's clock reads and the
+  // poll() checks since the last) is not the unit's work, and the thread is
+  // busy in it anyway: it pays part of the debt.
+  const Overhead& o = overhead();
+  const uint64_t others = std::min(spent, excluded_ns_);
+  const uint64_t own = std::min(spent - others, o.pay_ns + polls_ * o.poll_ns);
+  const uint64_t work = spent - others - own;
   excluded_ns_ = 0;
-  const uint64_t target = now + static_cast<uint64_t>(static_cast<double>(work) * extra_);
-  // Spin on the wall clock (cheap, vDSO) for what is left, then check the
-  // thread's CPU clock (a system call): if the thread was preempted meanwhile
-  // the debt is not paid yet, so spin again. The debt is CPU time, not wall
-  // time, as on a slower core.
+  polls_ = 0;
+  const int64_t need = static_cast<int64_t>(static_cast<double>(work) * extra_) - static_cast<int64_t>(own) - credit_ns_;
   uint64_t cpu = now;
-  while (cpu < target) {
-    const uint64_t until = now_ns() + (target - cpu);
-    while (now_ns() < until) {
+  if (need > 0) {
+    const uint64_t target = now + static_cast<uint64_t>(need);
+    // Spin on the wall clock (cheap, vDSO) for what is left, then check the
+    // thread's CPU clock (a system call): if the thread was preempted
+    // meanwhile the debt is not paid yet, so spin again. The debt is CPU
+    // time, not wall time, as on a slower core.
+    while (cpu < target) {
+      const uint64_t until = now_ns() + (target - cpu);
+      while (now_ns() < until) {
 #if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
+        __builtin_ia32_pause();
 #endif
+      }
+      cpu = thread_cpu_ns();
     }
-    cpu = thread_cpu_ns();
   }
+  // What this payment went past its debt (the last clock read's length) is
+  // credit for the next one; a debt the model's cost already covered leaves
+  // its surplus as credit too. Bounded, so that many tiny units do not leave
+  // a large unit later unpaid.
+  constexpr int64_t kMostCredit = 50'000;
+  credit_ns_ = std::min<int64_t>(kMostCredit, need > 0 ? static_cast<int64_t>(cpu - now) - need : -need);
   work_ns_ += work;
-  dilated_ns_ += cpu - now;
+  dilated_ns_ += (cpu - now) + own;
   last_cpu_ = cpu;
-  last_wall_ = now_ns();
+  last_wall_ = wall_now();
 }
 
 void Dilation::poll(uint64_t quantum_ns) {
   if (!active()) return;
-  if (now_ns() - last_wall_ < quantum_ns) return;
+  ++polls_;
+  if (wall_now() - last_wall_ < quantum_ns) return;
   pay();
 }
 

@@ -51,6 +51,15 @@ extern const char* const kDpuSpeedHelp;
 // compute (a real Arm core's memory system is not F times slower), and time
 // in the kernel on the thread's behalf is dilated with the rest.
 //
+// The model's own cost is not billed (docs/core.md, "The model's own
+// cost"): reading the thread's CPU clock is a system call (about 1.6 us on
+// this VM), and each payment reads it twice, so a unit of 20 us was billed
+// 8-10 % too much and the payment overshot by a clock read. So the clock
+// reads and poll() checks a unit carries are taken off its work (their cost
+// is measured once per process) and count as paying its debt, since the
+// thread is busy in them anyway; and what one payment overshoots is credit
+// for the next. Over many units the dilated time is (1/F - 1) x the work.
+//
 // One object per thread; not thread-safe. With F = 1 every call returns at
 // once without reading a clock.
 class Dilation {
@@ -62,7 +71,8 @@ class Dilation {
   double factor() const { return factor_; }
 
   // Starts counting this thread's CPU time from now (call on the thread that
-  // will do the work, e.g. at the top of its loop).
+  // will do the work, e.g. at the top of its loop). Forgets excluded time
+  // and credit from before.
   void start();
   // The unit of work that began at the last start() or pay() is done: stay
   // busy for (1/F - 1) x its CPU time now. For request loops, call it before
@@ -71,20 +81,31 @@ class Dilation {
   // For busy-polling loops whose units are too small to read a CPU clock
   // each (a burst of packets): pays when at least `quantum_ns` of wall time
   // has passed since the last payment, otherwise returns after one cheap
-  // clock read. The loop must not block between calls.
+  // clock read (the time stamp counter where there is one). The loop must
+  // not block between calls.
   void poll(uint64_t quantum_ns = 20'000);
   // This much of the thread's CPU time since the last payment was not the
   // dpu's (the emulated wire or hardware running in the same loop): it is
   // not dilated.
   void exclude(uint64_t cpu_ns) { excluded_ns_ += cpu_ns; }
 
-  uint64_t dilated_ns() const { return dilated_ns_; }  // busy time added so far
+  uint64_t dilated_ns() const { return dilated_ns_; }  // busy time added so far (the model's own cost included)
   uint64_t work_ns() const { return work_ns_; }        // CPU time of the units themselves
 
+  // What the model costs the thread, measured once per process: one
+  // payment's clock reads billed to the unit after it, and one poll() check.
+  struct Overhead {
+    uint64_t pay_ns = 0, poll_ns = 0;
+  };
+  static const Overhead& overhead();
+
  private:
+  uint64_t wall_now() const;  // poll()'s clock, in ns
+
   double factor_ = 1.0;
   double extra_ = 0.0;  // 1/F - 1
-  uint64_t last_cpu_ = 0, last_wall_ = 0, excluded_ns_ = 0;
+  uint64_t last_cpu_ = 0, last_wall_ = 0, excluded_ns_ = 0, polls_ = 0;
+  int64_t credit_ns_ = 0;  // paid beyond the debt so far: taken off the next debt
   uint64_t dilated_ns_ = 0, work_ns_ = 0;
 };
 
