@@ -127,12 +127,12 @@ std::vector<EnginePhase> time_engine(std::vector<std::unique_ptr<Kernel>>& kerne
                                      const std::vector<std::span<const uint8_t>>& inputs,
                                      const EngineTimingOptions& o, uint64_t& sink);
 
-// A thread's virtual clock may run at most this far ahead of the slowest
-// other thread's before it waits for them (wall time, not model time): the
-// engine model is shared, and a job submitted at a later clock reserves the
-// units before one submitted at an earlier clock. A named guess, a few jobs'
-// latency: small against a phase (hundreds of ms of model time), large
-// against one loop step.
+// A thread's virtual clock may run at most this far (model time) ahead of
+// the slowest other thread's before it sleeps until they catch up (wall
+// time, not billed): the engine model is shared, and a job submitted at a
+// later clock reserves the units before one submitted at an earlier clock.
+// A named guess, a few jobs' latency: small against a phase (tens to
+// hundreds of ms of model time), large against one loop step.
 constexpr uint64_t kLockstepWindowNs = 20'000;
 
 }  // namespace dpukit::bench
