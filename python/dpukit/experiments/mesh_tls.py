@@ -846,9 +846,10 @@ def engine_table(sec: Section, request: Swept, bulk: Swept) -> None:
         f"{fmt_mr([r['figures']['gbps'] for r in b_c])} on the cores; dpu CPU per GB with the engine / on the cores "
         f"{ratio(b_e, b_c, dpu_per_gb)} (paired), the engine's hw CPU "
         f"{fmt_mr([hw_ns(r) / r['figures']['bytes'] for r in b_e])} s / GB. With the engine the dpu pays no "
-        "record crypto, as a ConnectX-6 Dx / BlueField's kTLS offload does: OpenSSL's AES-GCM on each record's "
-        "payload runs on the proxy's thread (its bytes are OpenSSL's), is not dilated, and counts as hw CPU. The "
-        "handshake, the records' framing and the copies stay on the dpu cores (docs/mesh.md).")
+        "record crypto, as a ConnectX-6 Dx / BlueField's kTLS offload does: OpenSSL's AES-GCM of each record "
+        "(nonce, AAD, payload, tag) runs on the proxy's thread (its bytes are OpenSSL's), is not dilated, and "
+        "counts as hw CPU. The handshake, the records' framing and the copies stay on the dpu cores "
+        "(docs/mesh.md).")
 
 
 def _met(cell: str, goal: float, at_least: bool) -> str:
