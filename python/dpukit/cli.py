@@ -30,7 +30,7 @@ SYSTEMS: dict[str, System] = {
     "measure": System("dpukit-measure", "Duet, NitroSketch and baseline sketches: run, compare, gen (dpukit-measure)"),
     "kv": System("dpukit-kv", "PulseDB on RocksDB: db_bench on each mode, measured (dpukit-kv)"),
     "mesh": System("dpukit-mesh", "FlatProxy: the node proxy (Envoy-configured), validate, echo service (dpukit-mesh)"),
-    "bench": System("dpukit-bench", "DPUBench: operators on ref/lib/dev backends: list, check, run, compare (dpukit-bench)"),
+    "bench": System("dpukit-bench", "DPUBench: operators on ref/lib/dev/engine backends: list, check, run, compare (dpukit-bench)"),
 }
 
 

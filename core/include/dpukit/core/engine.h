@@ -67,14 +67,15 @@ struct EngineSpec {
   EngineKind kind;
   std::string name;        // the card's name for it: "RXP", "deflate engine", "PKA", ...
   // Byte engines (regex, compress, decompress, crypto): the whole engine's
-  // throughput in bytes of input per second. 0 for the PKA.
+  // throughput in bytes per second: of input, but for decompression, whose
+  // rate is of the output it writes. 0 for the PKA.
   EngineFigure bytes_per_s;
   // The PKA: operations per second of the whole engine, per operation
   // ("rsa2048_sign", "rsa2048_verify", "dsa2048_sign", "ecdsa_p256_sign",
   // ...). Empty for byte engines.
   std::vector<std::pair<std::string, EngineFigure>> ops_per_s;
-  // Algorithms it runs ("AES-GCM", "AES-XTS", ...): what a caller checks
-  // before it routes work here. Byte engines other than crypto: empty.
+  // Algorithms it runs ("AES-GCM", "AES-XTS", "deflate", "lz4", ...): what a
+  // caller checks before it routes work here. The RXP: empty.
   std::vector<std::string> algorithms;
   EngineFigure latency_ns;   // per job at no load, beyond its service time
   EngineFigure queue_depth;  // the most jobs one queue (a DOCA context's task pool) holds in flight
