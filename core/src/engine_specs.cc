@@ -104,6 +104,20 @@ std::vector<std::pair<std::string, EngineFigure>> pka_ops() {
 
 EngineFigure fig(double value, std::string source) { return EngineFigure{value, std::move(source)}; }
 
+// The PKA, the same on both generations as far as the sources tell.
+EngineSpec pka(const char* generation) {
+  EngineSpec e;
+  e.generation = generation;
+  e.kind = EngineKind::kPublicKey;
+  e.name = "PKA (EIP-154)";
+  e.algorithms = {"RSA", "DSA", "ECDSA", "ECDH", "DH", "X25519"};
+  e.ops_per_s = pka_ops();
+  e.latency_ns = fig(2000, kPkaLatencyGuess);
+  e.queue_depth = fig(32, kPkaQueueSource);
+  e.parallel = fig(kPkaRings, kPkaParallelSource);
+  return e;
+}
+
 std::vector<EngineSpec> make_specs() {
   std::vector<EngineSpec> s;
 
@@ -177,18 +191,7 @@ std::vector<EngineSpec> make_specs() {
     e.parallel = fig(1, kOneUnitGuess);
     s.push_back(e);
   }
-  {
-    EngineSpec e;
-    e.generation = "bluefield2";
-    e.kind = EngineKind::kPublicKey;
-    e.name = "PKA (EIP-154)";
-    e.algorithms = {"RSA", "DSA", "ECDSA", "ECDH", "DH", "X25519"};
-    e.ops_per_s = pka_ops();
-    e.latency_ns = fig(2000, kPkaLatencyGuess);
-    e.queue_depth = fig(32, kPkaQueueSource);
-    e.parallel = fig(kPkaRings, kPkaParallelSource);
-    s.push_back(e);
-  }
+  s.push_back(pka("bluefield2"));
 
   // -- BlueField-3 --------------------------------------------------------------
   // No RXP and no deflate compressor (see kUnavailable).
@@ -223,18 +226,8 @@ std::vector<EngineSpec> make_specs() {
     e.parallel = fig(1, kOneUnitGuess);
     s.push_back(e);
   }
-  {
-    EngineSpec e;
-    e.generation = "bluefield3";
-    e.kind = EngineKind::kPublicKey;
-    e.name = "PKA (EIP-154)";
-    e.algorithms = {"RSA", "DSA", "ECDSA", "ECDH", "DH", "X25519"};
-    e.ops_per_s = pka_ops();  // the same blocks and library as BlueField-2, more of them (unused by one process)
-    e.latency_ns = fig(2000, kPkaLatencyGuess);
-    e.queue_depth = fig(32, kPkaQueueSource);
-    e.parallel = fig(kPkaRings, kPkaParallelSource);
-    s.push_back(e);
-  }
+  // The same blocks and library as BlueField-2, more of them (unused by one process).
+  s.push_back(pka("bluefield3"));
   return s;
 }
 
