@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import random
 import re
 import shlex
 import shutil
@@ -51,8 +52,40 @@ def pinned(argv: Sequence[str], cpus: str | None) -> list[str]:
     return ["taskset", "-c", cpus, *map(str, argv)]
 
 
+_handed_ports: set[int] = set()
+LOWEST_PORT = 20000
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (the kernel's choice)."""
+    """A TCP port nobody uses right now, for a server started later. It is
+    taken below the kernel's ephemeral range, so that a client's outgoing
+    connection (s_time, wrk and iperf3 open thousands) cannot take it as its
+    source port before the server binds it (seen: Envoy's "cannot bind
+    '127.0.0.1:40011': Address already in use" in mesh.tls), and it is not
+    one this process handed out before. The kernel's choice where the
+    ephemeral range leaves no room below it."""
+    hi = _ephemeral_low() - 1
+    if hi - LOWEST_PORT >= 1000:
+        if len(_handed_ports) > (hi - LOWEST_PORT) // 2:
+            _handed_ports.clear()
+        for _ in range(200):
+            port = random.randint(LOWEST_PORT, hi)
+            if port in _handed_ports:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+            _handed_ports.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
