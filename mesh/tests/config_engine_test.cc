@@ -7,6 +7,7 @@
 #include <string>
 
 #include "config/bootstrap.h"
+#include "config_refusal.h"
 #include "tls_test_pki.h"
 
 namespace dpukit::mesh::config {
@@ -58,21 +59,10 @@ class ConfigEngine : public ::testing::Test {
   std::string config(const std::string& from = "", const std::string& to = "") const {
     std::string text = kConfig;
     for (size_t at; (at = text.find("$DIR")) != std::string::npos;) text.replace(at, 4, pki_.dir().string());
-    if (!from.empty()) {
-      const size_t at = text.find(from);
-      EXPECT_NE(at, std::string::npos) << from;
-      if (at != std::string::npos) text.replace(at, from.size(), to);
-    }
-    return text;
+    return replaced_once(text, from, to);
   }
-  void expect_refused(const std::string& text, const std::string& path, const std::string& reason) const {
-    try {
-      parse_bootstrap(text);
-      ADD_FAILURE() << "accepted; expected " << path << ": " << reason;
-    } catch (const ConfigError& e) {
-      EXPECT_EQ(e.path(), path) << e.what();
-      EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
-    }
+  static void expect_refused(const std::string& text, const std::string& path, const std::string& reason) {
+    expect_config_refused(text, path, reason);
   }
   Pki pki_;
 };

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "config/bootstrap.h"
+#include "config_refusal.h"
 #include "tls_test_pki.h"
 
 namespace dpukit::mesh::config {
@@ -78,25 +79,10 @@ class ConfigTls : public ::testing::Test {
     return text;
   }
   std::string config(std::string from = "", std::string to = "") const {
-    std::string text = with_dir(kConfig);
-    from = with_dir(from);
-    to = with_dir(to);
-    if (!from.empty()) {
-      const size_t at = text.find(from);
-      EXPECT_NE(at, std::string::npos) << from;
-      if (at != std::string::npos) text.replace(at, from.size(), to);
-    }
-    return text;
+    return replaced_once(with_dir(kConfig), with_dir(from), with_dir(to));
   }
-  // The refusal of `text`: its path, and that its message ends with `reason`.
-  void expect_refused(const std::string& text, const std::string& path, const std::string& reason) const {
-    try {
-      parse_bootstrap(text);
-      ADD_FAILURE() << "accepted; expected " << path << ": " << reason;
-    } catch (const ConfigError& e) {
-      EXPECT_EQ(e.path(), path) << e.what();
-      EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
-    }
+  static void expect_refused(const std::string& text, const std::string& path, const std::string& reason) {
+    expect_config_refused(text, path, reason);
   }
   Pki pki_;
 };
