@@ -190,7 +190,13 @@ std::vector<EnginePhase> time_engine(std::vector<std::unique_ptr<Kernel>>& kerne
   };
   std::vector<std::vector<PerThread>> res(threads, std::vector<PerThread>(phases));
   std::atomic<uint64_t> sink_all{0};
-  std::vector<uint64_t> read_cost(threads);
+  // The loop reads its CPU clock once per step (a system call here), an
+  // emulator's cost a driver does not have: one read's CPU time is taken off
+  // each step's bill (a read spans the boundary of two steps, half in each).
+  // Core measures it once per process for its Dilation: a payment's reads
+  // (one thread CPU clock read and one wall clock read) less the wall read.
+  const Dilation::Overhead& model_cost = Dilation::overhead();
+  const uint64_t read_ns = model_cost.pay_ns - std::min(model_cost.pay_ns, model_cost.poll_ns);
   uint64_t epoch = 0;  // the phase's model start, set by the main thread before it releases the workers
   std::vector<std::thread> workers;
   for (unsigned t = 0; t < threads; ++t) {
@@ -202,21 +208,6 @@ std::vector<EnginePhase> time_engine(std::vector<std::unique_ptr<Kernel>>& kerne
       }
       EngineKernel& k = *ks[t];
       const size_t count = inputs.size();
-      // The loop reads its CPU clock once per step (a system call here), an
-      // emulator's cost a driver does not have: one read's CPU time is taken
-      // off each step's bill (a read spans the boundary of two steps, half in
-      // each). Measured on this thread, the median of 15 runs of 64 reads.
-      const uint64_t read_ns = [] {
-        std::vector<uint64_t> per;
-        for (int r = 0; r < 15; ++r) {
-          const uint64_t a = thread_cpu_ns();
-          for (int i = 0; i < 63; ++i) thread_cpu_ns();
-          per.push_back((thread_cpu_ns() - a) / 64);
-        }
-        std::nth_element(per.begin(), per.begin() + 7, per.end());
-        return per[7];
-      }();
-      read_cost[t] = read_ns;
       size_t j = (t * 7919) % count;
       uint64_t sink = 0;
       for (unsigned p = 0; p < phases; ++p) {
@@ -306,8 +297,7 @@ std::vector<EnginePhase> time_engine(std::vector<std::unique_ptr<Kernel>>& kerne
     if (p > 0) out.push_back(ph);
   }
   for (auto& w : workers) w.join();
-  std::sort(read_cost.begin(), read_cost.end());
-  for (EnginePhase& ph : out) ph.clock_read_ns = read_cost[threads / 2];
+  for (EnginePhase& ph : out) ph.clock_read_ns = read_ns;
   sink_out += sink_all.load();
   return out;
 }
