@@ -5,8 +5,6 @@
 #include <openssl/err.h>
 #include <openssl/provider.h>
 
-#include <time.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include "dataplane/loop_dilation.h"
+#include "dpukit/core/accounting.h"
 
 namespace dpukit::mesh {
 
@@ -46,22 +45,18 @@ uint64_t g_clock_read_ns = 0;
 std::mutex g_speed_mu;
 DpuSpeed g_speed;
 
-// The monotonic clock (vDSO, the TSC here: about 50 ns a read) rather than
-// the thread's CPU clock (a system call here: about 0.55 us a read), read
-// twice per record; docs/mesh.md says why the difference matters and what a
-// preemption inside a call would do (guarded below).
-uint64_t clock_now() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
+// Spans are timed on core's now_ns(), the monotonic clock (vDSO, the TSC
+// here: about 50 ns a read), rather than the thread's CPU clock (a system
+// call here: about 0.55 us a read), read twice per record; docs/mesh.md says
+// why the difference matters and what a preemption inside a call would do
+// (guarded below).
 
 // The time between two back-to-back reads: what timing a call adds to it.
 uint64_t measure_clock_read() {
   std::vector<uint64_t> d(2001);
   for (auto& x : d) {
-    const uint64_t a = clock_now();
-    x = clock_now() - a;
+    const uint64_t a = now_ns();
+    x = now_ns() - a;
   }
   std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
   return d[d.size() / 2];
@@ -108,7 +103,7 @@ struct Span {
 };
 thread_local Span t_span;
 
-void open_span(const void* c) { t_span = Span{c, clock_now(), 0}; }
+void open_span(const void* c) { t_span = Span{c, now_ns(), 0}; }
 
 template <typename Call>
 int in_span_or_timed(const void* c, size_t bytes, Call&& call) {
@@ -116,15 +111,15 @@ int in_span_or_timed(const void* c, size_t bytes, Call&& call) {
     t_span.bytes += bytes;
     return call();
   }
-  const uint64_t t0 = clock_now();
+  const uint64_t t0 = now_ns();
   const int r = call();
-  charge(clock_now() - t0, bytes);
+  charge(now_ns() - t0, bytes);
   return r;
 }
 
 void close_span(const void* c) {
   if (t_span.ctx != c) return;
-  charge(clock_now() - t_span.t0, t_span.bytes);
+  charge(now_ns() - t_span.t0, t_span.bytes);
   t_span = Span{};
 }
 
