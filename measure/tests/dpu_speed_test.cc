@@ -1,7 +1,7 @@
 // The datapath at a dpu speed below the host's (AlgorithmConfig::dpu_speed):
 // the dpu worker's sketch work is time-dilated, the wire's (the NIC's) is not.
-// Ratios between runs made side by side, with loose bounds: no absolute
-// timing (the machine is shared).
+// Ratios between runs made side by side: no absolute timing (the machine is
+// shared).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "dpukit/core/speed_check.h"
 #include "dpukit/measure.h"
 #include "trace_fixtures.h"
 
@@ -47,10 +48,10 @@ Figures figures(const RunResult& r) {
           double(r.dpu_dilated_ns) / std::max(1.0, dpu - double(r.dpu_dilated_ns))};
 }
 
-// The wire's share (the NIC's, not dilated) is not checked here: Count-Min's
-// wire costs about 0.2 ns a packet, and billed by its share of the loop's
-// wall time, it varied 1.8x between two undilated runs on a busy machine.
-TEST(DpuSpeed, ASketchAtHalfSpeedSpendsTwiceTheDpuCpuPerPacket) {
+// What dilation adds is the worker's own work again at F = 0.5, by the
+// model's own accounting, and the results do not change. The throughput and
+// CPU per packet against full speed are the next test's.
+TEST(DpuSpeed, ASketchAtHalfSpeedIsBusyForItsWorkAgain) {
   Trace t = skewed_trace(400000, 40000, 5);
   GroundTruth truth = ground_truth(t.packets);
   const WirePlan plan = plan_wire(t.packets, 1);
@@ -59,34 +60,47 @@ TEST(DpuSpeed, ASketchAtHalfSpeedSpendsTwiceTheDpuCpuPerPacket) {
   full.passes = 2;
   RunConfig half = full;
   half.algorithm.dpu_speed = DpuSpeed::parse("0.5");
-  // Paired rounds, full then half, medians: a slow spell of the machine falls
-  // on both alike. The rate is wall time, so it is compared only in pairs
-  // whose measured passes lost their CPU to nobody (a few milliseconds of
-  // preemption would outweigh a run); CPU time is compared in every pair.
-  std::vector<double> dpu_ratio, rate_ratio, dilated_share;
-  for (int round = 0; round < 15 && (round < 3 || rate_ratio.size() < 3); ++round) {
+  std::vector<double> dilated_share;
+  for (int round = 0; round < 3; ++round) {
     RunResult a = run(t, truth, full, &plan);
     RunResult b = run(t, truth, half, &plan);
     EXPECT_EQ(a.dpu_dilated_ns, 0u) << "nothing is dilated at host speed";
     EXPECT_GT(b.dpu_dilated_ns, 0u);
     EXPECT_EQ(b.drops, 0u);
     EXPECT_EQ(a.metrics.are, b.metrics.are) << "the same sketch over the same packets";
-    const Figures fa = figures(a), fb = figures(b);
-    dpu_ratio.push_back(fb.dpu_ns_per_packet / fa.dpu_ns_per_packet);
-    if (a.queues[0].preemptions == 0 && b.queues[0].preemptions == 0) rate_ratio.push_back(fb.pps / fa.pps);
-    dilated_share.push_back(fb.dilated_share);
+    dilated_share.push_back(figures(b).dilated_share);
   }
   // F = 0.5: the worker stays busy (1/F - 1) = 1 x its work again.
-  EXPECT_GT(median(dilated_share), 0.8);
-  EXPECT_LT(median(dilated_share), 1.2);
-  EXPECT_GT(median(dpu_ratio), 1.6) << "the dpu CPU per packet is about twice the full-speed run's";
-  EXPECT_LT(median(dpu_ratio), 2.6);
-  if (rate_ratio.empty()) {
-    std::fprintf(stderr, "the rate was not compared: every pair of runs was preempted (a busy machine)\n");
-    return;
-  }
-  EXPECT_GT(median(rate_ratio), 0.35) << "the worker's rate falls to about half";
-  EXPECT_LT(median(rate_ratio), 0.7);
+  EXPECT_GT(median(dilated_share), 0.95);
+  EXPECT_LT(median(dilated_share), 1.05);
+}
+
+// Issue 31's check on measure's real loop, a Count-Min worker with the
+// wire in its loop, as fast as possible: at F = 0.5 against F = 1, paired
+// and interleaved (core's paired_speed_check), throughput 0.47-0.53x and
+// dpu CPU per packet 1.9-2.1x. With the model's own clock reads billed
+// again (the surplus issue 31 found) it was 0.42x and 2.38x.
+// The loop is memory-bound, and on this VM its cost flipped between two
+// levels 1.43x apart from one run to the next, at both speeds alike
+// (core's SpeedCheck::quiet): hence fifteen short pairs, whose median
+// ratio is a pair that fell on one level.
+TEST(DpuSpeed, CountMinWorkerAtHalfSpeedKeepsTheModelsPromise) {
+  Trace t = skewed_trace(400000, 40000, 5);
+  GroundTruth truth = ground_truth(t.packets);
+  const WirePlan plan = plan_wire(t.packets, 1);
+  auto run_at = [&](double f) {
+    RunConfig c;
+    c.algorithm.algo = "cms";
+    c.passes = 2;
+    c.algorithm.dpu_speed = DpuSpeed::parse(f >= 1 ? "host" : std::to_string(f));
+    const RunResult r = run(t, truth, c, &plan);
+    EXPECT_EQ(r.drops, 0u);
+    return SpeedSample{r.packets / r.seconds, figures(r).dpu_ns_per_packet};
+  };
+  const SpeedCheck c = paired_speed_check_with_retry(run_at, 0.5, 15);
+  RecordProperty("throughput_ratio", std::to_string(c.median_throughput_ratio()));
+  RecordProperty("cpu_ratio", std::to_string(c.median_cpu_ratio()));
+  EXPECT_TRUE(c.within()) << c.describe();
 }
 
 TEST(DpuSpeed, DuetsHardwareCountsTheSamePacketsAtHalfSpeed) {
