@@ -18,10 +18,14 @@ eval: build
 	./dpukit eval --quick
 
 # Serial ctest: some tests time real behaviour (insertion rate, peer-death detection)
-# and should not share the two cores with each other.
+# and should not share the two cores with each other. Every skip is checked against
+# the short list of allowed reasons (scripts/check_skips.py).
+RESULTS = $(abspath $(BUILD))/test-results
 test: build
-	cd $(BUILD) && ctest --output-on-failure
-	.venv/bin/python -m pytest python/tests -q
+	@rm -rf $(RESULTS) && mkdir -p $(RESULTS)/gtest
+	cd $(BUILD) && GTEST_OUTPUT=xml:$(RESULTS)/gtest/ ctest --output-on-failure
+	.venv/bin/python -m pytest python/tests -q --junitxml=$(RESULTS)/pytest.xml
+	.venv/bin/python scripts/check_skips.py $(RESULTS)
 
 clean:
 	rm -rf $(BUILD)
