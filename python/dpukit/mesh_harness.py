@@ -24,10 +24,8 @@ from __future__ import annotations
 import glob
 import json
 import os
-import platform
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -39,7 +37,8 @@ from typing import Any, Callable, Sequence
 from dpukit import __version__, native
 from dpukit.errors import DpukitError
 from dpukit.experiments import Context, NotRebuildable
-from dpukit.experiments.mesh_sockmap import SockmapUnavailable, start_sockmap, with_sockmap
+from dpukit.experiment_support import machine
+from dpukit.mesh_sockmap import SockmapUnavailable, start_sockmap, with_sockmap
 from dpukit.paths import display_path, repo_root, tool_path
 from dpukit.procs import Group, Proc, free_port, http_get, run_measured
 
@@ -675,19 +674,6 @@ def sockperf_load(port: int, size: int, seconds: int, mps: int) -> Load:
 # -- one measured run --------------------------------------------------------------
 
 
-def machine() -> dict[str, Any]:
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu_model": model, "cores": os.cpu_count() or 1, "arch": platform.machine(),
-            "kernel": f"{platform.system()} {platform.release()}", "hostname": socket.gethostname()}
-
-
 def per_1k(cpu_ns: int, requests: int) -> float:
     """CPU ms per 1,000 requests."""
     return cpu_ns / requests / 1e3 if requests else float("nan")
@@ -937,14 +923,6 @@ def collect_sweep(ctx: Context, sweep: Sweep) -> Swept:
 
 
 # -- what a running proxy says about itself ------------------------------------------
-
-
-def rss_kib(pid: int, field: str = "VmRSS") -> int:
-    """Resident set size of a process (VmHWM: its peak), from /proc/PID/status."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise DpukitError(f"/proc/{pid}/status has no {field}")
 
 
 def reset_peak_rss(pid: int) -> bool:

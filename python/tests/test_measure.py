@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from dpukit import cli, experiments, native
+from dpukit import measure_traces as traces
 from dpukit.experiments import Context
 from dpukit.experiments import measure as m
-from dpukit.experiments import measure_traces as traces
 from dpukit.paths import display_path, tool_path
 from dpukit.plots import BarPanel, Line, Panel, bars_plot, panels_plot
 

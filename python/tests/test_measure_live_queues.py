@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from conftest import native_tool
-from dpukit.experiments.measure_queues import LiveUnavailable, missing_requirements, run_live_queues
+from dpukit.measure_queues import LiveUnavailable, missing_requirements, run_live_queues
 
 PACKETS = 30000
 RATE = 20000  # packets/s

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dpukit.experiments import measure as m
-from dpukit.experiments import measure_queues as q
+from dpukit import measure_queues as q
 
 
 @pytest.mark.parametrize("cores, counts", [(1, [1]), (2, [1, 2]), (4, [1, 2, 4]), (6, [1, 2, 4, 6]),

@@ -14,7 +14,7 @@ from dpukit import native
 from dpukit.experiments import measure as m
 
 from conftest import native_tool
-from test_measure_live import veth  # noqa: F401  (the fixture, for the live test)
+from live_support import live_over, make_pcap, veth  # noqa: F401  (veth: the fixture, for the live test)
 
 TOOL = "dpukit-measure"
 
@@ -135,8 +135,6 @@ def test_live_at_half_speed_dilates_its_workers(veth, tmp_path):  # noqa: F811
     """`live --dpu-speed 0.5` on a veth: the result records the speed and the
     dilation the workers (and Duet's control path) added; every frame is
     still measured or counted as a drop. Skipped without root or XDP."""
-    from test_measure_live import live_over, make_pcap
-
     exe = native_tool(TOOL)
     pcap = make_pcap(exe, tmp_path, 20000)
     result, _ = live_over(exe, veth, pcap, tmp_path / "live.json", "--algo", "duet", "--heavy-threshold", "100",

@@ -18,7 +18,7 @@ from dpukit import experiments, mesh_harness as harness, native
 # that importing the mesh module here does not put it ahead of core.
 experiments.registry()
 from dpukit.experiments import mesh as mesh_exps  # noqa: E402
-from test_mesh_tls_eval import rebuilt_byte_for_byte, rendered_with_figure  # noqa: E402
+from eval_support import rebuilt_byte_for_byte, rendered_with_figure  # noqa: E402
 
 WRK_OUTPUT = """\
 Running 3s test @ http://127.0.0.1:40000/

@@ -11,7 +11,6 @@ import http.client
 import re
 import socket
 import subprocess
-import threading
 import time
 import zlib
 from concurrent import futures
@@ -23,18 +22,12 @@ import grpc
 import pytest
 
 from mesh_support import *  # noqa: F401,F403
-from dpukit.mesh_harness import rss_kib
+from dpukit.experiment_support import rss_kib
+from h2_support import H2_UPSTREAM, FaultyUpstream, nghttp
 from mesh_support import Echoes, Proxy, all_to, bootstrap, cluster, ports, request, start_proxy
 
 MiB = 1 << 20
 
-H2_UPSTREAM = """\
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config:
-          http2_protocol_options: {}
-"""
 # The same with smaller windows than Envoy's default 16 MiB / 24 MiB: what a
 # slow client makes the proxy hold is bounded by the upstream's stream window.
 H2_UPSTREAM_1MIB = H2_UPSTREAM.replace("http2_protocol_options: {}", """http2_protocol_options:
@@ -137,23 +130,6 @@ def h2(proxy_kind: str, echoes: Echoes, grpc_port: int, tmp_path: Path) -> H2Set
 
 
 # -- nghttp as the client ---------------------------------------------------------------
-
-
-@dataclass
-class H2Response:
-    status: int
-    headers: dict[str, str]
-    frames: str  # nghttp -v's trace
-
-
-def nghttp(url: str, *extra: str, timeout: float = 60) -> H2Response:
-    """One request with ``nghttp -v -n`` (body discarded): status, headers, frame trace."""
-    out = subprocess.run(["nghttp", "-v", "-n", *extra, url], capture_output=True, text=True, timeout=timeout).stdout
-    headers = {}
-    for m in re.finditer(r"recv \(stream_id=\d+\) ([^:\s][^:]*|:status): (.*)", out):
-        headers[m.group(1)] = m.group(2)
-    assert ":status" in headers, out
-    return H2Response(int(headers[":status"]), headers, out)
 
 
 def nghttp_body_sha256(url: str, timeout: float = 120) -> tuple[str, int]:
@@ -410,64 +386,6 @@ def test_an_unfinished_header_block_does_not_hold_the_connection(kind: str, echo
 
 
 # -- upstreams that hang or die -------------------------------------------------------------
-
-
-class FaultyUpstream:
-    """A TCP server on 127.0.0.1 in a thread. Each connection reads the client
-    preface and frames until a HEADERS frame, then does ``mode``: "hang" (never
-    answers), "die" (closes), "die-mid-body" (SETTINGS, a 200 head and part of
-    a body, then closes)."""
-
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.conns: list[socket.socket] = []
-        self.heads = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            self.conns.append(c)
-            threading.Thread(target=self._conn, args=(c,), daemon=True).start()
-
-    def _conn(self, c: socket.socket) -> None:
-        buf = b""
-        try:
-            while True:
-                data = c.recv(65536)
-                if not data:
-                    return
-                buf += data
-                pos = 24 if buf.startswith(b"PRI * HTTP/2.0") else 0
-                saw_headers = False
-                while len(buf) >= pos + 9:
-                    length = int.from_bytes(buf[pos:pos + 3], "big")
-                    saw_headers = saw_headers or buf[pos + 3] == 1
-                    pos += 9 + length
-                if saw_headers:
-                    break
-            self.heads += 1
-            if self.mode == "hang":
-                while c.recv(65536):
-                    pass
-                return
-            if self.mode == "die-mid-body":
-                frame = lambda t, f, sid, p: len(p).to_bytes(3, "big") + bytes([t, f]) + sid.to_bytes(4, "big") + p
-                c.sendall(frame(4, 0, 0, b"") + frame(1, 4, 1, b"\x88")  # SETTINGS; HEADERS :status 200
-                          + frame(0, 0, 1, b"partial body"))
-                time.sleep(0.3)
-        finally:
-            c.close()
-
-    def close(self) -> None:
-        self.sock.close()
-        for c in self.conns:
-            c.close()
 
 
 FAULT_ROUTES = """\

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from dpukit.mesh_harness import h2load_burst, parse_h2load, rss_kib
+from dpukit.experiment_support import rss_kib
+from dpukit.mesh_harness import h2load_burst, parse_h2load
 from mesh_support import *  # noqa: F401,F403
 from mesh_support import Echoes, Proxy, all_to, bootstrap, cluster, http_get, ports, start_proxy
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from h2_support import nghttp
 from mesh_support import *  # noqa: F401,F403
 from mesh_support import Echoes, Proxy, bootstrap, cluster, ports, start_proxy
-from test_mesh_h2 import nghttp
-from test_mesh_vs_envoy import CLUSTERS, REQUESTS, VIRTUAL_HOSTS
+from routes_support import CLUSTERS, REQUESTS, VIRTUAL_HOSTS
 
 
 def start(kind: str, echoes: Echoes, tmp_path: Path) -> Proxy:

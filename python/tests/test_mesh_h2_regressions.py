@@ -21,9 +21,9 @@ from typing import Iterator
 
 import pytest
 
+from h2_support import H2_UPSTREAM, FaultyUpstream, nghttp
 from mesh_support import *  # noqa: F401,F403
 from mesh_support import Echoes, Proxy, bootstrap, cluster, http_get, ports, request, start_proxy
-from test_mesh_h2 import H2_UPSTREAM, FaultyUpstream, nghttp
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, GOAWAY, WINDOW_UPDATE = 0x0, 0x1, 0x3, 0x4, 0x7, 0x8

@@ -34,7 +34,7 @@ from typing import Iterator
 import pytest
 
 from conftest import native_tool
-from dpukit.mesh_harness import rss_kib
+from dpukit.experiment_support import rss_kib
 from mesh_support import *  # noqa: F401,F403
 from mesh_support import (Echoes, all_to, bootstrap, cluster, cluster_of, envoy_validate, ports, raw_exchange,
                           read_response, request, shm_cluster, start_attached, start_proxy)

@@ -1,5 +1,5 @@
 """The "envoy + sockmap" baseline (``dpukit-mesh-sockmap``, mesh/baselines/sockmap/,
-``dpukit.experiments.mesh_sockmap``): loopback TCP between processes of the
+``dpukit.mesh_sockmap``): loopback TCP between processes of the
 cgroup arrives intact (large, both ways, many small round trips) and the
 program's counters prove it was redirected; sockets of processes outside the
 cgroup are untouched; the loader cleans up; the Envoy sidecar chain works
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from conftest import native_tool
-from dpukit.experiments import mesh_sockmap
-from dpukit.experiments.mesh_sockmap import (SockmapLoader, SockmapUnavailable, own_cgroup, start_sockmap,
+from dpukit import mesh_sockmap
+from dpukit.mesh_sockmap import (SockmapLoader, SockmapUnavailable, own_cgroup, start_sockmap,
                                              with_sockmap)
 from dpukit.procs import Group, Proc, http_get
 

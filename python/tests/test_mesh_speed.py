@@ -19,7 +19,7 @@ from mesh_support import *  # noqa: F401,F403
 from mesh_support import Echoes, all_to, bootstrap, cluster, ports
 from dpukit.mesh_harness import mesh_argv, wait_ready
 from dpukit.procs import Group
-from test_mesh_tls_eval import rebuilt_byte_for_byte
+from eval_support import rebuilt_byte_for_byte
 
 CLIENTS, PER_CLIENT = 4, 1000  # a fixed load: 4,000 requests over 4 keep-alive connections
 

@@ -374,7 +374,7 @@ def test_eval_mesh_tls_at_bluefield3_has_the_engine_pair(tmp_path: Path, run_dpu
     `--render` rebuilds byte for byte from its runs."""
     from dpukit import native
     from dpukit.experiments import mesh_tls
-    from test_mesh_tls_eval import rebuilt_byte_for_byte
+    from eval_support import rebuilt_byte_for_byte
     native_tool("dpukit-mesh")
     out = tmp_path / "results"
     proc = run_dpukit("eval", "--quick", "--dpu", "bluefield3", "--only", "mesh.tls", "--out", str(out), timeout=600,

@@ -19,7 +19,7 @@ from dpukit import experiments, native
 experiments.registry()
 from dpukit.experiments import mesh_xds  # noqa: E402
 from dpukit.procs import Group  # noqa: E402
-from test_mesh_tls_eval import rebuilt_byte_for_byte, rendered_with_figure  # noqa: E402
+from eval_support import rebuilt_byte_for_byte, rendered_with_figure  # noqa: E402
 
 
 def test_sized_snapshot_is_consistent_and_taken(tmp_path: Path):

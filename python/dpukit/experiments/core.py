@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dpukit.experiment_support import mode_repeats_note, parameters_note, placement_note
 from dpukit.experiments import Context, Point, experiment
-from dpukit.experiments.notes import mode_repeats_note, parameters_note, placement_note
 from dpukit.plots import Series, line_plot
 from dpukit.report import Section
 from dpukit.units import fmt_bytes, fmt_bytes_short, fmt_int, fmt_sig, fmt_thousands, per

@@ -10,8 +10,8 @@ from __future__ import annotations
 from statistics import median
 from typing import Any, Sequence
 
+from dpukit.experiment_support import parameters_note, placement_note
 from dpukit.experiments import Context, Point, experiment, median_run, skipped_in_quick_mode
-from dpukit.experiments.notes import parameters_note, placement_note
 from dpukit.paths import build_dir
 from dpukit.plots import BarPanel, Series, bars_plot, line_plot
 from dpukit.report import Section

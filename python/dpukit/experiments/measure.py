@@ -2,7 +2,7 @@
 speed and drops, convergence, and worker scaling.
 
 Every experiment replays a synthetic trace written by ``dpukit-measure gen``.
-Traces are cached under ``<build>/traces/`` (see :mod:`.measure_traces`), so a
+Traces are cached under ``<build>/traces/`` (see :mod:`dpukit.measure_traces`), so a
 second evaluation reuses them until the tool is rebuilt; the ``gen`` command
 line is recorded in each section either way.
 """
@@ -16,10 +16,12 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from dpukit.experiment_support import machine, parameters_note, placement_note, repeats_note
 from dpukit.experiments import Context, Point, experiment, median_run
-from dpukit.experiments.measure_traces import TOOL, ensure_trace, trace_note
-from dpukit.experiments.notes import parameters_note, placement_note, repeats_note
 from dpukit.machine_load import background_busy, background_note
+from dpukit.measure_queues import LiveQueuesRun, LiveUnavailable, missing_requirements, run_live_queues
+from dpukit.measure_traces import TOOL, ensure_trace, trace_note
+from dpukit.paths import tool_path
 from dpukit.plots import BarPanel, Line, Panel, bars_plot, panels_plot
 from dpukit.report import Section
 from dpukit.units import fmt_bytes, fmt_bytes_short, fmt_int, fmt_sig, fmt_thousands
@@ -1045,8 +1047,6 @@ def scaling_verdict(rates: dict[int, float], cores: int, clean: set[int]) -> str
     tools=[TOOL],
 )
 def scaling(ctx: Context) -> Section:
-    from dpukit.experiments.mesh import machine  # the machine record every result carries
-
     t = ensure_trace(ctx, "backbone")
     busy = ctx.measured("busy_before", background_busy)
     reps = 1 if ctx.quick else timing_repeats(ctx)
@@ -1142,10 +1142,6 @@ def scaling(ctx: Context) -> Section:
 
 def live_queues(ctx: Context, sec: Section, cores: int) -> None:
     """`live` on a veth with 1 and 2 (up to the cores) queues, native XDP, tcpreplay as fast as it sends."""
-    from dpukit.experiments.measure_queues import (LiveQueuesRun, LiveUnavailable, missing_requirements,
-                                                   run_live_queues)
-    from dpukit.paths import tool_path
-
     title = "Live, one AF_XDP socket and dpu worker per veth queue"
     t = ensure_trace(ctx, "backbone")
     loops = 1 if ctx.quick else 3

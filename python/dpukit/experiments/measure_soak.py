@@ -32,12 +32,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from dpukit.bench_e2e import free_udp_port
-from dpukit.experiments import Context, experiment, skipped_in_quick_mode
 from dpukit.errors import DpukitError
-from dpukit.experiments.measure_queues import LiveUnavailable, veth_queues
-from dpukit.experiments.measure_traces import TOOL
-from dpukit.experiments.mesh import rss_kib
+from dpukit.experiment_support import free_udp_port, rss_kib
+from dpukit.experiments import Context, experiment, skipped_in_quick_mode
+from dpukit.measure_queues import LiveUnavailable, veth_queues
+from dpukit.measure_traces import TOOL
 from dpukit.native import validate_result
 from dpukit.paths import display_path, tool_path
 from dpukit.plots import Line, Panel, panels_plot

@@ -17,46 +17,24 @@ command line and configuration of every process of the chain), and a pure
 from __future__ import annotations
 
 import os
-import re
 import statistics
 import threading
 import time
-from typing import Any, Sequence
+from typing import Any
 
 from dpukit.errors import DpukitError
+from dpukit.experiment_support import add_chain_commands, error_note, fmt_mr, goal_rows, rss_kib
 from dpukit.experiments import Context, experiment, skipped_in_quick_mode
-from dpukit.mesh_harness import (JITTER_TOPOLOGIES, L4_TOPOLOGIES, LOOPBACK, TOOL, TOPOLOGIES, Chain, Described,
+from dpukit.mesh_harness import (JITTER_TOPOLOGIES, L4_TOPOLOGIES, LOOPBACK, TOOL, TOPOLOGIES, Chain,
                                  Phase, Sweep, Swept, Topology, collect_sweep, collected, fortio_load, h2load_burst,
-                                 http_topologies, just, measure, module_times, reset_peak_rss, rss_kib, run_chain,
+                                 http_topologies, just, measure, module_times, reset_peak_rss, run_chain,
                                  upstream_cx_active)
-# measure.py imports the machine record from here (from before the harness).
-from dpukit.mesh_harness import machine  # noqa: F401
 from dpukit.plots import BarPanel, Series, bars_plot, line_plot
 from dpukit.report import Section
 from dpukit.units import fmt_int, fmt_sig
 
 
 # -- summaries --------------------------------------------------------------------
-
-
-def median_range(values: Sequence[float]) -> tuple[float, float, float]:
-    return statistics.median(values), min(values), max(values)
-
-
-def fmt_mr(values: Sequence[float], scale: float = 1.0) -> str:
-    """'median' or 'median (min–max)' when there are several runs."""
-    vals = [v * scale for v in values]
-    med, lo, hi = median_range(vals)
-    return fmt_sig(med) if len(vals) == 1 else f"{fmt_sig(med)} ({fmt_sig(lo)}–{fmt_sig(hi)})"
-
-
-def error_note(records: Sequence[dict[str, Any]]) -> str:
-    bad = [r for r in records if r["figures"]["errors"] or r["figures"]["non_2xx"]]
-    if not bad:
-        return f"All {len(records)} load runs: 0 errors and 0 non-2xx answers."
-    parts = [f"{r['parameters']['topology']} ({r['tool']}): {r['figures']['errors']} errors, "
-             f"{r['figures']['non_2xx']} non-2xx" for r in bad]
-    return f"WARNING: {len(bad)} of {len(records)} load runs had errors or non-2xx answers: " + "; ".join(parts) + "."
 
 
 def topology_note(swept: Swept) -> str:
@@ -73,19 +51,6 @@ METHOD = (
     "Envoy sidecars (they live in the pods, on the host, in that architecture); dpu CPU counts the node "
     "proxy. Each chain gets one second of unmeasured wrk load first. Every run's JSON (with the command "
     "line and configuration of every process) is in `runs/`.")
-
-
-def add_chain_commands(sec: Section, records: Sequence[dict[str, Any]]) -> None:
-    """The chain's command lines (the load generators' are added by the eval)."""
-    seen: set[tuple[str, ...]] = set()
-    for r in records:
-        for p in r["parameters"]["chain"]:
-            key = tuple(str(a) for a in p["command_line"])
-            # Ports, Envoy's --base-id and temporary paths differ per run; show each topology's chain once.
-            shape = (p["name"], *(re.sub(r"\d{4,6}|/tmp/\S+", "*", a) for a in key))
-            if shape not in seen:
-                seen.add(shape)
-                sec.add_command(list(key))
 
 
 # -- mesh.quick ---------------------------------------------------------------------
@@ -170,27 +135,6 @@ def render_quick(ctx: Context, swept: Swept) -> Section:
     sec.paragraph(error_note(swept.records))
     add_chain_commands(sec, swept.records)
     return sec
-
-
-def goal_rows(tops: Sequence[Topology | Described], wrk_runs: dict[str, list[dict[str, Any]]],
-              fortio_runs: dict[str, list[dict[str, Any]]]) -> list[list[str]]:
-    """Per node-proxy topology: round-by-round ratios to the sidecar pair (rounds are paired by index)."""
-    names = {t.name for t in tops}
-    if not {"direct", "envoy-sidecars"} <= names:
-        return []
-    side_w, side_f, direct_f = wrk_runs["envoy-sidecars"], fortio_runs["envoy-sidecars"], fortio_runs["direct"]
-    rows = []
-    for t in tops:
-        if not t.name.startswith("node-proxy"):
-            continue
-        qps, p99, cpu = [], [], []
-        for i, (w, f) in enumerate(zip(wrk_runs[t.name], fortio_runs[t.name])):
-            qps.append(w["figures"]["qps"] / side_w[i]["figures"]["qps"])
-            base = direct_f[i]["figures"]["p99_ms"]
-            p99.append((f["figures"]["p99_ms"] - base) / (side_f[i]["figures"]["p99_ms"] - base))
-            cpu.append(w["figures"]["host_cpu_ms_per_1k"] / side_w[i]["figures"]["host_cpu_ms_per_1k"])
-        rows.append([t.name, fmt_mr(qps), fmt_mr(p99), fmt_mr(cpu)])
-    return rows
 
 
 # -- mesh.latency (Fig. 17) and mesh.throughput (Fig. 18b) --------------------------------

@@ -28,8 +28,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from dpukit.experiment_support import add_chain_commands, error_note, fmt_mr
 from dpukit.experiments import Context, experiment
-from dpukit.experiments.mesh import add_chain_commands, error_note, fmt_mr
 from dpukit.mesh_harness import (DPU_CPU, HOST_CPU, TOOL, Phase, Sweep, Swept, Topology, collect_sweep, direct,
                                  envoy_sidecars, node_proxy)
 from dpukit.plots import BarPanel, bars_plot

@@ -26,8 +26,8 @@ from typing import Any, Callable, Sequence
 
 from dpukit.dpu_speed import ENV as DPU_SPEED_ENV
 from dpukit.errors import DpukitError
+from dpukit.experiment_support import add_chain_commands, error_note, fmt_mr, goal_rows
 from dpukit.experiments import Context, experiment
-from dpukit.experiments.mesh import add_chain_commands, error_note, fmt_mr, goal_rows
 from dpukit.mesh_harness import HCM as HCM_TYPE
 from dpukit.mesh_harness import (DPU_CPU, L4_TOPOLOGIES, LOADS, LOOPBACK, TOOL, TOPOLOGIES, Chain, Load, Phase, Sweep,
                                  Swept, Topology, collect_sweep, just, start_iperf_server, start_proxy, start_service)

@@ -31,8 +31,8 @@ from typing import Any, Iterator, Sequence
 
 from dpukit import __version__
 from dpukit.errors import DpukitError
+from dpukit.experiment_support import fmt_mr
 from dpukit.experiments import Context, experiment
-from dpukit.experiments.mesh import fmt_mr
 from dpukit.mesh_harness import HCM as HCM_TYPE
 from dpukit.mesh_harness import (DPU_CPU, HOST_CPU, LOOPBACK, TOOL, Chain, collected, envoy_path, go_tool_path,
                                  keep_run, machine, start_service)

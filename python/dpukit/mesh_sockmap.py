@@ -18,7 +18,7 @@ loader stops; every process it starts meanwhile (the chain's servers, wrk,
 fortio) is born inside. Wiring a topology into the harness's TOPOLOGIES
 (``dpukit.mesh_harness``) is one entry::
 
-    from dpukit.experiments.mesh_sockmap import with_sockmap
+    from dpukit.mesh_sockmap import with_sockmap
 
     Topology("envoy-sockmap", "client → Envoy → Envoy → service, loopback hops redirected by an eBPF sockmap",
              with_sockmap(envoy_sidecars)),
