@@ -3,6 +3,7 @@
 // client.h).
 //   dpukit-bench e2e-server --program flowtable --table sw|hw --place host|dpu --port 9000 --json S.json
 //   dpukit-bench e2e-client --program flowtable --server 10.199.0.2 --size 64 --interval 5 --duration 2 --json C.json
+//   dpukit-bench e2e-server --program apprecog --place dpu --dpu-speed bluefield2 --engine regex,compress
 // The server runs until SIGTERM / SIGINT (or --duration), then writes its
 // result; it prints "listening on ADDR:PORT" once it accepts datagrams.
 #include <signal.h>
@@ -69,6 +70,11 @@ int cmd_e2e_server(int argc, char** argv) {
   p.option("table", "flowtable: sw (software hash table) or hw (emulated hardware flow table)", "sw");
   p.option("place", "where the server's work runs: host or dpu", "host");
   p.option("dpu-work", "apprecog on dpu: recognition (matching on dpu, the actions on host) or all", "recognition");
+  p.option("engine",
+           "apprecog on dpu: regex (the matching on the RXP) and/or compress (the compress action on the deflate "
+           "engine), comma-separated, on the engines of --dpu-speed's BlueField generation; the dpu thread posts "
+           "the jobs and polls their completions (refused where the generation has no such engine)",
+           "");
   p.option("bind", "IPv4 address to listen on", "0.0.0.0");
   p.option("port", "UDP port (0 = any free one)", "9000");
   p.cpus_option("host-cpus", "CPUs of the host place (default: the first)");
@@ -109,6 +115,7 @@ int cmd_e2e_server(int argc, char** argv) {
   c.hw.insert_latency_ns = static_cast<uint64_t>(p.number("insert-latency-us") * 1000);
   c.hw.insert_queue = p.u64("insert-queue");
   c.ring_slots = p.u64("ring-slots");
+  c.engines = p.str("engine");
   if (c.program == e2e::Program::kAppRecog && p.has("table")) p.fail("--table is for --program flowtable");
 
   install_stop_handlers();
@@ -120,9 +127,9 @@ int cmd_e2e_server(int argc, char** argv) {
   }
   Result out("dpukit-bench e2e-server", argc, argv);
   out.parameters() = server->parameters();
-  std::printf("e2e-server: listening on %s (%s, place %s, dpu speed %s)\n",
+  std::printf("e2e-server: listening on %s (%s, place %s, dpu speed %s%s%s)\n",
               e2e::endpoint_str(server->local()).c_str(), e2e::program_name(c.program), c.place.c_str(),
-              c.dpu_speed.name.c_str());
+              c.dpu_speed.name.c_str(), c.engines.empty() ? "" : ", engines ", c.engines.c_str());
   std::fflush(stdout);
   CpuAccount cpu;
   const uint64_t started = now_ns();

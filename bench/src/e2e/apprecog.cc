@@ -115,13 +115,18 @@ size_t AppRecognizer::reply(const Header& h, Action action, std::span<const uint
     case Action::kEcho: result_.assign(body.begin(), body.end()); break;
     case Action::kNone: throw std::invalid_argument("apprecog: no action to reply with");
   }
+  return write_reply(h, action, result_, out);
+}
+
+size_t write_reply(const Header& h, Action action, std::span<const uint8_t> result, Bytes& out) {
+  if (action == Action::kNone) throw std::invalid_argument("apprecog: no action to reply with");
   Header r = h;
   r.kind = Kind::kReply;
   r.action = action;
-  r.length = static_cast<uint16_t>(kHeaderBytes + result_.size());
-  out.resize(kHeaderBytes + result_.size());
+  r.length = static_cast<uint16_t>(kHeaderBytes + result.size());
+  out.resize(kHeaderBytes + result.size());
   encode_header(r, out);
-  std::memcpy(out.data() + kHeaderBytes, result_.data(), result_.size());
+  if (!result.empty()) std::memcpy(out.data() + kHeaderBytes, result.data(), result.size());
   return out.size();
 }
 

@@ -63,6 +63,12 @@ class AppRecognizer {
   Bytes bitmap_, result_;
 };
 
+// The reply datagram for the request whose header is `h`: `action` and its
+// already computed `result` (the digest, the deflate stream or the echoed
+// payload), written to `out` (resized); returns out.size(). For results made
+// elsewhere (the deflate engine's).
+size_t write_reply(const Header& h, Action action, std::span<const uint8_t> result, Bytes& out);
+
 // What the client sends: payloads of one size whose actions are known.
 struct PayloadPool {
   std::vector<Bytes> bodies;

@@ -11,7 +11,12 @@
 #include <thread>
 #include <vector>
 
+#include <sched.h>
+
+#include <deque>
+
 #include "apprecog.h"
+#include "engine_offload.h"
 #include "flow_count.h"
 #include "handoff.h"
 
@@ -202,7 +207,18 @@ Server::Server(ServerConfig config) : config_(std::move(config)) {
   if (config_.batch == 0 || config_.batch > 1024) throw std::invalid_argument("--batch must be 1 to 1024");
   if (config_.ring_slots < 2 || (config_.ring_slots & (config_.ring_slots - 1)) || config_.ring_slots < config_.batch)
     throw std::invalid_argument("--ring-slots must be a power of two, at least 2 and at least --batch");
+  const EngineChoice engines = parse_engine_choice(config_.engines);
+  if (engines.any()) {
+    if (config_.program != Program::kAppRecog)
+      throw std::invalid_argument("--engine is for --program apprecog (its matching and compress action)");
+    if (config_.place != "dpu")
+      throw std::invalid_argument("--engine needs --place dpu: the card's engines are driven by a dpu thread");
+    if (config_.dpu_work != "recognition")
+      throw std::invalid_argument("--engine runs with --dpu-work recognition (the dpu thread drives the engines, "
+                                  "the host acts and replies)");
+  }
   // Made here, before any timing: building the Hyperscan database is set-up, not per-packet work.
+  if (engines.any()) engines_ = std::make_unique<EngineOffload>(engines, config_.dpu_speed, config_.placement.hw);
   if (config_.program == Program::kAppRecog) {
     const bool split = config_.place == "dpu" && config_.dpu_work == "recognition";
     for (int i = 0; i < (split ? 2 : 1); ++i) recognizers_.push_back(std::make_unique<AppRecognizer>());
@@ -239,6 +255,14 @@ nlohmann::json Server::parameters() const {
     p["operators"] = {{"match", "rxp_match/lib (Hyperscan)"},
                       {"hash", "sha256/lib (OpenSSL EVP)"},
                       {"compress", "compress/lib (ISA-L igzip)"}};
+    p["engines"] = engines_ ? engines_->parameters() : nlohmann::json(nullptr);
+    if (engines_ && engines_->regex())
+      p["operators"]["match"] = "rxp_match on " + engines_->generation() + "'s " +
+                                engines_->regex()->engine->spec().name + " (model), its jobs rxp_match/lib (Hyperscan) on hw";
+    if (engines_ && engines_->compress())
+      p["operators"]["compress"] = "compress on " + engines_->generation() + "'s " +
+                                   engines_->compress()->engine->spec().name +
+                                   " (model), its jobs compress/lib (ISA-L igzip) on hw";
   }
   return p;
 }
@@ -459,6 +483,7 @@ nlohmann::json Server::run_apprecog_split(Shared& s, CpuAccount& cpu) {
     uint32_t buf;
     uint16_t len;
     uint8_t action;
+    uint8_t deflated;  // the reply's body is the deflate engine's stream in deflated[buf]
   };
   const size_t pool_n = config_.ring_slots;
   std::vector<uint8_t> pool(pool_n * kRecvBuffer);
@@ -469,8 +494,227 @@ nlohmann::json Server::run_apprecog_split(Shared& s, CpuAccount& cpu) {
   ActionCounts actions;
   ReplySender replies(socket_.fd(), config_.batch);
   uint64_t dpu_waits_for_buffers = 0, host_waits = 0;
+  // --engine: per buffer, the RXP's bitmap and the deflate engine's stream.
+  std::vector<Bytes> bitmaps(engines_ ? pool_n : 0), deflated(engines_ ? pool_n : 0);
+  nlohmann::json engine_figures;
+
+  // The dpu thread with the engines: it builds and posts one job per request
+  // (a task of its context's pool), polls the completions, classifies the
+  // RXP's bitmaps and hands the requests to the host.
+  auto dpu_engines = [&] {
+    s.pin(config_.placement.dpu, "e2e-dpu-engine");
+    AppRecognizer& rec = *recognizers_.at(0);
+    const Classifier classifier;
+    EngineShared* rx = engines_->regex();
+    EngineShared* cx = engines_->compress();
+    const Engine::Stats rx0 = rx ? rx->engine->stats() : Engine::Stats{}, cx0 = cx ? cx->engine->stats() : Engine::Stats{};
+    // One DOCA context per engine, its task pool the engine's queue depth; on the real clock.
+    std::unique_ptr<EngineQueue> rq, cq;
+    if (rx) rq = std::make_unique<EngineQueue>(*rx->engine, 0, EngineQueue::Clock::kReal);
+    if (cx) cq = std::make_unique<EngineQueue>(*cx->engine, 0, EngineQueue::Clock::kReal);
+    RecvBatch batch(config_.batch);
+    std::vector<uint32_t> stash;
+    for (uint32_t i = 0; i < pool_n; ++i) stash.push_back(static_cast<uint32_t>(pool_n - 1 - i));
+    std::vector<uint32_t> back(pool_n);
+    std::vector<uint32_t> slot_buf(config_.batch);
+    std::vector<uint16_t> lens(pool_n);
+    std::vector<Work> staged;
+    staged.reserve(pool_n);
+    std::deque<uint32_t> to_match, to_compress;  // requests waiting for a free task
+    std::vector<EngineCompletion> done;
+    // This thread's CPU is billed by hand: the executor wake-ups it does for
+    // the emulator go to hw (below), the rest to dpu.
+    const uint64_t cpu0 = thread_cpu_ns();
+    Dilation dilation = Shared::dilation_for(Place::kDpu, config_.dpu_speed);
+    // One read of the thread's CPU clock (a system call here), the emulator's
+    // cost around a timed submit: not dilated.
+    const Dilation::Overhead& oh = Dilation::overhead();
+    const uint64_t read_ns = oh.pay_ns - std::min(oh.pay_ns, oh.poll_ns);
+    uint64_t wake_ns = 0, wakes = 0, wait_ns = 0, waits = 0;
+    uint64_t jobs[2] = {0, 0}, latency_ns[2] = {0, 0};
+
+    auto payload = [&](uint32_t bi) {
+      return std::span<const uint8_t>(pool.data() + size_t{bi} * kRecvBuffer + kHeaderBytes, lens[bi] - kHeaderBytes);
+    };
+    auto classified = [&](uint32_t bi, Action a) {
+      if (a == Action::kCompress && cq)
+        to_compress.push_back(bi);
+      else
+        staged.push_back({bi, lens[bi], static_cast<uint8_t>(a), 0});
+    };
+    // Posts the waiting requests while the pool has tasks. A real clock's
+    // submit that finds the executors asleep wakes one (a futex wake the
+    // emulator needs; a driver's doorbell is one store to the device): only
+    // the first submit of a round can, so it is timed, and when it woke one
+    // its CPU is billed to hw and not dilated.
+    auto post = [&](EngineQueue& q, EngineShared* sh, std::deque<uint32_t>& waiting, std::vector<Bytes>& outs) {
+      bool first = true;
+      while (!waiting.empty() && q.in_flight() < q.depth()) {
+        const uint32_t bi = waiting.front();
+        EngineJob j;
+        const std::span<const uint8_t> in = payload(bi);
+        j.bytes = in.size();
+        j.user = bi;
+        Bytes* out = &outs[bi];
+        j.body = [sh, in, out] { sh->run_body(in, *out); };
+        if (first) {
+          first = false;
+          const uint64_t w0 = sh->engine->stats().wakeups;
+          const uint64_t c0 = thread_cpu_ns();
+          q.submit(std::move(j), now_ns());
+          const uint64_t took = thread_cpu_ns() - c0;
+          if (sh->engine->stats().wakeups != w0) {
+            wake_ns += took;
+            ++wakes;
+            dilation.exclude(took);
+          } else {
+            dilation.exclude(std::min(took, read_ns));
+          }
+        } else {
+          q.submit(std::move(j), now_ns());
+        }
+        waiting.pop_front();
+      }
+    };
+    auto reap = [&] {
+      const uint64_t now = now_ns();
+      if (rq) {
+        done.clear();
+        rq->progress(now, done);
+        for (const EngineCompletion& c : done) {
+          if (c.error) std::rethrow_exception(c.error);
+          ++jobs[0];
+          latency_ns[0] += c.completed_ns - c.submitted_ns;
+          const uint32_t bi = static_cast<uint32_t>(c.user);
+          classified(bi, classifier.classify(bitmaps[bi]));
+        }
+      }
+      if (cq) {
+        done.clear();
+        cq->progress(now, done);
+        for (const EngineCompletion& c : done) {
+          if (c.error) std::rethrow_exception(c.error);
+          ++jobs[1];
+          latency_ns[1] += c.completed_ns - c.submitted_ns;
+          const uint32_t bi = static_cast<uint32_t>(c.user);
+          staged.push_back({bi, lens[bi], static_cast<uint8_t>(Action::kCompress), 1});
+        }
+      }
+    };
+    auto pending = [&] {
+      return (rq && rq->in_flight()) || (cq && cq->in_flight()) || !to_match.empty() || !to_compress.empty();
+    };
+    // Nothing arrived and jobs are in flight: block until the first to
+    // complete has been computed (the executor may need this CPU), then
+    // yield until its modelled completion. Waiting is no work of the dpu's:
+    // not dilated (its CPU stays in the dpu's account, as a polling driver's).
+    auto wait_next = [&] {
+      EngineQueue* q = nullptr;
+      for (EngineQueue* c : {rq.get(), cq.get()})
+        if (c && c->in_flight() && (!q || *c->next_completion_ns() < *q->next_completion_ns())) q = c;
+      if (!q) return;
+      const uint64_t c0 = thread_cpu_ns();
+      const uint64_t at = *q->next_completion_ns();
+      q->wait_computed();
+      while (now_ns() < at) sched_yield();
+      const uint64_t took = thread_cpu_ns() - c0;
+      wait_ns += took;
+      ++waits;
+      dilation.exclude(took);
+    };
+
+    bool rx_over = false;
+    for (;;) {
+      const size_t k = free_bufs.pop(back.data(), back.size());
+      stash.insert(stash.end(), back.begin(), back.begin() + static_cast<std::ptrdiff_t>(k));
+      unsigned n = 0;
+      if (!rx_over) {
+        if (stash.empty() && !pending()) {  // every buffer is with the host: wait for some to come back
+          ++dpu_waits_for_buffers;
+          free_bufs.wait();
+          continue;
+        }
+        if (!stash.empty()) {
+          const unsigned want = static_cast<unsigned>(std::min<size_t>(config_.batch, stash.size()));
+          for (unsigned i = 0; i < want; ++i) {
+            slot_buf[i] = stash.back();
+            stash.pop_back();
+            batch.set_buffer(i, pool.data() + size_t{slot_buf[i]} * kRecvBuffer, kRecvBuffer, &from[slot_buf[i]]);
+          }
+          // Blocks only when no job is in flight: completions are polled for.
+          n = batch.receive(socket_.fd(), want, !s.draining() && !pending());
+          const uint64_t now = now_ns();
+          if (n) s.rx.on_batch(now);
+          for (unsigned i = 0; i < n; ++i) {
+            const uint32_t bi = slot_buf[i];
+            const std::span<const uint8_t> d(pool.data() + size_t{bi} * kRecvBuffer, batch.length(i));
+            if (!s.rx.check(d, batch.truncated(i), Program::kAppRecog, headers[bi])) {
+              stash.push_back(bi);
+              continue;
+            }
+            lens[bi] = static_cast<uint16_t>(d.size());
+            if (rq)
+              to_match.push_back(bi);
+            else
+              classified(bi, rec.recognize(d.subspan(kHeaderBytes)));
+          }
+          for (unsigned i = n; i < want; ++i) stash.push_back(slot_buf[i]);  // unused slots
+          if (s.done(n, now)) rx_over = true;
+        }
+      }
+      // The receive took the slower core's time before the jobs can be posted
+      // (paid before them, so that the executors are not held behind it).
+      if (n) dilation.pay();
+      if (rq) post(*rq, rx, to_match, bitmaps);
+      reap();
+      if (cq) post(*cq, cx, to_compress, deflated);
+      dilation.pay();  // before the requests go to the host: this loop's work took the slower core's time
+      if (!staged.empty()) {
+        work.push_all(staged.data(), staged.size());
+        staged.clear();
+      }
+      if (!pending()) {
+        if (rx_over) break;
+        continue;
+      }
+      if (n == 0) wait_next();
+    }
+    s.add_dilation(dilation);
+    work.close();
+    const uint64_t total = thread_cpu_ns() - cpu0;
+    cpu.add(Place::kDpu, total - std::min(total, wake_ns));
+    cpu.add(Place::kHw, std::min(total, wake_ns));
+    rq.reset();  // every job was reaped: nothing is computing
+    cq.reset();
+    nlohmann::json e = {{"generation", engines_->generation()},
+                        {"dpu_submit_wakeups", wakes},
+                        {"dpu_wake_cpu_ns", wake_ns},
+                        {"dpu_waits", waits},
+                        {"dpu_wait_cpu_ns", wait_ns}};
+    int i = 0;
+    for (const auto& [name, sh, s0] : {std::tuple{"regex", rx, rx0}, std::tuple{"compress", cx, cx0}}) {
+      const int at = i++;
+      if (!sh) continue;
+      const Engine::Stats s1 = sh->engine->stats();
+      const uint64_t hw = s1.hw_cpu_ns - s0.hw_cpu_ns;
+      cpu.add(Place::kHw, hw);
+      e[name] = {{"name", sh->engine->spec().name},
+                 {"jobs", jobs[at]},
+                 {"bytes", s1.bytes - s0.bytes},
+                 {"busy_ns", s1.busy_ns - s0.busy_ns},
+                 {"hw_cpu_ns", hw},
+                 {"late_jobs", s1.late_jobs - s0.late_jobs},
+                 {"executor_wakeups", s1.wakeups - s0.wakeups},
+                 {"mean_latency_ns", jobs[at] ? static_cast<double>(latency_ns[at]) / static_cast<double>(jobs[at]) : 0.0}};
+    }
+    engine_figures = e;
+  };
 
   std::thread dpu([&] {
+    if (engines_) {
+      dpu_engines();
+      return;
+    }
     s.pin(config_.placement.dpu, "e2e-dpu-recog");
     AppRecognizer& rec = *recognizers_.at(0);
     RecvBatch batch(config_.batch);
@@ -507,7 +751,7 @@ nlohmann::json Server::run_apprecog_split(Shared& s, CpuAccount& cpu) {
           continue;
         }
         const Action a = rec.recognize(d.subspan(kHeaderBytes));
-        staged.push_back({bi, static_cast<uint16_t>(d.size()), static_cast<uint8_t>(a)});
+        staged.push_back({bi, static_cast<uint16_t>(d.size()), static_cast<uint8_t>(a), 0});
       }
       for (unsigned i = n; i < want; ++i) stash.push_back(slot_buf[i]);  // unused slots
       dilation.pay();  // before the batch is handed to the host: its recognition took the slower core's time
@@ -534,7 +778,10 @@ nlohmann::json Server::run_apprecog_split(Shared& s, CpuAccount& cpu) {
         const std::span<const uint8_t> d(pool.data() + size_t{w.buf} * kRecvBuffer, w.len);
         const Action a = static_cast<Action>(w.action);
         actions.add(a);
-        rec.reply(headers[w.buf], a, d, replies.next(from[w.buf]));
+        if (w.deflated)
+          write_reply(headers[w.buf], a, deflated[w.buf], replies.next(from[w.buf]));
+        else
+          rec.reply(headers[w.buf], a, d, replies.next(from[w.buf]));
         done.push_back(w.buf);
       }
       replies.flush();  // the replies are copies: the request buffers can go back now
@@ -544,7 +791,7 @@ nlohmann::json Server::run_apprecog_split(Shared& s, CpuAccount& cpu) {
   });
   dpu.join();
   host.join();
-  return {{"dpu_work", "recognition"},
+  nlohmann::json out = {{"dpu_work", "recognition"},
           {"actions", actions.json()},
           {"replies_sent", replies.sent},
           {"reply_send_errors", replies.errors},
@@ -554,6 +801,11 @@ nlohmann::json Server::run_apprecog_split(Shared& s, CpuAccount& cpu) {
                        {"dpu_waits_for_buffers", dpu_waits_for_buffers},
                        {"dpu_sleeps_for_buffers", free_bufs.sleeps()},
                        {"host_waits_on_full_free_ring", host_waits}}}};
+  // The engines' work: jobs, the model's busy time, the executors' CPU (hw)
+  // and the jobs computed after their modelled completion (late_jobs: the
+  // emulator's CPU, not the engine, set the pace).
+  if (engines_) out["engine"] = engine_figures;
+  return out;
 }
 
 }  // namespace dpukit::bench::e2e

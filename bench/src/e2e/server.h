@@ -17,6 +17,15 @@
 //                          compresses or echoes and sends the reply; the
 //                          buffers come back on a second hand-off.
 //                          dpu_work "all": one dpu thread does everything.
+//   apprecog, place dpu, engines (--engine regex[,compress]): as the split,
+//                          but the dpu thread posts each request's matching
+//                          as a job to the RXP and, where the card compresses,
+//                          the compress action to the deflate engine
+//                          (EngineOffload); it polls the completions and hands
+//                          the classified requests (and the engine's deflate
+//                          streams) to the host thread. The jobs are computed
+//                          by the libraries on the engines' executor threads
+//                          (hw) and complete at the model's time.
 // Every thread on the dpu place is time-dilated to `dpu_speed` (core's
 // Dilation): it pays after each received batch (or popped group of misses),
 // before it replies or hands the packets on, so its service time is that of
@@ -43,6 +52,7 @@
 namespace dpukit::bench::e2e {
 
 class AppRecognizer;
+class EngineOffload;
 
 struct ServerConfig {
   Program program = Program::kFlowTable;
@@ -60,12 +70,14 @@ struct ServerConfig {
   size_t expected_flows = 65536;         // software tables are sized for this many flows
   EmulatedFlowTable::Config hw;          // the emulated table (capacity, insert_rate, latency)
   size_t ring_slots = 4096;              // hand-off capacity (and the dpu split's buffer pool)
+  std::string engines;                   // apprecog on dpu: "regex", "compress", "regex,compress" or "" (none)
 };
 
 class Server {
  public:
   // Checks the configuration, binds the socket and makes the operator
-  // kernels. Throws std::invalid_argument (bad configuration),
+  // kernels and the engines. Throws std::invalid_argument (bad
+  // configuration; an engine the dpu speed's generation lacks, naming it),
   // std::runtime_error (socket) or Unavailable (a library backend).
   explicit Server(ServerConfig config);
   ~Server();
@@ -92,6 +104,7 @@ class Server {
   UdpSocket socket_;
   size_t rcvbuf_ = 0;
   std::vector<std::unique_ptr<AppRecognizer>> recognizers_;  // one per thread that uses one
+  std::unique_ptr<EngineOffload> engines_;                   // --engine: the card's engines
 };
 
 }  // namespace dpukit::bench::e2e
