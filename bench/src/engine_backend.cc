@@ -66,6 +66,7 @@ void EngineKernel::set_depth(unsigned depth) {
   queue_.reset();
   queue_ = std::make_unique<EngineQueue>(*shared_->engine, depth, EngineQueue::Clock::kVirtual);
   outs_.assign(depth, Bytes());
+  ins_.assign(depth, {});
   free_.clear();
   for (uint32_t i = depth; i > 0; --i) free_.push_back(i - 1);
 }
@@ -82,10 +83,35 @@ EngineJob EngineKernel::job(std::span<const uint8_t> in, Bytes* out, uint64_t us
   return j;
 }
 
+void EngineKernel::set_program(const ComposedOperator* program, size_t engine_part,
+                               std::vector<std::unique_ptr<Kernel>> dpu_parts) {
+  if (!program || engine_part >= dpu_parts.size() || dpu_parts[engine_part])
+    throw std::invalid_argument("engine kernel: a program needs one kernel per component but its engine's");
+  program_ = program;
+  engine_part_ = engine_part;
+  dpu_parts_ = std::move(dpu_parts);
+  part_outs_.assign(dpu_parts_.size(), Bytes());
+  part_ptrs_.assign(dpu_parts_.size(), nullptr);
+}
+
+void EngineKernel::finish(std::span<const uint8_t> in, const Bytes& engine_out, Bytes& out) {
+  // The other components run here, on the dpu thread: their CPU is in its step.
+  for (size_t i = 0; i < dpu_parts_.size(); ++i) {
+    if (i == engine_part_) {
+      part_ptrs_[i] = &engine_out;
+      continue;
+    }
+    dpu_parts_[i]->process(in, part_outs_[i]);
+    part_ptrs_[i] = &part_outs_[i];
+  }
+  program_->join_parts(part_ptrs_, out);
+}
+
 void EngineKernel::process(std::span<const uint8_t> in, Bytes& out) {
   if (queue_->in_flight() != 0) throw std::logic_error("engine kernel: process() with jobs in flight");
   const uint64_t now = shared_->clock.load();
-  if (!queue_->submit(job(in, &out, 0), now)) throw std::logic_error("engine kernel: an empty queue refused a job");
+  if (!queue_->submit(job(in, program_ ? &engine_out_ : &out, 0), now))
+    throw std::logic_error("engine kernel: an empty queue refused a job");
   done_.clear();
   while (done_.empty()) {
     const std::optional<uint64_t> at = queue_->next_completion_ns();
@@ -98,12 +124,14 @@ void EngineKernel::process(std::span<const uint8_t> in, Bytes& out) {
   while (c < done_[0].completed_ns && !shared_->clock.compare_exchange_weak(c, done_[0].completed_ns)) {
   }
   if (done_[0].error) std::rethrow_exception(done_[0].error);
+  if (program_) finish(in, engine_out_, out);
 }
 
 bool EngineKernel::post(std::span<const uint8_t> in, uint64_t now_ns) {
   if (free_.empty()) return false;
   const uint32_t slot = free_.back();
   if (!queue_->submit(job(in, &outs_[slot], slot), now_ns)) return false;
+  ins_[slot] = in;
   free_.pop_back();
   return true;
 }
@@ -114,7 +142,12 @@ size_t EngineKernel::reap(uint64_t now_ns, uint64_t& sink, uint64_t& latency_ns)
   for (const EngineCompletion& c : done_) {
     free_.push_back(static_cast<uint32_t>(c.user));
     if (c.error) std::rethrow_exception(c.error);
-    sink += digest(outs_[c.user]);
+    if (program_) {
+      finish(ins_[c.user], outs_[c.user], joined_);
+      sink += digest(joined_);
+    } else {
+      sink += digest(outs_[c.user]);
+    }
     latency_ns += c.completed_ns - c.submitted_ns;
   }
   return n;
@@ -143,6 +176,23 @@ std::vector<std::unique_ptr<Kernel>> make_engine_kernels(const Operator& op, siz
       throw Unavailable(generation + "'s " + spec->name + " has no figure for " + work->operation +
                         " in its model (it has: " + joined(ops) + ")");
   }
+  // A composed operator: the component with the engine on it, the others on the dpu threads.
+  const auto* program = dynamic_cast<const ComposedOperator*>(&op);
+  const Operator* body_op = &op;
+  size_t engine_part = 0;
+  if (program) {
+    const std::vector<const Operator*> parts = program->components();
+    size_t on_engine = 0;
+    for (size_t i = 0; i < parts.size(); ++i)
+      if (parts[i]->engine_work()) {
+        engine_part = i;
+        ++on_engine;
+      }
+    if (on_engine != 1)
+      throw Unavailable(op.info().name + " has " + std::to_string(on_engine) +
+                        " components with an engine: the engine backend runs a program with exactly one");
+    body_op = parts[engine_part];
+  }
   auto shared = std::make_shared<EngineShared>();
   shared->work = *work;
   // The inflate engine's rate is of its output (the spec's figure says so):
@@ -151,11 +201,24 @@ std::vector<std::unique_ptr<Kernel>> make_engine_kernels(const Operator& op, siz
   const unsigned executors = std::max<unsigned>(1, static_cast<unsigned>(hw_cpus.cpus.size()));
   // The bodies are the lib backend's code; made here, on the caller's thread,
   // as every backend's shared state is.
-  shared->owned = op.make_kernels(Backend::kLib, size, executors);
+  shared->owned = body_op->make_kernels(Backend::kLib, size, executors);
   for (auto& k : shared->owned) shared->idle.push_back(k.get());
   shared->engine = std::make_unique<Engine>(*spec, executors, hw_cpus);
   std::vector<std::unique_ptr<Kernel>> v;
   for (unsigned i = 0; i < threads; ++i) v.push_back(std::make_unique<EngineKernel>(shared));
+  if (program) {
+    // The other components on the lib backend, one kernel per dpu thread.
+    const std::vector<const Operator*> parts = program->components();
+    std::vector<std::vector<std::unique_ptr<Kernel>>> per_part(parts.size());
+    for (size_t i = 0; i < parts.size(); ++i)
+      if (i != engine_part) per_part[i] = parts[i]->make_kernels(Backend::kLib, size, threads);
+    for (unsigned t = 0; t < threads; ++t) {
+      std::vector<std::unique_ptr<Kernel>> mine(parts.size());
+      for (size_t i = 0; i < parts.size(); ++i)
+        if (i != engine_part) mine[i] = std::move(per_part[i][t]);
+      static_cast<EngineKernel&>(*v[t]).set_program(program, engine_part, std::move(mine));
+    }
+  }
   return v;
 }
 

@@ -49,6 +49,19 @@ struct EngineShared {
   void run_body(std::span<const uint8_t> in, Bytes& out);  // on an executor
 };
 
+// An operator made of others (Table 5's programs, ops/programs.cc). On the
+// engine backend its one component with an engine runs there, and the
+// others run on the submitting dpu thread as each job completes (IPS:
+// rxp_match on the RXP, tcp_seg on the Arm core).
+class ComposedOperator {
+ public:
+  virtual ~ComposedOperator() = default;
+  // The components, in the order a unit of work meets them.
+  virtual std::vector<const Operator*> components() const = 0;
+  // The composed output from every component's output, in order.
+  virtual void join_parts(std::span<const Bytes* const> parts, Bytes& out) const = 0;
+};
+
 // One dpu thread's context on the engine: its task pool (an EngineQueue of
 // `depth` tasks) and one output buffer per task.
 class EngineKernel final : public Kernel {
@@ -73,15 +86,31 @@ class EngineKernel final : public Kernel {
   std::optional<uint64_t> next_completion_ns() const { return queue_->next_completion_ns(); }
   void wait_computed() { queue_->wait_computed(); }
   EngineShared& shared() { return *shared_; }
+  // A composed operator's kernel: the job computes component `engine_part`,
+  // and `dpu_parts` (one lib kernel per component, null at engine_part) the
+  // others on this thread when the job completes, in process() and reap().
+  void set_program(const ComposedOperator* program, size_t engine_part,
+                   std::vector<std::unique_ptr<Kernel>> dpu_parts);
 
  private:
   EngineJob job(std::span<const uint8_t> in, Bytes* out, uint64_t user) const;
+  // The composed output for `in` whose engine part is `engine_out`.
+  void finish(std::span<const uint8_t> in, const Bytes& engine_out, Bytes& out);
 
   std::shared_ptr<EngineShared> shared_;
   std::unique_ptr<EngineQueue> queue_;
   std::vector<Bytes> outs_;     // one per task of the pool
   std::vector<uint32_t> free_;  // tasks not in flight
   std::vector<EngineCompletion> done_;
+  // A composed operator (set_program): its other components' kernels, each
+  // task's input, and the buffers its output is joined from.
+  const ComposedOperator* program_ = nullptr;
+  size_t engine_part_ = 0;
+  std::vector<std::unique_ptr<Kernel>> dpu_parts_;
+  std::vector<std::span<const uint8_t>> ins_;  // one per task of the pool
+  std::vector<Bytes> part_outs_;
+  std::vector<const Bytes*> part_ptrs_;
+  Bytes engine_out_, joined_;
 };
 
 // The engine kernels of `op` at `size` for `threads` dpu threads on

@@ -3,8 +3,14 @@
 // unit of work runs every component operator on the same packet, in order.
 // They exist so that the characterization can set the operator set beside
 // the programs (Figs. 9 and 10), and they can be timed like any operator.
+// A program with one component that a BlueField runs on an engine
+// (Url-Filter and IPS: rxp_match; File-Compress: compress; IPSec: rsa) also
+// runs on the engine backend: that component as the engine's jobs, the
+// others on the submitting dpu thread (engine_backend.h, ComposedOperator).
 #include <cstring>
+#include <mutex>
 
+#include "engine_backend.h"
 #include "operator.h"
 #include "packet.h"
 
@@ -73,7 +79,7 @@ class ProgramKernel final : public Kernel {
   Bytes part_;
 };
 
-class Program final : public Operator {
+class Program final : public Operator, public ComposedOperator {
  public:
   explicit Program(const ProgramSpec& spec) : spec_(spec) {
     info_.name = spec.name;
@@ -82,7 +88,32 @@ class Program final : public Operator {
     info_.version = 1;
     info_.backends = {Backend::kRef, Backend::kLib};
   }
-  const OperatorInfo& info() const override { return info_; }
+  // The engine backend is known once the registry holds the components.
+  const OperatorInfo& info() const override {
+    std::call_once(backends_once_, [this] {
+      if (engine_component()) info_.backends.push_back(Backend::kEngine);
+    });
+    return info_;
+  }
+
+  // The engine of the one component that has one (none when none or several do).
+  std::optional<EngineWork> engine_work() const override {
+    const Operator* c = engine_component();
+    return c ? c->engine_work() : std::nullopt;
+  }
+  std::vector<const Operator*> components() const override {
+    std::vector<const Operator*> v;
+    for (const char* name : spec_.ops) {
+      const Operator* op = component(name);
+      if (!op) throw Unavailable(std::string("component operator ") + name + " is not in this build");
+      v.push_back(op);
+    }
+    return v;
+  }
+  void join_parts(std::span<const Bytes* const> parts, Bytes& out) const override {
+    out.clear();
+    for (const Bytes* p : parts) append_part(out, *p);
+  }
 
   std::vector<Bytes> make_inputs(size_t size, size_t count, uint64_t seed) const override {
     std::vector<Bytes> v;
@@ -91,7 +122,9 @@ class Program final : public Operator {
   }
 
   std::vector<std::unique_ptr<Kernel>> make_kernels(Backend b, size_t size, unsigned threads) const override {
-    if (b == Backend::kDev) throw Unavailable("the composed programs run on ref or lib");
+    if (b == Backend::kDev) throw Unavailable("the composed programs run on ref, lib or engine");
+    if (b == Backend::kEngine)  // made by make_engine_kernels (engine_backend.h), as every engine kernel
+      throw Unavailable("engine kernels of " + info_.name + " are made by make_engine_kernels (engine_backend.h)");
     std::vector<std::vector<std::unique_ptr<Kernel>>> per_op;
     for (const char* name : spec_.ops) {
       Operator* op = component(name);
@@ -124,8 +157,19 @@ class Program final : public Operator {
       if (op->info().name == name) return op.get();
     return nullptr;
   }
+  const Operator* engine_component() const {
+    const Operator* found = nullptr;
+    for (const char* name : spec_.ops) {
+      const Operator* op = component(name);
+      if (!op || !op->engine_work()) continue;
+      if (found) return nullptr;
+      found = op;
+    }
+    return found;
+  }
   const ProgramSpec& spec_;
-  OperatorInfo info_;
+  mutable OperatorInfo info_;
+  mutable std::once_flag backends_once_;
 };
 
 }  // namespace
