@@ -1,4 +1,10 @@
-"""Experiments on the DPU model itself (``dpukit-core``): ring, channel, flow table."""
+"""Experiments on the DPU model itself (``dpukit-core``): ring, channel, flow table.
+
+Each experiment is a ``collect`` step, which runs the tool through
+``ctx.run_point`` / ``ctx.run_native`` (every run kept under ``runs/``), and a
+pure ``render`` step, which turns the points into the section, its tables and
+plots; ``dpukit eval --render`` runs the same steps with the runs read back.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +33,11 @@ GiB = 1 << 30
 def ring(ctx: Context) -> Section:
     batches = [1, 8, 32] if ctx.quick else [1, 4, 8, 32, 128]
     messages = 2_000_000 if ctx.quick else 20_000_000
+    return render_ring(ctx, messages, batches, collect_ring(ctx, messages, batches))
+
+
+def collect_ring(ctx: Context, messages: int, batches: list[int]) -> list[tuple[int, Point]]:
+    """(batch, point) per batch size."""
     points: list[tuple[int, Point]] = []
     for i, batch in enumerate(batches, 1):
         p = ctx.run_point(
@@ -34,7 +45,10 @@ def ring(ctx: Context) -> Section:
             label=f"batch{batch}", key="messages_per_sec",
             detail=f"batch={batch} messages={fmt_int(messages)}", step=i, steps=len(batches))
         points.append((batch, p))
+    return points
 
+
+def render_ring(ctx: Context, messages: int, batches: list[int], points: list[tuple[int, Point]]) -> Section:
     sec = Section("core.ring: SPSC ring throughput vs batch size")
     sec.paragraph(
         f"`{TOOL} ring-bench` moves {fmt_int(messages)} small messages through one SPSC ring inside one "
@@ -80,6 +94,13 @@ def channel_messages(payload: int, quick: bool) -> int:
 def channel(ctx: Context) -> Section:
     payloads = [64, 1024, 16384, 65536] if ctx.quick else [64, 256, 1024, 4096, 16384, 65536]
     modes = ["thread", "process"]
+    points, verified = collect_channel(ctx, modes, payloads)
+    return render_channel(ctx, modes, payloads, points, verified)
+
+
+def collect_channel(ctx: Context, modes: list[str], payloads: list[int]
+                    ) -> tuple[dict[str, list[tuple[int, Point]]], dict[str, dict[str, Any]]]:
+    """Per mode, (payload, point) per payload size; and per mode the run with ``--verify``."""
     verify_payload, verify_messages = 1500, 20_000
     steps = len(modes) * len(payloads) + len(modes)
     step = 0
@@ -101,7 +122,11 @@ def channel(ctx: Context) -> Section:
             TOOL, ["channel-bench", "--mode", mode, "--messages", verify_messages,
                    "--payload", verify_payload, "--verify"],
             label=f"{mode}-verify")
+    return points, verified
 
+
+def render_channel(ctx: Context, modes: list[str], payloads: list[int], points: dict[str, list[tuple[int, Point]]],
+                   verified: dict[str, dict[str, Any]]) -> Section:
     sec = Section("core.channel: host-dpu channel throughput vs payload size")
     sec.paragraph(
         f"`{TOOL} channel-bench` sends messages from the host side to the dpu side over the channel "
@@ -171,6 +196,11 @@ def flowtable(ctx: Context) -> Section:
         rates, fraction = [20000, 77000, 150000], 0.25
     else:
         rates, fraction = [10000, 25000, 50000, 77000, 110000, 200000], 0.5
+    return render_flowtable(ctx, fraction, collect_flowtable(ctx, rates, fraction))
+
+
+def collect_flowtable(ctx: Context, rates: list[int], fraction: float) -> list[tuple[int, Point]]:
+    """(configured rate, point) per rate: ``fraction`` seconds' worth of insertions at that rate."""
     lookups = 1_000_000
     points: list[tuple[int, Point]] = []
     for i, rate in enumerate(rates, 1):
@@ -182,7 +212,10 @@ def flowtable(ctx: Context) -> Section:
             label=f"rate{rate}", key="measured_rate",
             detail=f"rate={rate} inserts={fmt_int(inserts)}", step=i, steps=len(rates))
         points.append((rate, p))
+    return points
 
+
+def render_flowtable(ctx: Context, fraction: float, points: list[tuple[int, Point]]) -> Section:
     sec = Section("core.flowtable: hardware flow-table insertion rate")
     sec.paragraph(
         f"`{TOOL} flowtable-bench` requests {fraction:g} s worth of rule insertions at the configured rate "

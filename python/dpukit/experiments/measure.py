@@ -5,14 +5,21 @@ Every experiment replays a synthetic trace written by ``dpukit-measure gen``.
 Traces are cached under ``<build>/traces/`` (see :mod:`dpukit.measure_traces`), so a
 second evaluation reuses them until the tool is rebuilt; the ``gen`` command
 line is recorded in each section either way.
+
+Each experiment is a ``collect`` step, which runs the tool (through
+``ctx.run_native``, so that every run is kept under ``runs/``) and returns
+what it ran, and a pure ``render`` step, which turns that into the section,
+its tables and plots. ``dpukit eval --render`` runs the same ``collect``
+with the runs read back from ``runs/`` (and the values measured outside the
+tool from the eval's record), so nothing runs again.
 """
 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import math
 import os
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -20,7 +27,7 @@ from dpukit.experiment_support import machine, parameters_note, placement_note, 
 from dpukit.experiments import Context, Point, experiment, median_run
 from dpukit.machine_load import background_busy, background_note
 from dpukit.measure_queues import LiveQueuesRun, LiveUnavailable, missing_requirements, run_live_queues
-from dpukit.measure_traces import TOOL, ensure_trace, trace_note
+from dpukit.measure_traces import TOOL, TraceFile, ensure_trace, trace_note
 from dpukit.paths import tool_path
 from dpukit.plots import BarPanel, Line, Panel, bars_plot, panels_plot
 from dpukit.report import Section
@@ -196,6 +203,12 @@ ACCURACY_TITLE = "measure.accuracy: error vs memory, every sketch and Duet (Duet
 )
 def accuracy(ctx: Context) -> Section:
     mems = accuracy_memories(ctx.quick)
+    traces, results = collect_accuracy(ctx, mems)
+    return render_accuracy(ctx, mems, traces, results)
+
+
+def collect_accuracy(ctx: Context, mems: Sequence[int]) -> tuple[list[TraceFile], dict[str, dict[str, Any]]]:
+    """Every trace, and per trace preset ``compare``'s result over ALGOS with the 32-bit Duet's grid added."""
     traces = [ensure_trace(ctx, p) for p in PRESETS]
     results: dict[str, dict[str, Any]] = {}
     for i, t in enumerate(traces, 1):
@@ -209,7 +222,11 @@ def accuracy(ctx: Context) -> Section:
                    "--memory", ",".join(memory_arg(m) for m in mems)],
             label=f"compare-{t.spec.preset}-duet32")
         results[t.spec.preset]["figures"]["grid"] += [dict(g, algo=DUET32) for g in duet32["figures"]["grid"]]
+    return traces, results
 
+
+def render_accuracy(ctx: Context, mems: Sequence[int], traces: Sequence[TraceFile],
+                    results: dict[str, dict[str, Any]]) -> Section:
     sec = Section(ACCURACY_TITLE)
     for t in traces:
         sec.add_command(t.command)
@@ -312,6 +329,21 @@ SPEED_TITLE = "measure.speed: dpu CPU per packet, throughput, and drops under lo
     tools=[TOOL],
 )
 def speed(ctx: Context) -> Section:
+    return render_speed(ctx, collect_speed(ctx))
+
+
+@dataclass
+class SpeedRuns:
+    trace: TraceFile
+    repeats: int
+    free: dict[str, Point]    # (a) every algorithm as fast as possible
+    rate: int                 # (b)'s offered rate, from (a)'s Count-Min
+    loaded: dict[str, Point]  # (b) RATE_ALGOS at that rate
+    busy: Any                 # the machine's background load before and after
+    busy_after: Any
+
+
+def collect_speed(ctx: Context) -> SpeedRuns:
     t = ensure_trace(ctx, "backbone")
     busy = ctx.measured("busy_before", background_busy)
     reps = timing_repeats(ctx)
@@ -330,7 +362,13 @@ def speed(ctx: Context) -> Section:
                                      key="drops", detail=f"{algo} at {fmt_pps(rate)}", step=j, steps=steps,
                                      repeats=reps)
     busy_after = ctx.measured("busy_after", background_busy)
+    return SpeedRuns(t, reps, free, rate, loaded, busy, busy_after)
 
+
+def render_speed(ctx: Context, runs: SpeedRuns) -> Section:
+    t, reps, free, rate, loaded = runs.trace, runs.repeats, runs.free, runs.rate, runs.loaded
+    busy, busy_after = runs.busy, runs.busy_after
+    cms_ns = free["cms"].figures["dpu_cpu_ns_per_packet"]
     sec = Section(SPEED_TITLE)
     sec.add_command(t.command)
     duet_ns = free["duet"].figures["dpu_cpu_ns_per_packet"]
@@ -461,6 +499,23 @@ def variant_name(algo: str, p: float | None) -> str:
     tools=[TOOL],
 )
 def convergence(ctx: Context) -> Section:
+    return render_convergence(ctx, collect_convergence(ctx))
+
+
+@dataclass
+class ConvergenceRuns:
+    trace: TraceFile
+    prefixes: list[int]
+    # (a) variant -> prefix -> (figures, heavy-flow relative error)
+    sweep: dict[str, dict[int, tuple[dict[str, Any], float]]]
+    # (b) one Duet run at timeline_rate, sampled every `every` packets
+    timeline_seconds: float
+    timeline_rate: int
+    every: int
+    timeline: dict[str, Any]
+
+
+def collect_convergence(ctx: Context) -> ConvergenceRuns:
     t = ensure_trace(ctx, "backbone")
     prefixes = prefix_series(t.spec.packets, 5 if ctx.quick else 8)
     timeline_seconds = 0.5 if ctx.quick else 2.0
@@ -500,7 +555,12 @@ def convergence(ctx: Context) -> Section:
     tl_run = ctx.run_native(
         TOOL, ["run", "--trace", t.path, "--algo", "duet", "--memory", memory_arg(SPEED_MEMORY),
                "--rate", timeline_rate, "--timeline-every", every], label="duet-timeline")
+    return ConvergenceRuns(t, prefixes, sweep, timeline_seconds, timeline_rate, every, tl_run)
 
+
+def render_convergence(ctx: Context, runs: ConvergenceRuns) -> Section:
+    t, prefixes, sweep, every = runs.trace, runs.prefixes, runs.sweep, runs.every
+    timeline_seconds, timeline_rate, tl_run = runs.timeline_seconds, runs.timeline_rate, runs.timeline
     sec = Section(CONVERGENCE_TITLE)
     sec.add_command(t.command)
     names = list(sweep)
@@ -636,6 +696,19 @@ PACKET_SIZES = (64, 1024)
     tools=[TOOL],
 )
 def throughput(ctx: Context) -> Section:
+    return render_throughput(ctx, collect_throughput(ctx))
+
+
+@dataclass
+class ThroughputRuns:
+    trace: TraceFile
+    variants: list[tuple[str, list[str]]]
+    runs: dict[tuple[str, int], list[dict[str, Any]]]  # (variant, packet size) -> its zero-loss runs, by round
+    busy: Any
+    busy_after: Any
+
+
+def collect_throughput(ctx: Context) -> ThroughputRuns:
     t = ensure_trace(ctx, "backbone")
     variants = [v for v in THROUGHPUT_VARIANTS if not ctx.quick or v[0] in THROUGHPUT_QUICK]
     busy = ctx.measured("busy_before", background_busy)
@@ -655,6 +728,12 @@ def throughput(ctx: Context) -> Section:
                            "--passes", 2, "--packet-size", size, *args],
                     label=f"zero-loss-{name.replace(' ', '-')}-{size}" + (f"-r{rep}" if ctx.repeats > 1 else "")))
     busy_after = ctx.measured("busy_after", background_busy)
+    return ThroughputRuns(t, variants, runs, busy, busy_after)
+
+
+def render_throughput(ctx: Context, collected: ThroughputRuns) -> Section:
+    t, variants, runs = collected.trace, collected.variants, collected.runs
+    busy, busy_after = collected.busy, collected.busy_after
     points = {k: Point(v, median_run(v, "zero_loss_pps")) for k, v in runs.items()}
 
     def mpps(name: str, size: int) -> float:
@@ -817,6 +896,20 @@ def median_and_range(values: Sequence[float]) -> tuple[float, str]:
     tools=[TOOL],
 )
 def bluefield(ctx: Context) -> Section:
+    return render_bluefield(ctx, collect_bluefield(ctx))
+
+
+@dataclass
+class BluefieldRuns:
+    trace: TraceFile
+    variants: list[tuple[str, list[str]]]
+    runs: dict[tuple[str, str], list[dict[str, Any]]]      # (variant, speed) -> its zero-loss runs, by round
+    capacity: dict[tuple[str, str], list[dict[str, Any]]]  # the same points as fast as possible, by round
+    busy: Any
+    busy_after: Any
+
+
+def collect_bluefield(ctx: Context) -> BluefieldRuns:
     t = ensure_trace(ctx, "backbone")
     variants = [v for v in BLUEFIELD_VARIANTS if not ctx.quick or v[0] in BLUEFIELD_QUICK]
     reps = ctx.repeats
@@ -843,13 +936,13 @@ def bluefield(ctx: Context) -> Section:
                            "--packet-size", 64, "--dpu-speed", speed, *args],
                     label=f"run-{name.replace(' ', '-')}-{speed}" + (f"-r{rep}" if reps > 1 else "")))
     busy_after = ctx.measured("busy_after", background_busy)
-    return bluefield_section(ctx, t, variants, runs, capacity, busy, busy_after)
+    return BluefieldRuns(t, variants, runs, capacity, busy, busy_after)
 
 
-def bluefield_section(ctx: Context, t: Any, variants: Sequence[tuple[str, list[str]]],
-                      runs: dict[tuple[str, str], list[dict[str, Any]]],
-                      capacity: dict[tuple[str, str], list[dict[str, Any]]], busy: Any, busy_after: Any) -> Section:
+def render_bluefield(ctx: Context, collected: BluefieldRuns) -> Section:
     """The report of measure.bluefield from its runs alone."""
+    t, variants, runs, capacity = collected.trace, collected.variants, collected.runs, collected.capacity
+    busy, busy_after = collected.busy, collected.busy_after
     names = [n for n, _ in variants]
     host, bf = BLUEFIELD_SPEEDS
     points = {k: Point(v, median_run(v, "zero_loss_pps")) for k, v in runs.items()}
@@ -1047,6 +1140,34 @@ def scaling_verdict(rates: dict[int, float], cores: int, clean: set[int]) -> str
     tools=[TOOL],
 )
 def scaling(ctx: Context) -> Section:
+    return render_scaling(ctx, collect_scaling(ctx))
+
+
+@dataclass
+class LiveQueues:
+    loops: int  # tcpreplay's passes over the trace
+    # The eval's record of the runs: {"unavailable": why not run (or None), "runs": [LiveQueuesRun as a dict]}
+    got: dict[str, Any]
+
+
+@dataclass
+class ScalingRuns:
+    trace: TraceFile
+    repeats: int
+    cores: int  # usable CPUs
+    machine: dict[str, Any]
+    workers: list[int]
+    algos: Sequence[str]
+    precision: float  # the zero-loss search's
+    configs: list[tuple[str, int]]  # (algorithm, workers) in the order they ran
+    points: dict[tuple[str, int], Point]  # as fast as possible
+    zero: dict[tuple[str, int], dict[str, Any]]  # the zero-loss search
+    busy: Any
+    busy_after: Any
+    live: LiveQueues
+
+
+def collect_scaling(ctx: Context) -> ScalingRuns:
     t = ensure_trace(ctx, "backbone")
     busy = ctx.measured("busy_before", background_busy)
     reps = 1 if ctx.quick else timing_repeats(ctx)
@@ -1074,6 +1195,14 @@ def scaling(ctx: Context) -> Section:
             TOOL, ["zero-loss", *common, "--packet-size", 64, "--precision", precision, "--algo", algo, *where],
             label=f"zero-loss-{algo}-w{w}")
     busy_after = ctx.measured("busy_after", background_busy)
+    return ScalingRuns(t, reps, cores, mach, workers, algos, precision, configs, points, zero, busy, busy_after,
+                       collect_live_queues(ctx, cores))
+
+
+def render_scaling(ctx: Context, runs: ScalingRuns) -> Section:
+    t, reps, cores, mach, workers, algos = runs.trace, runs.repeats, runs.cores, runs.machine, runs.workers, runs.algos
+    precision, configs, points, zero = runs.precision, runs.configs, runs.points, runs.zero
+    busy, busy_after = runs.busy, runs.busy_after
     # A worker count has a CPU per worker (and one left for the rest) only below the core count.
     clean = {w for w in workers if w < cores}
 
@@ -1136,13 +1265,15 @@ def scaling(ctx: Context) -> Section:
     sec.image(rel, "Throughput and zero-loss rate vs workers",
               "Packets per second as fast as possible (left) and with no drops (right) per algorithm and number "
               "of dpu workers.")
-    live_queues(ctx, sec, cores)
+    render_live_queues(ctx, sec, runs.live, cores)
     return sec
 
 
-def live_queues(ctx: Context, sec: Section, cores: int) -> None:
+LIVE_QUEUES_TITLE = "Live, one AF_XDP socket and dpu worker per veth queue"
+
+
+def collect_live_queues(ctx: Context, cores: int) -> LiveQueues:
     """`live` on a veth with 1 and 2 (up to the cores) queues, native XDP, tcpreplay as fast as it sends."""
-    title = "Live, one AF_XDP socket and dpu worker per veth queue"
     t = ensure_trace(ctx, "backbone")
     loops = 1 if ctx.quick else 3
     queue_counts = [q for q in (1, 2) if q <= max(cores, 1)]
@@ -1164,11 +1295,15 @@ def live_queues(ctx: Context, sec: Section, cores: int) -> None:
                                                 heavy_threshold=1000))
         except LiveUnavailable as e:
             return {"unavailable": str(e), "runs": []}
-        return {"unavailable": None, "runs": [dataclasses.asdict(r) for r in runs]}
+        return {"unavailable": None, "runs": [asdict(r) for r in runs]}
 
     # Kept in the eval's record: these runs start live, tcpreplay and a veth
     # outside ctx.run_native, and --render must not.
-    got = ctx.measured("live_queues", collect)
+    return LiveQueues(loops, ctx.measured("live_queues", collect))
+
+
+def render_live_queues(ctx: Context, sec: Section, live: LiveQueues, cores: int) -> None:
+    title, loops, got = LIVE_QUEUES_TITLE, live.loops, live.got
     if got["unavailable"]:
         sec.paragraph(f"{title}: not run, {got['unavailable']}.")
         return
@@ -1176,6 +1311,7 @@ def live_queues(ctx: Context, sec: Section, cores: int) -> None:
     for r in runs:
         r.result["figures"]["tcpreplay"] = {"sent": r.sent, "seconds": r.send_seconds, "argv": r.replay_argv}
         r.result["figures"]["per_queue"] = {str(k): v for k, v in r.per_queue.items()}
+        # The section's runs, added after its placement note, which speaks of the sweep's runs alone.
         ctx.runs.append(r.result)
     rows = []
     for r in runs:
