@@ -11,23 +11,17 @@ import csv
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
 from conftest import native_tool
+from dpukit.experiment_support import free_udp_port
 from live_support import RATE, live_over, make_pcap, replay, stop, veth, wait_attached  # noqa: F401 (veth: the fixture)
 
 PACKETS = 30000
 TOP = 100  # heavy threshold in packets
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def read_csv_truth(path: Path) -> dict[str, tuple[int, float]]:
