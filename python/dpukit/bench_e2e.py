@@ -375,13 +375,17 @@ def run_point(tool: str | Path, net: Network, *, program: str, size: int, interv
               table: str = "sw", place: str = "host", dpu_work: str = "recognition", seconds: float = 1.0,
               out_dir: Path, flows: int = 4096, zipf: float = 1.1, plan: dict[str, str] | None = None,
               label: str | None = None, round_no: int = 0, hw_args: Sequence[str] = (),
-              client_args: Sequence[str] = (), gso: bool = True, dpu_speed: str | None = None) -> dict[str, Any]:
+              client_args: Sequence[str] = (), gso: bool = True, dpu_speed: str | None = None,
+              engine: str | None = None) -> dict[str, Any]:
     """One client run against one fresh server; the combined record.
 
     ``gso``: the client sends each burst it is allowed (see
     :func:`client_burst`) as one UDP GSO buffer instead of a sendmmsg batch.
     ``dpu_speed``: the server's --dpu-speed (its dpu place's threads are
-    dilated to it); None leaves the server's default ($DPUKIT_DPU_SPEED)."""
+    dilated to it); None leaves the server's default ($DPUKIT_DPU_SPEED).
+    ``engine``: apprecog on dpu, the server's --engine ("regex",
+    "regex,compress"): its matching (and compress action) on the engines of
+    the generation ``dpu_speed`` names."""
     if program not in ("flowtable", "apprecog"):
         raise ValueError(f"program must be flowtable or apprecog, not {program!r}")
     plan = plan or cpu_plan()
@@ -390,6 +394,8 @@ def run_point(tool: str | Path, net: Network, *, program: str, size: int, interv
     what = table if program == "flowtable" else place
     if dpu_speed is not None:
         what += f"-{dpu_speed}"
+    if engine:
+        what += "-engine-" + engine.replace(",", "-")
     label = label or f"{program}-{what}-{size}B-{interval_us:g}us-r{round_no}"
     server_json, client_json = out_dir / f"{label}.server.json", out_dir / f"{label}.client.json"
     for p in (server_json, client_json):
@@ -405,6 +411,8 @@ def run_point(tool: str | Path, net: Network, *, program: str, size: int, interv
         server_argv += ["--table", table, *hw_args]
     else:
         server_argv += ["--dpu-work", dpu_work]
+        if engine:
+            server_argv += ["--engine", engine]
     client_argv: list[Any] = [tool, "e2e-client", "--program", program, "--server", net.server_addr,
                               "--port", port, "--size", size, "--interval", interval_us,
                               "--duration", seconds, "--flows", flows, "--zipf", zipf, "--json", client_json]
@@ -468,6 +476,10 @@ def make_record(server: dict[str, Any], client: dict[str, Any], *, program: str,
         # The dpu place's speed and the busy time its threads' dilation added.
         "dpu_speed": server.get("placement", {}).get("dpu_speed"),
         "dilation": s.get("dilation"),
+        # apprecog with --engine: the engines chosen and their figures (jobs,
+        # late jobs, the executors' hw CPU, the model's busy time).
+        "engine": (server.get("parameters", {}).get("engines") or {}).get("chosen"),
+        "engine_figures": s.get("engine"),
     }
     if program == "flowtable":
         rec["loss"] = request_loss
@@ -599,7 +611,10 @@ def run_apprecog(tool: str | Path, sizes: Sequence[int] = DEFAULT_SIZES,
 
 
 def _key(rec: dict[str, Any]) -> tuple:
-    return (rec["program"], rec["table"] or rec["place"], rec["size"], rec["interval_us"])
+    where = rec["table"] or rec["place"]
+    if rec.get("engine"):
+        where += "+engine:" + rec["engine"]
+    return (rec["program"], where, rec["size"], rec["interval_us"])
 
 
 def summarize(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

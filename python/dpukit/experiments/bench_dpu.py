@@ -468,16 +468,130 @@ def render_ops(ctx: Context, data: dict[str, Any]) -> Section:
     return sec
 
 
+# -- Table 5's programs at bluefield2, with and without the engines ------------
+
+# The programs that use an engine operator (§4.3: "IPS and Url-Filter (which
+# utilize the RXPMatch operator) and ... File-Compress (which utilize the
+# Compress operator) are more suitable for deployment on the BlueField-2").
+ENGINE_PROGRAMS = ("program_url_filter", "program_ips", "program_file_compress")
+
+
+def program_engine_sweep(quick: bool) -> tuple[list[int], list[int]]:
+    """The engine runs of the programs: quick mode only the peak's corner."""
+    return ([8], [64]) if quick else engine_sweep(False)
+
+
+def collect_programs(ctx: Context) -> dict[str, Any]:
+    """The three programs (one run each way, all three in it): lib at one
+    thread on the host place and on the dpu place at ``SPEED`` (paired, the
+    order alternating over the rounds, both on one CPU), and the engine
+    backend at ``SPEED`` over threads x depth."""
+    sizes, rounds, cpu = ops_sizes(ctx.quick), ops_rounds(ctx.quick), ctx.measured("cpu", shared_cpu)
+    ops = ",".join(ENGINE_PROGRAMS)
+    runs: list[dict[str, Any]] = []
+    for rnd in range(rounds):
+        order = [("host", "host"), ("dpu", SPEED)]
+        if rnd % 2:
+            order.reverse()
+        for place, speed in order:
+            ctx.progress(f"round {rnd + 1}: the programs on {place}" + (f" at {speed}" if place == "dpu" else ""))
+            args = ["--ops", ops, "--backend", "lib", "--sizes", ",".join(map(str, sizes)), "--threads", 1,
+                    "--place", place, "--host-cpus", cpu, "--dpu-cpus", cpu, "--dpu-speed", speed,
+                    *ops_timing(ctx.quick)]
+            runs.append({"round": rnd, "place": place, "result": run_bench(ctx, args, f"programs-{place}-r{rnd}")})
+    threads, depths = program_engine_sweep(ctx.quick)
+    ctx.progress(f"the programs on the engines at {SPEED}")
+    args = ["--ops", ops, "--backend", "engine", "--sizes", ",".join(map(str, sizes)),
+            "--threads", ",".join(map(str, threads)), "--depth", ",".join(map(str, depths)),
+            "--place", "dpu", "--dpu-cpus", cpu, "--hw-cpus", cpu, "--dpu-speed", SPEED, *ops_timing(ctx.quick)]
+    engine = run_bench(ctx, args, "programs-engine")
+    return {"programs": list(ENGINE_PROGRAMS), "sizes": sizes, "rounds": rounds, "cpu": cpu, "runs": runs,
+            "engine_run": engine, "engine_threads": threads, "engine_depths": depths}
+
+
+def program_figures(data: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    """(program, size) -> host and dpu Mops per round, their paired ratio
+    per CPU second, and the engine's peak point (None when unavailable)."""
+    pts: dict[tuple[str, str, int, int], dict[str, Any]] = {}
+    for run in data["runs"]:
+        for p in run["result"]["figures"]["points"]:
+            pts[(p["op"], run["place"], p["size"], run["round"])] = p
+    eng: dict[tuple[str, int], dict[str, Any]] = {}
+    for p in data["engine_run"]["figures"]["points"]:
+        k = (p["op"], p["size"])
+        if k not in eng or p["mops"] > eng[k]["mops"]:
+            eng[k] = p
+    out = {}
+    for name in data["programs"]:
+        for size in data["sizes"]:
+            host, dpu, ratio = [], [], []
+            for rnd in range(data["rounds"]):
+                h, d = pts.get((name, "host", size, rnd)), pts.get((name, "dpu", size, rnd))
+                if h and d:
+                    host.append(h["mops"])
+                    dpu.append(d["mops"])
+                    ratio.append(d["mops_per_cpu_second"] / h["mops_per_cpu_second"])
+            out[(name, size)] = {"host": host, "dpu": dpu, "ratio": ratio, "engine": eng.get((name, size))}
+    return out
+
+
+def render_programs(ctx: Context, sec: Section, data: dict[str, Any]) -> None:
+    """Url-Filter, IPS and File-Compress at ``SPEED``: on the Arm cores, with
+    their engine operator on the engine, beside the host."""
+    figs = program_figures(data)
+    threads, depths = data["engine_threads"], data["engine_depths"]
+    sec.paragraph(
+        "Table 5's programs that use an engine operator, which §4.3 calls more suitable for BlueField-2: "
+        "Url-Filter (rxp_match), IPS (rxp_match, then tcp_seg) and File-Compress (compress), each one unit of work "
+        "per packet. Host: the lib backend, one thread. Arm cores: the lib backend on the dpu place at "
+        f"`--dpu-speed {SPEED}`, one dilated thread (paired with the host on CPU {data['cpu']}, {data['rounds']} "
+        f"round(s)), and that x BlueField-2's {BLUEFIELD_ARM_CORES} cores, an extrapolation. With the engine: "
+        f"`--backend engine`, the program's engine operator as the engine's jobs and the rest (IPS's tcp_seg) on "
+        f"the submitting dpu thread when each job completes, {', '.join(map(str, threads))} threads x "
+        f"{', '.join(map(str, depths))} in flight, the best point, in model time (its dpu threads' own CPU / F and "
+        "the engine's modelled completions). The host x "
+        f"{PAPER_HOST_CORES} is the paper's 12-core host, extrapolated from one thread.")
+    rows = []
+    for name in data["programs"]:
+        for size in data["sizes"]:
+            f = figs[(name, size)]
+            host = statistics.median(f["host"]) if f["host"] else None
+            dpu = statistics.median(f["dpu"]) if f["dpu"] else None
+            e = f["engine"]
+            arm8 = dpu * BLUEFIELD_ARM_CORES if dpu else None
+            where = (f"{e['engine']['name']}, {e['threads']} x {e['depth']}, busy "
+                     f"{100 * e['engine']['busy_fraction']:.0f}%") if e else "-"
+            rows.append([name, size, fmt_sig(host) if host else "-", fmt_sig(dpu) if dpu else "-",
+                         _range(f["ratio"]) if f["ratio"] else "-", fmt_sig(arm8) if arm8 else "-",
+                         fmt_sig(e["mops"]) if e else "-", where,
+                         fmt_sig(e["engine"]["dpu_cpu_ns_per_job_at_speed"]) if e else "-",
+                         fmt_sig(e["mops"] / arm8) if e and arm8 else "-",
+                         fmt_sig(e["mops"] / (host * PAPER_HOST_CORES)) if e and host else "-"])
+    sec.table(["program", "bytes", "host Mops, 1 thread", f"Arm core at {SPEED}, Mops", "Arm core / host per CPU s",
+               f"Arm cores x {BLUEFIELD_ARM_CORES} (extrapolated)", "with the engine, Mops at peak",
+               "engine point", "dpu ns per job at F", f"engine / Arm cores x {BLUEFIELD_ARM_CORES}",
+               f"engine / host x {PAPER_HOST_CORES}"], rows,
+              caption=f"Table 5's programs at {SPEED}: on the Arm cores and with their engine operator on the engine, "
+                      "beside the host")
+    unavailable = {u["op"]: u["why"] for u in data["engine_run"]["figures"]["unavailable"] if "depth" not in u}
+    if unavailable:
+        sec.table(["program", "why not on the engine"], sorted(unavailable.items()),
+                  caption="Programs the engine backend could not run")
+
+
 @experiment(
     "bench.bluefield.ops",
     title=OPS_TITLE,
     description=f"Every operator on the host place and on the dpu place time-dilated to {SPEED}, side by side; the "
                 "engine operators on BlueField-2's engines (engine backend, model time) over threads x depth; each "
-                "operator at peak on its best BlueField place beside the host, against Fig. 12's text.",
+                "operator at peak on its best BlueField place beside the host, against Fig. 12's text; Url-Filter, "
+                "IPS and File-Compress on the Arm cores and with their engine operator on the engine.",
     tools=[TOOL],
 )
 def bluefield_ops(ctx: Context) -> Section:
-    return render_ops(ctx, collect_ops(ctx))
+    sec = render_ops(ctx, collect_ops(ctx))
+    render_programs(ctx, sec, collect_programs(ctx))
+    return sec
 
 
 # -- bench.bluefield.e2e: the end-to-end programs at bluefield2 ---------------
@@ -499,7 +613,14 @@ APP_MODES = [
     ("host", {"program": "apprecog", "place": "host", "dpu_speed": "host"}),
     ("dpu at full speed", {"program": "apprecog", "place": "dpu", "dpu_speed": "host"}),
     (f"dpu at {SPEED}", {"program": "apprecog", "place": "dpu", "dpu_speed": SPEED}),
+    # The paper's card: the matching on the RXP (DOCA RegEx), the dpu thread
+    # only posting jobs and polling; then also the compress action on the
+    # deflate engine, where the card compresses.
+    (f"dpu at {SPEED}, RXP", {"program": "apprecog", "place": "dpu", "dpu_speed": SPEED, "engine": "regex"}),
+    (f"dpu at {SPEED}, RXP + deflate", {"program": "apprecog", "place": "dpu", "dpu_speed": SPEED,
+                                       "engine": "regex,compress"}),
 ]
+ENGINE_MODES = {label for label, cfg in APP_MODES if cfg.get("engine")}
 
 
 def measure_e2e(tool: Any, out_dir: Any, programs: Sequence[tuple[str, list, list[int], list[float]]], *,
@@ -535,7 +656,8 @@ def collect_e2e(ctx: Context) -> list[dict[str, Any]]:
 
 def _mode_key(r: dict[str, Any]) -> tuple:
     speed = r["dpu_speed"]["name"] if isinstance(r["dpu_speed"], dict) else r["dpu_speed"]
-    return (r["program"], r.get("table") if r["program"] == "flowtable" else None, r["place"], speed)
+    return (r["program"], r.get("table") if r["program"] == "flowtable" else None, r["place"], speed,
+            r.get("engine") or None)
 
 
 def e2e_summary(records: Sequence[dict[str, Any]]) -> dict[tuple, dict[str, list[float]]]:
@@ -550,6 +672,12 @@ def e2e_summary(records: Sequence[dict[str, Any]]) -> dict[tuple, dict[str, list
         d = r.get("dilation") or {}
         if d.get("work_cpu_ns"):
             vals["dilated_per_work"] = d["dilated_cpu_ns"] / d["work_cpu_ns"]
+        e = r.get("engine_figures") or {}
+        if e.get("regex", {}).get("jobs"):
+            # Jobs the executor computed after their modelled completion: the
+            # emulator's CPU (shared with every server thread), not the engine, set their pace.
+            vals["late_share"] = e["regex"]["late_jobs"] / e["regex"]["jobs"]
+            vals["rxp_latency_us"] = e["regex"]["mean_latency_ns"] / 1e3
         for k, v in vals.items():
             g.setdefault(k, []).append(v)
     return out
@@ -619,21 +747,31 @@ def render_e2e(ctx: Context, records: list[dict[str, Any]]) -> Section:
                 yield size, label, g, (statistics.median(g[figure]) / h - 1 if h > 0 else None)
 
     rows = [[size, label, _med(g, "served_kpps"), _med(g, "loss"), _med(g, "util_host", 100),
-             "-" if vs is None else f"{-100 * vs:.0f}%", _med(g, "util_dpu", 100), _med(g, "dilated_per_work")]
+             "-" if vs is None else f"{-100 * vs:.0f}%", _med(g, "util_dpu", 100), _med(g, "util_hw", 100),
+             _med(g, "dilated_per_work"), _med(g, "late_share")]
             for size, label, g, vs in app_points(iv_cpu, "util_host")]
     sec.table(["bytes", "app recognition", "served kpps", "loss", "host CPU %", "host CPU saved", "dpu CPU %",
-               "dpu dilated / work"], rows,
+               "hw CPU % (engines' executors)", "dpu dilated / work", "RXP jobs late"], rows,
               caption=f"Fig. 15 at a {iv_cpu} us interval: the paper saves 10-20 % of the server CPU at slow rates "
                       "by moving the recognition to BlueField-2")
     rows = [[size, label, _med(g, "rtt_p50"), "-" if vs is None else f"{100 * vs:+.0f}%", _med(g, "rtt_p99"),
-             _med(g, "loss")] for size, label, g, vs in app_points(iv_rtt, "rtt_p50")]
-    sec.table(["bytes", "app recognition", "RTT p50 us", "p50 against host", "RTT p99 us", "loss"], rows,
+             _med(g, "loss"), _med(g, "rxp_latency_us"), _med(g, "late_share")]
+            for size, label, g, vs in app_points(iv_rtt, "rtt_p50")]
+    sec.table(["bytes", "app recognition", "RTT p50 us", "p50 against host", "RTT p99 us", "loss",
+               "RXP job latency us (modelled, or computed when late)", "RXP jobs late"], rows,
               caption=f"Fig. 16 at a {iv_rtt} us interval: the paper's process delay is 10-15 % lower with the "
                       "recognition on BlueField-2 (its RegEx engine)")
     sec.paragraph(
-        "Fig. 16's 10-15 % lower delay comes from BlueField-2's RegEx engine doing the matching; the emulation has "
-        "no engine, so at reduced speed the matching runs on a slower core and the delay can only grow; when the "
-        "dpu cannot keep up, requests queue and are lost there. The host CPU of each mode includes the kernel's "
+        "Fig. 16's 10-15 % lower delay comes from BlueField-2's RegEx engine doing the matching. On the Arm cores "
+        f"at {SPEED} the matching runs on a slower core and the delay can only grow; when the dpu cannot keep up, "
+        "requests queue and are lost there. The RXP modes (`e2e-server --engine regex`, and `regex,compress` with "
+        "the compress action on the deflate engine) put it on core's model of the card's engines: the dpu thread "
+        "builds and posts one job per request and polls for completions, and pays only that (dilated); the jobs "
+        "are Hyperscan and ISA-L on the engine's executor thread (hw CPU), completing at the model's time (5 us "
+        "latency, a named guess, plus the job at the RXP's rate) or, when the executor had no CPU in time, when "
+        "it has computed them ('late'). On this machine the executor shares the server's one CPU with every "
+        "other server thread, so most jobs are late and the RXP's latency here is the emulator's, not the "
+        "card's. The host CPU of each mode includes the kernel's "
         "receive work that interrupted its threads (this kernel has no IRQ time accounting): a dpu thread that "
         "is busy longer, as a dilated one is, is interrupted more often, so the host's share can fall further at "
         "reduced dpu speed than the work moved explains.")
@@ -666,7 +804,8 @@ def render_e2e(ctx: Context, records: list[dict[str, Any]]) -> Section:
                               fmt=lambda v: f"{v:.0f}"),
                      BarPanel(f"RTT p50 at {iv_rtt} us (Fig. 16)", "us (log)", app_vals("rtt_p50", iv_rtt),
                               logy=True, fmt=lambda v: f"{v:.0f}")], app_cats,
-              title=f"App recognition (Figs. 15-16) with the dpu at full speed and at {SPEED} (medians)", ncols=3)
+              title=f"App recognition (Figs. 15-16) with the dpu at full speed, at {SPEED} and with {SPEED}'s engines "
+          "(medians)", ncols=3)
     sec.image(rel, "app recognition", f"App recognition: the host's and the dpu's CPU at a {iv_cpu} us interval and "
               f"the round trip at {iv_rtt} us, per mode.")
     srv = ["dpukit-bench", "e2e-server", "--program", "apprecog", "--place", "dpu", "--dpu-speed", SPEED,
@@ -674,6 +813,7 @@ def render_e2e(ctx: Context, records: list[dict[str, Any]]) -> Section:
     cli = ["dpukit-bench", "e2e-client", "--program", "apprecog", "--server", "SERVER", "--size", "64",
            "--interval", str(iv_cpu), "--duration", "1"]
     sec.add_command(srv)
+    sec.add_command(srv + ["--engine", "regex,compress"])
     sec.add_command(cli)
     return sec
 
@@ -681,7 +821,8 @@ def render_e2e(ctx: Context, records: list[dict[str, Any]]) -> Section:
 @experiment(
     "bench.bluefield.e2e",
     title=E2E_TITLE,
-    description=f"Flow table and app recognition with the dpu place at full speed and at {SPEED}, beside the host, "
+    description=f"Flow table and app recognition with the dpu place at full speed and at {SPEED} (app recognition "
+                f"also with its matching on {SPEED}'s RXP and its compress on the deflate engine), beside the host, "
                 "against Figs. 14-16 (full mode).",
     tools=[TOOL],
 )
