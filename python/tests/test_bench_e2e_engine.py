@@ -65,6 +65,7 @@ def test_app_recognition_on_the_rxp_end_to_end(bench_tool, tmp_path):
 
 def test_programs_with_and_without_the_engine_and_rebuilt_from_the_record(bench_tool, tmp_path):
     ctx = Context(name="bench.bluefield.ops", quick=True, out_dir=tmp_path)
+    ctx.measured("cpu", bd.shared_cpu)  # as collect_ops records it first in the same experiment
     data = bd.collect_programs(ctx)
     assert len(ctx.runs) == 3  # host and dpu (one round), the engine
     figs = bd.program_figures(data)
