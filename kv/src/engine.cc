@@ -50,6 +50,13 @@ void raise_max(std::atomic<uint64_t>& max, uint64_t v) {
 
 // A dpu thread's Dilation (docs/core.md), its added busy time counted in
 // EngineStats::dilated_ns as it is paid, so that the statistics show it.
+//
+// The agent is dpu work end to end, so each engine thread's clock runs for
+// the thread's whole life: everything it does between two payments is
+// billed to the next, its wake-ups, the channel's receive (the ring and the
+// payload copy) and the hand-offs between threads included. Only a wait
+// that ends with nothing to do is forgotten (start()). Made on the thread
+// it measures.
 class DpuThreadClock {
  public:
   DpuThreadClock(double factor, EngineStats& stats) : dilation_(factor), stats_(stats) {}
@@ -58,11 +65,22 @@ class DpuThreadClock {
   void pay() {
     if (!dilation_.active()) return;
     dilation_.pay();
-    add(stats_.dilated_ns, dilation_.dilated_ns() - reported_);
-    reported_ = dilation_.dilated_ns();
+    report();
+  }
+  // After a request too small to read the CPU clock for (one read costs
+  // about as much as a small write's whole work here): pays once 20 us of
+  // wall time have passed.
+  void poll() {
+    if (!dilation_.active()) return;
+    dilation_.poll();
+    report();
   }
 
  private:
+  void report() {
+    add(stats_.dilated_ns, dilation_.dilated_ns() - reported_);
+    reported_ = dilation_.dilated_ns();
+  }
   Dilation dilation_;
   EngineStats& stats_;
   uint64_t reported_ = 0;
@@ -91,10 +109,14 @@ class BufferPool {
   explicit BufferPool(uint64_t keep_bytes) : keep_bytes_(keep_bytes) {}
   Buffer take(size_t len) {
     std::lock_guard lock(mu_);
-    for (size_t i = 0; i < free_.size(); ++i) {
+    // The most recently given first (its bytes are likely still in cache),
+    // and taken from the end: erasing the first of thousands of kept
+    // buffers moved all the others, tens of microseconds a take.
+    for (size_t i = free_.size(); i-- > 0;) {
       if (free_[i].capacity < len) continue;
       Buffer b = std::move(free_[i]);
-      free_.erase(free_.begin() + static_cast<ptrdiff_t>(i));
+      if (i + 1 != free_.size()) free_[i] = std::move(free_.back());
+      free_.pop_back();
       kept_ -= b.capacity;
       return b;
     }
@@ -449,17 +471,21 @@ void WritePersistEngine::Impl::receive_loop() {
   std::vector<ChannelDpu::Message> batch;
   DpuThreadClock clock(options.dpu_speed, stats);
   while (!stop_serving.load(std::memory_order_relaxed) && !stop_receiving.load(std::memory_order_relaxed)) {
+    // The receive is the dpu's work (the ring, and the payload copy: the
+    // "DMA read"): billed with the batch it brings. When the ring was empty
+    // it includes the channel's spin before it slept, which a slower core
+    // spins longer too.
     size_t n = qp->receive(batch, kMaxBatch, kReceiveTimeout);
     if (n == 0) {
       if (qp->closed()) return;
+      clock.start();  // waited for nothing: idle, not work
       continue;
     }
     const uint64_t received_ns = now_ns();
-    clock.start();  // the wait for requests (the channel spins first) is idle, not work
     raise_max(stats.max_batch, n);
     for (const auto& m : batch) {
       Request q = take(m, received_ns);
-      clock.pay();  // each request at the dpu's speed (never with a lock held)
+      clock.poll();  // each request at the dpu's speed (never with a lock held)
       // Each at once: the write thread frees the copy budget the next may wait for.
       {
         std::lock_guard l(wq_mu);
@@ -468,6 +494,7 @@ void WritePersistEngine::Impl::receive_loop() {
       }
       wq_cv.notify_one();
     }
+    clock.pay();  // the batch's last requests and their hand-off
   }
 }
 
@@ -537,11 +564,11 @@ void WritePersistEngine::Impl::write_loop() {
       if (write_queue.empty()) return;
       work.swap(write_queue);
     }
-    clock.start();
+    // No start(): the wake-up and the hand-off are billed with the batch.
     try {
       for (auto& q : work) {
         dispatch(q);
-        clock.pay();
+        clock.poll();
       }
       work.clear();
       {
@@ -1162,14 +1189,15 @@ void WritePersistEngine::Impl::poll_loop() {
       __kernel_timespec ts{0, kPollTimeoutNs};
       r = io_uring_wait_cqe_timeout(&ring, &cqe, &ts);
     }
-    if (r == -ETIME || r == -EINTR) continue;
     if (r < 0) {
-      log_error(std::string("write-persist: waiting for ") + (aio ? "libaio" : "io_uring") +
-                " completions: " + std::strerror(-r));
-      std::this_thread::sleep_for(10ms);
+      if (r != -ETIME && r != -EINTR) {
+        log_error(std::string("write-persist: waiting for ") + (aio ? "libaio" : "io_uring") +
+                  " completions: " + std::strerror(-r));
+        std::this_thread::sleep_for(10ms);
+      }
+      clock.start();  // woke with nothing to do: idle, not work
       continue;
     }
-    clock.start();
     try {
       if (aio) harvest_aio(events.data(), r);
       else harvest();
@@ -1311,7 +1339,6 @@ void WritePersistEngine::Impl::dma_loop() {
     }
     staged_bytes += p->len;
     p->buf = buffers.take(p->lead + p->len);
-    clock.start();
     const uint64_t cpu0 = thread_cpu_ns();
     const int err = pull(*p);
     const uint64_t copy_ns = thread_cpu_ns() - cpu0;
@@ -1321,7 +1348,6 @@ void WritePersistEngine::Impl::dma_loop() {
     clock.pay();
     post({reply});  // the host's buffer is free
     add(stats.pull_reply_ns, now_ns() - p->received_ns);
-    clock.start();
     try {
       std::unique_lock lock(mu);
       pulled(*p, err);

@@ -53,10 +53,11 @@ struct EngineOptions {
   // Files opened O_DIRECT (where the filesystem takes it): the kernel's work
   // for the writes runs in this process's threads, not in writeback kworkers.
   bool direct_io = true;
-  // The dpu CPU's speed F (docs/core.md): the dispatcher, the polling thread
-  // and the DMA thread's own work are dilated to it (Dilation); the pull's
-  // copy is the DMA engine's, not the dpu CPU's, and is not. 1 in the host
-  // process (async-host).
+  // The dpu CPU's speed F (docs/core.md): everything the dispatcher, the
+  // write thread, the polling thread and the DMA thread do is dilated to it
+  // (Dilation), the channel's receive and the hand-offs between them
+  // included; the pull's copy is the DMA engine's, not the dpu CPU's, and
+  // is not. 1 in the host process (async-host).
   double dpu_speed = 1.0;
   IoEngine io_engine = IoEngine::kIoUring;
   // Called under the engine's lock for every IoEvent, in order (tests check
