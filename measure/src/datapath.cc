@@ -97,8 +97,10 @@ struct Shared {
     // worker's batches; CPU time: the thread's.
     uint64_t loop_ns = 0, hw_ns = 0, work_ns = 0, cpu_ns = 0, sleeps = 0;
     uint64_t dilated_ns = 0;  // what the dpu speed's dilation added to cpu_ns
+    unsigned replays = 0;     // passes this worker has finished
   };
   std::vector<Worker> workers;
+  std::atomic<unsigned> replays_done{0};  // passes finished, over every worker
 
   // The table's firmware work (due insertions and removals, aging), as a
   // NIC's rule engine does it beside its queues: run by whichever wire finds
@@ -285,6 +287,23 @@ void replay(Shared& s, unsigned w, QueueWire& wire, bool measured, Shared::Worke
     const uint64_t after = worker_time();
     slow.exclude(after - now);  // waiting for the wire: no slower on a slower core
     now = after;
+  }
+  s.replays_done.fetch_add(1, std::memory_order_acq_rel);
+  ++me.replays;
+  // The polled control path is worker 0's: it goes on until every worker
+  // has finished the pass, or a worker whose queue lasts longer would find
+  // its flows' outcomes never applied and every record held (4 workers on
+  // 2 CPUs: whole runs of a wave test with no record freed).
+  while (runs_control && s.replays_done.load(std::memory_order_acquire) < s.cfg.workers * me.replays) {
+    if (s.measurer.poll_control(now, kControlPollNs)) {
+      now = now_ns();
+      slow.poll();
+    } else {
+      cpu_relax();
+      const uint64_t after = now_ns();
+      slow.exclude(after - now);
+      now = after;
+    }
   }
   slow.pay();  // the rest of the worker's debt, within the pass it belongs to
   now = now_ns();

@@ -85,36 +85,56 @@ Duet::Duet(const DuetConfig& config, FlowTable& hw) : config_(config), hw_(hw) {
   if (config.counter_bits == 16 && config.top > kMaxTop16)
     throw std::invalid_argument("duet: 16-bit counters need TOP <= " + std::to_string(kMaxTop16) + " packets, not " +
                                 std::to_string(config.top) + " (use 32-bit counters)");
-  width_ = (config.memory_bytes - record_bytes) / (kRows * counter_bytes());
+  if (config.partitions == 0) throw std::invalid_argument("duet: at least one sketch partition");
+  width_ = (config.memory_bytes - record_bytes) / (size_t{config.partitions} * kRows * counter_bytes());
   if (width_ < 1)
     throw std::invalid_argument("duet: " + std::to_string(config.memory_bytes) +
                                 " bytes leave no counter per row after the records");
   if (width_ > UINT32_MAX) throw std::invalid_argument("duet: budget too large");
   hash_seed_ = sketches::derive_seed(config.seed, sketches::SeedPurpose::kRow, 0);
-  const size_t halves = windowed() ? 2 : 1;
+  const size_t n = config.partitions * partition_stride();
   if (config.counter_bits == 16)
-    counters16_ = std::make_unique<std::atomic<uint16_t>[]>(kRows * width_ * halves);
+    counters16_ = std::make_unique<std::atomic<uint16_t>[]>(n);
   else
-    counters32_ = std::make_unique<std::atomic<uint32_t>[]>(kRows * width_ * halves);
+    counters32_ = std::make_unique<std::atomic<uint32_t>[]>(n);
   records_ = std::make_unique<Record[]>(record_slots_);
 }
 
 Duet::~Duet() = default;
 
-size_t Duet::memory_bytes() const { return kRows * width_ * counter_bytes() + record_slots_ * kRecordBytes; }
+size_t Duet::memory_bytes() const {
+  return size_t{config_.partitions} * kRows * width_ * counter_bytes() + record_slots_ * kRecordBytes;
+}
+
+// In counters (of counter_bits, both halves with an epoch, as the arrays
+// are typed). One partition: exactly its rows. Several: rounded up to a
+// 64-byte line, so that no line holds two workers' counters.
+size_t Duet::partition_stride() const {
+  const size_t width = config_.counter_bits / 8, per_counter = windowed() ? 2 : 1;
+  const size_t n = kRows * width_ * per_counter;
+  if (config_.partitions == 1) return n;
+  const size_t per_line = 64 / width;
+  return (n + per_line - 1) / per_line * per_line;
+}
+
+std::pair<size_t, size_t> Duet::partition_bytes(unsigned p) const {
+  const size_t width = config_.counter_bits / 8, start = p * partition_stride() * width;
+  return {start, start + kRows * width_ * (windowed() ? 2 : 1) * width};
+}
 
 template <>
-std::atomic<uint32_t>* Duet::counters<uint32_t>() const {
-  return counters32_.get();
+std::atomic<uint32_t>* Duet::counters<uint32_t>(unsigned partition) const {
+  return counters32_.get() + partition * partition_stride();
 }
 template <>
-std::atomic<uint16_t>* Duet::counters<uint16_t>() const {
-  return counters16_.get();
+std::atomic<uint16_t>* Duet::counters<uint16_t>(unsigned partition) const {
+  return counters16_.get() + partition * partition_stride();
 }
 
 template <class F>
 decltype(auto) Duet::with_counters(F&& f) {
-  const bool one = config_.single_writer, bits16 = config_.counter_bits == 16;
+  // A partition of its own is written by one worker alone.
+  const bool one = config_.single_writer || config_.partitions > 1, bits16 = config_.counter_bits == 16;
   if (windowed()) {
     if (one) return bits16 ? f.template operator()<true, true, uint16_t>() : f.template operator()<true, true, uint32_t>();
     return bits16 ? f.template operator()<false, true, uint16_t>() : f.template operator()<false, true, uint32_t>();
@@ -261,9 +281,9 @@ void Duet::for_each_record(const std::function<void(const RecordCount&)>& f) con
 }
 
 template <class T>
-uint64_t Duet::sketch_min(const Hashes& h) const {
+uint64_t Duet::sketch_min(const Hashes& h, unsigned partition) const {
   uint64_t m = std::numeric_limits<uint64_t>::max();
-  const std::atomic<T>* c = counters<T>();
+  const std::atomic<T>* c = counters<T>(partition);
   if (windowed()) {  // both halves: the last one to two epochs
     for (int i = 0; i < kRows; ++i) {
       const std::atomic<T>* cell = c + 2 * (i * width_ + h.idx[i]);
@@ -276,8 +296,18 @@ uint64_t Duet::sketch_min(const Hashes& h) const {
   return m;
 }
 
-uint64_t Duet::sketch_min(const Hashes& h) const {
-  return config_.counter_bits == 16 ? sketch_min<uint16_t>(h) : sketch_min<uint32_t>(h);
+// Algorithm 2's minimum. Partitioned: the largest of the partitions'
+// minima, since the flow's packets are all in one partition, and the query
+// need not know which (the NIC's RSS chose it).
+uint64_t Duet::sketch_min(const Hashes& h, unsigned partition) const {
+  if (partition != kAnyPartition || config_.partitions == 1) {
+    const unsigned p = config_.partitions == 1 ? 0 : partition;
+    return config_.counter_bits == 16 ? sketch_min<uint16_t>(h, p) : sketch_min<uint32_t>(h, p);
+  }
+  uint64_t m = 0;
+  for (unsigned p = 0; p < config_.partitions; ++p)
+    m = std::max(m, config_.counter_bits == 16 ? sketch_min<uint16_t>(h, p) : sketch_min<uint32_t>(h, p));
+  return m;
 }
 
 // Takes up to `amount` from one counter (or half); returns what it took.
@@ -294,8 +324,8 @@ uint64_t take_from(std::atomic<T>& c, uint64_t amount) {
 // an epoch, from the previous half first: those packets are the ones the
 // next rotation would drop anyway, and the current half keeps the rest.
 template <class T>
-void Duet::reset_counters(const Hashes& h, uint64_t amount) {
-  std::atomic<T>* counter = counters<T>();
+void Duet::reset_counters(const Hashes& h, uint64_t amount, unsigned partition) {
+  std::atomic<T>* counter = counters<T>(partition);
   if (windowed()) {
     const uint32_t cur = current_half_.load(std::memory_order_acquire);
     for (int i = 0; i < kRows; ++i) {
@@ -307,8 +337,9 @@ void Duet::reset_counters(const Hashes& h, uint64_t amount) {
   for (int i = 0; i < kRows; ++i) take_from(counter[i * width_ + h.idx[i]], amount);
 }
 
-void Duet::reset_counters(const Hashes& h, uint64_t amount) {
-  config_.counter_bits == 16 ? reset_counters<uint16_t>(h, amount) : reset_counters<uint32_t>(h, amount);
+void Duet::reset_counters(const Hashes& h, uint64_t amount, unsigned partition) {
+  config_.counter_bits == 16 ? reset_counters<uint16_t>(h, amount, partition)
+                             : reset_counters<uint32_t>(h, amount, partition);
 }
 
 // Lines 7-20 in one pass, row by row as a Count-Min update: every counter is
@@ -329,11 +360,11 @@ void Duet::reset_counters(const Hashes& h, uint64_t amount) {
 // a single worker's store from a load before the rotation would undo it.
 // Two separate half-size sketches would read a second line per row.
 template <bool kSingleWriter, bool kEpoch, class T>
-[[gnu::always_inline]] inline uint64_t Duet::add_one(const Hashes& h, uint32_t half) {
+[[gnu::always_inline]] inline uint64_t Duet::add_one(std::atomic<T>* part, const Hashes& h, uint32_t half) {
   constexpr T kMax = std::numeric_limits<T>::max();
   constexpr size_t kHalves = kEpoch ? 2 : 1;
   uint64_t m = std::numeric_limits<uint64_t>::max();
-  std::atomic<T>* row = counters<T>();
+  std::atomic<T>* row = part;
   for (int r = 0; r < kRows; ++r, row += kHalves * width_) {
     std::atomic<T>* cell = row + kHalves * h.idx[r];
     auto& c = cell[kEpoch ? half : 0];
@@ -359,22 +390,23 @@ template <bool kSingleWriter, bool kEpoch, class T>
   return m;
 }
 
-void Duet::on_sketch_path(const FlowKey& key) {
+void Duet::on_sketch_path(const FlowKey& key, unsigned partition) {
   // No record is read here: a promoted flow is looked up only on the rare
   // path, so a light flow's packet costs what a Count-Min update costs.
   const Hashes h = split_hash<Hashes>(key, hash_seed_, width_, record_slots_);
   const uint64_t min_cnt = with_counters([&]<bool kSingleWriter, bool kEpoch, class T>() {
-    return add_one<kSingleWriter, kEpoch, T>(h, kEpoch ? current_half_.load(std::memory_order_acquire) : 0);
+    return add_one<kSingleWriter, kEpoch, T>(counters<T>(partition), h,
+                                             kEpoch ? current_half_.load(std::memory_order_acquire) : 0);
   });
-  if (min_cnt + 1 >= config_.top) on_top(key, h, min_cnt + 1);
+  if (min_cnt + 1 >= config_.top) on_top(key, h, min_cnt + 1, partition);
 }
 
 // A chunk of the burst at a time: hash it and ask for its counters, then
 // each packet in order as on_sketch_path() does it (the same atomic
 // increments, and its own TOP check on the minimum its increments returned).
 template <bool kSingleWriter, bool kEpoch, class T>
-void Duet::sketch_path_burst(const FlowKey* const* keys, size_t n) {
-  const std::atomic<T>* c = counters<T>();
+void Duet::sketch_path_burst(const FlowKey* const* keys, size_t n, unsigned partition) {
+  std::atomic<T>* c = counters<T>(partition);
   constexpr size_t kHalves = kEpoch ? 2 : 1;
   sketches::for_each_chunk(n, [&](size_t begin, size_t end) {
     Hashes h[sketches::kBurstChunk];
@@ -386,8 +418,8 @@ void Duet::sketch_path_burst(const FlowKey* const* keys, size_t n) {
     // when it began: the packets stay in the window, one epoch less long.
     const uint32_t half = kEpoch ? current_half_.load(std::memory_order_acquire) : 0;
     for (size_t i = begin; i < end; ++i) {
-      const uint64_t min_cnt = add_one<kSingleWriter, kEpoch, T>(h[i - begin], half);
-      if (min_cnt + 1 >= config_.top) on_top(*keys[i], h[i - begin], min_cnt + 1);
+      const uint64_t min_cnt = add_one<kSingleWriter, kEpoch, T>(c, h[i - begin], half);
+      if (min_cnt + 1 >= config_.top) on_top(*keys[i], h[i - begin], min_cnt + 1, partition);
     }
   });
 }
@@ -396,19 +428,18 @@ void Duet::sketch_path_burst(const FlowKey* const* keys, size_t n) {
 // wait for their line anyway and keep no more than one in flight: there the
 // burst's prefetches only add work (measure_bench, 5 interleaved rounds: 18.1
 // ns a packet in bursts against 16.8 one at a time), so packet by packet.
-void Duet::on_sketch_path_burst(const FlowKey* const* keys, size_t n) {
-  if (!config_.single_writer) {
+void Duet::on_sketch_path_burst(const FlowKey* const* keys, size_t n, unsigned partition) {
+  if (!config_.single_writer && config_.partitions == 1) {
     for (size_t i = 0; i < n; ++i) on_sketch_path(*keys[i]);
     return;
   }
   with_counters([&]<bool kSingleWriter, bool kEpoch, class T>() {
-    if constexpr (kSingleWriter) sketch_path_burst<true, kEpoch, T>(keys, n);
+    if constexpr (kSingleWriter) sketch_path_burst<true, kEpoch, T>(keys, n, partition);
   });
 }
 
 template <class T>
 double Duet::rotate_epoch() {
-  std::atomic<T>* c = counters<T>();
   const uint32_t cur = current_half_.load(std::memory_order_relaxed);
   const size_t n = kRows * width_;
   uint64_t sum = 0;
@@ -416,13 +447,16 @@ double Duet::rotate_epoch() {
   // increment the other; then the release below makes it the current one,
   // and a worker that sees the new half sees it empty. A worker still on
   // the old half counts there: its packet stays for one epoch more.
-  for (size_t i = 0; i < n; ++i) {
-    sum += c[2 * i + cur].load(std::memory_order_relaxed);
-    c[2 * i + (cur ^ 1)].store(0, std::memory_order_relaxed);
+  for (unsigned p = 0; p < config_.partitions; ++p) {
+    std::atomic<T>* c = counters<T>(p);
+    for (size_t i = 0; i < n; ++i) {
+      sum += c[2 * i + cur].load(std::memory_order_relaxed);
+      c[2 * i + (cur ^ 1)].store(0, std::memory_order_relaxed);
+    }
   }
   current_half_.store(cur ^ 1, std::memory_order_release);
   epochs_.fetch_add(1, std::memory_order_relaxed);
-  return static_cast<double>(sum) / static_cast<double>(n);
+  return static_cast<double>(sum) / static_cast<double>(n * config_.partitions);
 }
 
 double Duet::rotate_epoch() {
@@ -432,14 +466,14 @@ double Duet::rotate_epoch() {
 
 // Lines 21-24, and what the paper leaves open: the flow's sketch count is
 // `count` (this packet included).
-void Duet::on_top(const FlowKey& key, const Hashes& h, uint64_t count) {
+void Duet::on_top(const FlowKey& key, const Hashes& h, uint64_t count, unsigned partition) {
   for (;;) {
     const Held held = find_record(key, h.rec);
     if (!held.rec) break;
     // Its insertion is under way (or the packet was in flight when it was
     // installed): move what the sketch holds of it into the record.
     if (add_to_record(held, count)) {
-      reset_counters(h, count);
+      reset_counters(h, count, partition);
       moved_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
@@ -466,7 +500,7 @@ void Duet::on_top(const FlowKey& key, const Hashes& h, uint64_t count) {
     records_full_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  reset_counters(h, count);
+  reset_counters(h, count, partition);
   promotions_.fetch_add(1, std::memory_order_relaxed);
   // The hw counter starts at TOP; what it counts above TOP is the flow's.
   hw_.request_insert(key, {config_.top, 0}, static_cast<uint64_t>(rec - records_.get()));
@@ -510,9 +544,11 @@ size_t Duet::apply_hw_events() {
 
 // Algorithm 2, with what the paper leaves open (see duet.h). Exact for a
 // heavy flow when the sketch minimum holds only its own packets.
-double Duet::estimate(const FlowKey& key) const {
+double Duet::estimate(const FlowKey& key, unsigned partition) const {
+  if (partition != kAnyPartition && partition >= config_.partitions && config_.partitions > 1)
+    throw std::invalid_argument("duet: no sketch partition " + std::to_string(partition));
   const Hashes h = hashes(key);
-  uint64_t est = sketch_min(h);
+  uint64_t est = sketch_min(h, partition);
   if (const Held held = find_record(key, h.rec); held.rec) est += count_of(*held.rec, held.word).packets;
   return static_cast<double>(est);
 }

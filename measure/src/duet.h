@@ -48,6 +48,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "dpukit/core/flow_key.h"
@@ -80,6 +81,16 @@ struct DuetConfig {
   // Exactly one dpu worker updates the sketch: increments need no lock
   // prefix. With several workers they are atomic fetch-adds (the paper's).
   bool single_writer = false;
+  // The sketch in this many partitions, one per dpu worker, the budget
+  // split evenly (each partition's rows start on a cache line of their
+  // own). RSS pins a flow's packets to one worker, so worker w's flows live
+  // in partition w alone: its increments are plain, as a single writer's,
+  // and no counter's line moves between cores (the paper's one shared
+  // sketch, partitions = 1, took locked fetch-adds on lines shared by every
+  // worker: 2 workers measured less than 1, docs/measure.md). Algorithm 2
+  // then answers the largest of the partitions' minima: the flow's own
+  // partition's is at least its count, and the others hold only noise.
+  unsigned partitions = 1;
   // The sketch's measurement epoch (see above): 0 = none, every packet stays
   // in the sketch (the paper's). Otherwise each counter takes twice its
   // bytes (two halves of counter_bits), so the same budget has half as many
@@ -113,9 +124,11 @@ class Duet {
   // dpu worker its flow is pinned to by RSS. Safe on any number of workers at
   // once, each with its own flows (a flow's packets on one worker, as RSS
   // and the paper have it: its record is claimed by that worker alone).
-  void on_sketch_path(const FlowKey& key);
+  // `partition`: the worker's (< config partitions; 0 with one), which only
+  // that worker may pass.
+  void on_sketch_path(const FlowKey& key, unsigned partition = 0);
   // The same for a worker's burst of packets, keys[0..n), in order.
-  void on_sketch_path_burst(const FlowKey* const* keys, size_t n);
+  void on_sketch_path_burst(const FlowKey* const* keys, size_t n, unsigned partition = 0);
 
   // The control path: applies the hardware table's outcomes (installed,
   // refused, aged); a refusal or aging retires the flow's record. Returns how
@@ -133,7 +146,12 @@ class Duet {
 
   // Algorithm 2, plus the flow's live record, if any (its retired counts are
   // the caller's). Exact for heavy flows; call with the datapath quiescent.
-  double estimate(const FlowKey& key) const;
+  // With partitions, from the flow's `partition` (its worker's) where the
+  // caller knows it: otherwise the largest of every partition's minima,
+  // which holds the flow's count but also the largest of their noise (at 2
+  // workers, a light flow's ARE 1.39x the known partition's).
+  static constexpr unsigned kAnyPartition = ~0u;
+  double estimate(const FlowKey& key, unsigned partition = kAnyPartition) const;
 
   // With an epoch (config epoch_ns > 0; a no-op returning 0 without one):
   // ends the current epoch. The previous epoch's counts leave the sketch,
@@ -151,7 +169,11 @@ class Duet {
   using Stats = DuetStats;
   Stats stats() const;
   size_t memory_bytes() const;
-  size_t width() const { return width_; }
+  size_t width() const { return width_; }  // counters per row of one partition
+  unsigned partitions() const { return config_.partitions; }
+  // Where partition p's counters lie: [begin, end) in bytes from the first
+  // partition's (for the test that no two partitions share a cache line).
+  std::pair<size_t, size_t> partition_bytes(unsigned p) const;
   unsigned counter_bits() const { return config_.counter_bits; }
   uint64_t top() const { return config_.top; }
 
@@ -175,26 +197,27 @@ class Duet {
   bool add_to_record(Held held, uint64_t count);
   void retire(Held held, const FlowKey& key, uint64_t hw_packets_above_top, uint64_t hw_bytes);
   RecordCount count_of(const Record& r, uint64_t word) const;
-  uint64_t sketch_min(const Hashes& h) const;
+  uint64_t sketch_min(const Hashes& h, unsigned partition) const;  // or kAnyPartition
   // A counter's bytes: both halves with an epoch.
   size_t counter_bytes() const { return config_.counter_bits / 8 * (windowed() ? 2 : 1); }
   template <class T>
-  std::atomic<T>* counters() const;
+  std::atomic<T>* counters(unsigned partition = 0) const;
+  size_t partition_stride() const;  // counters from one partition's start to the next's
   // Calls f.template operator()<kSingleWriter, kEpoch, T>() for this configuration.
   template <class F>
   decltype(auto) with_counters(F&& f);
   template <bool kSingleWriter, bool kEpoch, class T>
-  uint64_t add_one(const Hashes& h, uint32_t half);  // increments the flow's counters; returns the minimum before
+  uint64_t add_one(std::atomic<T>* part, const Hashes& h, uint32_t half);  // increments the flow's counters; returns the minimum before
   template <bool kSingleWriter, bool kEpoch, class T>
-  void sketch_path_burst(const FlowKey* const* keys, size_t n);
+  void sketch_path_burst(const FlowKey* const* keys, size_t n, unsigned partition);
   template <class T>
-  uint64_t sketch_min(const Hashes& h) const;
+  uint64_t sketch_min(const Hashes& h, unsigned partition) const;
   template <class T>
   double rotate_epoch();
   template <class T>
-  void reset_counters(const Hashes& h, uint64_t amount);
-  void reset_counters(const Hashes& h, uint64_t amount);
-  [[gnu::noinline, gnu::cold]] void on_top(const FlowKey& key, const Hashes& h, uint64_t count);
+  void reset_counters(const Hashes& h, uint64_t amount, unsigned partition);
+  void reset_counters(const Hashes& h, uint64_t amount, unsigned partition);
+  [[gnu::noinline, gnu::cold]] void on_top(const FlowKey& key, const Hashes& h, uint64_t count, unsigned partition);
 
   DuetConfig config_;
   FlowTable& hw_;
@@ -202,7 +225,8 @@ class Duet {
   uint64_t hash_seed_;  // the rows' RowHash seed: the Count-Min baseline's with the same seed
   // With an epoch: which half of each counter is the current epoch's (0 or 1).
   std::atomic<uint32_t> current_half_{0};
-  // kRows x width_ (x 2 halves with an epoch), one of the two by config_.counter_bits
+  // per partition, kRows x width_ (x 2 halves with an epoch) and padding to
+  // a cache line; one of the two by config_.counter_bits
   std::unique_ptr<std::atomic<uint32_t>[]> counters32_;
   std::unique_ptr<std::atomic<uint16_t>[]> counters16_;
   size_t record_slots_;  // record_slots(config_.records)

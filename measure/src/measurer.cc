@@ -66,6 +66,10 @@ Measurer::Measurer(const AlgorithmConfig& cfg, unsigned workers, uint64_t top, u
                  std::to_string(Duet::kMaxTop16) + ": using 32-bit counters");
     }
     dc.single_writer = workers == 1;
+    if (cfg.duet_sketch == "partitioned")
+      dc.partitions = workers;
+    else if (cfg.duet_sketch != "shared")
+      throw std::invalid_argument("duet sketch '" + cfg.duet_sketch + "': partitioned or shared");
     dc.epoch_ns = epoch_ns_ = cfg.sketch_epoch_ns;
     try {
       duet_ = std::make_unique<Duet>(dc, *table);
@@ -87,7 +91,7 @@ size_t Measurer::memory_bytes() const {
 
 void Measurer::update_burst(unsigned worker, const FlowKey* const* keys, size_t n) {
   if (duet_) {
-    duet_->on_sketch_path_burst(keys, n);  // Algorithm 1, lines 6-24
+    duet_->on_sketch_path_burst(keys, n, duet_->partitions() > 1 ? worker : 0);  // Algorithm 1, lines 6-24
   } else if (!none_) {
     sketches_[worker]->update_burst(keys, n);
   } else {
@@ -191,7 +195,8 @@ double Measurer::estimate(unsigned worker, const FlowKey& key) const {
   if (duet_) {
     std::lock_guard lock(retired_mu_);
     auto it = retired_sums_.find(key);
-    return duet_->estimate(key) + (it == retired_sums_.end() ? 0.0 : static_cast<double>(it->second));
+    return duet_->estimate(key, duet_->partitions() > 1 ? worker : Duet::kAnyPartition) +
+           (it == retired_sums_.end() ? 0.0 : static_cast<double>(it->second));
   }
   if (none_) return 0;
   return sketches_[worker]->estimate(key);

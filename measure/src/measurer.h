@@ -92,6 +92,9 @@ class Measurer {
   // ---- query
   // The estimate of a flow that worker `worker`'s queue carries. Duet's may
   // be read while its workers run; a baseline's with its worker stopped.
+  // kAnyWorker: Duet's of a flow whose worker is not known (from every
+  // sketch partition).
+  static constexpr unsigned kAnyWorker = Duet::kAnyPartition;
   double estimate(unsigned worker, const FlowKey& key) const;
   // Estimates for candidates[w] (the flows worker w's queue carried: RSS
   // pins each flow to one worker), and the flows at or above `threshold`.

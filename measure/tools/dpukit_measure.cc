@@ -55,6 +55,9 @@ void add_shared_options(ArgParser& p) {
   p.option("hw-idle-timeout-ms", "hardware entry aging; 0 = never (duet)", "1000");
   p.option("duet-counter-bits",
            "width of Duet's sketch counters: 16 (the default, where TOP <= 16383; 32 beyond) or 32 (the paper's)");
+  p.option("duet-sketch", "Duet's sketch across dpu workers: shared (the paper's: one sketch, atomic increments "
+                          "from every worker) or partitioned (one partition per worker, the flows RSS gives it; no "
+                          "counter shared between cores)", "shared");
   p.option("duet-records", "promoted-flow records inside Duet's budget; a record is freed when its flow's insertion "
                            "is refused or its hardware entry ages out, so this bounds the flows promoted at once "
                            "(default: run sizes it from the trace, live takes a quarter of the budget, at most "
@@ -78,6 +81,9 @@ void read_shared_options(const ArgParser& p, AlgorithmConfig& c, double sketch_e
   c.duet_counter_bits = p.has("duet-counter-bits") ? static_cast<unsigned>(p.u64("duet-counter-bits")) : 0;
   if (p.has("duet-counter-bits") && c.duet_counter_bits != 16 && c.duet_counter_bits != 32)
     p.fail("--duet-counter-bits must be 16 or 32");
+  c.duet_sketch = p.str("duet-sketch");
+  if (c.duet_sketch != "partitioned" && c.duet_sketch != "shared")
+    p.fail("--duet-sketch must be partitioned or shared, not '" + c.duet_sketch + "'");
   c.duet_records = p.has("duet-records") ? p.u64("duet-records") : 0;
   if (p.has("duet-records") && c.duet_records == 0) p.fail("--duet-records must be > 0");
   c.sketch.sample_p = p.number("sample-p");
@@ -286,6 +292,7 @@ nlohmann::json parameters_json(const ArgParser& p, const RunConfig& c, const std
           {"seed", a.sketch.seed},
           {"duet_records", p.has("duet-records") ? nlohmann::json(a.duet_records) : nlohmann::json("auto")},
           {"duet_counter_bits", a.duet_counter_bits ? nlohmann::json(a.duet_counter_bits) : nlohmann::json("auto")},
+          {"duet_sketch", a.duet_sketch},
           {"sketch_epoch_s", a.sketch_epoch_ns / 1e9},
           {"packet_size", c.packet_size ? nlohmann::json(c.packet_size) : nlohmann::json("trace")},
           {"worker_poll", c.worker_poll},

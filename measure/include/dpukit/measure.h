@@ -195,6 +195,12 @@ struct AlgorithmConfig {
   size_t duet_records = 0;
   // 16 or 32; 0 = 16, or 32 where TOP is beyond 16-bit counters' reach (with a warning)
   unsigned duet_counter_bits = 0;
+  // Duet's sketch across dpu workers: "shared" (the paper's one sketch with
+  // atomic increments) or "partitioned" (one partition per worker, no
+  // counter shared between cores). Equal total memory either way. Shared
+  // stays the default until partitioned's loss at 4 workers on 2 CPUs is
+  // found (docs/measure.md).
+  std::string duet_sketch = "shared";
   // Duet's sketch epoch: its counters hold the light traffic of the last one
   // to two epochs (DuetConfig::epoch_ns). 0 = none (every packet stays).
   uint64_t sketch_epoch_ns = 0;

@@ -95,7 +95,7 @@ struct Reporter {
     std::vector<std::pair<FlowKey, double>> heavy;
     measurer.for_each_record([&](const RecordCount& c) {
       add_record(records, c, false, now_ms);
-      heavy.emplace_back(c.key, measurer.estimate(0, c.key));  // Duet's: any worker's
+      heavy.emplace_back(c.key, measurer.estimate(Measurer::kAnyWorker, c.key));  // a record does not say its worker
     });
     send(records, std::move(heavy), now_ms);
   }
