@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <sys/socket.h>
+#include <sys/wait.h>
 
 #include <atomic>
+#include <cstdio>
 #include <map>
 #include <thread>
 
@@ -73,6 +75,27 @@ TEST(E2eEngine, RefusedWhereTheCardHasNoSuchEngineOrTheWorkIsNotTheDpus) {
   c.program = Program::kFlowTable;
   EXPECT_NE(refusal(c).find("apprecog"), std::string::npos);
   EXPECT_NE(refusal(engine_config("regex,tcam")).find("not 'tcam'"), std::string::npos);
+}
+
+// The tool turns each refusal into exit 2 with its message, before it binds anything.
+TEST(E2eEngine, TheToolRefusesWithExit2NamingTheGeneration) {
+  auto run_tool = [](const std::string& args, std::string& out) {
+    const std::string cmd = std::string(DPUKIT_BENCH_TOOL) + " e2e-server --program apprecog --port 0 " + args + " 2>&1";
+    FILE* f = popen(cmd.c_str(), "r");
+    out.clear();
+    char buf[512];
+    while (f && fgets(buf, sizeof buf, f)) out += buf;
+    return f ? WEXITSTATUS(pclose(f)) : -1;
+  };
+  std::string out;
+  EXPECT_EQ(run_tool("--place dpu --dpu-speed bluefield3 --engine regex", out), 2);
+  EXPECT_NE(out.find("--engine regex: bluefield3 has no regex engine"), std::string::npos) << out;
+  EXPECT_EQ(run_tool("--place dpu --dpu-speed bluefield3 --engine compress", out), 2);
+  EXPECT_NE(out.find("bluefield3"), std::string::npos) << out;
+  EXPECT_EQ(run_tool("--place host --dpu-speed bluefield2 --engine regex", out), 2);
+  EXPECT_NE(out.find("--place dpu"), std::string::npos) << out;
+  EXPECT_EQ(run_tool("--place dpu --dpu-speed host --engine regex", out), 2);
+  EXPECT_NE(out.find("BlueField generation"), std::string::npos) << out;
 }
 
 struct Running {
