@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -93,6 +94,7 @@ struct Workload {
   size_t writes;       // in all, spread over kFiles files
   static constexpr size_t kFiles = 4;
 };
+void PrintTo(const Workload& w, std::ostream* os) { *os << w.writes << " writes of " << w.write_bytes << " B"; }
 
 // One run: a fresh agent at speed `f` on `cpu`, the workload queued while it
 // is stopped, then measured from SIGCONT to the last sync_close.
@@ -184,9 +186,11 @@ SpeedSample run_agent(const Workload& w, double f, const std::string& cpu, const
 class AgentDpuSpeed : public testing::TestWithParam<Workload> {};
 
 // The agent on one CPU, this thread on another, so that the host side's
-// wait for the last reply does not take the agent's CPU. Fifteen pairs, as
-// measure's Count-Min test: on this shared 2-vCPU VM single pairs ranged
-// 0.29-0.82x in throughput while the medians held.
+// wait for the last reply does not take the agent's CPU. 25 pairs: on this
+// shared 2-vCPU VM single pairs ranged 0.24-2.5x in throughput (the agent's
+// CPU taken by other work for part of a run), and with 15 pairs one check
+// in six missed the throughput bound in all three attempts while its CPU
+// medians (2.02-2.08x) held.
 TEST_P(AgentDpuSpeed, TheAgentAtHalfSpeedKeepsTheModelsPromise) {
   const CpuSet all = available_cpus();
   const std::string agent_cpu = std::to_string(all.cpus.back());
@@ -197,7 +201,7 @@ TEST_P(AgentDpuSpeed, TheAgentAtHalfSpeedKeepsTheModelsPromise) {
   ScratchDir dir;
   const Workload w = GetParam();
   const SpeedCheck c =
-      paired_speed_check_with_retry([&](double f) { return run_agent(w, f, agent_cpu, dir); }, 0.5, 15);
+      paired_speed_check_with_retry([&](double f) { return run_agent(w, f, agent_cpu, dir); }, 0.5, 25);
   pin_current_thread(all);
   RecordProperty("throughput_ratio", std::to_string(c.median_throughput_ratio()));
   RecordProperty("cpu_ratio", std::to_string(c.median_cpu_ratio()));
