@@ -2,6 +2,7 @@
 
 #include <exception>
 
+#include "dpukit/core/accounting.h"
 #include "dpukit/core/log.h"
 
 namespace dpukit::mesh {
@@ -10,9 +11,15 @@ namespace {
 thread_local LoopDilation* t_current = nullptr;
 }  // namespace
 
-void LoopDilation::pay() {
-  if (!d_.active()) return;
-  d_.pay();
+LoopDilation::LoopDilation(const DpuSpeed& speed, DilationCounters& counters) : d_(speed), counters_(counters) {
+  // A debt of (1/F - 1) x the quantum's work is kPaymentsWorth payments' clock reads (loop_dilation.h).
+  if (d_.active())
+    quantum_ns_ = static_cast<uint64_t>(double(kPaymentsWorth * Dilation::overhead().pay_ns) /
+                                        (1.0 / d_.factor() - 1.0));
+}
+
+void LoopDilation::report() {
+  if (d_.dilated_ns() == reported_dilated_ && d_.work_ns() == reported_work_) return;  // nothing paid
   // Release: a reader that saw the bytes this payment preceded sees the payment.
   counters_.work_ns.fetch_add(d_.work_ns() - reported_work_, std::memory_order_release);
   counters_.dilated_ns.fetch_add(d_.dilated_ns() - reported_dilated_, std::memory_order_release);
@@ -20,9 +27,22 @@ void LoopDilation::pay() {
   reported_dilated_ = d_.dilated_ns();
 }
 
+void LoopDilation::pay() {
+  if (!d_.active()) return;
+  d_.pay();
+  last_paid_ns_ = now_ns();
+  report();
+}
+
+void LoopDilation::pay_due() {
+  // The loop's own wall-clock check (vDSO, ~60 ns), not Dilation::poll(): poll() is for calls that come at a
+  // steady rate, while writes come in bursts and after idle gaps, and a reply after a gap must pay.
+  if (d_.active() && now_ns() - last_paid_ns_ >= quantum_ns_) pay();
+}
+
 void LoopDilation::end_batch() {
   counters_.batches.fetch_add(1, std::memory_order_relaxed);
-  pay();
+  pay_due();
 }
 
 LoopDilation* LoopDilation::current() { return t_current; }
@@ -47,6 +67,7 @@ void run_loop(boost::asio::io_context& io, LoopDilation& dilation, const std::st
         }
         dilation.end_batch();
       }
+      dilation.pay();  // what the last quantum owes
       return;
     } catch (const std::exception& e) {
       dilation.pay();  // the handlers that ran before it are work too
