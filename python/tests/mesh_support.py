@@ -117,7 +117,9 @@ def start_attached(echoes: Echoes, name: str, path: Path, *extra: str) -> None:
 
 def kill_under_load(port: int, pid: int) -> collections.Counter:
     """SIGKILL ``pid`` while a client sends request after request to ``port``;
-    the statuses seen meanwhile ("error": the client got no answer)."""
+    the statuses seen meanwhile ("error": the client got no answer; "cut": the
+    head came and the body stopped short, which is all a proxy can pass on
+    when the service dies between writing the two, as Envoy does too)."""
     stop = threading.Event()
     during: collections.Counter = collections.Counter()
 
@@ -125,6 +127,8 @@ def kill_under_load(port: int, pid: int) -> collections.Counter:
         while not stop.is_set():
             try:
                 during[request(port, timeout=2).status] += 1
+            except http.client.IncompleteRead:
+                during["cut"] += 1
             except OSError:
                 during["error"] += 1
 
