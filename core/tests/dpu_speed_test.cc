@@ -384,6 +384,28 @@ TEST(Dilation, PollPaysOnlyAfterItsQuantum) {
   EXPECT_EQ(d.work_ns(), paid);
 }
 
+// due(): a loop that pays at points of its own asks whether a quantum has
+// passed; its clock reads are the model's cost, not the unit's work.
+TEST(Dilation, DueAfterItsQuantumAndItsChecksAreNotWork) {
+  EXPECT_FALSE(Dilation(1.0).due(0));  // full speed: never a payment
+  Dilation d(0.5);
+  d.start();
+  EXPECT_FALSE(d.due(60'000'000'000));
+  test::burn(300'000);
+  EXPECT_TRUE(d.due(250'000));
+  d.pay();
+  // A million checks and nothing else: without their cost taken off, the
+  // unit's work would be all of their CPU time.
+  const uint64_t t0 = thread_cpu_ns();
+  const uint64_t work0 = d.work_ns();
+  int due = 0;
+  for (int i = 0; i < 1'000'000; ++i) due += d.due(60'000'000'000);
+  const uint64_t checks = thread_cpu_ns() - t0;
+  d.pay();
+  EXPECT_EQ(due, 0);
+  EXPECT_LT(double(d.work_ns() - work0), 0.6 * double(checks)) << "checks' CPU " << checks << " ns";
+}
+
 // exclude(): CPU time in the loop that is not the dpu's is not dilated.
 TEST(Dilation, ExcludedTimeIsNotDilated) {
   Dilation d(0.5);

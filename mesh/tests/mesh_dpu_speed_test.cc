@@ -214,13 +214,15 @@ SpeedSample run_at(double factor) {
   return sample;
 }
 
-// Not in make test yet: on this VM it missed in 2 of 4 runs at load 1
-// (CPU per request 2.09-2.4x at its last attempt, against 1.9-2.1x): the
-// request's own work costs 5-8 % more at F = 0.5 than at F = 1, cause not
-// found (docs/mesh.md). Run it with --gtest_also_run_disabled_tests.
-TEST(MeshDpuSpeed, DISABLED_TheWorkerAtHalfSpeedKeepsTheModelsPromise) {
+// Five attempts, as measure's: another tenant's busy spell costs the run at
+// F = 0.5 more per request than the one at F = 1 (it spans twice the wall
+// time, so twice the preemptions and cache refills a request, each dilated):
+// with a CPU hog beside it, attempts gave 2.07-2.77x CPU per request while
+// the quiet machine gives 2.02-2.03x. Such attempts are marked "the machine
+// was busy" (SpeedCheck::quiet) and the next one waits a second.
+TEST(MeshDpuSpeed, TheWorkerAtHalfSpeedKeepsTheModelsPromise) {
   if (available_cpus().cpus.size() < 2) GTEST_SKIP() << "needs two CPUs: the client and the worker apart";
-  const SpeedCheck c = paired_speed_check_with_retry(run_at, 0.5, kPairs);
+  const SpeedCheck c = paired_speed_check_with_retry(run_at, 0.5, kPairs, 5);
   RecordProperty("throughput_ratio", std::to_string(c.median_throughput_ratio()));
   RecordProperty("cpu_ratio", std::to_string(c.median_cpu_ratio()));
   EXPECT_TRUE(c.within()) << c.describe();

@@ -30,14 +30,14 @@ void LoopDilation::report() {
 void LoopDilation::pay() {
   if (!d_.active()) return;
   d_.pay();
-  last_paid_ns_ = now_ns();
+  pay_next_ = false;
   report();
 }
 
 void LoopDilation::pay_due() {
-  // The loop's own wall-clock check (vDSO, ~60 ns), not Dilation::poll(): poll() is for calls that come at a
+  // A clock check at every write, not Dilation::poll()'s every few calls: poll() is for calls that come at a
   // steady rate, while writes come in bursts and after idle gaps, and a reply after a gap must pay.
-  if (d_.active() && now_ns() - last_paid_ns_ >= quantum_ns_) pay();
+  if (d_.active() && (pay_next_ || d_.due(quantum_ns_))) pay();
 }
 
 void LoopDilation::end_batch() {

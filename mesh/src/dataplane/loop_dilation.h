@@ -55,12 +55,13 @@ class LoopDilation {
   // Counting starts now, on the calling thread.
   void start() {
     d_.start();
-    last_paid_ns_ = 0;  // the first write pays
+    pay_next_ = true;  // the first write pays
   }
   // Stays busy for (1/F - 1) x the CPU time since the last payment.
   void pay();
   // pay() once quantum_ns() of wall time has passed since the last payment
-  // (one vDSO clock read otherwise): before writes.
+  // (one time stamp counter read otherwise, billed as the model's own cost:
+  // Dilation::due): before writes.
   void pay_due();
   // The end of an event loop's batch of handlers: pay_due() for it.
   void end_batch();
@@ -88,7 +89,8 @@ class LoopDilation {
 
   Dilation d_;
   DilationCounters& counters_;
-  uint64_t quantum_ns_ = 0, last_paid_ns_ = 0;  // last_paid_ns_: now_ns() after the last payment
+  uint64_t quantum_ns_ = 0;
+  bool pay_next_ = false;
   uint64_t reported_work_ = 0, reported_dilated_ = 0;
 };
 

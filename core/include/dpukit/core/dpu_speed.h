@@ -88,6 +88,15 @@ class Dilation {
   // loop around it is not in the measured overhead. The loop must not
   // block between calls.
   void poll(uint64_t quantum_ns = 20'000);
+  // For loops that pay at points of their own (before a write) but at most
+  // once a quantum: has `quantum_ns` of wall time passed since the last
+  // payment (or start())? One read of poll()'s cheap clock, which the next
+  // payment counts as the model's own cost, as it does poll()'s checks.
+  bool due(uint64_t quantum_ns) {
+    if (!active()) return false;
+    ++checks_;
+    return wall_now() - last_wall_ >= quantum_ns;
+  }
   // This much of the thread's CPU time since the last payment was not the
   // dpu's (the emulated wire or hardware running in the same loop): it is
   // not dilated.
