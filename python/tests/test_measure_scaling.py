@@ -24,6 +24,13 @@ def test_workers_get_a_cpu_each_past_the_first_where_there_are_enough():
     assert m.scaling_cpus(2, [3, 5, 7]) == "5,7", "the CPUs the process may use, not 0..n"
 
 
+def test_duet_runs_with_its_sketch_partitioned_and_shared():
+    assert m.scaling_algo_args("duet") == ["--algo", "duet"], "the default: a partition per worker"
+    assert m.scaling_algo_args("duet-shared") == ["--algo", "duet", "--duet-sketch", "shared"]
+    assert m.scaling_algo_args("cms") == ["--algo", "cms"]
+    assert {"duet", "duet-shared"} <= set(m.SCALING_QUICK) <= set(m.SCALING_ALGOS)
+
+
 def test_the_goal_is_judged_only_where_each_worker_has_a_cpu():
     rates = {1: 10.0, 2: 17.0, 4: 30.0, 8: 70.0, 16: 90.0}
     # 16 is the core count: left out; 4 reaches 0.75 x 4 x 10.

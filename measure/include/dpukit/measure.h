@@ -197,10 +197,12 @@ struct AlgorithmConfig {
   unsigned duet_counter_bits = 0;
   // Duet's sketch across dpu workers: "shared" (the paper's one sketch with
   // atomic increments) or "partitioned" (one partition per worker, no
-  // counter shared between cores). Equal total memory either way. Shared
-  // stays the default until partitioned's loss at 4 workers on 2 CPUs is
-  // found (docs/measure.md).
-  std::string duet_sketch = "shared";
+  // counter shared between cores). Equal total memory either way.
+  // Partitioned by measurement (docs/measure.md, "Duet on several
+  // workers"): 2 workers against 1, 0.90x twice the rate as fast as possible
+  // and 0.92x zero-loss, where shared gave 0.38x and 0.37x, at an ARE 1.2 %
+  // above one worker's.
+  std::string duet_sketch = "partitioned";
   // Duet's sketch epoch: its counters hold the light traffic of the last one
   // to two epochs (DuetConfig::epoch_ns). 0 = none (every packet stays).
   uint64_t sketch_epoch_ns = 0;

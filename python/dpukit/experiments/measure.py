@@ -1088,11 +1088,18 @@ def render_bluefield(ctx: Context, collected: BluefieldRuns) -> Section:
 
 SCALING_TITLE = "measure.scaling: dpu workers (RSS queues)"
 # `none` (the datapath alone), every sketch, and Duet; quick mode keeps three.
-SCALING_ALGOS = ("none", "cms", "cs", "elastic", "univmon", "nitro-cms", "nitro-cs", "nitro-univmon", "duet")
-SCALING_QUICK = ("none", "cms", "duet")
+# "duet" is its default, a sketch partition per worker; "duet-shared" the paper's one sketch for all of them.
+SCALING_ALGOS = ("none", "cms", "cs", "elastic", "univmon", "nitro-cms", "nitro-cs", "nitro-univmon", "duet",
+                 "duet-shared")
+SCALING_QUICK = ("none", "cms", "duet", "duet-shared")
 SCALING_GOAL = 0.8  # of N x the 1-worker rate, up to 8 workers (issue 24)
 SCALING_GOAL_MAX = 8
 LIVE_QUEUE_ALGOS = ("cms", "duet")
+
+
+def scaling_algo_args(label: str) -> list[str]:
+    """The tool's options for a row label of SCALING_ALGOS."""
+    return ["--algo", "duet", "--duet-sketch", "shared"] if label == "duet-shared" else ["--algo", label]
 
 
 def worker_counts(cores: int) -> list[int]:
@@ -1187,12 +1194,13 @@ def collect_scaling(ctx: Context) -> ScalingRuns:
         where = ["--workers", w, "--dpu-cpus", scaling_cpus(w, cpus)]
         step += 1
         points[(algo, w)] = ctx.run_point(
-            TOOL, ["run", *common, "--algo", algo, *where], label=f"{algo}-w{w}", key="throughput_mpps",
+            TOOL, ["run", *common, *scaling_algo_args(algo), *where], label=f"{algo}-w{w}", key="throughput_mpps",
             detail=f"{algo}, {w} worker(s), as fast as possible", step=step, steps=steps, repeats=reps)
         step += 1
         ctx.progress(f"{algo}, {w} worker(s), zero-loss search", step, steps)
         zero[(algo, w)] = ctx.run_native(
-            TOOL, ["zero-loss", *common, "--packet-size", 64, "--precision", precision, "--algo", algo, *where],
+            TOOL, ["zero-loss", *common, "--packet-size", 64, "--precision", precision, *scaling_algo_args(algo),
+                   *where],
             label=f"zero-loss-{algo}-w{w}")
     busy_after = ctx.measured("busy_after", background_busy)
     return ScalingRuns(t, reps, cores, mach, workers, algos, precision, configs, points, zero, busy, busy_after,
@@ -1215,8 +1223,10 @@ def render_scaling(ctx: Context, runs: ScalingRuns) -> Section:
         f"{fmt_sig(100 * precision)} %) at {fmt_bytes(SPEED_MEMORY)} on the backbone trace, N = "
         f"{', '.join(str(w) for w in workers)}: RSS spreads the flows over N queues, one polling dpu worker each, "
         "each queue replayed by its own wire context. Each sketch gives every worker its own instance with an "
-        "equal share of the budget; Duet's workers share one sketch (its paper's design) and one hardware "
-        "table. " + repeats_note(reps, "throughput_mpps") + " The zero-loss search runs once per point.")
+        "equal share of the budget. Duet's workers share one hardware table and its records; its sketch budget "
+        "is split into a partition per worker (`duet`, the default: RSS keeps a flow's packets on one worker, so "
+        "no counter is written from two cores) or is one sketch they all update with atomic increments "
+        "(`duet-shared`, its paper's design). " + repeats_note(reps, "throughput_mpps") + " The zero-loss search runs once per point.")
     sec.paragraph(
         f"Goal (issue 24): at least {SCALING_GOAL} × N × the 1-worker rate up to {SCALING_GOAL_MAX} workers, or "
         "the memory system's limit shown. "
