@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "dpukit/measure.h"
@@ -83,8 +84,14 @@ TEST(SketchFactory, EveryAlgorithmTracksAZipfStream) {
     SCOPED_TRACE(a);
     auto s = make_sketch(a, 500 * 1024);
     for (size_t i = 0; i < z.packets.size(); ++i) s->update(z.key(i));
+    // A sampled row read (NitroSketch, at the default p) adds its own noise,
+    // of variance f (1/p - 1): three of its standard deviations beside the 10 %.
+    const double p = SketchOptions{}.sample_p;
+    const bool sampled = a.rfind("nitro", 0) == 0;
     for (size_t r = 0; r < 3; ++r) {
-      EXPECT_NEAR(s->estimate(z.flows[r]), double(z.truth[r]), 0.1 * double(z.truth[r])) << "rank " << r;
+      const double f = double(z.truth[r]);
+      const double sampling = sampled ? 3 * std::sqrt(f * (1 / p - 1)) : 0;
+      EXPECT_NEAR(s->estimate(z.flows[r]), f, 0.1 * f + sampling) << "rank " << r;
     }
     // Heavy hitters: the clearly heavy flows (>= 1.5x the threshold) are all
     // found; what is reported is at least half the threshold in truth. (Flows

@@ -65,7 +65,8 @@ void add_shared_options(ArgParser& p) {
   p.option("sketch-epoch", "seconds: Duet's sketch counters hold only the last one to two epochs of light traffic, "
                            "so their noise stays bounded on a run of any length; a flow must reach TOP within about "
                            "an epoch; 0 = never reset (default: run 0, live " + std::to_string(kLiveSketchEpochS) + ")");
-  p.option("sample-p", "NitroSketch sampling probability", "0.1");
+  p.option("sample-p", "NitroSketch sampling probability (at 0.1 a sampled packet's top-k heap step makes it dearer than "
+                       "the sketch it samples)", "0.01");
   p.option("seed", "hash seed", "1");
   // The dpu workers and Duet's control path are dilated; the wire and the
   // hardware table are the NIC's and stay at full speed.

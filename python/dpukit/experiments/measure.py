@@ -247,7 +247,8 @@ def render_accuracy(ctx: Context, mems: Sequence[int], traces: Sequence[TraceFil
         f"heavy hitters are the flows with at least the tool's default threshold of 0.05 % of the packets "
         f"({fmt_int(top) if top is not None else '?'} packets on the {PRESETS[0]} trace), and F1 compares the "
         "reported heavy flows with the true ones. NitroSketch runs with its default sampling probability "
-        "p = 0.1; Duet's budget covers its Count-Min and its promoted-flow records, not the hardware table "
+        f"p = {first.get('parameters', {}).get('sample_p', '?')}; Duet's budget covers its Count-Min and its "
+        "promoted-flow records, not the hardware table "
         "(the paper counts only the sketch). `duet` has 16-bit sketch counters, the default: a flow leaves the "
         "sketch at TOP, so its counters only ever hold light flows, and half-width counters give it twice as "
         "many in the same bytes; `duet-32bit` is the paper's Duet (`--duet-counter-bits 32`).")
