@@ -31,6 +31,13 @@
 namespace dpukit::kv {
 namespace {
 
+// `v` with `digits` after the point, for the creation's progress lines.
+std::string fixed(double v, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
 namespace fs = std::filesystem;
 
 constexpr char kIndexName[] = "pool.index";
@@ -466,11 +473,28 @@ void SstPool::create(const std::string& index_path) {
       made.push_back(i);
       reserve(slot.get(), path, false, options_.write_out);
     }
+    // Writing every slot out is most of a creation's time (4.6 GiB for the
+    // default 64 x 72 MiB, about 20 s on this project's VM): say so, and
+    // how far it has got, so that an agent that has not begun to listen
+    // does not look hung.
+    const auto began = std::chrono::steady_clock::now();
+    const auto seconds = [&] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    };
+    const double gib = double(options_.slots) * double(options_.slot_bytes) / double(1ull << 30);
+    if (options_.write_out)
+      log_info(what("creating " + std::to_string(options_.slots) + " slots of " +
+                    std::to_string(options_.slot_bytes >> 20) + " MiB: writing " + fixed(gib, 2) +
+                    " GiB of zeros, so that direct writes overwrite written blocks (once per pool)"));
+    const uint32_t report_every = std::max<uint32_t>(1, options_.slots / 8);
     for (uint32_t i = 0; options_.write_out && i < options_.slots; ++i) {
       std::string path = slot_path(i);
       UniqueFd slot(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
       if (!slot) throw_sys(errno, dir_, "cannot open", path);
       write_out(slot.get(), path, 0, false);
+      if ((i + 1) % report_every == 0 || i + 1 == options_.slots)
+        log_info(what("written out " + std::to_string(i + 1) + " of " + std::to_string(options_.slots) +
+                      " slots in " + fixed(seconds(), 1) + " s"));
     }
     if (::rename(tmp.c_str(), index_path.c_str()) != 0) throw_sys(errno, dir_, "cannot rename", tmp);
   } catch (...) {
