@@ -24,7 +24,7 @@ RESULTS = $(abspath $(BUILD))/test-results
 test: build
 	@rm -rf $(RESULTS) && mkdir -p $(RESULTS)/gtest
 	cd $(BUILD) && GTEST_OUTPUT=xml:$(RESULTS)/gtest/ ctest --output-on-failure
-	.venv/bin/python -m pytest python/tests -q --junitxml=$(RESULTS)/pytest.xml
+	.venv/bin/python -m pytest python/tests -q --durations=20 --junitxml=$(RESULTS)/pytest.xml
 	.venv/bin/python scripts/check_skips.py $(RESULTS)
 
 clean:

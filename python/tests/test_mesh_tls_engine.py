@@ -363,38 +363,7 @@ def test_an_unknown_field_of_the_engine_socket_is_refused_by_path(pki: Pki, tmp_
     assert "unknown field" in run.stdout + run.stderr
 
 
-# -- the mesh.tls eval at bluefield3 ---------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_eval_mesh_tls_at_bluefield3_has_the_engine_pair(tmp_path: Path, run_dpukit):
-    """`dpukit eval --quick --dpu bluefield3 --only mesh.tls` (1-second
-    phases): the node pair with its records on the engine beside the pair on
-    the cores, its hw CPU counted and out of its dpu CPU, and a report that
-    `--render` rebuilds byte for byte from its runs."""
-    from dpukit import native
-    from dpukit.experiments import mesh_tls
-    from eval_support import rebuilt_byte_for_byte
-    native_tool("dpukit-mesh")
-    out = tmp_path / "results"
-    proc = run_dpukit("eval", "--quick", "--dpu", "bluefield3", "--only", "mesh.tls", "--out", str(out), timeout=600,
-                      env={mesh_tls.SECONDS_ENV: "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    run_dir = (out / "latest").resolve()
-    md = (run_dir / "report.md").read_text()
-    num = r"[\d.,]+(?: \([\d.,–]+\))?"
-    for name in ("node-proxy-pair", "node-proxy-pair-engine"):
-        assert re.search(rf"^\| {name} \| {num} \| {num} \| {num} \| {num} \| {num} \|$", md, re.M), name
-    assert re.search(rf"^\| engine / cores \(paired\) \| {num} \|", md, re.M)
-    assert "dpu CPU per GB with the engine / on the cores" in md
-    runs = [native.load_result(p) for p in sorted((run_dir / "runs").glob("mesh.tls-*node-proxy-pair-engine*.json"))]
-    assert len(runs) == 2 + 2  # iperf3 at 1 and 4 streams, wrk, fortio at 1,000 qps
-    for r in runs:
-        assert r["figures"]["hw_cpu_ns"] > 0, r["parameters"]
-        assert r["cpu_ns"]["dpu"] > r["figures"]["hw_cpu_ns"]
-    for r in (native.load_result(p) for p in (run_dir / "runs").glob("mesh.tls-*node-proxy-pair-wrk*.json")):
-        assert r["figures"]["hw_cpu_ns"] == 0
-    rebuilt_byte_for_byte(run_dir, run_dpukit, "mesh.tls")
+# -- the mesh.tls eval at bluefield3: test_mesh_tls_eval.py's one run shows the engine pair
 
 
 def test_the_engine_pair_is_left_out_without_a_bluefield_generation(monkeypatch):

@@ -101,12 +101,14 @@ def test_generated_configs_are_valid_for_dpukit_mesh(tmp_path: Path):
 
 @pytest.mark.slow
 def test_eval_mesh_tls(tmp_path: Path, run_dpukit):
-    """The whole experiment with 1-second load phases; everything it wrote
-    in the temporary directory is gone afterwards."""
+    """The whole experiment with 1-second load phases, at bluefield3 so that
+    one run also shows the node pair with its records on the crypto engine
+    beside the pair on the cores; everything it wrote in the temporary
+    directory is gone afterwards."""
     native_tool("dpukit-mesh")
     out, tmp = tmp_path / "results", tmp_path / "tmp"
     tmp.mkdir()
-    proc = run_dpukit("eval", "--quick", "--only", "mesh.tls", "--out", str(out), timeout=300,
+    proc = run_dpukit("eval", "--quick", "--dpu", "bluefield3", "--only", "mesh.tls", "--out", str(out), timeout=600,
                       env={mesh_tls.SECONDS_ENV: "1", "TMPDIR": str(tmp)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert list(tmp.iterdir()) == [], "left in TMPDIR"
@@ -124,7 +126,9 @@ def test_eval_mesh_tls(tmp_path: Path, run_dpukit):
     assert "0 errors and 0 non-2xx" in md, md[md.find("load runs"):][:2000]
     assert (run_dir / "plots" / "mesh.tls-request-path.png").stat().st_size > 5000
     runs = [native.load_result(p) for p in sorted((run_dir / "runs").glob("mesh.tls-*.json"))]
-    assert len(runs) == 3 * 3 + 3 * 2 + 3 * 2, [r["parameters"] for r in runs]
+    # handshakes: 3 servers x 3 modes; iperf3 at 1 and 4 streams and wrk and fortio: 3 topologies and the
+    # engine pair
+    assert len(runs) == 3 * 3 + 4 * 2 + 4 * 2, [r["parameters"] for r in runs]
     for r in runs:
         top = r["parameters"]["topology"]
         if top in ("node-proxy", "node-proxy-pair"):
@@ -133,6 +137,21 @@ def test_eval_mesh_tls(tmp_path: Path, run_dpukit):
             assert r["cpu_ns"]["host"] > 0 and r["cpu_ns"]["dpu"] == 0, r["cpu_ns"]
         if r["parameters"].get("mode", "").startswith("resumed"):
             assert r["figures"]["reused"] >= r["figures"]["connections"] - 1, r["figures"]
+
+    # The engine pair: its hw CPU counted and out of its dpu CPU; none on the cores' pair.
+    num = r"[\d.,]+(?: \([\d.,–]+\))?"
+    for name in ("node-proxy-pair", "node-proxy-pair-engine"):
+        assert re.search(rf"^\| {name} \| {num} \| {num} \| {num} \| {num} \| {num} \|$", md, re.M), name
+    assert re.search(rf"^\| engine / cores \(paired\) \| {num} \|", md, re.M)
+    assert "dpu CPU per GB with the engine / on the cores" in md
+    engine = [r for r in runs if r["parameters"]["topology"] == "node-proxy-pair-engine"]
+    assert len(engine) == 2 + 2, [r["parameters"] for r in engine]
+    for r in engine:
+        assert r["figures"]["hw_cpu_ns"] > 0, r["parameters"]
+        assert r["cpu_ns"]["dpu"] > r["figures"]["hw_cpu_ns"]
+    for r in runs:
+        if r["parameters"]["topology"] == "node-proxy-pair" and "wrk" in str(r["parameters"]):
+            assert r["figures"]["hw_cpu_ns"] == 0
 
     # The report is rebuilt from the runs: byte for byte, then with a run's figure changed.
     rebuilt_byte_for_byte(run_dir, run_dpukit, "mesh.tls")
