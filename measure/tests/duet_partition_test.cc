@@ -34,7 +34,9 @@ TEST(DuetPartitions, NoCacheLineHoldsTwoPartitionsCounters) {
           const auto [begin, end] = d.partition_bytes(p);
           EXPECT_EQ(begin % 64, 0u) << parts << " partitions, " << bits << " bits: partition " << p
                                     << " starts inside a line";
-          if (p + 1 < parts) EXPECT_LE((end + 63) / 64 * 64, d.partition_bytes(p + 1).first);
+          if (p + 1 < parts) {
+            EXPECT_LE((end + 63) / 64 * 64, d.partition_bytes(p + 1).first);
+          }
         }
       }
 }
