@@ -115,6 +115,10 @@ TEST(ConfigH2, HcmHttp2ProtocolOptionsFaults) {
   EXPECT_NE(e.find("not supported by dpukit-mesh"), std::string::npos) << e;
   e = error_of(config("http2_protocol_options: {max_concurent_streams: 5}"));
   EXPECT_NE(e.find("unknown field"), std::string::npos) << e;
+  // A listener's HTTP/2 sends no keepalive PINGs here: refused, not ignored.
+  e = error_of(config("http2_protocol_options: {connection_keepalive: {interval: 1s, timeout: 1s}}"));
+  EXPECT_NE(e.find(at + " (line"), std::string::npos) << e;
+  EXPECT_NE(e.find("connection_keepalive is not supported on a listener's HTTP/2"), std::string::npos) << e;
   // HTTP1 never serves HTTP/2: its options would be ignored, so they are refused.
   e = error_of(config("codec_type: HTTP1\n          http2_protocol_options: {}"));
   EXPECT_NE(e.find("needs codec_type AUTO or HTTP2"), std::string::npos) << e;

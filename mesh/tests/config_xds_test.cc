@@ -87,6 +87,40 @@ TEST(ConfigXds, RefusalsNameThePath) {
             "node.id: required with dynamic_resources (a control plane tells nodes apart by it)");
 }
 
+// connection_keepalive on the ADS cluster sets the ADS connection's PINGs;
+// anywhere else it is refused, since nothing there would send them.
+TEST(ConfigXds, KeepaliveOnTheAdsClusterOnly) {
+  const std::string keepalive =
+      "http2_protocol_options: {connection_keepalive: {interval: 2s, timeout: 1.5s}}";
+  const Bootstrap b = parse_bootstrap(edit("http2_protocol_options: {}", keepalive));
+  const auto& k = b.clusters[0].http2_protocol_options.connection_keepalive;
+  ASSERT_TRUE(k);
+  EXPECT_EQ(k->interval, std::chrono::milliseconds(2000));
+  EXPECT_EQ(k->timeout, std::chrono::milliseconds(1500));
+  EXPECT_FALSE(parse_bootstrap(kXdsBootstrap).clusters[0].http2_protocol_options.connection_keepalive);
+  // The JSON dump (the admin's config_dump) carries it.
+  const json dumped = to_json(b)["static_resources"]["clusters"][0]["typed_extension_protocol_options"]
+                                ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["explicit_http_config"]
+                                ["http2_protocol_options"]["connection_keepalive"];
+  EXPECT_EQ(dumped, json({{"interval", "2s"}, {"timeout", "1.500s"}})) << dumped.dump();
+
+  EXPECT_EQ(fault(edit("http2_protocol_options: {}", "http2_protocol_options: {connection_keepalive: {interval: 2s}}")),
+            "static_resources.clusters[0].typed_extension_protocol_options.envoy.extensions.upstreams.http.v3."
+            "HttpProtocolOptions.explicit_http_config.http2_protocol_options.connection_keepalive.timeout (line 20): "
+            "missing required field");
+  EXPECT_EQ(fault(edit("http2_protocol_options: {}",
+                       "http2_protocol_options: {connection_keepalive: {interval: 2s, timeout: 1s, "
+                       "interval_jitter: {value: 15}}}")),
+            "static_resources.clusters[0].typed_extension_protocol_options.envoy.extensions.upstreams.http.v3."
+            "HttpProtocolOptions.explicit_http_config.http2_protocol_options.connection_keepalive.interval_jitter "
+            "(line 20): interval_jitter is not supported by dpukit-mesh");
+  // On a cluster that is not the ADS one: refused by path (checked before the ADS cluster is looked up).
+  EXPECT_EQ(fault(edit("cluster_name: xds_cluster}", "cluster_name: nowhere}", edit("http2_protocol_options: {}", keepalive))),
+            "static_resources.clusters[0].typed_extension_protocol_options.envoy.extensions.upstreams.http.v3."
+            "HttpProtocolOptions.explicit_http_config.http2_protocol_options.connection_keepalive: not supported on "
+            "cluster 'xds_cluster' (dpukit-mesh honours it on the ADS cluster only)");
+}
+
 const json kRouter = {{"name", "envoy.filters.http.router"},
                       {"typed_config", {{"@type", "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}}};
 

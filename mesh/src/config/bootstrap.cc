@@ -395,13 +395,24 @@ HttpFilter parse_http_filter(const At& at) {
 // the stream limit and the flow-control windows, in Envoy's ranges.
 Http2ProtocolOptions parse_http2_protocol_options(const At& at) {
   const Fields f = at.fields("envoy.config.core.v3.Http2ProtocolOptions",
-                             {"max_concurrent_streams", "initial_stream_window_size", "initial_connection_window_size"});
+                             {"max_concurrent_streams", "initial_stream_window_size", "initial_connection_window_size",
+                              "connection_keepalive"});
   constexpr uint32_t kMax31 = 0x7fffffff;
   Http2ProtocolOptions o;
   o.max_concurrent_streams = f["max_concurrent_streams"].u32_or(o.max_concurrent_streams, 1, kMax31);
   o.initial_stream_window_size = f["initial_stream_window_size"].u32_or(o.initial_stream_window_size, 65535, kMax31);
   o.initial_connection_window_size =
       f["initial_connection_window_size"].u32_or(o.initial_connection_window_size, 65535, kMax31);
+  if (f.has("connection_keepalive")) {
+    // Envoy sends no interval PINGs without an interval; a keepalive here is one that pings.
+    const Fields k = f["connection_keepalive"].fields("envoy.config.core.v3.KeepaliveSettings", {"interval", "timeout"});
+    Http2ProtocolOptions::Keepalive ka;
+    ka.interval = k.required("interval").duration();
+    ka.timeout = k.required("timeout").duration();
+    if (ka.interval.count() < 1) k["interval"].fail("must be at least 1ms");
+    if (ka.timeout.count() < 1) k["timeout"].fail("must be at least 1ms");
+    o.connection_keepalive = ka;
+  }
   return o;
 }
 
@@ -447,6 +458,9 @@ HttpConnectionManager parse_hcm(const At& at) {
     if (h.codec_type == HttpConnectionManager::Codec::kHttp1)
       f["http2_protocol_options"].fail("needs codec_type AUTO or HTTP2 (HTTP1 never serves HTTP/2)");
     h.http2_protocol_options = parse_http2_protocol_options(f["http2_protocol_options"]);
+    if (h.http2_protocol_options.connection_keepalive)
+      f["http2_protocol_options"].fail("connection_keepalive is not supported on a listener's HTTP/2 (dpukit-mesh "
+                                       "honours it on the ADS cluster only)");
   }
   return h;
 }
@@ -813,6 +827,15 @@ Bootstrap parse_root(const At& root) {
       for (const At& item : sr["clusters"].items()) b.clusters.push_back(parse_cluster(item));
   }
   if (f.has("dynamic_resources")) b.dynamic_resources = parse_dynamic_resources(f["dynamic_resources"]);
+  for (size_t i = 0; i < b.clusters.size(); ++i) {
+    const Cluster& c = b.clusters[i];
+    if (c.http2 && c.http2_protocol_options.connection_keepalive &&
+        !(b.dynamic_resources && c.name == b.dynamic_resources->ads_cluster))
+      throw ConfigError("static_resources.clusters[" + std::to_string(i) +
+                            "].typed_extension_protocol_options.envoy.extensions.upstreams.http.v3."
+                            "HttpProtocolOptions.explicit_http_config.http2_protocol_options.connection_keepalive",
+                        "not supported on cluster '" + c.name + "' (dpukit-mesh honours it on the ADS cluster only)");
+  }
   cross_check(b);
   if (b.dynamic_resources) check_dynamic_resources(b);
   return b;

@@ -182,6 +182,15 @@ struct Http2ProtocolOptions {
   uint32_t max_concurrent_streams = 1024;                      // 1 .. 2^31-1
   uint32_t initial_stream_window_size = 16 * 1024 * 1024;      // 65535 .. 2^31-1
   uint32_t initial_connection_window_size = 24 * 1024 * 1024;  // 65535 .. 2^31-1
+  // connection_keepalive (envoy.config.core.v3.KeepaliveSettings): a PING
+  // every `interval`, the connection dropped when one goes unanswered for
+  // `timeout`. Honoured on the ADS cluster's connection only, and refused
+  // elsewhere (parse_bootstrap).
+  struct Keepalive {
+    Duration interval{0};
+    Duration timeout{0};
+  };
+  std::optional<Keepalive> connection_keepalive;
 };
 
 // envoy.filters.network.http_connection_manager

@@ -165,9 +165,12 @@ json http_filter(const HttpFilter& f) {
 }
 
 json http2_options(const Http2ProtocolOptions& o) {
-  return {{"max_concurrent_streams", o.max_concurrent_streams},
-          {"initial_stream_window_size", o.initial_stream_window_size},
-          {"initial_connection_window_size", o.initial_connection_window_size}};
+  json j = {{"max_concurrent_streams", o.max_concurrent_streams},
+            {"initial_stream_window_size", o.initial_stream_window_size},
+            {"initial_connection_window_size", o.initial_connection_window_size}};
+  if (const auto& k = o.connection_keepalive)
+    j["connection_keepalive"] = {{"interval", duration(k->interval)}, {"timeout", duration(k->timeout)}};
+  return j;
 }
 
 json hcm(const HttpConnectionManager& h) {

@@ -118,6 +118,7 @@ const std::vector<std::string_view>* envoy_fields(std::string_view message) {
      "custom_settings_parameters", "connection_keepalive", "use_oghttp2_codec",
      "max_metadata_size", "enable_huffman_encoding", "max_header_field_size_kb",
      "disallow_obs_text", "stream_reset_burst", "stream_reset_rate"}},
+    {"envoy.config.core.v3.KeepaliveSettings", {"interval", "timeout", "interval_jitter", "connection_idle_interval"}},
     {"envoy.config.core.v3.HttpProtocolOptions",
      {"idle_timeout", "max_connection_duration", "max_connection_duration_jitter",
      "max_headers_count", "max_response_headers_kb", "max_stream_duration",

@@ -86,7 +86,10 @@ std::string grpc_target(const config::Cluster& cluster) {
 AdsClient::AdsClient(YAML::Node base, const config::Bootstrap& bootstrap, Apply apply)
     : base_(std::move(base)), node_(bootstrap.node), dynamic_(*bootstrap.dynamic_resources), apply_(std::move(apply)) {
   for (const config::Cluster& c : bootstrap.clusters)
-    if (c.name == dynamic_.ads_cluster) target_ = grpc_target(c);
+    if (c.name == dynamic_.ads_cluster) {
+      target_ = grpc_target(c);
+      if (const auto& k = c.http2_protocol_options.connection_keepalive) keepalive_ = {k->interval, k->timeout};
+    }
   messages();  // the descriptor pool loads now: a broken build fails at start, not on the first response
 }
 
@@ -308,20 +311,19 @@ std::vector<json> AdsClient::on_response(const json& response) {
 
 namespace {
 // HTTP/2 keepalive on the ADS connection: a control plane host that vanishes
-// without a reset (powered off, partitioned) is noticed within time + timeout,
-// and the stream is redialled; the ADS stream is idle between updates, hence
-// the pings without calls or data. 30 s is go-control-plane's example
-// server's enforcement MinTime and Istio's interval; a server that enforces a
-// longer one answers GOAWAY too_many_pings and gRPC doubles the interval on
-// this channel (kept across streams for that reason).
-constexpr int kKeepaliveTimeMs = 30 * 1000;
-constexpr int kKeepaliveTimeoutMs = 10 * 1000;
-
-std::shared_ptr<grpc::Channel> ads_channel(const std::string& target) {
+// without a reset (powered off, partitioned) is noticed within interval +
+// timeout, and the stream is redialled; the ADS stream is idle between
+// updates, hence the pings without calls or data. The ADS cluster's
+// connection_keepalive sets them (AdsClient::Keepalive); without it, 30 s
+// (go-control-plane's example server's enforcement MinTime and Istio's
+// interval) and 10 s, where Envoy would send none. A server that enforces a
+// longer interval answers GOAWAY too_many_pings and gRPC doubles the interval
+// on this channel (kept across streams for that reason).
+std::shared_ptr<grpc::Channel> ads_channel(const std::string& target, const AdsClient::Keepalive& keepalive) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);  // a snapshot of many clusters is one message
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(keepalive.interval.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(keepalive.timeout.count()));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // else pings stop after two on an idle stream
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
@@ -335,7 +337,7 @@ void AdsClient::run() {
   LoopDilation::Current current(dilation);
   std::mt19937_64 rng(std::random_device{}());
   auto backoff = kBackoffBase;
-  const auto channel = ads_channel(target_);
+  const auto channel = ads_channel(target_, keepalive_);
   while (!stopping_) {
     if (stream_once(channel)) backoff = kBackoffBase;  // a stream that worked starts the backoff over
     if (stopping_) break;

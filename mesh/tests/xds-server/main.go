@@ -34,19 +34,21 @@ func main() {
 	xdsAddr := flag.String("xds", "127.0.0.1:0", "address of the ADS gRPC server (port 0: any free port)")
 	controlAddr := flag.String("control", "127.0.0.1:0", "address of the HTTP control endpoint (POST /snapshot, GET /status)")
 	verbose := flag.Bool("v", false, "log go-control-plane's debug messages")
+	keepaliveMin := flag.Duration("keepalive-min-time", 15*time.Second,
+		"the shortest interval between a client's pings the server permits (keepalive enforcement MinTime)")
 	flag.Parse()
 	if flag.NArg() != 0 {
 		fmt.Fprintf(os.Stderr, "dpukit-xds-server: unexpected argument %q\n", flag.Arg(0))
 		os.Exit(2)
 	}
 	logger := log.New(os.Stderr, "dpukit-xds-server: ", log.LstdFlags|log.Lmicroseconds)
-	if err := run(*xdsAddr, *controlAddr, *verbose, logger); err != nil {
+	if err := run(*xdsAddr, *controlAddr, *verbose, *keepaliveMin, logger); err != nil {
 		logger.Printf("error: %v", err)
 		os.Exit(1)
 	}
 }
 
-func run(xdsAddr, controlAddr string, verbose bool, logger *log.Logger) error {
+func run(xdsAddr, controlAddr string, verbose bool, keepaliveMin time.Duration, logger *log.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
@@ -54,11 +56,12 @@ func run(xdsAddr, controlAddr string, verbose bool, logger *log.Logger) error {
 	snapshots := cache.NewSnapshotCache(true, cache.IDHash{}, cacheLogger{logger, verbose})
 	xds := server.NewServer(ctx, holdOnNack{snapshots, status}, status)
 
-	// Proxies ping their ADS stream (dpukit-mesh every 30 s, also while no
-	// update flows): permit it, as go-control-plane's example server and
-	// istiod do; grpc-go's default (5 min) answers GOAWAY too_many_pings.
+	// Proxies ping their ADS stream (dpukit-mesh every 30 s unless its ADS
+	// cluster's connection_keepalive says otherwise, also while no update
+	// flows): permit it, as go-control-plane's example server and istiod do;
+	// grpc-go's default (5 min) answers GOAWAY too_many_pings.
 	grpcServer := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
-		MinTime: 15 * time.Second, PermitWithoutStream: true}))
+		MinTime: keepaliveMin, PermitWithoutStream: true}))
 	discovery.RegisterAggregatedDiscoveryServiceServer(grpcServer, xds)
 	xdsListener, err := net.Listen("tcp", xdsAddr)
 	if err != nil {
