@@ -473,10 +473,10 @@ void SstPool::create(const std::string& index_path) {
       made.push_back(i);
       reserve(slot.get(), path, false, options_.write_out);
     }
-    // Writing every slot out is most of a creation's time (4.6 GiB for the
-    // default 64 x 72 MiB, about 20 s on this project's VM): say so, and
-    // how far it has got, so that an agent that has not begun to listen
-    // does not look hung.
+    // Writing every slot out is most of a creation's time (4.5 GiB for the
+    // default 64 x 72 MiB: 1.8-7.9 s on this project's VM, 21.7 s in issue
+    // 34's run; docs/kv.md): say so, and how far it has got, so that an
+    // agent that has not begun to listen does not look hung.
     const auto began = std::chrono::steady_clock::now();
     const auto seconds = [&] {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();

@@ -53,7 +53,7 @@ Config parse_args(int argc, char** argv) {
               "Also: `dpukit-agent pool check --pool DIR [--db DIR]` and `dpukit-agent pool release SLOT --pool DIR`.");
   p.option("listen", "Unix socket path to listen at", "", true);
   p.option("pool", "directory of the SST file pool (created if missing: every slot is written out with zeros once, "
-                   "slots x slot size, 4.5 GiB by default: 2-8 s on this project's VM, more on a slow disk; the "
+                   "slots x slot size, 4.5 GiB by default: 1.8-7.9 s on this project's VM, more on a slow disk; the "
                    "agent prints its progress and listens when it is done)");
   p.option("slots", "slot files in the pool", "64");
   p.option("slot-size", "bytes per slot file", "72MiB");

@@ -29,7 +29,7 @@ from conftest import native_tool
 from dpukit.experiments.mesh_xds import (HCM_TYPE, Snapshot, XdsServer, eds_cluster, http_listener,
                                          load_assignment, route_config, to_cluster, virtual_host, xds_bootstrap_yaml)
 from dpukit.procs import Group, Proc, free_port, http_get
-from mesh_support import Echoes, envoy_argv, mesh_argv, read_response
+from mesh_support import Echoes, envoy_argv, envoy_validate, mesh_argv, read_response
 
 DRAIN_S = 4  # --drain-time-s of every proxy here
 DELAY_MS = 1500  # how long the upstream holds a request in flight
@@ -270,6 +270,7 @@ def test_ads_keepalive_notices_a_silent_control_plane(tmp_path: Path):
         port, admin = free_port(), free_port()
         config = tmp_path / "ads.yaml"
         config.write_text(xds_bootstrap_yaml(node=NODE, admin_port=admin, xds_port=xds.xds_port, keepalive=KEEPALIVE))
+        assert envoy_validate(config).returncode == 0, "Envoy takes the same connection_keepalive"
         native_tool("dpukit-mesh")  # skips when not built
         proc = group.start(mesh_argv(config, dpu_cpus=None), name="dpukit")
         common = dict(clusters=[eds_cluster("echo")], routes=[ROUTES], endpoints=[load_assignment("echo", [echo])])

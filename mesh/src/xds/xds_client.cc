@@ -88,7 +88,7 @@ AdsClient::AdsClient(YAML::Node base, const config::Bootstrap& bootstrap, Apply 
   for (const config::Cluster& c : bootstrap.clusters)
     if (c.name == dynamic_.ads_cluster) {
       target_ = grpc_target(c);
-      if (const auto& k = c.http2_protocol_options.connection_keepalive) keepalive_ = {k->interval, k->timeout};
+      if (const auto& k = c.http2_protocol_options.connection_keepalive) keepalive_ = *k;
     }
   messages();  // the descriptor pool loads now: a broken build fails at start, not on the first response
 }
@@ -314,12 +314,13 @@ namespace {
 // without a reset (powered off, partitioned) is noticed within interval +
 // timeout, and the stream is redialled; the ADS stream is idle between
 // updates, hence the pings without calls or data. The ADS cluster's
-// connection_keepalive sets them (AdsClient::Keepalive); without it, 30 s
+// connection_keepalive sets them (AdsClient::keepalive_); without it, 30 s
 // (go-control-plane's example server's enforcement MinTime and Istio's
 // interval) and 10 s, where Envoy would send none. A server that enforces a
 // longer interval answers GOAWAY too_many_pings and gRPC doubles the interval
 // on this channel (kept across streams for that reason).
-std::shared_ptr<grpc::Channel> ads_channel(const std::string& target, const AdsClient::Keepalive& keepalive) {
+std::shared_ptr<grpc::Channel> ads_channel(const std::string& target,
+                                          const config::Http2ProtocolOptions::Keepalive& keepalive) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);  // a snapshot of many clusters is one message
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(keepalive.interval.count()));

@@ -58,10 +58,6 @@ class AdsClient {
   // Installs a checked bootstrap on the control plane's thread; "" when it
   // runs, else why not (the response is then NACKed with that).
   using Apply = std::function<std::string(config::Bootstrap)>;
-  // The ADS connection's HTTP/2 PINGs (the ADS cluster's connection_keepalive, else these).
-  struct Keepalive {
-    std::chrono::milliseconds interval{30'000}, timeout{10'000};
-  };
 
   // `base` is the bootstrap file (static resources, dynamic_resources, node).
   AdsClient(YAML::Node base, const config::Bootstrap& bootstrap, Apply apply);
@@ -107,7 +103,8 @@ class AdsClient {
   config::Node node_;
   config::DynamicResources dynamic_;
   std::string target_;
-  Keepalive keepalive_;
+  // The ADS connection's HTTP/2 PINGs: the ADS cluster's connection_keepalive, else these.
+  config::Http2ProtocolOptions::Keepalive keepalive_{std::chrono::seconds(30), std::chrono::seconds(10)};
   Apply apply_;
 
   std::map<std::string, TypeState> types_;
