@@ -22,6 +22,7 @@
 #include "channel_peer.h"
 #include "dpukit/core/accounting.h"
 #include "dpukit/core/channel.h"
+#include "dpukit/core/dpu_packet_path.h"
 #include "dpukit/core/cli.h"
 #include "dpukit/core/engine.h"
 #include "dpukit/core/flow_table.h"
@@ -418,9 +419,17 @@ int dpu_speed(int argc, char** argv) {
   nlohmann::json out;
   if (args.has("presets")) {
     out = nlohmann::json::array();
-    for (const auto& p : dpu_speed_presets()) out.push_back({{"name", p.name}, {"factor", p.factor}, {"source", p.source}});
+    for (const auto& p : dpu_speed_presets()) {
+      const DpuSpeed speed = DpuSpeed::parse(p.name);
+      out.push_back({{"name", p.name},
+                     {"factor", p.factor},
+                     {"source", p.source},
+                     {"packet_path", DpuPacketPath::of(speed).to_json()},
+                     {"packet_path_source", DpuPacketPath::of(speed).any() ? kDpuPacketPathSource : "none"}});
+    }
   } else {
     out = args.dpu_speed().to_json();
+    out["packet_path"] = DpuPacketPath::of(args.dpu_speed()).to_json();
   }
   std::printf("%s\n", out.dump(2).c_str());
   return 0;

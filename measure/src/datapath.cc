@@ -20,7 +20,10 @@
 // worker's own part of the loop (its bursts, Duet's polled control path) is
 // time-dilated as on a slower core; the wire's part and the worker's idle
 // waits are left out of the dilation (the NIC is not slower, and a slower
-// core waits no longer for packets that are not there).
+// core waits no longer for packets that are not there). What the NIC does
+// cost a dpu core, receiving each packet it takes from the ring and sending
+// it back (the Arm's packet path, core's dpu_packet_path.h), the worker pays
+// as its own work.
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -96,8 +99,9 @@ struct Shared {
     // Wall time: in the worker's loops, the wire's part of it, and the
     // worker's batches; CPU time: the thread's.
     uint64_t loop_ns = 0, hw_ns = 0, work_ns = 0, cpu_ns = 0, sleeps = 0;
-    uint64_t dilated_ns = 0;  // what the dpu speed's dilation added to cpu_ns
-    unsigned replays = 0;     // passes this worker has finished
+    uint64_t dilated_ns = 0;      // what the dpu speed's dilation added to cpu_ns
+    double packet_path_ns = 0;    // what the Arm's packet path was billed (dpu ns)
+    unsigned replays = 0;         // passes this worker has finished
   };
   std::vector<Worker> workers;
   std::atomic<unsigned> replays_done{0};  // passes finished, over every worker
@@ -212,6 +216,10 @@ void replay(Shared& s, unsigned w, QueueWire& wire, bool measured, Shared::Worke
   auto clock = [&](uint64_t now) { return now - (me.hw_ns - hw_at_start); };  // since this pass began
   auto due_at = [&](size_t j) { return t0 + static_cast<uint64_t>(std::ceil(j * 1e9 / rate)); };
   const bool runs_control = s.measurer.is_duet() && cfg.worker_poll && w == 0;
+  // Each packet taken from the ring was received by DPDK on an Arm core and
+  // is sent back to the wire: the dpu's work, dilated with the rest.
+  const double packet_path_ns = cfg.algorithm.dpu_packet_path().packet_ns;
+  const double factor = cfg.algorithm.dpu_speed.factor;
   uint32_t pos[kPop];
   const FlowKey* keys[kPop];
   wire.restart();
@@ -259,6 +267,10 @@ void replay(Shared& s, unsigned w, QueueWire& wire, bool measured, Shared::Worke
         __builtin_prefetch(keys[i]);
       }
       s.measurer.update_burst(w, keys, k);
+      if (packet_path_ns > 0) {
+        spend_dpu_ns(double(k) * packet_path_ns, factor);
+        me.packet_path_ns += double(k) * packet_path_ns;
+      }
       slow.poll();  // as on the dpu's slower core: busy for (1/F - 1) x the work, every 20 us of it
       me.queue.delivered += measured ? k : 0;
       const uint64_t after = worker_time();
@@ -392,6 +404,7 @@ void collect(Shared& s, const GroundTruth& truth, RunResult& res) {
     res.drops += me.queue.drops;
     res.dpu_work_ns += me.work_ns;
     res.dpu_dilated_ns += me.dilated_ns;
+    res.dpu_packet_path_ns += static_cast<uint64_t>(me.packet_path_ns);
     res.worker_sleeps += me.sleeps;
     res.wire_seconds = std::max(res.wire_seconds, me.queue.wire_seconds);
     res.seconds = std::max(res.seconds, me.queue.seconds);

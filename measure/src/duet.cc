@@ -504,6 +504,15 @@ void Duet::on_top(const FlowKey& key, const Hashes& h, uint64_t count, unsigned 
   promotions_.fetch_add(1, std::memory_order_relaxed);
   // The hw counter starts at TOP; what it counts above TOP is the flow's.
   hw_.request_insert(key, {config_.top, 0}, static_cast<uint64_t>(rec - records_.get()));
+  bill_rule();
+}
+
+void Duet::bill_rule() {
+  if (config_.table_cost.rule_ns <= 0 && config_.table_cost.rule_ns_per_million <= 0) return;
+  // The records in use are the rules installed or on their way: the entries Table II's cost grows with.
+  const double ns = config_.table_cost.rule_cost_ns(records_used_.load(std::memory_order_relaxed));
+  spend_dpu_ns(ns, config_.dpu_factor);
+  rule_billed_ns_.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);
 }
 
 size_t Duet::apply_hw_events() {
@@ -536,6 +545,7 @@ size_t Duet::apply_hw_events() {
         // the hardware's above TOP, to the caller.
         retire(held, e.key, e.counters.packets - std::min(e.counters.packets, config_.top), e.counters.bytes);
         aged_.fetch_add(1, std::memory_order_relaxed);
+        bill_rule();  // the Arm destroys the aged entry's rule
         break;
     }
   }
@@ -566,6 +576,7 @@ Duet::Stats Duet::stats() const {
   s.records_used = records_used_.load();
   s.records_retired = retired_.load();
   s.epochs = epochs_.load();
+  s.rule_billed_ns = rule_billed_ns_.load();
   return s;
 }
 

@@ -51,6 +51,7 @@
 #include <utility>
 #include <vector>
 
+#include "dpukit/core/dpu_packet_path.h"
 #include "dpukit/core/flow_key.h"
 #include "dpukit/core/flow_table.h"
 #include "dpukit/measure.h"
@@ -96,6 +97,13 @@ struct DuetConfig {
   // bytes (two halves of counter_bits), so the same budget has half as many
   // counters per row; the caller calls rotate_epoch() every epoch_ns.
   uint64_t epoch_ns = 0;
+  // The Arm-side cost of managing the hardware table (DpuPacketPath's rule
+  // cost, in ns of a dpu core at `dpu_factor` of a host core's speed): an
+  // insertion on the worker that promotes (DOCA Flow's add runs on the
+  // caller's core), a removal of an aged entry on the control path. None by
+  // default.
+  DpuPacketPath table_cost;
+  double dpu_factor = 1.0;
 };
 
 class Duet {
@@ -217,6 +225,7 @@ class Duet {
   template <class T>
   void reset_counters(const Hashes& h, uint64_t amount, unsigned partition);
   void reset_counters(const Hashes& h, uint64_t amount, unsigned partition);
+  void bill_rule();  // one rule's management, at the entries held now
   [[gnu::noinline, gnu::cold]] void on_top(const FlowKey& key, const Hashes& h, uint64_t count, unsigned partition);
 
   DuetConfig config_;
@@ -232,7 +241,7 @@ class Duet {
   size_t record_slots_;  // record_slots(config_.records)
   std::unique_ptr<Record[]> records_;
   std::atomic<uint64_t> promotions_{0}, installed_{0}, refused_{0}, aged_{0}, moved_{0}, records_full_{0},
-      retired_{0}, epochs_{0};
+      retired_{0}, epochs_{0}, rule_billed_ns_{0};
   std::atomic<size_t> records_used_{0};   // reserved or live: goes down when a record is retired
   std::atomic<size_t> longest_probe_{0};  // the furthest any claim placed a record from its key's start
   std::vector<FlowEvent> events_;  // control path scratch

@@ -71,6 +71,8 @@ Measurer::Measurer(const AlgorithmConfig& cfg, unsigned workers, uint64_t top, u
     else if (cfg.duet_sketch != "shared")
       throw std::invalid_argument("duet sketch '" + cfg.duet_sketch + "': partitioned or shared");
     dc.epoch_ns = epoch_ns_ = cfg.sketch_epoch_ns;
+    dc.table_cost = cfg.dpu_packet_path();
+    dc.dpu_factor = cfg.dpu_speed.factor;
     try {
       duet_ = std::make_unique<Duet>(dc, *table);
     } catch (const std::invalid_argument& e) {

@@ -18,18 +18,7 @@ namespace {
 
 using testing::flow;
 using testing::skewed_trace;
-
-// `heavy` flows of `each` packets and `light` flows of 5, shuffled.
-Trace two_tier_trace(uint32_t heavy, uint32_t each, uint32_t light, uint32_t seed = 7) {
-  Trace t;
-  for (uint32_t i = 0; i < heavy; ++i)
-    for (uint32_t k = 0; k < each; ++k) t.packets.push_back({flow(i), 100, 0});
-  for (uint32_t i = 0; i < light; ++i)
-    for (uint32_t k = 0; k < 5; ++k) t.packets.push_back({flow(heavy + i), 100, 0});
-  std::mt19937 rng(seed);
-  std::shuffle(t.packets.begin(), t.packets.end(), rng);
-  return t;
-}
+using testing::two_tier_trace;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

@@ -1,6 +1,7 @@
 // Synthetic traces for the datapath's tests, built in memory.
 #pragma once
 
+#include <algorithm>
 #include <random>
 
 #include "dpukit/measure.h"
@@ -19,6 +20,18 @@ inline Trace skewed_trace(size_t packets, uint32_t flows, uint32_t seed = 3) {
     uint32_t i = rng() % 10 < 7 ? rng() % (flows / 10) : rng() % flows;
     t.packets.push_back({flow(i), 100, 0});
   }
+  return t;
+}
+
+// `heavy` flows of `each` packets and `light` flows of 5, shuffled.
+inline Trace two_tier_trace(uint32_t heavy, uint32_t each, uint32_t light, uint32_t seed = 7) {
+  Trace t;
+  for (uint32_t i = 0; i < heavy; ++i)
+    for (uint32_t k = 0; k < each; ++k) t.packets.push_back({flow(i), 100, 0});
+  for (uint32_t i = 0; i < light; ++i)
+    for (uint32_t k = 0; k < 5; ++k) t.packets.push_back({flow(heavy + i), 100, 0});
+  std::mt19937 rng(seed);
+  std::shuffle(t.packets.begin(), t.packets.end(), rng);
   return t;
 }
 

@@ -71,6 +71,12 @@ void add_shared_options(ArgParser& p) {
   // The dpu workers and Duet's control path are dilated; the wire and the
   // hardware table are the NIC's and stay at full speed.
   p.dpu_speed_option();
+  p.option("packet-path-ns", "ns of a dpu core each packet a worker takes from its ring costs it (DPDK receive and "
+                             "transmit on the Arm core; offline runs only) (default: the --dpu-speed preset's, "
+                             "none at host; docs/core.md)");
+  p.option("rule-cost-us", "us of a dpu core each hardware rule Duet installs or removes costs it, with the table "
+                           "empty (default: the --dpu-speed preset's, none at host; more entries add the preset's "
+                           "per-million cost; docs/core.md)");
 }
 
 // Into the AlgorithmConfig an offline run and a live one share;
@@ -94,6 +100,19 @@ void read_shared_options(const ArgParser& p, AlgorithmConfig& c, double sketch_e
   if (!(epoch_s >= 0 && epoch_s <= 1e6)) p.fail("--sketch-epoch must be between 0 and 1e6 seconds");
   c.sketch_epoch_ns = static_cast<uint64_t>(epoch_s * 1e9);
   c.dpu_speed = p.dpu_speed();
+  if (p.has("packet-path-ns") || p.has("rule-cost-us")) {
+    DpuPacketPath path = DpuPacketPath::of(c.dpu_speed);
+    if (p.has("packet-path-ns")) path.packet_ns = p.number("packet-path-ns");
+    if (p.has("rule-cost-us")) {
+      // Table II's line scaled to start there: more entries still cost more, in proportion.
+      const DpuPacketPath table_two = DpuPacketPath::of(DpuSpeed::parse("bluefield2"));
+      path.rule_ns = p.number("rule-cost-us") * 1000;
+      path.rule_ns_per_million = path.rule_ns * table_two.rule_ns_per_million / table_two.rule_ns;
+    }
+    if (!(path.packet_ns >= 0 && path.packet_ns <= 1e6)) p.fail("--packet-path-ns must be between 0 and 1e6");
+    if (!(path.rule_ns >= 0 && path.rule_ns <= 1e9)) p.fail("--rule-cost-us must be between 0 and 1e6");
+    c.packet_path = path;
+  }
 }
 
 void add_run_options(ArgParser& p) {
@@ -198,7 +217,7 @@ nlohmann::json duet_json(const DuetStats& d) {
           {"aged", d.aged},                   {"moved_to_record", d.moved_to_record},
           {"records_full", d.records_full},   {"records", d.records},
           {"records_used", d.records_used}, {"records_retired", d.records_retired},
-          {"epochs", d.epochs}};
+          {"epochs", d.epochs}, {"rule_billed_ns", d.rule_billed_ns}};
 }
 
 nlohmann::json metrics_json(const Metrics& m) {
@@ -243,6 +262,7 @@ nlohmann::json figures_json(const Trace& trace, const GroundTruth& truth, const 
       {"dpu_cpu_ns_per_packet", double(r.cpu.get(Place::kDpu)) / replayed_packets},
       {"dpu_work_ns_per_packet", double(r.dpu_work_ns) / replayed_packets},
       {"dpu_dilated_ns", r.dpu_dilated_ns},
+      {"dpu_packet_path_ns", r.dpu_packet_path_ns},
       // Per packet a worker handled: Duet's workers get only what the hardware table did not count,
       // and a packet dropped at a full ring reached none.
       {"dpu_work_ns_per_worker_packet",
@@ -297,7 +317,8 @@ nlohmann::json parameters_json(const ArgParser& p, const RunConfig& c, const std
           {"sketch_epoch_s", a.sketch_epoch_ns / 1e9},
           {"packet_size", c.packet_size ? nlohmann::json(c.packet_size) : nlohmann::json("trace")},
           {"worker_poll", c.worker_poll},
-          {"passes", c.passes}};
+          {"passes", c.passes},
+          {"dpu_packet_path", a.dpu_packet_path().to_json()}};
 }
 
 std::string dotted(uint32_t a) {
@@ -561,6 +582,11 @@ int cmd_live(int argc, char** argv) {
   a.hw_capacity = p.u64("hw-capacity");
   if (a.hw_capacity == 0) p.fail("--hw-capacity must be > 0");
   read_shared_options(p, a, kLiveSketchEpochS);
+  // Live packets reach the workers through the kernel's real receive path
+  // (AF_XDP), whose cost the workers pay: the model's packet cost would bill it twice.
+  DpuPacketPath live_path = a.dpu_packet_path();
+  live_path.packet_ns = 0;
+  a.packet_path = live_path;
   if (p.has("bpf-object")) c.bpf_object = p.str("bpf-object");
   if (p.has("ipfix")) c.ipfix = p.str("ipfix");
   c.export_interval_s = p.number("export-interval");
@@ -589,7 +615,8 @@ int cmd_live(int argc, char** argv) {
   out.parameters() = {{"iface", c.interface},       {"algo", a.algo},         {"memory_bytes", a.memory_bytes},
                       {"top", r.top},               {"hw_capacity", a.hw_capacity},
                       {"hw_insert_rate", a.hw_insert_rate}, {"xdp_mode", r.xdp_mode}, {"pass_hits", c.pass_hits},
-                      {"sketch_epoch_s", a.sketch_epoch_ns / 1e9}};
+                      {"sketch_epoch_s", a.sketch_epoch_ns / 1e9},
+                      {"dpu_packet_path", a.dpu_packet_path().to_json()}};
   nlohmann::json heavy = nlohmann::json::array();
   for (const auto& k : r.heavy_reported) heavy.push_back({{"flow", k.str()}, {"estimate", r.estimates.at(k)}});
   nlohmann::json f = {{"algo", a.algo},

@@ -118,8 +118,13 @@ def test_eval_quick_bluefield_end_to_end_and_rebuilt(tmp_path, run_dpukit):
     results = [native.load_result(p) for p in sorted((run_dir / "runs").glob("measure.bluefield-*.json"))]
     for tool in ("dpukit-measure zero-loss", "dpukit-measure run"):  # the search, and the point as fast as possible
         speeds = sorted(r["placement"]["dpu_speed"]["name"] for r in results if r["tool"] == tool)
-        assert speeds == sorted(["host", "bluefield2"] * len(m.BLUEFIELD_QUICK)), tool
+        # Both speeds for each, and the two NIC variants at bluefield2 for Duet and Count-Min.
+        nic = len(m.NIC_QUICK) * len(m.NIC_VARIANTS)
+        assert speeds == sorted(["host", "bluefield2"] * len(m.BLUEFIELD_QUICK) + ["bluefield2"] * nic), tool
+        paths = {r["parameters"]["dpu_packet_path"]["packet_ns"] for r in results if r["tool"] == tool}
+        assert 0.0 in paths and len(paths) == 3, paths  # host and F only; the preset's; the XDP_TX figure
     assert "Mpps per dpu CPU" in md and "per dpu CPU at bluefield2" in md
+    assert "zero-loss, bluefield2, XDP_TX packet path" in md and "On the paper's 8 Arm cores" in md
     png = run_dir / "plots" / "measure.bluefield-bluefield.png"
     assert png.is_file()
     written = {p: p.read_bytes() for p in (run_dir / "report.md", png)}

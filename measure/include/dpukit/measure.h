@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dpukit/core/accounting.h"
+#include "dpukit/core/dpu_packet_path.h"
 #include "dpukit/core/dpu_speed.h"
 #include "dpukit/core/flow_key.h"
 #include "dpukit/core/flow_table.h"
@@ -215,6 +216,13 @@ struct AlgorithmConfig {
   // Duet's control path are time-dilated by 1/F. The wire, the hardware
   // table and its firmware are the NIC's and stay at full speed.
   DpuSpeed dpu_speed;
+  // What the dpu's cores pay for the NIC around them (core's
+  // dpu_packet_path.h): each packet a worker takes from its ring, receive
+  // and transmit (offline runs; live, the real receive path is the cost),
+  // and each rule Duet installs or removes. Unset: the preset's, by
+  // dpu_speed (none at host or at a bare factor).
+  std::optional<DpuPacketPath> packet_path;
+  DpuPacketPath dpu_packet_path() const { return packet_path ? *packet_path : DpuPacketPath::of(dpu_speed); }
 };
 
 struct RunConfig {
@@ -257,6 +265,9 @@ struct DuetStats {
   uint64_t records_used = 0;     // in use: flows pending or installed. A refused or aged flow's record is
   uint64_t records_retired = 0;  // retired: its count handed to the caller (Duet::take_retired), the record freed
   uint64_t epochs = 0;           // sketch epochs ended (Duet::rotate_epoch)
+  // The dpu time the rules' management was billed (DpuPacketPath): each
+  // insertion on the worker that promoted, each removal on the control path.
+  uint64_t rule_billed_ns = 0;
 };
 
 struct RunResult {
@@ -278,6 +289,10 @@ struct RunResult {
   // Of the dpu CPU time, what time dilation added (AlgorithmConfig::dpu_speed
   // below host speed): the workers' and the control path's. 0 at F = 1.
   uint64_t dpu_dilated_ns = 0;
+  // Of the dpu CPU time, what the Arm's packet path was billed
+  // (AlgorithmConfig::packet_path): every packet the workers took from
+  // their rings, every pass. 0 without one.
+  uint64_t dpu_packet_path_ns = 0;
   uint64_t worker_sleeps = 0;  // times a worker slept until its wire's packets would wake it
   size_t memory_bytes = 0;  // what the algorithm really allocated
   bool evaluated = true;    // false for "none": no estimates, no metrics

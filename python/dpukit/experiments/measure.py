@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dpukit.experiment_support import machine, parameters_note, placement_note, repeats_note
+from dpukit.dpu_speed import resolve_dpu_speed
 from dpukit.experiments import Context, Point, experiment, median_run
 from dpukit.machine_load import background_busy, background_note
 from dpukit.measure_queues import LiveQueuesRun, LiveUnavailable, missing_requirements, run_live_queues
@@ -843,11 +844,29 @@ BLUEFIELD_VARIANTS = tuple(v for v in THROUGHPUT_VARIANTS
                            if v[0] in ("none", "cms", "cs", "elastic", "univmon", "nitro-cms p=0.01",
                                        "nitro-cs p=0.01", "nitro-univmon p=0.01", "duet"))
 BLUEFIELD_QUICK = ("cms", "univmon", "duet")
-# The paper's platform, and the speed it is compared with.
+# The paper's platform, and the speed it is compared with. bluefield2 is the whole model: F, and the Arm's
+# packet path and table management (docs/core.md).
 BLUEFIELD_SPEEDS = ("host", "bluefield2")
+# The NIC's costs varied at bluefield2, for Duet and the baselines it is compared with: none (F alone, the model
+# before issue 32), and the packet path at the one public single-core figure of mlx5's own receive + transmit:
+# XDP_TX, 60-byte packets, 9.0 Mpps on one host core (Linux net-next "net/mlx5e: Permit XDP with non-linear legacy
+# RQ", NVIDIA, 2022-03-18), 111 ns a packet there and 1/F as long on an Arm core. The kernel's path, where DPDK's
+# is shorter: an upper figure, beside the preset's lower one (DPDK's loop without a NIC's descriptors).
+NIC_F_ONLY, NIC_XDP_TX = "bluefield2-f-only", "bluefield2-xdp-tx"
+NIC_VARIANTS = (NIC_F_ONLY, NIC_XDP_TX)
+NIC_LABELS = {"bluefield2": "bluefield2 (F + packet path + rules)", NIC_F_ONLY: "bluefield2, F only",
+              NIC_XDP_TX: "bluefield2, XDP_TX packet path"}
+XDP_TX_HOST_NS = 1e9 / 9.0e6
+NIC_ALGOS = ("cms", "cs", "elastic", "univmon", "duet")
+NIC_QUICK = ("cms", "duet")
+# The paper's baselines ran one instance on each of eight Arm cores (EXP1), and Duet on the same eight.
+PAPER_ARM_CORES = 8
+# 100 GbE at 1024-byte frames (+ 20 bytes of preamble and gap): the most any algorithm could take at Fig. 5a's size.
+LINE_MPPS_1024 = 100e9 / ((1024 + 20) * 8) / 1e6
 # Duet's gains the paper reports (EXP1): Fig. 5a, throughput at 1024-byte packets; Fig. 5b, packet rate at 64 B.
 PAPER_GAIN_GBPS_1024 = 7.1
 PAPER_GAIN_MPPS_64 = 28.9
+PAPER_BASELINE_MPPS_64 = 0.3  # Fig. 5b: "the packet processing rates of CMS, CS, and ES are approximately 0.3 Mpps"
 # The paper's baselines in Fig. 5 (UnivMon is not among them; the issue asks for it too).
 PAPER_BASELINES = ("cms", "cs", "elastic")
 GAIN_OVER = ("cms", "cs", "elastic", "univmon")
@@ -910,31 +929,50 @@ class BluefieldRuns:
     busy_after: Any
 
 
+def nic_args(config: str, bf2_factor: float) -> list[Any]:
+    """The tool's options for a column of measure.bluefield: a speed, or a NIC variant at bluefield2."""
+    if config == NIC_F_ONLY:
+        return ["--dpu-speed", "bluefield2", "--packet-path-ns", 0, "--rule-cost-us", 0]
+    if config == NIC_XDP_TX:
+        return ["--dpu-speed", "bluefield2", "--packet-path-ns", f"{XDP_TX_HOST_NS / bf2_factor:.1f}"]
+    return ["--dpu-speed", config]
+
+
+def bluefield_configs(name: str, quick: bool) -> tuple[str, ...]:
+    """What an algorithm runs at: both speeds, and the NIC variants for Duet and its baselines."""
+    algo = name.split()[0]
+    return BLUEFIELD_SPEEDS + (NIC_VARIANTS if algo in (NIC_QUICK if quick else NIC_ALGOS) else ())
+
+
 def collect_bluefield(ctx: Context) -> BluefieldRuns:
     t = ensure_trace(ctx, "backbone")
     variants = [v for v in BLUEFIELD_VARIANTS if not ctx.quick or v[0] in BLUEFIELD_QUICK]
     reps = ctx.repeats
     precision = 0.1 if ctx.quick else 0.05
+    # Asked of the native model once, and kept with the runs, so a re-render asks nothing.
+    bf2_factor = ctx.measured("bluefield2_factor", lambda: resolve_dpu_speed("bluefield2").factor)
     busy = ctx.measured("busy_before", background_busy)
-    runs: dict[tuple[str, str], list[dict[str, Any]]] = {(n, sp): [] for n, _ in variants for sp in BLUEFIELD_SPEEDS}
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {(n, sp): [] for n, _ in variants
+                                                          for sp in bluefield_configs(n, ctx.quick)}
     capacity: dict[tuple[str, str], list[dict[str, Any]]] = {k: [] for k in runs}
-    step, steps = 0, reps * len(variants) * len(BLUEFIELD_SPEEDS)
-    # Paired rounds: every algorithm at both speeds, then again, so a slow spell of the machine falls on all alike.
+    step, steps = 0, reps * len(runs)
+    # Paired rounds: every algorithm at every speed, then again, so a slow spell of the machine falls on all alike.
     for rep in range(1, reps + 1):
         for name, args in variants:
-            for speed in BLUEFIELD_SPEEDS:
+            for speed in bluefield_configs(name, ctx.quick):
                 step += 1
                 note = f" round {rep}/{reps}" if reps > 1 else ""
                 ctx.progress(f"{name} at {speed}{note}", step, steps)
+                speed_args = nic_args(speed, bf2_factor)
                 runs[(name, speed)].append(ctx.run_native(
                     TOOL, ["zero-loss", "--trace", t.path, "--memory", memory_arg(SPEED_MEMORY), "--poll",
                            "--passes", 2, "--packet-size", 64, "--precision", precision,
-                           "--low-fraction", BLUEFIELD_LOW_FRACTION, "--dpu-speed", speed, *args],
+                           "--low-fraction", BLUEFIELD_LOW_FRACTION, *speed_args, *args],
                     label=f"zero-loss-{name.replace(' ', '-')}-{speed}" + (f"-r{rep}" if reps > 1 else "")))
                 # The same point as fast as possible: its dpu CPU per packet.
                 capacity[(name, speed)].append(ctx.run_native(
                     TOOL, ["run", "--trace", t.path, "--memory", memory_arg(SPEED_MEMORY), "--poll", "--passes", 2,
-                           "--packet-size", 64, "--dpu-speed", speed, *args],
+                           "--packet-size", 64, *speed_args, *args],
                     label=f"run-{name.replace(' ', '-')}-{speed}" + (f"-r{rep}" if reps > 1 else "")))
     busy_after = ctx.measured("busy_after", background_busy)
     return BluefieldRuns(t, variants, runs, capacity, busy, busy_after)
@@ -1056,23 +1094,23 @@ def render_bluefield(ctx: Context, collected: BluefieldRuns) -> Section:
               caption="Duet's zero-loss rate over each baseline's, per paired round. The emulation does no work "
                       "per byte, so its gain in Gbps at 1024 B is its gain in packets (measure.throughput measures "
                       "both sizes).")
+    nic_table(sec, runs, capacity, names)
     sec.paragraph(
         "Why the gain is not the paper's. On BlueField-2 a sketch-only baseline has every packet steered to the "
         "Arm cores, which receive it, update the sketch and forward it back (DPDK); the paper's baselines reach "
-        "about 0.3 Mpps on eight Arm cores at 64 B (Fig. 5b), about 27 µs of Arm time a packet, against a sketch "
-        "update of tens of nanoseconds here. The paper puts that on the Arm cores' weaker computation and on the "
-        "synchronisation between cores; its §II adds the diversion of packets from the forwarding pipeline to "
-        "the Arm cores and the flow-table management (Tables I and II). Duet's heavy flows never reach the Arm "
-        "cores: the eSwitch counts and forwards them at line rate. Here the wire (receive, the table's match, "
-        "the rx ring) is the NIC's and free for every algorithm, and a worker pays only for the sketch and for "
-        "reading the packet. The dpu speed F slows that work for the baselines and for Duet's worker alike "
-        "(Duet's worker only sees the packets the hardware does not count), so the gain stays bounded by "
-        "1 / (1 − the hardware's share) × Count-Min's cost per packet over Duet's worker's cost per packet it "
-        "handles, whatever F"
+        "about 0.3 Mpps on eight Arm cores at 64 B (Fig. 5b). The paper puts that on the Arm cores' weaker "
+        "computation and on the synchronisation between cores; its §II adds the diversion of packets from the "
+        "forwarding pipeline to the Arm cores and the flow-table management (Tables I and II). Duet's heavy flows "
+        "never reach the Arm cores: the eSwitch counts and forwards them at line rate. Here the wire (the "
+        "table's match, the rx ring) is the NIC's and free for every algorithm; a worker pays for the packet's "
+        "path through its core, the sketch and reading the packet, all slowed by F for the baselines and for "
+        "Duet's worker alike (Duet's worker only sees the packets the hardware does not count), so the gain "
+        "stays bounded by 1 / (1 − the hardware's share) × Count-Min's cost per packet over Duet's worker's "
+        "cost per packet it handles, whatever F"
         + (f" (here {fmt_ratio(bound)} at {bf})" if (bound := duet_bound(bf)) else "")
-        + f"; the {PAPER_GAIN_MPPS_64}× would need a per-packet forwarding cost on the dpu that the emulation "
-        "does not model. What F does change is every absolute rate (the first table's "
-        f"{bf} / {host} column; F = {factor[bf]:g}).")
+        + "; a dearer packet path raises that bound towards 1 / (1 − the hardware's share), and Duet's rules "
+        "lower it (the NIC table above). What F does change is every absolute rate (the first table's "
+        f"{bf} / {host} column; F = {factor[bf]:g}). " + nic_explanation(points, capacity, bf))
     path, rel = ctx.plot_path("bluefield")
     bars_plot(path, [
         BarPanel("zero-loss packet rate, 64 B", "Mpps (log)", {sp: [None if math.isnan(mpps(n, sp)) else mpps(n, sp)
@@ -1083,6 +1121,90 @@ def render_bluefield(ctx: Context, collected: BluefieldRuns) -> Section:
               f"The highest offered rate each algorithm takes with no drops, with the dpu at {host} speed and at "
               f"{bf} (F = {factor[bf]:g}), 64-byte packets, on a log axis.")
     return sec
+
+
+def nic_table(sec: Section, runs: dict[tuple[str, str], list[dict[str, Any]]],
+              capacity: dict[tuple[str, str], list[dict[str, Any]]], names: Sequence[str]) -> None:
+    """Duet's gain under each model of the NIC at bluefield2, and the rates on the paper's eight Arm cores."""
+    configs = ("bluefield2",) + NIC_VARIANTS
+    bases = [b for b in GAIN_OVER if all((b, c) in runs and ("duet", c) in runs for c in configs)]
+    if not bases:
+        return
+    rows = []
+    for base in bases:
+        row: list[Any] = [base]
+        for c in configs:
+            med, rng = median_and_range(paired_gains(runs, "duet", base, c))
+            cmed, crng = median_and_range(paired_gains(capacity, "duet", base, c, capacity_mpps))
+            row += [f"{fmt_ratio(med)} [{rng}]", f"{fmt_ratio(cmed)} [{crng}]"]
+        paper = base in PAPER_BASELINES
+        row += [f"{PAPER_GAIN_MPPS_64}× / {PAPER_GAIN_GBPS_1024}×" if paper else "not in Fig. 5"]
+        rows.append(row)
+    header = ["Duet over"]
+    for c in configs:
+        header += [f"zero-loss, {NIC_LABELS[c]}", "per dpu CPU"]
+    path_ns = {c: runs[("duet", c)][0]["parameters"].get("dpu_packet_path", {}).get("packet_ns") for c in configs}
+    sec.table(header + ["paper, 64 B / 1024 B"], rows,
+              caption="Duet's gain at bluefield2 under each model of the NIC, median [range] over the paired "
+                      "rounds: the whole model (the Arm's packet path at "
+                      f"{fmt_sig(path_ns['bluefield2'] or 0)} ns a packet, DPDK's loop without a NIC, a lower "
+                      "bound; each rule Duet installs or removes at Duet Table II's cost); F alone, as before "
+                      f"issue 32; and the packet path at {fmt_sig(path_ns[NIC_XDP_TX] or 0)} ns, mlx5's XDP_TX on "
+                      "one core slowed by 1/F, an upper figure (docs/core.md)")
+    cores = os.cpu_count() or 1
+    crow = []
+    for n in [x for x in names if x.split()[0] in NIC_ALGOS]:
+        row = [n]
+        for c in configs:
+            pts = runs.get((n, c))
+            if not pts:
+                row += ["-", "-"]
+                continue
+            mpps = median_and_range([r["figures"]["zero_loss_mpps"] or float("nan") for r in pts])[0]
+            eight = PAPER_ARM_CORES * mpps
+            row += [fmt_sig(eight), fmt_sig(min(eight, LINE_MPPS_1024) * (1024 + 20) * 8 / 1e3)]
+        crow.append(row)
+    header = ["algorithm"]
+    for c in configs:
+        header += [f"Mpps at 64 B, {NIC_LABELS[c]}", "Gb/s at 1024 B"]
+    sec.table(header, crow,
+              caption=f"On the paper's {PAPER_ARM_CORES} Arm cores: one worker's zero-loss rate × "
+                      f"{PAPER_ARM_CORES}, as such (this machine has {cores} cores; the paper's baselines ran one "
+                      "instance per core sharing nothing; Duet's workers share the hardware table, and "
+                      "measure.scaling measures how they scale). At 1024 B a 100 Gb/s line caps every algorithm "
+                      f"at {fmt_sig(LINE_MPPS_1024)} Mpps (wire bits, with preamble and gap). The paper: the "
+                      "baselines about 0.3 Mpps at 64 B and below 10 Gb/s at 1024 B, Duet about 9 Mpps and 40 Gb/s")
+
+
+def nic_explanation(points: dict[tuple[str, str], Point], capacity: dict[tuple[str, str], list[dict[str, Any]]],
+                    bf: str) -> str:
+    """What the model's packet path explains of the paper's gain, and what it leaves."""
+    if ("cms", bf) not in capacity or not capacity[("cms", bf)]:
+        return ""
+    cms_ns = sorted(r["figures"]["dpu_cpu_ns_per_packet"] for r in capacity[("cms", bf)])
+    cms_ns_med = cms_ns[(len(cms_ns) - 1) // 2]
+    path = points[("cms", bf)].median["parameters"].get("dpu_packet_path", {})
+    paper_ns = PAPER_ARM_CORES / (PAPER_BASELINE_MPPS_64 * 1e6) * 1e9
+    share = (points[("duet", bf)].figures.get("at_rate", {}).get("hw", {}).get("share_of_packets")
+             if ("duet", bf) in points else None)
+    cap = ""
+    if share is not None and 0 < share < 1:
+        # The gain if Duet's worker paid per packet what a baseline's does: only the packets it never sees count.
+        cap = (f" With Duet's worker paying per packet what a baseline's pays, the gain is at most 1 / (1 − "
+               f"{fmt_sig(100 * share)} %) = {fmt_ratio(1 / (1 - share))}, the share of packets the hardware "
+               f"counted on this trace; the paper's {PAPER_GAIN_MPPS_64}× would need "
+               f"{fmt_sig(100 * (1 - 1 / PAPER_GAIN_MPPS_64))} % of the packets in hardware, or Duet's Arm cores "
+               "doing far less a packet than the baselines'.")
+    return (f"The model now bills that diversion: each packet a worker takes from its ring costs "
+            f"{fmt_sig(path.get('packet_ns', 0))} ns of a dpu core (DPDK's receive and transmit) and each rule Duet "
+            f"installs or removes {fmt_sig(path.get('rule_ns', 0) / 1e3)} µs and more with more entries; packets "
+            "the hardware table absorbs pay neither. Count-Min's dpu core then spends "
+            f"{fmt_sig(cms_ns_med)} ns a packet at {bf}; the paper's baselines spent about {fmt_int(round(paper_ns))} ns "
+            f"({PAPER_BASELINE_MPPS_64} Mpps on {PAPER_ARM_CORES} cores). That gap, {fmt_sig(paper_ns / cms_ns_med)}× "
+            "per packet, is what is left: no public per-packet figure for a DPDK path on an Arm core comes near it "
+            "(mlx5's XDP_TX, the kernel's, is the third column of the NIC table), so it lies in the paper's "
+            "baseline implementation or setup, which the paper does not describe; the parameters are not tuned to "
+            "reach it." + cap)
 
 
 # -- measure.scaling -----------------------------------------------------------
