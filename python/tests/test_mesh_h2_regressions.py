@@ -12,6 +12,7 @@ send exactly the frames that showed the defect:
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import struct
@@ -86,6 +87,7 @@ class Client:
         self.heads: dict[int, bytes] = {}
         self.ended: set[int] = set()
         self.resets: set[int] = set()
+        self.body: dict[int, bytes] = {}  # each stream's DATA payloads (no padding is sent to us)
         # Our own windows are large, so the responses never wait on us.
         self.sock.sendall(PREFACE + frame(SETTINGS, 0, 0, struct.pack(">HI", 0x4, 1 << 24))
                           + frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 1 << 24)))
@@ -123,6 +125,8 @@ class Client:
                 self.heads[stream] = payload
             elif kind == RST_STREAM:
                 self.resets.add(stream)
+            elif kind == DATA:
+                self.body[stream] = self.body.get(stream, b"") + payload
             if kind in (HEADERS, DATA) and flags & END_STREAM:
                 self.ended.add(stream)
         return True
@@ -219,7 +223,8 @@ ROUTES = """\
 STREAM_WINDOW, CONN_WINDOW = 1 << 20, 2 << 20
 
 
-def proxy_with(kind: str, echoes: Echoes, upstreams: dict[str, Upstream], tmp_path: Path) -> Proxy:
+def proxy_with(kind: str, echoes: Echoes, upstreams: dict[str, Upstream], tmp_path: Path,
+               hcm_extra: str = "") -> Proxy:
     pe = echoes.start("e1")
     port, admin = ports(2)
     clusters = cluster("echo", [pe]) + "".join(cluster(name, [u.port], H2_UPSTREAM) for name, u in upstreams.items())
@@ -228,7 +233,7 @@ def proxy_with(kind: str, echoes: Echoes, upstreams: dict[str, Upstream], tmp_pa
           http2_protocol_options:
             initial_stream_window_size: {STREAM_WINDOW}
             initial_connection_window_size: {CONN_WINDOW}
-"""
+""" + hcm_extra
     config = bootstrap(port=port, admin=admin, virtual_hosts=ROUTES, clusters=clusters, hcm_extra=hcm)
     return start_proxy(echoes.group, kind, config, tmp_path, port=port, admin=admin)
 
@@ -279,3 +284,64 @@ def test_an_upstream_header_block_over_the_limits_is_refused(
             break
         m = re.search(rf'^envoy_cluster_upstream_cx_protocol_error\{{envoy_cluster_name="{name}"\}} (\d+)$', text, re.M)
         assert m and int(m.group(1)) == 2, (name, m and m.group(0))
+
+
+# The digits' HPACK Huffman codes (RFC 7541 Appendix B), for a :status sent Huffman-coded.
+DIGIT_CODES = {"00000": "0", "00001": "1", "00010": "2", "011001": "3", "011010": "4", "011011": "5",
+               "011100": "6", "011101": "7", "011110": "8", "011111": "9"}
+STATIC_STATUS = {8: 200, 9: 204, 10: 206, 11: 304, 12: 400, 13: 404, 14: 500}
+
+
+def first_status(block: bytes) -> int:
+    """The :status of a response header block's first field (a fresh connection's: no dynamic table yet)."""
+    b = block[0]
+    if b & 0x80:  # indexed
+        return STATIC_STATUS[b & 0x7F]
+    index = b & (0x3F if b & 0x40 else 0x0F)
+    assert index in STATIC_STATUS, block[:8]  # a literal whose name is :status
+    length, huffman = block[1] & 0x7F, bool(block[1] & 0x80)
+    raw = block[2:2 + length]
+    if not huffman:
+        return int(raw)
+    bits, digits, code = "".join(f"{x:08b}" for x in raw), "", ""
+    for bit in bits:
+        code += bit
+        if code in DIGIT_CODES:
+            digits, code = digits + DIGIT_CODES[code], ""
+    return int(digits)
+
+
+def test_a_header_block_that_never_ends_is_answered_408_at_the_headers_timeout(
+        proxy_kind: str, echoes: Echoes, upstreams: dict[str, Upstream], tmp_path: Path) -> None:
+    """HEADERS without END_HEADERS, then nothing (the CONTINUATION never
+    comes), from several clients at once, request_headers_timeout 1 s: Envoy
+    answers each stream 408 "request header timeout" at the timeout;
+    dpukit-mesh closed none in 60 s. The issue's figure, 200 clients and
+    5 s: DPUKIT_MESH_SLOW_CLIENTS=200 DPUKIT_MESH_SLOW_TIMEOUT_S=5."""
+    n = int(os.environ.get("DPUKIT_MESH_SLOW_CLIENTS", "5"))
+    seconds = float(os.environ.get("DPUKIT_MESH_SLOW_TIMEOUT_S", "1"))
+    proxy = proxy_with(proxy_kind, echoes, upstreams, tmp_path,
+                       hcm_extra=f"          request_headers_timeout: {seconds:g}s\n")
+    clients = [Client(proxy.port) for _ in range(n)]
+    try:
+        for c in clients:
+            assert c.pump(lambda: c.initial_stream_window == STREAM_WINDOW, 10)
+        t0 = time.monotonic()
+        for c in clients:
+            c.stream_windows[1] = c.initial_stream_window
+            c.sock.sendall(frame(HEADERS, 0, 1, request_block(2, b"/never-ends")))  # no END_HEADERS
+        bodies = []
+        for c in clients:
+            assert c.pump(lambda: 1 in c.heads, seconds + 10), "no answer to a header block that never ended"
+            took = time.monotonic() - t0
+            assert seconds * 0.9 <= took <= seconds + 5, took
+            assert first_status(c.heads[1]) == 408, c.heads[1]
+            c.pump(lambda: 1 in c.ended or 1 in c.resets, 5)
+            bodies.append(c.body.get(1, b""))
+        assert all(b == b"request header timeout" for b in bodies), bodies
+    finally:
+        for c in clients:
+            c.close()
+    # Prompt clients are still served.
+    r = nghttp(proxy.url("/echo/after"))
+    assert r.status == 200

@@ -19,6 +19,7 @@ Envoy 1.40 run on the same bootstrap as the reference (issue 22 §2).
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import shutil
@@ -520,3 +521,28 @@ def test_uploads_are_not_kept_for_a_retry_the_route_cannot_make(kind, echoes: Ec
     peak = rss_kib(proxy.proc.pid, "VmHWM")
     assert peak - start < 224 * 1024, f"RSS {start / 1024:.1f} MiB at start, peak {peak / 1024:.1f}"
     proxy.proc.check_alive()
+
+
+# -- 2b. request_timeout falling while the head is on the stage threads (pipelined) ---------------
+
+
+def test_pipelined_request_timeout_that_falls_in_the_stages_still_fires(echoes: Echoes, servers, tmp_path: Path,
+                                                                         monkeypatch):
+    """In the pipelined model a request's head goes round the stage threads.
+    A request_timeout that fell while it was there returned without being
+    armed again, so a request whose body never came waited for the 5-minute
+    stream idle timeout; HTTP/2 looked again 1 ms later. Now both do. The
+    stages are made slow (dpu speed 0.001: a stage's few microseconds of work
+    take milliseconds) so that a 2 ms timeout falls in them."""
+    monkeypatch.setenv("DPUKIT_DPU_SPEED", "0.001")
+    up = python_upstream(servers, "tcp", tmp_path)
+    proxy = proxy_to(echoes, "mesh-pipelined", tmp_path, up, hcm_extra="          request_timeout: 0.002s\n")
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as s:
+        s.sendall(b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab")  # 8 body bytes never come
+        s.settimeout(20)
+        answer = b""
+        with contextlib.suppress(TimeoutError, socket.timeout):
+            while chunk := s.recv(4096):
+                answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert answer.endswith(b"request timeout"), answer

@@ -418,6 +418,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
       return;
     }
     request_timer_.expires_at(*due);
+    wait_request_timer(head_due);
+  }
+
+  void wait_request_timer(bool head_due) {
     request_timer_.async_wait([self = shared_from_this(), gen = generation_, head_due](
                                   const boost::system::error_code& ec) {
       if (ec || self->closed_ || gen != self->generation_) return;
@@ -427,7 +431,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
         return;
       }
       RouterStream& r = *self->stream_->router;
-      if (self->stream_->request_complete || r.response_started() || r.in_stage()) return;
+      if (self->stream_->request_complete || r.response_started()) return;
+      if (r.in_stage()) {  // the stages have the head: answer once it is back, as HTTP/2 does
+        self->request_timer_.expires_after(std::chrono::milliseconds(1));
+        self->wait_request_timer(head_due);
+        return;
+      }
       self->stats_->downstream_rq_timeout.inc();
       self->release_stream();
       self->stream_.reset();

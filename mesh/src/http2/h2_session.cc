@@ -58,6 +58,7 @@ class H2Stream : public std::enable_shared_from_this<H2Stream>, public RouterDow
   void on_request_trailers();
   void on_request_end();
   void on_closed(uint32_t error_code);
+  void arm_headers_timer();  // once the stream is the session's: request_headers_timeout
   ssize_t read_response(uint8_t* buf, size_t length, uint32_t* flags);
   void on_end_stream_sent();
   void detach();  // the connection went away
@@ -215,7 +216,9 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
   static int on_begin_headers(nghttp2_session*, const nghttp2_frame* frame, void* user_data) {
     H2Session& s = of(user_data);
     if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
-      s.streams_[frame->hd.stream_id] = std::make_shared<H2Stream>(s, frame->hd.stream_id);
+      auto st = std::make_shared<H2Stream>(s, frame->hd.stream_id);
+      s.streams_[frame->hd.stream_id] = st;
+      st->arm_headers_timer();
       s.peak_streams_ = std::max(s.peak_streams_, s.streams_.size());
     }
     return 0;
@@ -449,6 +452,7 @@ void H2Stream::on_request_head(bool end_stream) {
   req_end_ = end_stream;
   touch();
   arm_idle_timer();
+  request_timer_.cancel();  // the head is here: request_headers_timeout is over
   if (!req_end_) arm_request_timer();
   grpc_ = h2::is_grpc(head);
   router_ = std::make_shared<RouterStream>(w, snapshot_, *lr_, *stats_, std::move(head), c_->peer(), *this);
@@ -589,7 +593,7 @@ void H2Stream::send_local_reply(unsigned status, std::string_view body, const ht
   http::ResponseHead h;
   h.status = status;
   if (extra) h.headers = *extra;
-  bool no_body = body.empty() || router_->head().method == "HEAD";
+  bool no_body = body.empty() || (router_ && router_->head().method == "HEAD");  // no router before the head
   if (grpc_ && !direct) {
     // Envoy answers a gRPC request in gRPC: a trailers-only response with the mapped status.
     h.status = 200;
@@ -601,7 +605,7 @@ void H2Stream::send_local_reply(unsigned status, std::string_view body, const ht
     if (!body.empty()) h.headers.add("content-type", "text/plain");
     h.content_length = body.size();
   }
-  if (direct) apply_response_rules(router_->decision(), *hcm_, h.headers);
+  if (direct && router_) apply_response_rules(router_->decision(), *hcm_, h.headers);
   if (!no_body) resp_.append(body);
   resp_.ended = true;
   submit_response(h, no_body);
@@ -648,6 +652,20 @@ void H2Stream::detach() {
 
 // ---- the connection manager's timers: request_timeout and stream_idle_timeout,
 // as in the HTTP/1.1 codec (the route's timeouts are the router stream's) ----
+
+// request_headers_timeout: from the stream's first HEADERS frame until its
+// header block ends (a client may send HEADERS without END_HEADERS and then
+// no CONTINUATION); then 408, as Envoy answers.
+void H2Stream::arm_headers_timer() {
+  auto timeout = hcm_->cfg->request_headers_timeout;
+  if (timeout.count() == 0) return;
+  request_timer_.expires_after(timeout);
+  request_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || self->detached_ || self->head_done) return;
+    self->stats_->downstream_rq_timeout.inc();
+    self->send_local_reply(408, "request header timeout", nullptr, false);
+  });
+}
 
 // request_timeout: from the head to the end of the request, unless the
 // response starts first; then 408 (the client is told to stop sending).
