@@ -23,6 +23,10 @@ namespace dpukit::mesh {
 
 namespace {
 
+// The read buffer starts at kSmallReadChunk (a request head), doubles up to
+// kReadChunk while reads fill it (a large body), and goes back between
+// requests (ReadBuffer: an idle connection holds little).
+constexpr size_t kSmallReadChunk = 4 * 1024;
 constexpr size_t kReadChunk = 64 * 1024;
 
 class HttpSession : public std::enable_shared_from_this<HttpSession>,
@@ -32,7 +36,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
  public:
   HttpSession(Worker& w, DownstreamStream sock, const ListenerRuntime& lr)
       : w_(w), sock_(std::move(sock)), snapshot_(w.snapshot()), lr_(&lr), hcm_(lr.hcm.get()),
-        stats_(hcm_->stats[w.id()]), parser_(hcm_->limits), in_(kReadChunk), idle_timer_(w.io()),
+        stats_(hcm_->stats[w.id()]), parser_(hcm_->limits), in_(kSmallReadChunk), idle_timer_(w.io()),
         request_timer_(w.io()) {
     stats_->downstream_cx_total.inc();
     stats_->downstream_cx_active.add(1);
@@ -81,6 +85,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   // ---- downstream reading ----
   void do_read() {
     if (reading_ || read_paused_ || closed_) return;
+    if (!stream_) in_.shrink_if_empty(kSmallReadChunk);  // between requests
     // A head may need more than one read's room, up to the header limit (past it the parser fails).
     if (!in_.make_room(hcm_->limits.max_header_bytes + kReadChunk)) return;
     reading_ = true;
@@ -92,6 +97,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
                               self->on_downstream_closed();
                               return;
                             }
+                            self->in_.grow_if_filled(n, kReadChunk);
                             self->in_.wpos += n;
                             if (self->h2_sniff_ && self->handed_to_h2()) return;
                             self->last_activity_ns_ = mono_ns();

@@ -11,6 +11,7 @@
 
 #include "dpukit/core/accounting.h"
 #include "dpukit/core/log.h"
+#include "http2/freed_memory.h"
 #include "http2/h2_session.h"
 
 namespace dpukit::mesh {
@@ -322,12 +323,17 @@ void Worker::start_session(const ListenerRuntime& chain, DownstreamStream stream
 uint64_t Worker::track(DrainableConnection* c) {
   uint64_t id = next_connection_id_++;
   connections_.emplace(id, c);
+  peak_connections_ = std::max(peak_connections_, connections_.size());
   return id;
 }
 
 void Worker::untrack(uint64_t id) {
   connections_.erase(id);
   draining_ids_.erase(id);  // its deadline entry is skipped when due
+  if (connections_.empty() && peak_connections_ >= kGiveBackAfterConnections) {
+    peak_connections_ = 0;
+    give_back_freed_memory(io());
+  }
 }
 
 void Worker::drain_removed() {
@@ -471,10 +477,7 @@ void UpstreamConn::do_read() {
   // Back to kSmallReadChunk once a large body has passed and the connection is
   // pooled (it then only watches for the upstream's close): a burst of
   // requests that opened many connections leaves little held by them.
-  if (!user_ && in_.empty() && in_.bytes.size() > kSmallReadChunk) {
-    std::vector<char>(kSmallReadChunk).swap(in_.bytes);
-    in_.rpos = in_.wpos = 0;
-  }
+  if (!user_) in_.shrink_if_empty(kSmallReadChunk);
   // A response head beyond this fails in the parser (its header limit) before the buffer is full.
   if (!in_.make_room(kMaxReadBuffer)) return;
   reading_ = true;
@@ -501,9 +504,7 @@ void UpstreamConn::do_read() {
                             self->fail(User::Failure::kReset);
                             return;
                           }
-                          ReadBuffer& in = self->in_;
-                          if (in.wpos + n == in.bytes.size() && in.bytes.size() < kReadChunk)
-                            in.bytes.resize(std::min(kReadChunk, 2 * in.bytes.size()));  // a large body: more room
+                          self->in_.grow_if_filled(n, kReadChunk);  // a large body: more room
                           self->on_read(n);
                         });
 }

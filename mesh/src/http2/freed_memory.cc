@@ -43,4 +43,9 @@ void FreedMemory::arm(boost::asio::io_context& io, std::shared_ptr<State> s) {
   });
 }
 
+void give_back_freed_memory(boost::asio::io_context& io) {
+  static thread_local FreedMemory freed;
+  freed.request(io);
+}
+
 }  // namespace dpukit::mesh

@@ -43,4 +43,8 @@ class FreedMemory {
   std::shared_ptr<State> state_;  // shared with the waiting timer's handler
 };
 
+// The calling worker thread's FreedMemory, asked to give back what a burst
+// of streams or connections freed (each worker thread has one).
+void give_back_freed_memory(boost::asio::io_context& io);
+
 }  // namespace dpukit::mesh

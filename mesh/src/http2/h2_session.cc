@@ -26,6 +26,9 @@ namespace dpukit::mesh {
 
 namespace {
 
+// The read buffer: kSmallReadChunk, doubled up to kReadChunk while reads
+// fill it, and back after a small read (an idle connection holds little).
+constexpr size_t kSmallReadChunk = 4 * 1024;
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kMaxWriteBatch = 256 * 1024;  // bytes taken from nghttp2 before a write starts
 constexpr size_t kMinStreamShare = 64 * 1024;  // see H2Stream::share()
@@ -36,11 +39,6 @@ class H2Session;
 // back when it has none left (give_back_freed_memory).
 constexpr size_t kGiveBackAfterStreams = 256;
 
-// The worker gives back what the streams of a burst freed (http2/freed_memory.h).
-void give_back_freed_memory(Worker& w) {
-  static thread_local FreedMemory freed;
-  freed.request(w.io());
-}
 
 class H2Stream : public std::enable_shared_from_this<H2Stream>, public RouterDownstream {
  public:
@@ -109,7 +107,7 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
  public:
   H2Session(Worker& w, DownstreamStream sock, const ListenerRuntime& lr)
       : w_(w), sock_(std::move(sock)), snapshot_(w.snapshot()), lr_(&lr), hcm_(lr.hcm.get()),
-        stats_(hcm_->stats[w.id()]), in_(kReadChunk), idle_timer_(w.io()) {
+        stats_(hcm_->stats[w.id()]), in_(kSmallReadChunk), idle_timer_(w.io()) {
     stats_->downstream_cx_active.add(1);  // (downstream_cx_total: counted by the HTTP/1.1 session that took the connection)
     nghttp2_session_callbacks* cbs;
     nghttp2_session_callbacks_new(&cbs);
@@ -322,6 +320,9 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
       }
       self->last_activity_ns_ = mono_ns();
       if (!self->receive(std::string_view(self->in_.bytes.data(), n))) return;
+      // Every read is taken whole (wpos stays 0).
+      if (n < kSmallReadChunk) self->in_.shrink_if_empty(kSmallReadChunk);
+      else self->in_.grow_if_filled(n, kReadChunk);
       self->flush();
       if (nghttp2_session_want_read(self->ng_)) self->do_read();
     });
@@ -378,7 +379,7 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
   void maybe_give_back_memory() {
     if (peak_streams_ < kGiveBackAfterStreams) return;
     peak_streams_ = 0;
-    give_back_freed_memory(w_);
+    give_back_freed_memory(w_.io());
   }
 
   void close() {
