@@ -29,6 +29,10 @@ std::vector<T*> StatsStore::blocks(std::map<std::string, std::deque<T>>& m, cons
 
 std::vector<ClusterStats*> StatsStore::cluster(const std::string& name) { return blocks(clusters_, name); }
 std::vector<HttpStats*> StatsStore::http(const std::string& prefix) { return blocks(http_, prefix); }
+void StatsStore::http_has_rbac(const std::string& prefix) {
+  std::lock_guard lock(mu_);
+  http_rbac_.insert(prefix);
+}
 std::vector<TcpStats*> StatsStore::tcp(const std::string& prefix) { return blocks(tcp_, prefix); }
 
 std::vector<ListenerStats*> StatsStore::listener(const std::string& address) { return blocks(listeners_, address); }
@@ -205,6 +209,14 @@ void StatsStore::render(MetricsWriter& e, std::map<std::string, int64_t>* text,
     rl.counter("enforced", &H::rl_enforced);
     rl.counter("rate_limited", &H::rl_rate_limited);
     rl.counter("ok", &H::rl_ok);
+    if (http_rbac_.count(prefix)) {  // Envoy's http.<stat_prefix>.rbac.*, where an RBAC filter is configured
+      const Summed<H> rbac(e, text, d, "envoy_http_rbac_", "http.<stat_prefix>.rbac.",
+                           {{"envoy_http_conn_manager_prefix", prefix}}, "http." + prefix + ".rbac.");
+      rbac.counter("allowed", &H::rbac_allowed);
+      rbac.counter("denied", &H::rbac_denied);
+      rbac.counter("shadow_allowed", &H::rbac_shadow_allowed);
+      rbac.counter("shadow_denied", &H::rbac_shadow_denied);
+    }
   }
   using T = TcpStats;
   for (const auto& [prefix, d] : tcp_) {

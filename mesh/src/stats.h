@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -70,7 +71,7 @@ struct HttpStats {
   Counter downstream_cx_total, downstream_rq_total, downstream_cx_protocol_error, downstream_rq_rx_reset,
       downstream_rq_timeout, downstream_cx_idle_timeout, rq_direct_response, no_route, no_cluster,
       rl_enabled, rl_enforced, rl_rate_limited, rl_ok, downstream_cx_destroy_remote_active_rq,
-      downstream_cx_drain_close;
+      downstream_cx_drain_close, rbac_allowed, rbac_denied, rbac_shadow_allowed, rbac_shadow_denied;
   std::array<Counter, 5> downstream_rq_xx;
   Gauge downstream_cx_active, downstream_rq_active;
 };
@@ -110,6 +111,8 @@ class StatsStore {
   // The block of `name` for each worker (created on first use; slow path only).
   std::vector<ClusterStats*> cluster(const std::string& name);
   std::vector<HttpStats*> http(const std::string& stat_prefix);
+  // The connection manager has an RBAC filter: its http.<prefix>.rbac.* statistics are shown (from then on).
+  void http_has_rbac(const std::string& stat_prefix);
   std::vector<TcpStats*> tcp(const std::string& stat_prefix);
   // listener.<address>.*: `address` as Envoy writes it ("127.0.0.1_10000").
   std::vector<ListenerStats*> listener(const std::string& address);
@@ -136,6 +139,7 @@ class StatsStore {
   mutable std::mutex mu_;
   std::map<std::string, std::deque<ClusterStats>> clusters_;
   std::map<std::string, std::deque<HttpStats>> http_;
+  std::set<std::string> http_rbac_;  // prefixes whose connection manager has had an RBAC filter
   std::map<std::string, std::deque<TcpStats>> tcp_;
   std::map<std::string, std::deque<ListenerStats>> listeners_;
   std::map<std::pair<std::string, std::string>, std::deque<TlsStats>> tls_;

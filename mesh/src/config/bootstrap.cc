@@ -27,6 +27,7 @@ constexpr std::string_view kTcpProxyType = "type.googleapis.com/envoy.extensions
 constexpr std::string_view kLocalRateLimitType =
     "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit";
 constexpr std::string_view kRouterType = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
+constexpr std::string_view kHttpRbacType = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC";
 constexpr std::string_view kHttpProtocolOptions = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
 constexpr std::string_view kHttpProtocolOptionsType =
     "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
@@ -167,11 +168,16 @@ HeaderMatcher parse_query_parameter_matcher(const At& at) {
   return m;
 }
 
+void parse_string_matcher(const At& at, HeaderMatcher& m);
+
 // string_match {exact|prefix|suffix|contains|safe_regex, ignore_case} into `m`.
-void parse_string_match(const Fields& f, HeaderMatcher& m) {
+void parse_string_match(const Fields& f, HeaderMatcher& m) { parse_string_matcher(f["string_match"], m); }
+
+// An envoy.type.matcher.v3.StringMatcher into `m` (its kind, value and ignore_case).
+void parse_string_matcher(const At& at, HeaderMatcher& m) {
   using K = HeaderMatcher::Kind;
-  const Fields sm = f["string_match"].fields("envoy.type.matcher.v3.StringMatcher",
-                                             {"exact", "prefix", "suffix", "contains", "safe_regex", "ignore_case"});
+  const Fields sm = at.fields("envoy.type.matcher.v3.StringMatcher",
+                              {"exact", "prefix", "suffix", "contains", "safe_regex", "ignore_case"});
   const std::string_view kind = sm.exactly_one_of({"exact", "prefix", "suffix", "contains", "safe_regex"});
   m.ignore_case = sm["ignore_case"].boolean_or(false);
   if (kind == "safe_regex") {
@@ -371,6 +377,124 @@ LocalRateLimit parse_local_ratelimit(const At& at) {
   return l;
 }
 
+// --- RBAC (envoy.config.rbac.v3) ------------------------------------------------
+
+void parse_cidr(const At& at, RbacMatcher& m) {  // envoy.config.core.v3.CidrRange
+  const Fields f = at.fields("envoy.config.core.v3.CidrRange", {"address_prefix", "prefix_len"});
+  m.cidr = f.required("address_prefix").nonempty_str();
+  unsigned char bytes[16];
+  const bool v4 = ::inet_pton(AF_INET, m.cidr.c_str(), bytes) == 1;
+  if (!v4 && ::inet_pton(AF_INET6, m.cidr.c_str(), bytes) != 1)
+    f["address_prefix"].fail("'" + m.cidr + "' is not an IP address");
+  m.prefix_len = f["prefix_len"].u32_or(v4 ? 32 : 128, 0, v4 ? 32 : 128);
+}
+
+RbacMatcher parse_rbac_matcher(const At& at, bool permission);
+
+std::vector<RbacMatcher> parse_rbac_set(const At& at, bool permission) {
+  const Fields f = at.fields(permission ? "envoy.config.rbac.v3.Permission.Set" : "envoy.config.rbac.v3.Principal.Set",
+                             {permission ? "rules" : "ids"});
+  std::vector<RbacMatcher> out;
+  for (const At& item : f.required(permission ? "rules" : "ids").items())
+    out.push_back(parse_rbac_matcher(item, permission));
+  return out;
+}
+
+// A Permission (permission) or a Principal: exactly one of its kinds. The
+// two messages share any, header, url_path and the combinators (named
+// and_rules/or_rules/not_rule in one, and_ids/or_ids/not_id in the other).
+RbacMatcher parse_rbac_matcher(const At& at, bool permission) {
+  using K = RbacMatcher::Kind;
+  const std::string_view and_name = permission ? "and_rules" : "and_ids", or_name = permission ? "or_rules" : "or_ids",
+                         not_name = permission ? "not_rule" : "not_id";
+  const Fields f = permission ? at.fields("envoy.config.rbac.v3.Permission",
+                                          {"and_rules", "or_rules", "any", "header", "url_path", "destination_ip",
+                                           "destination_port", "destination_port_range", "not_rule",
+                                           "requested_server_name"})
+                              : at.fields("envoy.config.rbac.v3.Principal",
+                                          {"and_ids", "or_ids", "any", "authenticated", "source_ip",
+                                           "direct_remote_ip", "remote_ip", "header", "url_path", "not_id"});
+  const std::string_view kind =
+      permission ? f.exactly_one_of({"and_rules", "or_rules", "any", "header", "url_path", "destination_ip",
+                                     "destination_port", "destination_port_range", "not_rule", "requested_server_name"})
+                 : f.exactly_one_of({"and_ids", "or_ids", "any", "authenticated", "source_ip", "direct_remote_ip",
+                                     "remote_ip", "header", "url_path", "not_id"});
+  const At v = f[kind];
+  RbacMatcher m;
+  if (kind == "any") {
+    if (!v.boolean()) v.fail("any must be true");
+  } else if (kind == and_name || kind == or_name) {
+    m.kind = kind == and_name ? K::kAnd : K::kOr;
+    m.children = parse_rbac_set(v, permission);
+  } else if (kind == not_name) {
+    m.kind = K::kNot;
+    m.children.push_back(parse_rbac_matcher(v, permission));
+  } else if (kind == "header") {
+    m.kind = K::kHeader;
+    m.header = parse_header_matcher(v);
+  } else if (kind == "url_path") {
+    m.kind = K::kUrlPath;
+    parse_string_matcher(v.fields("envoy.type.matcher.v3.PathMatcher", {"path"}).required("path"), m.header);
+  } else if (kind == "destination_ip" || kind == "source_ip" || kind == "direct_remote_ip" || kind == "remote_ip") {
+    m.kind = kind == "destination_ip" ? K::kDestinationIp : kind == "remote_ip" ? K::kRemoteIp : K::kDirectRemoteIp;
+    parse_cidr(v, m);
+  } else if (kind == "destination_port") {
+    m.kind = K::kDestinationPort;
+    m.port = v.u32(0, 65535);
+  } else if (kind == "destination_port_range") {
+    m.kind = K::kDestinationPortRange;
+    const Fields r = v.fields("envoy.type.v3.Int32Range", {"start", "end"});
+    m.port = r["start"].u32_or(0, 0, 65536);
+    m.port_end = r["end"].u32_or(0, 0, 65536);
+    if (m.port_end < m.port) r["end"].fail("end must not be below start");
+  } else if (kind == "requested_server_name") {
+    m.kind = K::kRequestedServerName;
+    parse_string_matcher(v, m.header);
+  } else {  // authenticated
+    m.kind = K::kAuthenticated;
+    const Fields a = v.fields("envoy.config.rbac.v3.Principal.Authenticated", {"principal_name"});
+    if (a.has("principal_name")) {
+      m.has_string = true;
+      parse_string_matcher(a["principal_name"], m.header);
+    }
+  }
+  return m;
+}
+
+RbacRules parse_rbac_rules(const At& at) {
+  const Fields f = at.fields("envoy.config.rbac.v3.RBAC", {"action", "policies"});
+  RbacRules r;
+  if (f.has("action"))
+    r.action = f["action"].choice<RbacRules::Action>(
+        {{"ALLOW", RbacRules::Action::kAllow}, {"DENY", RbacRules::Action::kDeny}, {"LOG", RbacRules::Action::kLog}},
+        {});
+  const At policies = f["policies"];
+  if (!policies.present()) return r;
+  for (const auto& [name, policy] : policies.mapping()) {
+    const Fields p = policy.fields("envoy.config.rbac.v3.Policy", {"permissions", "principals"});
+    RbacPolicy out;
+    out.name = name;
+    for (const At& item : p.required("permissions").items()) out.permissions.push_back(parse_rbac_matcher(item, true));
+    for (const At& item : p.required("principals").items()) out.principals.push_back(parse_rbac_matcher(item, false));
+    if (out.permissions.empty()) p["permissions"].fail("at least one permission is required");
+    if (out.principals.empty()) p["principals"].fail("at least one principal is required");
+    r.policies.push_back(std::move(out));
+  }
+  std::sort(r.policies.begin(), r.policies.end(), [](const RbacPolicy& a, const RbacPolicy& b) { return a.name < b.name; });
+  return r;
+}
+
+Rbac parse_http_rbac(const At& at) {
+  const Fields f = typed_config(at, "envoy.extensions.filters.http.rbac.v3.RBAC", kHttpRbacType,
+                                {"@type", "rules", "rules_stat_prefix", "shadow_rules", "shadow_rules_stat_prefix"});
+  Rbac r;
+  if (f.has("rules")) r.rules = parse_rbac_rules(f["rules"]);
+  if (f.has("shadow_rules")) r.shadow_rules = parse_rbac_rules(f["shadow_rules"]);
+  r.rules_stat_prefix = f["rules_stat_prefix"].str_or("");
+  r.shadow_rules_stat_prefix = f["shadow_rules_stat_prefix"].str_or("");
+  return r;
+}
+
 HttpFilter parse_http_filter(const At& at) {
   const Fields f = at.fields("envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter",
                              {"name", "typed_config"});
@@ -380,6 +504,9 @@ HttpFilter parse_http_filter(const At& at) {
   if (filter.name == "envoy.filters.http.local_ratelimit") {
     filter.kind = HttpFilter::Kind::kLocalRateLimit;
     filter.local_ratelimit = parse_local_ratelimit(f.required("typed_config"));
+  } else if (filter.name == "envoy.filters.http.rbac") {
+    filter.kind = HttpFilter::Kind::kRbac;
+    filter.rbac = parse_http_rbac(f.required("typed_config"));
   } else if (filter.name == "envoy.filters.http.router") {
     filter.kind = HttpFilter::Kind::kRouter;
     typed_config(f.required("typed_config"), "envoy.extensions.filters.http.router.v3.Router", kRouterType, {"@type"});

@@ -169,11 +169,59 @@ struct LocalRateLimit {
   std::vector<HeaderValueOption> response_headers_to_add;  // on a limited (429) response
 };
 
+// envoy.config.rbac.v3: a permission (what is asked) or a principal (who
+// asks), a tree of matchers. One struct for both: the kinds a permission
+// takes and those a principal takes are disjoint but for any, header,
+// url_path and the combinators.
+struct RbacMatcher {
+  enum class Kind {
+    kAny,
+    kAnd,                  // and_rules / and_ids
+    kOr,                   // or_rules / or_ids
+    kNot,                  // not_rule / not_id
+    kHeader,               // header (":path", ":method", ":authority" name pseudo-headers)
+    kUrlPath,              // url_path.path, against the path without the query
+    kDestinationIp,        // destination_ip: the local address the connection reached
+    kDestinationPort,      // destination_port
+    kDestinationPortRange, // destination_port_range [start, end)
+    kRequestedServerName,  // requested_server_name: the TLS SNI ("" without)
+    kAuthenticated,        // authenticated: a TLS peer; principal_name against its URI SANs, else DNS SANs, else subject
+    kDirectRemoteIp,       // direct_remote_ip (and the deprecated source_ip): the peer's address
+    kRemoteIp,             // remote_ip: the peer's address (x-forwarded-for is not trusted here)
+  };
+  Kind kind = Kind::kAny;
+  std::vector<RbacMatcher> children;  // kAnd, kOr: any number; kNot: one
+  HeaderMatcher header;               // kHeader; kUrlPath, kRequestedServerName, kAuthenticated: the string matcher (name "")
+  bool has_string = false;            // kAuthenticated: principal_name given
+  std::string cidr;                   // kDestinationIp, kDirectRemoteIp, kRemoteIp: address_prefix
+  uint32_t prefix_len = 0;            //   and prefix_len
+  uint32_t port = 0, port_end = 0;    // kDestinationPort; kDestinationPortRange [port, port_end)
+};
+
+struct RbacPolicy {
+  std::string name;
+  std::vector<RbacMatcher> permissions, principals;  // a policy matches when one of each does
+};
+
+struct RbacRules {
+  enum class Action { kAllow, kDeny, kLog };
+  Action action = Action::kAllow;
+  std::vector<RbacPolicy> policies;  // in name order, as Envoy's map
+};
+
+// envoy.extensions.filters.http.rbac.v3.RBAC: enforced rules, and shadow
+// rules that are only counted. No rules: every request passes.
+struct Rbac {
+  std::optional<RbacRules> rules, shadow_rules;
+  std::string rules_stat_prefix, shadow_rules_stat_prefix;
+};
+
 struct HttpFilter {
-  enum class Kind { kLocalRateLimit, kRouter };
+  enum class Kind { kLocalRateLimit, kRbac, kRouter };
   Kind kind = Kind::kRouter;
   std::string name;  // as written
   std::optional<LocalRateLimit> local_ratelimit;
+  std::optional<Rbac> rbac;
 };
 
 // envoy.config.core.v3.Http2ProtocolOptions, the fields people set, with

@@ -150,9 +150,61 @@ json fractional_percent(double fraction) {
   return {{"default_value", {{"numerator", std::lround(fraction * 1'000'000)}, {"denominator", "MILLION"}}}};
 }
 
+json string_matcher(const HeaderMatcher& m) {  // the string_match part of a HeaderMatcher
+  return header_matcher(m).value("string_match", json::object());
+}
+
+json rbac_matcher(const RbacMatcher& m, bool permission) {
+  using K = RbacMatcher::Kind;
+  auto set = [&](const char* perm, const char* princ) {
+    json items = json::array();
+    for (const auto& c : m.children) items.push_back(rbac_matcher(c, permission));
+    return json{{permission ? perm : princ, {{permission ? "rules" : "ids", items}}}};
+  };
+  auto cidr = [&] { return json{{"address_prefix", m.cidr}, {"prefix_len", m.prefix_len}}; };
+  switch (m.kind) {
+    case K::kAny: return {{"any", true}};
+    case K::kAnd: return set("and_rules", "and_ids");
+    case K::kOr: return set("or_rules", "or_ids");
+    case K::kNot: return {{permission ? "not_rule" : "not_id", rbac_matcher(m.children.at(0), permission)}};
+    case K::kHeader: return {{"header", header_matcher(m.header)}};
+    case K::kUrlPath: return {{"url_path", {{"path", string_matcher(m.header)}}}};
+    case K::kDestinationIp: return {{"destination_ip", cidr()}};
+    case K::kDestinationPort: return {{"destination_port", m.port}};
+    case K::kDestinationPortRange: return {{"destination_port_range", {{"start", m.port}, {"end", m.port_end}}}};
+    case K::kRequestedServerName: return {{"requested_server_name", string_matcher(m.header)}};
+    case K::kAuthenticated:
+      return {{"authenticated", m.has_string ? json{{"principal_name", string_matcher(m.header)}} : json::object()}};
+    case K::kDirectRemoteIp: return {{"direct_remote_ip", cidr()}};
+    case K::kRemoteIp: return {{"remote_ip", cidr()}};
+  }
+  return {};
+}
+
+json rbac_rules(const RbacRules& r) {
+  static constexpr const char* kAction[] = {"ALLOW", "DENY", "LOG"};
+  json policies = json::object();
+  for (const auto& p : r.policies) {
+    json perms = json::array(), princs = json::array();
+    for (const auto& m : p.permissions) perms.push_back(rbac_matcher(m, true));
+    for (const auto& m : p.principals) princs.push_back(rbac_matcher(m, false));
+    policies[p.name] = {{"permissions", perms}, {"principals", princs}};
+  }
+  return {{"action", kAction[static_cast<int>(r.action)]}, {"policies", policies}};
+}
+
 json http_filter(const HttpFilter& f) {
   if (f.kind == HttpFilter::Kind::kRouter)
     return {{"name", f.name}, {"typed_config", {{"@type", "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}}};
+  if (f.kind == HttpFilter::Kind::kRbac) {
+    const Rbac& r = *f.rbac;
+    json c = {{"@type", "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC"}};
+    if (r.rules) c["rules"] = rbac_rules(*r.rules);
+    if (r.shadow_rules) c["shadow_rules"] = rbac_rules(*r.shadow_rules);
+    if (!r.rules_stat_prefix.empty()) c["rules_stat_prefix"] = r.rules_stat_prefix;
+    if (!r.shadow_rules_stat_prefix.empty()) c["shadow_rules_stat_prefix"] = r.shadow_rules_stat_prefix;
+    return {{"name", f.name}, {"typed_config", c}};
+  }
   const LocalRateLimit& l = *f.local_ratelimit;
   json c = {{"@type", "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit"},
             {"stat_prefix", l.stat_prefix},

@@ -132,6 +132,22 @@ std::vector<At> At::items() const {
   return out;
 }
 
+std::vector<std::pair<std::string, At>> At::mapping() const {
+  if (!node_.IsMap()) fail("expected a mapping, got " + got());
+  std::vector<std::pair<std::string, At>> out;
+  for (const auto& kv : node_) {
+    const int line = line_of(kv.first, line_);
+    const At key(kv.first, path_, line);
+    if (!kv.first.IsScalar()) key.fail("expected a key, got " + key.got());
+    const std::string name = kv.first.Scalar();
+    At at(kv.second, child_path(path_, name), line);
+    for (const auto& seen : out)
+      if (seen.first == name) at.fail("duplicate key (first on line " + std::to_string(seen.second.line()) + ")");
+    out.emplace_back(name, std::move(at));
+  }
+  return out;
+}
+
 std::vector<std::string> At::strings() const {
   std::vector<std::string> out;
   for (const At& item : items()) out.push_back(item.str());

@@ -43,6 +43,9 @@ class At {
   // up so that a nonzero duration never becomes 0 (which often means "disabled").
   Duration duration() const;
   std::vector<At> items() const;  // a list
+  // A protobuf map<string, message> (e.g. RBAC's policies): its entries, keys
+  // unique, in the order written.
+  std::vector<std::pair<std::string, At>> mapping() const;
   std::vector<std::string> strings() const;
   // A mapping of the Envoy message `message` of which we implement `known`.
   Fields fields(std::string_view message, std::initializer_list<std::string_view> known) const;

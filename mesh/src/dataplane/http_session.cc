@@ -65,7 +65,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   }
 
   void start() {
-    peer_ = mesh::peer_address(sock_.native_handle());  // once per connection: x-forwarded-for and source_ip hashing
+    conn_ = downstream_facts(sock_, lr_->cfg->tls_inspector);  // once per connection: x-forwarded-for, source_ip hashing, RBAC
     last_activity_ns_ = mono_ns();
     h2_sniff_ = hcm_->cfg->codec_type != config::HttpConnectionManager::Codec::kHttp1;
     arm_idle_timer();
@@ -170,7 +170,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     answer_expect_continue(head);
     stats_->downstream_rq_total.inc();
     stats_->downstream_rq_active.add(1);
-    s.router = std::make_shared<RouterStream>(w_, snapshot_, *lr_, *stats_, std::move(head), peer_, *this);
+    s.router = std::make_shared<RouterStream>(w_, snapshot_, *lr_, *stats_, std::move(head), conn_, *this);
     // In the pipelined model the head goes round the stages (decided() when
     // back); the connection stays alive meanwhile.
     if (s.router->decide(w_.pipeline())) in_stage_self_ = shared_from_this();
@@ -526,7 +526,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   http::RequestParser parser_;
   ReadBuffer in_;
   WriteQueue out_;
-  std::string peer_;
+  std::shared_ptr<const DownstreamFacts> conn_;
   asio::steady_timer idle_timer_, request_timer_;
   std::optional<Stream> stream_;
   std::shared_ptr<HttpSession> in_stage_self_;

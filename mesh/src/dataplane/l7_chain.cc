@@ -5,6 +5,9 @@
 
 #include <cstdio>
 
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
 #include "dpukit/core/accounting.h"
 
 namespace dpukit::mesh {
@@ -31,18 +34,26 @@ std::string origin_form(std::string_view target) {
   return (target[path] == '?' ? "/" : "") + std::string(target.substr(path));
 }
 
-RouteDecision local(unsigned status, std::string body) {
-  RouteDecision d;
+// A filter answers the request: the statistics counted so far stay with the decision.
+void answer(RouteDecision& d, unsigned status, std::string body) {
   d.kind = RouteDecision::Kind::kLocalReply;
   d.status = status;
   d.body = std::move(body);
-  return d;
 }
 
 // The filter module; returns true when it answered the request itself.
-bool run_filters(const HcmRuntime& hcm, const http::RequestHead& head, const Draws& draws, int64_t now_ns,
-                 RouteDecision& d) {
-  for (const auto& rl : hcm.rate_limits) {
+bool run_filters(const HcmRuntime& hcm, const http::RequestHead& head, const DownstreamFacts& conn,
+                 const Draws& draws, int64_t now_ns, RouteDecision& d) {
+  for (const HcmRuntime::FilterSlot& slot : hcm.filters) {
+    if (slot.rbac) {
+      const HttpRbac::Verdict v = hcm.rbacs[slot.index]->check(head, conn);
+      if (v.shadow_counted) (v.shadow_allowed ? d.rbac_shadow_allowed : d.rbac_shadow_denied)++;
+      if (v.counted) (v.allowed ? d.rbac_allowed : d.rbac_denied)++;
+      if (v.allowed) continue;
+      answer(d, 403, "RBAC: access denied");  // Envoy's body
+      return true;
+    }
+    const auto& rl = hcm.rate_limits[slot.index];
     switch (rl->check(now_ns, draws.rate_limit)) {
       case LocalRateLimit::Verdict::kNotEnabled: break;
       case LocalRateLimit::Verdict::kAllowed:
@@ -53,24 +64,17 @@ bool run_filters(const HcmRuntime& hcm, const http::RequestHead& head, const Dra
         d.rl_enabled++;
         d.rl_rate_limited++;
         break;
-      case LocalRateLimit::Verdict::kLimited: {
-        RouteDecision r = local(429, "local_rate_limited");
-        r.rl_enabled = d.rl_enabled + 1;
-        r.rl_ok = d.rl_ok;
-        r.rl_rate_limited = d.rl_rate_limited + 1;
-        r.rl_enforced = 1;
-        apply_header_adds(rl->config().response_headers_to_add, r.extra);
-        d = std::move(r);
+      case LocalRateLimit::Verdict::kLimited:
+        d.rl_enabled++;
+        d.rl_rate_limited++;
+        d.rl_enforced = 1;
+        answer(d, 429, "local_rate_limited");
+        apply_header_adds(rl->config().response_headers_to_add, d.extra);
         return true;
-      }
     }
   }
   if (head.upgrade) {
-    RouteDecision r = local(403, "upgrade failed");  // no upgrade_configs: Envoy answers so
-    r.rl_enabled = d.rl_enabled;
-    r.rl_ok = d.rl_ok;
-    r.rl_rate_limited = d.rl_rate_limited;
-    d = std::move(r);
+    answer(d, 403, "upgrade failed");  // no upgrade_configs: Envoy answers so
     return true;
   }
   return false;
@@ -137,10 +141,11 @@ void route(const HcmRuntime& hcm, http::RequestHead& head, const std::string& pe
 
 }  // namespace
 
-RouteDecision filter_and_route(const HcmRuntime& hcm, http::RequestHead& head, const std::string& peer,
+RouteDecision filter_and_route(const HcmRuntime& hcm, http::RequestHead& head, const DownstreamFacts& conn,
                                const Draws& draws, int64_t t0_ns) {
+  const std::string& peer = conn.peer_ip;
   RouteDecision d;
-  bool answered = run_filters(hcm, head, draws, t0_ns, d);
+  bool answered = run_filters(hcm, head, conn, draws, t0_ns, d);
   int64_t t1 = static_cast<int64_t>(now_ns());
   d.filter_ns = static_cast<uint64_t>(t1 - t0_ns);
   if (answered) return d;
@@ -154,6 +159,10 @@ void count_decision(const RouteDecision& d, HttpStats& stats) {
   if (d.rl_ok) stats.rl_ok.inc(d.rl_ok);
   if (d.rl_rate_limited) stats.rl_rate_limited.inc(d.rl_rate_limited);
   if (d.rl_enforced) stats.rl_enforced.inc(d.rl_enforced);
+  if (d.rbac_allowed) stats.rbac_allowed.inc(d.rbac_allowed);
+  if (d.rbac_denied) stats.rbac_denied.inc(d.rbac_denied);
+  if (d.rbac_shadow_allowed) stats.rbac_shadow_allowed.inc(d.rbac_shadow_allowed);
+  if (d.rbac_shadow_denied) stats.rbac_shadow_denied.inc(d.rbac_shadow_denied);
   if (d.no_route) stats.no_route.inc();
   if (d.direct) stats.rq_direct_response.inc();
 }
@@ -166,6 +175,58 @@ std::string peer_address(int fd) {
   if (ss.ss_family == AF_INET) ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, text, sizeof text);
   else if (ss.ss_family == AF_INET6) ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, text, sizeof text);
   return text;
+}
+
+namespace {
+std::string address_text(const sockaddr_storage& ss, uint32_t* port) {
+  char text[INET6_ADDRSTRLEN] = "";
+  if (ss.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(ss);
+    ::inet_ntop(AF_INET, &a.sin_addr, text, sizeof text);
+    if (port) *port = ntohs(a.sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(ss);
+    ::inet_ntop(AF_INET6, &a.sin6_addr, text, sizeof text);
+    if (port) *port = ntohs(a.sin6_port);
+  }
+  return text;
+}
+}  // namespace
+
+std::shared_ptr<const DownstreamFacts> downstream_facts(DownstreamStream& sock, bool inspected) {
+  auto f = std::make_shared<DownstreamFacts>();
+  const int fd = sock.native_handle();
+  f->peer_ip = peer_address(fd);
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) f->local_ip = address_text(ss, &f->local_port);
+  if (TlsStream* tls = sock.tls()) {
+    SSL* ssl = tls->ssl();
+    f->tls = true;
+    if (const char* sni = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name); sni && inspected) f->sni = sni;
+    if (X509* cert = SSL_get1_peer_certificate(ssl)) {
+      f->peer_certificate = true;
+      if (auto* names = static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr))) {
+        for (int i = 0; i < sk_GENERAL_NAME_num(names); ++i) {
+          const GENERAL_NAME* n = sk_GENERAL_NAME_value(names, i);
+          if (n->type != GEN_URI && n->type != GEN_DNS) continue;
+          const ASN1_STRING* s = n->type == GEN_URI ? n->d.uniformResourceIdentifier : n->d.dNSName;
+          std::string v(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)), ASN1_STRING_length(s));
+          (n->type == GEN_URI ? f->uri_sans : f->dns_sans).push_back(std::move(v));
+        }
+        GENERAL_NAMES_free(names);
+      }
+      if (BIO* bio = BIO_new(BIO_s_mem())) {  // Envoy's subjectPeerCertificate: RFC 2253
+        X509_NAME_print_ex(bio, X509_get_subject_name(cert), 0, XN_FLAG_RFC2253);
+        char* data = nullptr;
+        long n = BIO_get_mem_data(bio, &data);
+        f->subject.assign(data, static_cast<size_t>(n));
+        BIO_free(bio);
+      }
+      X509_free(cert);
+    }
+  }
+  return f;
 }
 
 bool retry_on_covers(const config::RetryPolicy& p, AttemptOutcome why, unsigned status) {

@@ -10,8 +10,10 @@
 #include <cstdint>
 #include <string>
 
+#include "dataplane/downstream_stream.h"
 #include "dataplane/snapshot.h"
 #include "http/http1.h"
+#include "modules/rbac.h"
 
 namespace dpukit::mesh {
 
@@ -44,15 +46,18 @@ struct RouteDecision {
   LbContext lb;
   // What happened, for the statistics the connection's thread writes.
   uint32_t rl_enabled = 0, rl_ok = 0, rl_rate_limited = 0, rl_enforced = 0;
+  uint32_t rbac_allowed = 0, rbac_denied = 0, rbac_shadow_allowed = 0, rbac_shadow_denied = 0;
   bool no_route = false;
   // Time in each module.
   uint64_t filter_ns = 0, router_ns = 0;
 };
 
-// The filter module (local rate limits, the upgrade refusal) then the router
-// module (Algorithm 1: route by path, header rules, rewrite, cluster choice).
-// `peer` is the client's address (for x-forwarded-for and source_ip hashing).
-RouteDecision filter_and_route(const HcmRuntime& hcm, http::RequestHead& head, const std::string& peer,
+// The filter module (local rate limits and RBAC, in the configured order;
+// the upgrade refusal) then the router module (Algorithm 1: route by path,
+// header rules, rewrite, cluster choice). `conn`: what the connection says
+// (the client's address for x-forwarded-for and source_ip hashing; its
+// identity and destination for RBAC).
+RouteDecision filter_and_route(const HcmRuntime& hcm, http::RequestHead& head, const DownstreamFacts& conn,
                                const Draws& draws, int64_t t0_ns);
 
 // Applies the decision's counters to the connection manager's statistics.
@@ -101,6 +106,12 @@ inline std::chrono::milliseconds retry_backoff(uint32_t attempts, uint64_t rando
 // The client's IP address of a connected socket ("" for a Unix socket): for
 // x-forwarded-for and source_ip hashing.
 std::string peer_address(int fd);
+// What a downstream connection says, read once when it opens: the peer's and
+// local addresses, and over TLS the SNI and the peer certificate's SANs and
+// subject.
+// `inspected`: the listener has a tls_inspector, the only thing that tells
+// Envoy the requested server name (without one, RBAC sees "", as Envoy's does).
+std::shared_ptr<const DownstreamFacts> downstream_facts(DownstreamStream& sock, bool inspected);
 
 // The index of a status's class in the *_rq_xx counters (1xx .. 5xx).
 inline unsigned status_class(unsigned status) { return std::min(4u, std::max(1u, status / 100) - 1); }

@@ -5,9 +5,10 @@
 namespace dpukit::mesh {
 
 RouterStream::RouterStream(Worker& w, std::shared_ptr<const Snapshot> snapshot, const ListenerRuntime& lr,
-                           HttpStats& stats, http::RequestHead head, std::string peer, RouterDownstream& ds)
+                           HttpStats& stats, http::RequestHead head, std::shared_ptr<const DownstreamFacts> conn,
+                           RouterDownstream& ds)
     : w_(w), snapshot_(std::move(snapshot)), lr_(&lr), hcm_(lr.hcm.get()), stats_(&stats), ds_(&ds),
-      peer_(std::move(peer)), head_(std::move(head)),
+      conn_(std::move(conn)), head_(std::move(head)),
       draws_{w.random(), w.random(), w.random(), w.random(), w.random()}, route_timer_(w.io()), try_timer_(w.io()),
       start_ns_(mono_ns()) {
   // The body's framing is fixed by the head (routing never changes it): set
@@ -34,7 +35,7 @@ bool RouterStream::decide(Pipeline* pipeline) {
 }
 
 // On a stage thread in the pipelined model: these touch only the head, the draws and the decision.
-void RouterStream::stage_match_action() { decision_ = filter_and_route(*hcm_, head_, peer_, draws_, mono_ns()); }
+void RouterStream::stage_match_action() { decision_ = filter_and_route(*hcm_, head_, *conn_, draws_, mono_ns()); }
 
 void RouterStream::stage_deparse() {
   if (decision_.kind != RouteDecision::Kind::kForward || decision_.cluster->config().http2) return;

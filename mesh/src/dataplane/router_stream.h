@@ -52,9 +52,10 @@ class RouterStream : public std::enable_shared_from_this<RouterStream>,
                      public H2UpstreamUser,
                      public http::ResponseEvents {
  public:
-  // `head`: the parsed request; `peer`: the client's address (x-forwarded-for, source_ip hashing).
+  // `head`: the parsed request; `conn`: what its connection says (the client's address for
+  // x-forwarded-for and source_ip hashing; who it is and where it went, for RBAC).
   RouterStream(Worker& w, std::shared_ptr<const Snapshot> snapshot, const ListenerRuntime& lr, HttpStats& stats,
-               http::RequestHead head, std::string peer, RouterDownstream& ds);
+               http::RequestHead head, std::shared_ptr<const DownstreamFacts> conn, RouterDownstream& ds);
   ~RouterStream() override;
   RouterStream(const RouterStream&) = delete;
   RouterStream& operator=(const RouterStream&) = delete;
@@ -147,7 +148,7 @@ class RouterStream : public std::enable_shared_from_this<RouterStream>,
   const HcmRuntime* hcm_;
   HttpStats* stats_;
   RouterDownstream* ds_;  // null once detached
-  std::string peer_;
+  std::shared_ptr<const DownstreamFacts> conn_;
   http::RequestHead head_;
   Draws draws_;
   RouteDecision decision_;

@@ -70,9 +70,17 @@ std::shared_ptr<const Snapshot> Snapshot::build(config::Bootstrap bootstrap, Sta
         auto h = std::make_unique<HcmRuntime>();
         h->cfg = &*f.hcm;
         h->routes = std::make_unique<RouteTable>(f.hcm->route_config, cluster);
-        for (const auto& hf : f.hcm->http_filters)
-          if (hf.local_ratelimit) h->rate_limits.push_back(std::make_unique<LocalRateLimit>(*hf.local_ratelimit, now_ns));
+        for (const auto& hf : f.hcm->http_filters) {
+          if (hf.local_ratelimit) {
+            h->filters.push_back({false, h->rate_limits.size()});
+            h->rate_limits.push_back(std::make_unique<LocalRateLimit>(*hf.local_ratelimit, now_ns));
+          } else if (hf.rbac) {
+            h->filters.push_back({true, h->rbacs.size()});
+            h->rbacs.push_back(std::make_unique<HttpRbac>(*hf.rbac));
+          }
+        }
         h->stats = stats.http(f.hcm->stat_prefix);
+        if (!h->rbacs.empty()) stats.http_has_rbac(f.hcm->stat_prefix);
         h->limits.max_headers_count = f.hcm->max_headers_count;
         h->limits.max_header_bytes = f.hcm->max_request_headers_kb * 1024;
         h->limits.max_request_line = h->limits.max_header_bytes;

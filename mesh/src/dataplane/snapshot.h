@@ -14,6 +14,7 @@
 #include "http/http1.h"
 #include "modules/cluster.h"
 #include "modules/filter.h"
+#include "modules/rbac.h"
 #include "modules/router.h"
 #include "stats.h"
 
@@ -23,6 +24,14 @@ struct HcmRuntime {
   const config::HttpConnectionManager* cfg = nullptr;
   std::unique_ptr<RouteTable> routes;
   std::vector<std::unique_ptr<LocalRateLimit>> rate_limits;  // in filter order
+  std::vector<std::unique_ptr<HttpRbac>> rbacs;              // in filter order
+  // The filters before the router, in the configured order: an RBAC filter
+  // (rbacs[index]) or a local rate limit (rate_limits[index]).
+  struct FilterSlot {
+    bool rbac;
+    size_t index;
+  };
+  std::vector<FilterSlot> filters;
   std::vector<HttpStats*> stats;                             // per worker
   http::Limits limits;
 };

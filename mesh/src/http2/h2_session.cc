@@ -155,7 +155,7 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
   }
 
   void start(std::string_view first_bytes) {
-    peer_ = peer_address(sock_.native_handle());
+    conn_ = downstream_facts(sock_, lr_->cfg->tls_inspector);
     last_activity_ns_ = mono_ns();
     arm_idle_timer();
     if (!first_bytes.empty() && !receive(first_bytes)) return;
@@ -166,7 +166,7 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
   // ---- for the streams ----
   Worker& w_;
   nghttp2_session* ng_ = nullptr;
-  const std::string& peer() const { return peer_; }
+  const std::shared_ptr<const DownstreamFacts>& conn() const { return conn_; }
   // A new stream's configuration: the newest snapshot's successor of its listener or filter chain (take_newest_config).
   void current_config(std::shared_ptr<const Snapshot>& snap, const ListenerRuntime*& lr, const HcmRuntime*& hcm,
                       HttpStats*& stats) {
@@ -403,7 +403,7 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
   HttpStats* stats_;
   ReadBuffer in_;
   WriteQueue out_;
-  std::string peer_;
+  std::shared_ptr<const DownstreamFacts> conn_;
   asio::steady_timer idle_timer_;
   std::unordered_map<int32_t, std::shared_ptr<H2Stream>> streams_;
   h2::RequestStreamIds ids_;
@@ -456,7 +456,7 @@ void H2Stream::on_request_head(bool end_stream) {
   request_timer_.cancel();  // the head is here: request_headers_timeout is over
   if (!req_end_) arm_request_timer();
   grpc_ = h2::is_grpc(head);
-  router_ = std::make_shared<RouterStream>(w, snapshot_, *lr_, *stats_, std::move(head), c_->peer(), *this);
+  router_ = std::make_shared<RouterStream>(w, snapshot_, *lr_, *stats_, std::move(head), c_->conn(), *this);
   if (req_end_) router_->decode_end(nullptr);
   // In the pipelined model the head goes round the stages (decided() when
   // back); the body that comes meanwhile waits in the router stream,

@@ -36,6 +36,12 @@ void header_values(const http::RequestHead& head, std::string_view name, std::ve
 
 }  // namespace
 
+CompiledHeaderMatcher compile_header_matcher(const config::HeaderMatcher& m) {
+  CompiledHeaderMatcher c{m, std::nullopt, lower(m.value)};
+  if (m.kind == config::HeaderMatcher::Kind::kSafeRegex) c.regex = compile(m.value);
+  return c;
+}
+
 bool CompiledHeaderMatcher::value_matches(std::string_view value) const {
   using K = config::HeaderMatcher::Kind;
   if (cfg.kind == K::kSafeRegex) return std::regex_match(value.begin(), value.end(), *regex);
@@ -149,16 +155,8 @@ RouteTable::RouteTable(const config::RouteConfiguration& rc,
       cr.cfg = &r;
       if (r.match.kind == config::RouteMatch::Kind::kSafeRegex) cr.path_regex = compile(r.match.value);
       cr.match_value = r.match.case_sensitive ? r.match.value : lower(r.match.value);
-      for (const auto& hm : r.match.headers) {
-        CompiledHeaderMatcher c{hm, std::nullopt, lower(hm.value)};
-        if (hm.kind == config::HeaderMatcher::Kind::kSafeRegex) c.regex = compile(hm.value);
-        cr.headers.push_back(std::move(c));
-      }
-      for (const auto& qm : r.match.query_parameters) {
-        CompiledHeaderMatcher c{qm, std::nullopt, lower(qm.value)};
-        if (qm.kind == config::HeaderMatcher::Kind::kSafeRegex) c.regex = compile(qm.value);
-        cr.query_parameters.push_back(std::move(c));
-      }
+      for (const auto& hm : r.match.headers) cr.headers.push_back(compile_header_matcher(hm));
+      for (const auto& qm : r.match.query_parameters) cr.query_parameters.push_back(compile_header_matcher(qm));
       if (r.route) {
         if (!r.route->cluster.empty()) {
           cr.clusters.emplace_back(cluster(r.route->cluster), 1);

@@ -29,6 +29,7 @@ struct CompiledHeaderMatcher {
   bool matches(const http::HeaderList& headers) const;  // no pseudo-headers
   bool value_matches(std::string_view value) const;
 };
+CompiledHeaderMatcher compile_header_matcher(const config::HeaderMatcher& m);
 
 struct CompiledRoute {
   const config::Route* cfg = nullptr;

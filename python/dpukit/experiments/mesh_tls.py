@@ -311,9 +311,10 @@ transport_socket:
 TCP_PROXY_TYPE = "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy"
 
 
-def hcm_filter(cluster: str, *, stat_prefix: str = "ingress_http", indent: int = 6) -> str:
+def hcm_filter(cluster: str, *, stat_prefix: str = "ingress_http", indent: int = 6, http_filters: str = "") -> str:
     """An http_connection_manager (codec AUTO: HTTP/1.1, and HTTP/2 by ALPN or
-    preface) routing every request to ``cluster``, as a ``filters`` list item."""
+    preface) routing every request to ``cluster``, as a ``filters`` list item;
+    ``http_filters``: list items (indented 0) before the router."""
     return _indent(f"""\
 - name: envoy.filters.network.http_connection_manager
   typed_config:
@@ -328,7 +329,7 @@ def hcm_filter(cluster: str, *, stat_prefix: str = "ingress_http", indent: int =
         - match: {{prefix: "/"}}
           route: {{cluster: {cluster}}}
     http_filters:
-    - name: envoy.filters.http.router
+{_indent(http_filters, 4)}    - name: envoy.filters.http.router
       typed_config:
         "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
 """, indent)
