@@ -1,5 +1,7 @@
 #include "stats.h"
 
+#include <cctype>
+
 #include <utility>
 
 #include "dpukit/core/prometheus.h"
@@ -36,6 +38,7 @@ void StatsStore::http_has_rbac(const std::string& prefix) {
 std::vector<TcpStats*> StatsStore::tcp(const std::string& prefix) { return blocks(tcp_, prefix); }
 
 std::vector<ListenerStats*> StatsStore::listener(const std::string& address) { return blocks(listeners_, address); }
+std::vector<RbacStats*> StatsStore::network_rbac(const std::string& prefix) { return blocks(network_rbac_, prefix); }
 
 std::vector<TlsStats*> StatsStore::tls(const std::string& scope, const std::string& name) {
   std::lock_guard lock(mu_);
@@ -228,6 +231,16 @@ void StatsStore::render(MetricsWriter& e, std::map<std::string, int64_t>* text,
     t.counter("downstream_cx_no_route", &T::downstream_cx_no_route);
     t.counter("idle_timeout", &T::idle_timeout);
     t.gauge("downstream_cx_active", &T::downstream_cx_active);
+  }
+  for (const auto& [prefix, d] : network_rbac_) {
+    std::string metric = "envoy_" + prefix + "rbac_";  // Envoy's Prometheus name: the dotted name, '.' as '_'
+    for (char& c : metric)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
+    const Summed<RbacStats> r(e, text, d, metric, "<stat_prefix>rbac.", {}, prefix + "rbac.");
+    r.counter("allowed", &RbacStats::allowed);
+    r.counter("denied", &RbacStats::denied);
+    r.counter("shadow_allowed", &RbacStats::shadow_allowed);
+    r.counter("shadow_denied", &RbacStats::shadow_denied);
   }
   for (const auto& [address, d] : listeners_) {
     const Summed<ListenerStats> l(e, text, d, "envoy_listener_", "listener.<address>.",

@@ -51,6 +51,11 @@ struct TlsNamedCounters {
   mutable std::mutex mu;
   std::map<std::pair<std::string, std::string>, uint64_t> counts;  // {family, name} -> count
 };
+// Envoy's <stat_prefix>rbac.* statistics of a network RBAC filter.
+struct RbacStats {
+  Counter allowed, denied, shadow_allowed, shadow_denied;
+};
+
 // Envoy's listener.<address>.* statistics.
 struct ListenerStats {
   Counter no_filter_chain_match;
@@ -114,6 +119,8 @@ class StatsStore {
   // The connection manager has an RBAC filter: its http.<prefix>.rbac.* statistics are shown (from then on).
   void http_has_rbac(const std::string& stat_prefix);
   std::vector<TcpStats*> tcp(const std::string& stat_prefix);
+  // A network RBAC filter's, by its stat_prefix (written as given: "tcp." gives tcp.rbac.*).
+  std::vector<RbacStats*> network_rbac(const std::string& stat_prefix);
   // listener.<address>.*: `address` as Envoy writes it ("127.0.0.1_10000").
   std::vector<ListenerStats*> listener(const std::string& address);
   // <scope>.ssl.*, scope "listener" (name: the address as above) or "cluster".
@@ -141,6 +148,7 @@ class StatsStore {
   std::map<std::string, std::deque<HttpStats>> http_;
   std::set<std::string> http_rbac_;  // prefixes whose connection manager has had an RBAC filter
   std::map<std::string, std::deque<TcpStats>> tcp_;
+  std::map<std::string, std::deque<RbacStats>> network_rbac_;
   std::map<std::string, std::deque<ListenerStats>> listeners_;
   std::map<std::pair<std::string, std::string>, std::deque<TlsStats>> tls_;
   std::map<std::pair<std::string, std::string>, TlsNamedCounters> tls_named_;

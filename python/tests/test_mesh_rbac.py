@@ -20,7 +20,7 @@ import pytest
 from mesh_support import Echoes, envoy_validate, start_proxy
 from tls_support import *  # noqa: F401,F403
 from tls_support import (BACKEND_DNS, TLS_KINDS, FilterChain, Pki, client_context, downstream_tls, hcm_filter,
-                         listener, read_http, spiffe_id, tls_bootstrap, tls_cluster, tls_connect)
+                         listener, read_http, spiffe_id, tcp_proxy_filter, tls_bootstrap, tls_cluster, tls_connect)
 from dpukit.procs import Group, free_port
 
 FRONTEND, OTHER = spiffe_id("frontend"), spiffe_id("other")
@@ -159,7 +159,9 @@ def nodes(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[dict[s
             config = tls_bootstrap(admin=admin, listeners=[listener("rbac", port, [chain], inspector=True)],
                                    clusters=[tls_cluster("backend", echo)], node="node-b")
             if kind == "envoy":
-                envoy_validate(config)
+                (work / "config.yaml").write_text(config)
+                checked = envoy_validate(work / "config.yaml")
+                assert checked.returncode == 0, checked.stderr[-2000:]
             start_proxy(group, kind, config, work / kind, port=port, admin=admin)
             made[kind] = Node(kind, port, admin)
         yield made
@@ -270,3 +272,78 @@ def test_the_sni_is_known_only_with_a_tls_inspector(tmp_path: Path, pki: Pki):
             results[kind] = got
         assert results["envoy"] == [403, 200], results
         assert results["mesh"] == results["envoy"] and results["mesh-pipelined"] == results["envoy"], results
+
+
+NETWORK_RBAC = f"""\
+      - name: envoy.filters.network.rbac
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC
+          stat_prefix: tcp.
+          rules:
+            action: ALLOW
+            policies:
+              ns[default]-policy[tcp-frontend]-rule[0]:
+                permissions: [{{destination_port: PORT}}]
+                principals:
+                - and_ids:
+                    ids:
+                    - authenticated: {{principal_name: {{exact: "{FRONTEND}"}}}}
+                    - not_id: {{direct_remote_ip: {{address_prefix: 10.0.0.0, prefix_len: 8}}}}
+          shadow_rules:
+            action: DENY
+            policies:
+              shadow-everyone:
+                permissions: [{{any: true}}]
+                principals: [{{direct_remote_ip: {{address_prefix: 127.0.0.1}}}}]
+"""
+
+
+def test_network_rbac_on_tcp_proxy_decides_as_envoy(tmp_path: Path, pki: Pki):
+    """envoy.filters.network.rbac before tcp_proxy, over mTLS: frontend's
+    connection is relayed, another workload's is closed on its first byte
+    without an answer, as Envoy does; and <stat_prefix>rbac.* counts the
+    same. A header rule, which Envoy refuses in the network filter, is
+    refused by dpukit-mesh too."""
+    with Group(tmp_path / "logs") as group:
+        echo = Echoes(group).start("backend")
+        results, counters = {}, {}
+        for kind in TLS_KINDS:
+            port, admin = free_port(), free_port()
+            filters = NETWORK_RBAC.replace("PORT", str(port)) + tcp_proxy_filter("backend")
+            chain = FilterChain(filters, downstream_tls(6, cert=pki.mesh.backend, ca=pki.mesh.ca.cert))
+            config = tls_bootstrap(admin=admin, listeners=[listener("tcp", port, [chain])],
+                                   clusters=[tls_cluster("backend", echo)])
+            if kind == "envoy":
+                (tmp_path / "config.yaml").write_text(config)
+                checked = envoy_validate(tmp_path / "config.yaml")
+                assert checked.returncode == 0, checked.stderr[-2000:]
+            start_proxy(group, kind, config, tmp_path / kind, port=port, admin=admin)
+            got = []
+            for client in ("frontend", "other", "frontend"):
+                try:
+                    got.append(ask(Node(kind, port, admin), pki, client, "GET", "/tcp", "")[0])
+                except (ConnectionError, ssl.SSLError, OSError):
+                    got.append("closed")
+            results[kind] = got
+            text = urllib.request.urlopen(f"http://127.0.0.1:{admin}/stats", timeout=5).read().decode()
+            counters[kind] = {m.group(1): int(m.group(2))
+                              for m in re.finditer(r"^tcp\.rbac\.(\w+): (\d+)$", text, re.M)}
+        assert results["envoy"] == [200, "closed", 200], results
+        assert results["mesh"] == results["envoy"] and results["mesh-pipelined"] == results["envoy"], results
+        assert counters["envoy"].get("allowed") == 2 and counters["envoy"].get("denied") == 1, counters
+        assert counters["mesh"] == counters["envoy"] and counters["mesh-pipelined"] == counters["envoy"], counters
+
+
+def test_network_rbac_refuses_request_rules(tmp_path: Path):
+    from conftest import native_tool
+    import subprocess
+    bad = NETWORK_RBAC.replace("PORT", "80").replace("direct_remote_ip: {address_prefix: 10.0.0.0, prefix_len: 8}",
+                                                     "header: {name: x-a, present_match: true}")
+    config = tls_bootstrap(admin=free_port(), listeners=[listener("tcp", free_port(), [FilterChain(
+        bad + tcp_proxy_filter("backend"))])], clusters=[tls_cluster("backend", 1)])
+    path = tmp_path / "bad.yaml"
+    path.write_text(config)
+    assert envoy_validate(path).returncode != 0  # Envoy refuses it too
+    proc = subprocess.run([str(native_tool("dpukit-mesh")), "validate", "--config", str(path)], capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode != 0 and "not supported by the RBAC network filter" in proc.stderr, proc.stderr

@@ -28,6 +28,7 @@ constexpr std::string_view kLocalRateLimitType =
     "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit";
 constexpr std::string_view kRouterType = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
 constexpr std::string_view kHttpRbacType = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC";
+constexpr std::string_view kNetworkRbacType = "type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC";
 constexpr std::string_view kHttpProtocolOptions = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
 constexpr std::string_view kHttpProtocolOptionsType =
     "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
@@ -389,21 +390,23 @@ void parse_cidr(const At& at, RbacMatcher& m) {  // envoy.config.core.v3.CidrRan
   m.prefix_len = f["prefix_len"].u32_or(v4 ? 32 : 128, 0, v4 ? 32 : 128);
 }
 
-RbacMatcher parse_rbac_matcher(const At& at, bool permission);
+RbacMatcher parse_rbac_matcher(const At& at, bool permission, bool network);
 
-std::vector<RbacMatcher> parse_rbac_set(const At& at, bool permission) {
+std::vector<RbacMatcher> parse_rbac_set(const At& at, bool permission, bool network) {
   const Fields f = at.fields(permission ? "envoy.config.rbac.v3.Permission.Set" : "envoy.config.rbac.v3.Principal.Set",
                              {permission ? "rules" : "ids"});
   std::vector<RbacMatcher> out;
   for (const At& item : f.required(permission ? "rules" : "ids").items())
-    out.push_back(parse_rbac_matcher(item, permission));
+    out.push_back(parse_rbac_matcher(item, permission, network));
   return out;
 }
 
 // A Permission (permission) or a Principal: exactly one of its kinds. The
 // two messages share any, header, url_path and the combinators (named
 // and_rules/or_rules/not_rule in one, and_ids/or_ids/not_id in the other).
-RbacMatcher parse_rbac_matcher(const At& at, bool permission) {
+// `network`: for envoy.filters.network.rbac, which has no request: header and
+// url_path are refused, as Envoy refuses them there.
+RbacMatcher parse_rbac_matcher(const At& at, bool permission, bool network) {
   using K = RbacMatcher::Kind;
   const std::string_view and_name = permission ? "and_rules" : "and_ids", or_name = permission ? "or_rules" : "or_ids",
                          not_name = permission ? "not_rule" : "not_id";
@@ -420,15 +423,18 @@ RbacMatcher parse_rbac_matcher(const At& at, bool permission) {
                  : f.exactly_one_of({"and_ids", "or_ids", "any", "authenticated", "source_ip", "direct_remote_ip",
                                      "remote_ip", "header", "url_path", "not_id"});
   const At v = f[kind];
+  if (network && (kind == "header" || kind == "url_path"))
+    v.fail(std::string(kind) + " rules are not supported by the RBAC network filter (a connection has no request; "
+           "as in Envoy)");
   RbacMatcher m;
   if (kind == "any") {
     if (!v.boolean()) v.fail("any must be true");
   } else if (kind == and_name || kind == or_name) {
     m.kind = kind == and_name ? K::kAnd : K::kOr;
-    m.children = parse_rbac_set(v, permission);
+    m.children = parse_rbac_set(v, permission, network);
   } else if (kind == not_name) {
     m.kind = K::kNot;
-    m.children.push_back(parse_rbac_matcher(v, permission));
+    m.children.push_back(parse_rbac_matcher(v, permission, network));
   } else if (kind == "header") {
     m.kind = K::kHeader;
     m.header = parse_header_matcher(v);
@@ -461,7 +467,7 @@ RbacMatcher parse_rbac_matcher(const At& at, bool permission) {
   return m;
 }
 
-RbacRules parse_rbac_rules(const At& at) {
+RbacRules parse_rbac_rules(const At& at, bool network = false) {
   const Fields f = at.fields("envoy.config.rbac.v3.RBAC", {"action", "policies"});
   RbacRules r;
   if (f.has("action"))
@@ -474,8 +480,10 @@ RbacRules parse_rbac_rules(const At& at) {
     const Fields p = policy.fields("envoy.config.rbac.v3.Policy", {"permissions", "principals"});
     RbacPolicy out;
     out.name = name;
-    for (const At& item : p.required("permissions").items()) out.permissions.push_back(parse_rbac_matcher(item, true));
-    for (const At& item : p.required("principals").items()) out.principals.push_back(parse_rbac_matcher(item, false));
+    for (const At& item : p.required("permissions").items())
+      out.permissions.push_back(parse_rbac_matcher(item, true, network));
+    for (const At& item : p.required("principals").items())
+      out.principals.push_back(parse_rbac_matcher(item, false, network));
     if (out.permissions.empty()) p["permissions"].fail("at least one permission is required");
     if (out.principals.empty()) p["principals"].fail("at least one principal is required");
     r.policies.push_back(std::move(out));
@@ -493,6 +501,20 @@ Rbac parse_http_rbac(const At& at) {
   r.rules_stat_prefix = f["rules_stat_prefix"].str_or("");
   r.shadow_rules_stat_prefix = f["shadow_rules_stat_prefix"].str_or("");
   return r;
+}
+
+NetworkRbac parse_network_rbac(const At& at) {
+  const Fields f = typed_config(at, "envoy.extensions.filters.network.rbac.v3.RBAC", kNetworkRbacType,
+                                {"@type", "rules", "shadow_rules", "shadow_rules_stat_prefix", "stat_prefix",
+                                 "enforcement_type"});
+  NetworkRbac n;
+  n.stat_prefix = f.required("stat_prefix").nonempty_str();
+  if (f.has("rules")) n.rbac.rules = parse_rbac_rules(f["rules"], true);
+  if (f.has("shadow_rules")) n.rbac.shadow_rules = parse_rbac_rules(f["shadow_rules"], true);
+  n.rbac.shadow_rules_stat_prefix = f["shadow_rules_stat_prefix"].str_or("");
+  if (f.has("enforcement_type"))
+    f["enforcement_type"].choice<int>({{"ONE_TIME_ON_FIRST_BYTE", 0}}, {"CONTINUOUS"});
+  return n;
 }
 
 HttpFilter parse_http_filter(const At& at) {
@@ -636,11 +658,21 @@ FilterChain parse_filter_chain(const At& at) {
   if (chain.has("transport_socket")) c.tls = parse_downstream_transport_socket(chain["transport_socket"]);
   if (chain.has("transport_socket_connect_timeout"))
     c.transport_socket_connect_timeout = chain["transport_socket_connect_timeout"].duration();
-  // Both filters we implement are terminal: the chain is exactly one of them.
+  // Network RBAC filters, then one terminal filter (the HCM or tcp_proxy).
   const At filters = chain.required("filters");
   for (const At& item : filters.items()) {
     if (!c.filters.empty()) item.fail("the filter chain already ends with " + c.filters.back().name);
+    if (item.fields("envoy.config.listener.v3.Filter", {"name", "typed_config"})["name"].str_or("") ==
+        "envoy.filters.network.rbac") {
+      c.network_rbacs.push_back(
+          parse_network_rbac(item.fields("envoy.config.listener.v3.Filter", {"name", "typed_config"})
+                                 .required("typed_config")));
+      continue;
+    }
     c.filters.push_back(parse_network_filter(item));
+    if (!c.network_rbacs.empty() && c.filters.back().hcm)
+      item.fail("envoy.filters.network.rbac before http_connection_manager is not supported by dpukit-mesh "
+                "(envoy.filters.http.rbac does the same per request)");
   }
   if (c.filters.empty()) filters.fail("the filter chain must end with http_connection_manager or tcp_proxy");
   return c;

@@ -282,12 +282,21 @@ struct NetworkFilter {
   std::optional<TcpProxy> tcp_proxy;
 };
 
+// envoy.extensions.filters.network.rbac.v3.RBAC: the same rules, for a
+// connection (no HTTP request: header and url_path match nothing), checked
+// on its first byte (enforcement_type ONE_TIME_ON_FIRST_BYTE, the default).
+struct NetworkRbac {
+  std::string stat_prefix;  // <stat_prefix>rbac.* statistics (required)
+  Rbac rbac;
+};
+
 // A listener's filter chain: chosen by its filter_chain_match (tls_config.h),
 // with the TLS transport socket or plaintext, ending with the HCM or tcp_proxy.
 struct FilterChain {
   std::string name;
   FilterChainMatch match;
   std::optional<DownstreamTlsContext> tls;  // transport_socket: envoy.transport_sockets.tls
+  std::vector<NetworkRbac> network_rbacs;   // envoy.filters.network.rbac before tcp_proxy, in order
   std::vector<NetworkFilter> filters;
   // transport_socket_connect_timeout: the TLS handshake's bound. Envoy has
   // none by default; here 15 s, so that a client that stops mid-handshake

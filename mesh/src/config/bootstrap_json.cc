@@ -261,6 +261,14 @@ json listener(const Listener& l) {
   json chains = json::array();
   for (const auto& c : l.filter_chains) {
     json filters = json::array();
+    for (const auto& n : c.network_rbacs) {
+      json t = {{"@type", "type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC"},
+                {"stat_prefix", n.stat_prefix}};
+      if (n.rbac.rules) t["rules"] = rbac_rules(*n.rbac.rules);
+      if (n.rbac.shadow_rules) t["shadow_rules"] = rbac_rules(*n.rbac.shadow_rules);
+      if (!n.rbac.shadow_rules_stat_prefix.empty()) t["shadow_rules_stat_prefix"] = n.rbac.shadow_rules_stat_prefix;
+      filters.push_back({{"name", "envoy.filters.network.rbac"}, {"typed_config", t}});
+    }
     for (const auto& f : c.filters)
       filters.push_back({{"name", f.name}, {"typed_config", f.hcm ? hcm(*f.hcm) : tcp_proxy(*f.tcp_proxy)}});
     json chain = {{"filters", filters}};

@@ -65,6 +65,8 @@ std::shared_ptr<const Snapshot> Snapshot::build(config::Bootstrap bootstrap, Sta
     lr.chain = &fc;
     if (fc.tls)
       lr.tls = TlsContext::server(*fc.tls, stats.tls("listener", stat_address), stats.tls_named("listener", stat_address));
+    for (const auto& n : fc.network_rbacs)
+      lr.network_rbacs.push_back({std::make_unique<HttpRbac>(n.rbac), stats.network_rbac(n.stat_prefix)});
     for (const auto& f : fc.filters) {
       if (f.hcm) {
         auto h = std::make_unique<HcmRuntime>();

@@ -53,6 +53,12 @@ struct ListenerRuntime {
   std::unique_ptr<TcpProxyRuntime> tcp;
   const config::FilterChain* chain = nullptr;  // the filter chain served
   std::shared_ptr<TlsContext> tls;             // its TLS transport socket; nullptr: plaintext
+  // Its network RBAC filters, in order, with their statistics (per worker).
+  struct NetworkRbacRuntime {
+    std::unique_ptr<HttpRbac> rules;
+    std::vector<RbacStats*> stats;
+  };
+  std::vector<NetworkRbacRuntime> network_rbacs;
   // Several filter chains: one runtime each, chosen per connection by its
   // filter_chain_match (this one then serves none itself).
   std::vector<std::unique_ptr<ListenerRuntime>> chains;

@@ -4,6 +4,7 @@
 // back-pressure; a half-close is passed on, as Envoy does. Either side may
 // be TLS (the filter chain's transport socket, the cluster's): the relay
 // reads and writes plaintext, and a half-close becomes a close_notify.
+#include "dataplane/l7_chain.h"
 #include "dataplane/worker.h"
 
 namespace dpukit::mesh {
@@ -134,6 +135,11 @@ class TcpSession : public std::enable_shared_from_this<TcpSession>, public Drain
         if (ec != asio::error::eof || (self->to_up_.done && self->to_down_.done)) self->close();
         return;
       }
+      // The first byte from the client: the network RBAC filters decide (ONE_TIME_ON_FIRST_BYTE).
+      if (&d == &self->to_up_ && !self->authorized()) {
+        self->close();
+        return;
+      }
       d.bytes->inc(n);
       self->last_activity_ns_ = mono_ns();
       asio::async_write(to, asio::buffer(d.buf.data(), n), [self, &d, &from, &to](const boost::system::error_code& ec2, size_t) {
@@ -145,6 +151,25 @@ class TcpSession : public std::enable_shared_from_this<TcpSession>, public Drain
         self->relay(d, from, to);
       });
     });
+  }
+
+  // Whether the chain's network RBAC filters let this connection through,
+  // decided once, on the client's first byte, as Envoy's default enforcement
+  // does; each filter counts its verdict (and its shadow rules').
+  bool authorized() {
+    if (checked_) return allowed_;
+    checked_ = true;
+    if (lr_->network_rbacs.empty()) return allowed_ = true;
+    const auto facts = downstream_facts(down_, lr_->cfg->tls_inspector);
+    static const http::RequestHead kNoRequest;  // a connection has no HTTP request: header matchers see none
+    for (const auto& n : lr_->network_rbacs) {
+      const HttpRbac::Verdict v = n.rules->check(kNoRequest, *facts);
+      RbacStats& s = *n.stats[w_.id()];
+      if (v.shadow_counted) (v.shadow_allowed ? s.shadow_allowed : s.shadow_denied).inc();
+      if (v.counted) (v.allowed ? s.allowed : s.denied).inc();
+      if (!v.allowed) return allowed_ = false;
+    }
+    return allowed_ = true;
   }
 
   void arm_idle_timer() {
@@ -188,6 +213,7 @@ class TcpSession : public std::enable_shared_from_this<TcpSession>, public Drain
   uint32_t attempts_ = 0;
   int64_t last_activity_ns_ = 0;
   bool connected_ = false, closed_ = false, holds_connection_ = false;
+  bool checked_ = false, allowed_ = true;  // the network RBAC filters' decision
   uint64_t drain_id_ = 0;  // with the worker's drain manager
 };
 
