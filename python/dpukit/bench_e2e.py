@@ -80,7 +80,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 from dataclasses import dataclass, field
@@ -260,12 +259,6 @@ def network(mode: str = "auto", *, rps: bool = True) -> Iterator[Network]:
                   note="loopback" + (f" (network namespaces unavailable: {why})" if why else " (asked for)"))
 
 
-def free_udp_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 # ------------------------------------------------------------ CPUs
 
 
@@ -401,7 +394,7 @@ def run_point(tool: str | Path, net: Network, *, program: str, size: int, interv
     for p in (server_json, client_json):
         p.unlink(missing_ok=True)
     bind = "0.0.0.0" if net.mode == "netns" else "127.0.0.1"
-    port = PORT if net.mode == "netns" else free_udp_port()
+    port = PORT if net.mode == "netns" else procs.free_udp_port()
     server_argv: list[Any] = [tool, "e2e-server", "--program", program, "--place", place, "--bind", bind,
                               "--port", port, "--host-cpus", plan["host"], "--dpu-cpus", plan["dpu"],
                               "--hw-cpus", plan["hw"], "--flows-hint", max(flows, 1024), "--json", server_json]

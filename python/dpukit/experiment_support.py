@@ -152,11 +152,3 @@ def rss_kib(pid: int, field: str = "VmRSS") -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise DpukitError(f"/proc/{pid}/status has no {field}")
-
-
-def free_udp_port(host: str = "127.0.0.1") -> int:
-    """A UDP port nobody uses right now (the kernel's choice), for a receiver
-    started later (measure.soak's IPFIX collector)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]

@@ -63,6 +63,14 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+def free_udp_port(host: str = "127.0.0.1") -> int:
+    """A UDP port nobody uses right now (the kernel's choice), for a receiver
+    started later (measure.soak's IPFIX collector, bench's e2e server)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody uses right now, for a server started later. It is
     taken below the kernel's ephemeral range, so that a client's outgoing

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 from conftest import native_tool
-from dpukit.experiment_support import free_udp_port
+from dpukit.procs import free_udp_port
 from live_support import RATE, live_over, make_pcap, replay, stop, veth, wait_attached  # noqa: F401 (veth: the fixture)
 
 PACKETS = 30000

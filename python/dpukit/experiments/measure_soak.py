@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dpukit.errors import DpukitError
-from dpukit.experiment_support import free_udp_port, rss_kib
+from dpukit.experiment_support import rss_kib
+from dpukit.procs import free_udp_port
 from dpukit.experiments import Context, experiment, skipped_in_quick_mode
 from dpukit.measure_queues import LiveUnavailable, veth_queues
 from dpukit.measure_traces import TOOL
