@@ -330,7 +330,8 @@ uint64_t Worker::track(DrainableConnection* c) {
 void Worker::untrack(uint64_t id) {
   connections_.erase(id);
   draining_ids_.erase(id);  // its deadline entry is skipped when due
-  if (connections_.empty() && peak_connections_ >= kGiveBackAfterConnections) {
+  // Not once the loop has stopped: connections then go as its queued handlers are destroyed.
+  if (connections_.empty() && peak_connections_ >= kGiveBackAfterConnections && !io_.stopped()) {
     peak_connections_ = 0;
     give_back_freed_memory(io());
   }
