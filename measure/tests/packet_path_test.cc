@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dpukit/measure.h"
@@ -81,10 +83,14 @@ TEST(PacketPath, DuetsHardwarePacketsPayNothingAndItsRulesPayTableTwo) {
 
 // The bill is in the dpu's CPU time, on the real loop: Count-Min at
 // bluefield2 with the packet path against without, in pairs whose order
-// alternates; the extra dpu CPU per packet is the packet path's cost
-// (0.8-1.25x of it, median of the pairs), which the spin's F share and the
-// dilation's (1/F - 1) make together. Three attempts: a busy spell on a
-// shared machine moves a pair, a model that bills wrongly moves them all.
+// alternates; the extra dpu CPU per packet is the packet path's cost, which
+// the spin's F share and the dilation's (1/F - 1) make together. A model
+// that left the spin undilated would give 0.45x, one that billed it twice
+// 2.2x; the bounds are 0.7-1.5x, the median of nine pairs. The slower runs
+// take longer, so on a busy machine they take more preemptions and cache
+// refills per packet (CI once measured 1.36x): attempts whose runs without
+// the path disagree among themselves (the machine was busy) are not counted,
+// up to six, after growing pauses; three counted attempts.
 TEST(PacketPath, TheBillLandsInTheDpusCpuTime) {
   Trace t = skewed_trace(200000, 20000, 5);
   GroundTruth truth = ground_truth(t.packets);
@@ -98,19 +104,30 @@ TEST(PacketPath, TheBillLandsInTheDpusCpuTime) {
     return double(r.cpu.get(Place::kDpu)) / (double(r.packets) * r.passes);
   };
   double ratio = 0;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    std::vector<double> extra;
-    for (int pair = 0; pair < 7; ++pair) {
+  int counted = 0, busy = 0;
+  auto pause = std::chrono::milliseconds(1000);
+  while (counted < 3) {
+    std::vector<double> extra, without;
+    for (int pair = 0; pair < 9; ++pair) {
       const bool first = pair % 2 == 0;
       const double a = dpu_ns_per_packet(first), b = dpu_ns_per_packet(!first);
       extra.push_back(first ? a - b : b - a);
+      without.push_back(first ? b : a);
     }
     ratio = median(extra) / packet_ns;
-    if (ratio > 0.8 && ratio < 1.25) break;
+    if (ratio > 0.7 && ratio < 1.5) break;
+    const auto [lo, hi] = std::minmax_element(without.begin(), without.end());
+    if (*hi > 1.25 * *lo && busy < 6) {  // the machine was busy: not counted
+      ++busy;
+      std::this_thread::sleep_for(pause);
+      pause = std::min(2 * pause, std::chrono::milliseconds(8000));
+      continue;
+    }
+    ++counted;
   }
   RecordProperty("extra_over_packet_ns", std::to_string(ratio));
-  EXPECT_GT(ratio, 0.8);
-  EXPECT_LT(ratio, 1.25);
+  EXPECT_GT(ratio, 0.7);
+  EXPECT_LT(ratio, 1.5);
 }
 
 }  // namespace

@@ -48,11 +48,13 @@ struct SpeedCheck {
 SpeedCheck paired_speed_check(const std::function<SpeedSample(double factor)>& run, double factor, int pairs = 3);
 
 // paired_speed_check, again while it is not within(), up to `attempts`
-// times, after a second's pause where the last attempt was not quiet(): a
-// spell of other work on a shared machine must not fail a test (CI once
-// failed on a median of three pairs), while a model that bills what it
-// should not is outside every time. A loop whose cost flips run to run
-// needs more `pairs`, not more attempts.
+// attempts that were quiet(); an attempt on a busy machine (not quiet) is
+// not counted, up to six of them, each after a longer pause (1 s, doubling
+// to 8 s): a spell of other work on a shared machine must not fail a test
+// (CI once failed on a median of three pairs, and once found five attempts
+// in a row busy), while a model that bills what it should not is outside
+// every time. A loop whose cost flips run to run needs more `pairs`, not
+// more attempts.
 SpeedCheck paired_speed_check_with_retry(const std::function<SpeedSample(double factor)>& run, double factor,
                                          int pairs = 3, int attempts = 3);
 
