@@ -65,7 +65,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   }
 
   void start() {
-    conn_ = downstream_facts(sock_, lr_->cfg->tls_inspector);  // once per connection: x-forwarded-for, source_ip hashing, RBAC
+    conn_ = downstream_facts(sock_, lr_->cfg->tls_inspector, !hcm_->rbacs.empty());  // once per connection: x-forwarded-for, source_ip hashing, RBAC
     last_activity_ns_ = mono_ns();
     h2_sniff_ = hcm_->cfg->codec_type != config::HttpConnectionManager::Codec::kHttp1;
     arm_idle_timer();
@@ -170,6 +170,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     answer_expect_continue(head);
     stats_->downstream_rq_total.inc();
     stats_->downstream_rq_active.add(1);
+    // A configuration that arrived after the connection opened may have brought an RBAC filter.
+    if (!conn_->identity && !hcm_->rbacs.empty()) conn_ = downstream_facts(sock_, lr_->cfg->tls_inspector, true);
     s.router = std::make_shared<RouterStream>(w_, snapshot_, *lr_, *stats_, std::move(head), conn_, *this);
     // In the pipelined model the head goes round the stages (decided() when
     // back); the connection stays alive meanwhile.

@@ -46,7 +46,7 @@ bool run_filters(const HcmRuntime& hcm, const http::RequestHead& head, const Dow
                  const Draws& draws, int64_t now_ns, RouteDecision& d) {
   for (const HcmRuntime::FilterSlot& slot : hcm.filters) {
     if (slot.rbac) {
-      const HttpRbac::Verdict v = hcm.rbacs[slot.index]->check(head, conn);
+      const RbacFilter::Verdict v = hcm.rbacs[slot.index]->check(head, conn);
       if (v.shadow_counted) (v.shadow_allowed ? d.rbac_shadow_allowed : d.rbac_shadow_denied)++;
       if (v.counted) (v.allowed ? d.rbac_allowed : d.rbac_denied)++;
       if (v.allowed) continue;
@@ -167,17 +167,8 @@ void count_decision(const RouteDecision& d, HttpStats& stats) {
   if (d.direct) stats.rq_direct_response.inc();
 }
 
-std::string peer_address(int fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
-  char text[INET6_ADDRSTRLEN] = "";
-  if (ss.ss_family == AF_INET) ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, text, sizeof text);
-  else if (ss.ss_family == AF_INET6) ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, text, sizeof text);
-  return text;
-}
-
 namespace {
+// A socket address's IP as text ("" for a Unix socket), and its port into `port` when given.
 std::string address_text(const sockaddr_storage& ss, uint32_t* port) {
   char text[INET6_ADDRSTRLEN] = "";
   if (ss.ss_family == AF_INET) {
@@ -193,10 +184,18 @@ std::string address_text(const sockaddr_storage& ss, uint32_t* port) {
 }
 }  // namespace
 
-std::shared_ptr<const DownstreamFacts> downstream_facts(DownstreamStream& sock, bool inspected) {
+std::string peer_address(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  return ::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0 ? address_text(ss, nullptr) : "";
+}
+
+std::shared_ptr<const DownstreamFacts> downstream_facts(DownstreamStream& sock, bool inspected, bool identity) {
   auto f = std::make_shared<DownstreamFacts>();
   const int fd = sock.native_handle();
   f->peer_ip = peer_address(fd);
+  if (!identity) return f;
+  f->identity = true;
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) f->local_ip = address_text(ss, &f->local_port);

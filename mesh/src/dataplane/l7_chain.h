@@ -111,7 +111,10 @@ std::string peer_address(int fd);
 // subject.
 // `inspected`: the listener has a tls_inspector, the only thing that tells
 // Envoy the requested server name (without one, RBAC sees "", as Envoy's does).
-std::shared_ptr<const DownstreamFacts> downstream_facts(DownstreamStream& sock, bool inspected);
+// `identity`: read the local address, the SNI and the peer certificate
+// (only RBAC reads them: without an RBAC filter a connection is spared
+// parsing its peer's certificate); otherwise the peer's address alone.
+std::shared_ptr<const DownstreamFacts> downstream_facts(DownstreamStream& sock, bool inspected, bool identity);
 
 // The index of a status's class in the *_rq_xx counters (1xx .. 5xx).
 inline unsigned status_class(unsigned status) { return std::min(4u, std::max(1u, status / 100) - 1); }

@@ -66,7 +66,7 @@ std::shared_ptr<const Snapshot> Snapshot::build(config::Bootstrap bootstrap, Sta
     if (fc.tls)
       lr.tls = TlsContext::server(*fc.tls, stats.tls("listener", stat_address), stats.tls_named("listener", stat_address));
     for (const auto& n : fc.network_rbacs)
-      lr.network_rbacs.push_back({std::make_unique<HttpRbac>(n.rbac), stats.network_rbac(n.stat_prefix)});
+      lr.network_rbacs.push_back({std::make_unique<RbacFilter>(n.rbac), stats.network_rbac(n.stat_prefix)});
     for (const auto& f : fc.filters) {
       if (f.hcm) {
         auto h = std::make_unique<HcmRuntime>();
@@ -78,7 +78,7 @@ std::shared_ptr<const Snapshot> Snapshot::build(config::Bootstrap bootstrap, Sta
             h->rate_limits.push_back(std::make_unique<LocalRateLimit>(*hf.local_ratelimit, now_ns));
           } else if (hf.rbac) {
             h->filters.push_back({true, h->rbacs.size()});
-            h->rbacs.push_back(std::make_unique<HttpRbac>(*hf.rbac));
+            h->rbacs.push_back(std::make_unique<RbacFilter>(*hf.rbac));
           }
         }
         h->stats = stats.http(f.hcm->stat_prefix);

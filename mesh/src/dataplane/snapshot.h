@@ -24,7 +24,7 @@ struct HcmRuntime {
   const config::HttpConnectionManager* cfg = nullptr;
   std::unique_ptr<RouteTable> routes;
   std::vector<std::unique_ptr<LocalRateLimit>> rate_limits;  // in filter order
-  std::vector<std::unique_ptr<HttpRbac>> rbacs;              // in filter order
+  std::vector<std::unique_ptr<RbacFilter>> rbacs;              // in filter order
   // The filters before the router, in the configured order: an RBAC filter
   // (rbacs[index]) or a local rate limit (rate_limits[index]).
   struct FilterSlot {
@@ -55,7 +55,7 @@ struct ListenerRuntime {
   std::shared_ptr<TlsContext> tls;             // its TLS transport socket; nullptr: plaintext
   // Its network RBAC filters, in order, with their statistics (per worker).
   struct NetworkRbacRuntime {
-    std::unique_ptr<HttpRbac> rules;
+    std::unique_ptr<RbacFilter> rules;
     std::vector<RbacStats*> stats;
   };
   std::vector<NetworkRbacRuntime> network_rbacs;

@@ -160,10 +160,10 @@ class TcpSession : public std::enable_shared_from_this<TcpSession>, public Drain
     if (checked_) return allowed_;
     checked_ = true;
     if (lr_->network_rbacs.empty()) return allowed_ = true;
-    const auto facts = downstream_facts(down_, lr_->cfg->tls_inspector);
+    const auto facts = downstream_facts(down_, lr_->cfg->tls_inspector, true);
     static const http::RequestHead kNoRequest;  // a connection has no HTTP request: header matchers see none
     for (const auto& n : lr_->network_rbacs) {
-      const HttpRbac::Verdict v = n.rules->check(kNoRequest, *facts);
+      const RbacFilter::Verdict v = n.rules->check(kNoRequest, *facts);
       RbacStats& s = *n.stats[w_.id()];
       if (v.shadow_counted) (v.shadow_allowed ? s.shadow_allowed : s.shadow_denied).inc();
       if (v.counted) (v.allowed ? s.allowed : s.denied).inc();

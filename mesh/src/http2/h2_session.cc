@@ -155,7 +155,7 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
   }
 
   void start(std::string_view first_bytes) {
-    conn_ = downstream_facts(sock_, lr_->cfg->tls_inspector);
+    conn_ = downstream_facts(sock_, lr_->cfg->tls_inspector, !hcm_->rbacs.empty());
     last_activity_ns_ = mono_ns();
     arm_idle_timer();
     if (!first_bytes.empty() && !receive(first_bytes)) return;
@@ -166,7 +166,12 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
   // ---- for the streams ----
   Worker& w_;
   nghttp2_session* ng_ = nullptr;
-  const std::shared_ptr<const DownstreamFacts>& conn() const { return conn_; }
+  // What the connection says, with its identity when `hcm` (a stream's configuration, perhaps
+  // newer than the connection) has an RBAC filter.
+  const std::shared_ptr<const DownstreamFacts>& conn(const HcmRuntime& hcm) {
+    if (!conn_->identity && !hcm.rbacs.empty()) conn_ = downstream_facts(sock_, lr_->cfg->tls_inspector, true);
+    return conn_;
+  }
   // A new stream's configuration: the newest snapshot's successor of its listener or filter chain (take_newest_config).
   void current_config(std::shared_ptr<const Snapshot>& snap, const ListenerRuntime*& lr, const HcmRuntime*& hcm,
                       HttpStats*& stats) {
@@ -456,7 +461,7 @@ void H2Stream::on_request_head(bool end_stream) {
   request_timer_.cancel();  // the head is here: request_headers_timeout is over
   if (!req_end_) arm_request_timer();
   grpc_ = h2::is_grpc(head);
-  router_ = std::make_shared<RouterStream>(w, snapshot_, *lr_, *stats_, std::move(head), c_->conn(), *this);
+  router_ = std::make_shared<RouterStream>(w, snapshot_, *lr_, *stats_, std::move(head), c_->conn(*hcm_), *this);
   if (req_end_) router_->decode_end(nullptr);
   // In the pipelined model the head goes round the stages (decided() when
   // back); the body that comes meanwhile waits in the router stream,

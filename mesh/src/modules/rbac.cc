@@ -109,12 +109,12 @@ bool RbacRulesEngine::allowed(const http::RequestHead& head, const DownstreamFac
   return true;
 }
 
-HttpRbac::HttpRbac(const config::Rbac& cfg) {
+RbacFilter::RbacFilter(const config::Rbac& cfg) {
   if (cfg.rules) rules_.emplace(*cfg.rules);
   if (cfg.shadow_rules) shadow_.emplace(*cfg.shadow_rules);
 }
 
-HttpRbac::Verdict HttpRbac::check(const http::RequestHead& head, const DownstreamFacts& conn) const {
+RbacFilter::Verdict RbacFilter::check(const http::RequestHead& head, const DownstreamFacts& conn) const {
   Verdict v;
   if (shadow_) {
     v.shadow_counted = true;

@@ -29,6 +29,7 @@ struct DownstreamFacts {
   std::vector<std::string> uri_sans, dns_sans;    // the peer certificate's
   std::string subject;                            // its subject, RFC 2253 ("" without a certificate)
   bool peer_certificate = false;
+  bool identity = false;  // the fields above past peer_ip were read (downstream_facts)
 };
 
 class RbacMatcher {
@@ -63,9 +64,9 @@ class RbacRulesEngine {
   std::vector<Policy> policies_;
 };
 
-class HttpRbac {
+class RbacFilter {
  public:
-  explicit HttpRbac(const config::Rbac& cfg);
+  explicit RbacFilter(const config::Rbac& cfg);
   struct Verdict {
     bool allowed = true;
     bool counted = false, shadow_counted = false;  // rules, shadow rules present
