@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <string>
 
+#include "config/access_log_format.h"
 #include "config/bootstrap.h"
 
 namespace dpukit::mesh::config {
@@ -60,6 +61,13 @@ std::string edit(const std::string& from, const std::string& to, std::string tex
   return text;
 }
 
+// An access_log list (in the HCM) of one stdout logger with text format `format`.
+std::string access_log(const std::string& format) {
+  return "          access_log:\n          - name: envoy.access_loggers.stdout\n            typed_config:\n"
+         "              \"@type\": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog\n"
+         "              log_format: {text_format_source: {inline_string: \"" + format + "\"}}";
+}
+
 // kMinimal's listener again: a second one named like the first, on the same address.
 const std::string kListenerOnSamePort =
     kMinimal.substr(kMinimal.find("  - name: http"), kMinimal.find("  clusters:") - kMinimal.find("  - name: http"));
@@ -113,8 +121,35 @@ INSTANTIATE_TEST_SUITE_P(
         Fault{"CamelCase", edit("stat_prefix: http", "statPrefix: http"), hcm(".statPrefix"),
               "unknown field (write stat_prefix)"},
         // Envoy's fields that we do not implement, refused by name.
-        Fault{"AccessLog", edit("stat_prefix: http", "stat_prefix: http\n          access_log: []"),
-              hcm(".access_log"), "access_log is not supported by dpukit-mesh"},
+        Fault{"Tracing", edit("stat_prefix: http", "stat_prefix: http\n          tracing: {}"),
+              hcm(".tracing"), "tracing is not supported by dpukit-mesh"},
+        // Access logs: operators Envoy lacks or we do not fill, filters and other loggers, refused by name.
+        Fault{"AccessLogUnknownOperator", edit("stat_prefix: http", "stat_prefix: http\n" + access_log("%FOO%")),
+              hcm(".access_log[0].typed_config.log_format.text_format_source.inline_string"),
+              "Not supported field in StreamInfo: FOO"},
+        Fault{"AccessLogEnvoyOnlyOperator",
+              edit("stat_prefix: http", "stat_prefix: http\n" + access_log("[%GRPC_STATUS%]")),
+              hcm(".access_log[0].typed_config.log_format.text_format_source.inline_string"),
+              "%GRPC_STATUS% is not supported by dpukit-mesh"},
+        Fault{"AccessLogLoneParameter",
+              edit("stat_prefix: http", "stat_prefix: http\n" + access_log("%DURATION:2%")),
+              hcm(".access_log[0].typed_config.log_format.text_format_source.inline_string"),
+              "DURATION does not take any parameters or length"},
+        Fault{"AccessLogStrayPercent", edit("stat_prefix: http", "stat_prefix: http\n" + access_log("100 % done")),
+              hcm(".access_log[0].typed_config.log_format.text_format_source.inline_string"),
+              "Couldn't find valid command at position 4"},
+        Fault{"AccessLogFilter",
+              edit("stat_prefix: http",
+                   "stat_prefix: http\n          access_log:\n          - name: f\n            filter: {}\n"
+                   "            typed_config: {\"@type\": type.googleapis.com/envoy.extensions.access_loggers.stream.v3."
+                   "StdoutAccessLog}"),
+              hcm(".access_log[0].filter"), "filter is not supported by dpukit-mesh"},
+        Fault{"AccessLogOtherLogger",
+              edit("stat_prefix: http",
+                   "stat_prefix: http\n          access_log:\n          - name: g\n            typed_config: "
+                   "{\"@type\": type.googleapis.com/envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig}"),
+              hcm(".access_log[0].typed_config"),
+              "is not supported by dpukit-mesh (FileAccessLog, StdoutAccessLog and StderrAccessLog are)"},
         Fault{"Rds", edit("stat_prefix: http", "stat_prefix: http\n          rds: {}"), hcm(".rds"),
               "rds is not supported by dpukit-mesh"},
         Fault{"TransportSocket",
@@ -652,6 +687,35 @@ TEST(Config, ToJsonUsesEnvoysNames) {
              ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]["explicit_http_config"]
                  .contains("http2_protocol_options"),
             true);
+}
+
+TEST(AccessLogConfig, FileAndStreamLoggersWithTheirFormats) {
+  const Bootstrap b = parse_bootstrap(edit("stat_prefix: http", R"(stat_prefix: http
+          access_log:
+          - name: envoy.access_loggers.file
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+              path: /dev/null
+          - name: json
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StderrAccessLog
+              log_format:
+                omit_empty_values: true
+                json_format:
+                  code: "%RESPONSE_CODE%"
+                  nested: {path: "%REQ(:PATH)%"})"));
+  const auto& logs = b.listeners[0].filter_chains[0].filters[0].hcm->access_log;
+  ASSERT_EQ(logs.size(), 2u);
+  EXPECT_EQ(logs[0].sink, AccessLog::Sink::kFile);
+  EXPECT_EQ(logs[0].path, "/dev/null");
+  EXPECT_EQ(*logs[0].text_format, std::string(kDefaultAccessLogFormat));  // Envoy's default line
+  EXPECT_EQ(logs[1].sink, AccessLog::Sink::kStderr);
+  EXPECT_TRUE(logs[1].omit_empty_values);
+  ASSERT_TRUE(logs[1].json_format);
+  EXPECT_EQ((*logs[1].json_format)["nested"]["path"], "%REQ(:PATH)%");
+  // The config dump carries them back.
+  const auto dumped = to_json(b)["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"];
+  EXPECT_EQ(dumped["access_log"][0]["typed_config"]["path"], "/dev/null");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // dpukit-mesh: FlatProxy, the node-level service-mesh proxy (docs/mesh.md).
 //   dpukit-mesh run --config envoy.yaml [--model rtc|pipelined] [--workers N] [--dpu-cpus 1] [--watch] [--json OUT]
 //                   [--drain-time-s 600] [--drain-strategy immediate] [--dpu-speed host|bluefield2|bluefield3|F]
+//                   [--file-flush-interval-msec 10000]
 //   dpukit-mesh validate --config envoy.yaml
 //   dpukit-mesh echo --listen 127.0.0.1:9001 --name a [--threads N] [--cpus 0]
 #include <cstdio>
@@ -27,6 +28,8 @@ int cmd_run(int argc, char** argv) {
            "600");
   p.option("drain-strategy", "how draining connections are told: immediate (all at once; Envoy's gradual is not offered)",
            "immediate");
+  p.option("file-flush-interval-msec",
+           "how often the access logs are written out, in ms (Envoy's; sooner when 64 KiB are buffered)", "10000");
   p.parse(argc, argv, 2);
   if (p.str("drain-strategy") != "immediate")
     p.fail("--drain-strategy: only immediate is offered (every draining connection is told at once), not " +
@@ -46,6 +49,9 @@ int cmd_run(int argc, char** argv) {
   uint64_t drain = p.u64("drain-time-s");
   if (drain > 24u * 3600) p.fail("--drain-time-s must be at most 86400");
   o.drain_time_s = static_cast<unsigned>(drain);
+  uint64_t flush = p.u64("file-flush-interval-msec");
+  if (flush < 1 || flush > 3600u * 1000) p.fail("--file-flush-interval-msec must be 1 to 3600000");
+  o.file_flush_interval_ms = static_cast<unsigned>(flush);
   return run_proxy(o);
 }
 

@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import pytest
 
@@ -86,9 +86,12 @@ class Proxy:
         return f"http://127.0.0.1:{self.port}{path}"
 
 
-def start_proxy(group: Group, kind: str, config_text: str, work: Path, *, port: int, admin: int) -> Proxy:
+def start_proxy(group: Group, kind: str, config_text: str, work: Path, *, port: int, admin: int,
+                extra: Sequence[str] = ()) -> Proxy:
     """Start ``kind`` ("envoy" or "mesh") on the bootstrap ``config_text`` and
-    wait until admin /ready answers 200 and the listener accepts."""
+    wait until admin /ready answers 200 and the listener accepts; ``extra``:
+    more command-line arguments (a flag both take, such as
+    --file-flush-interval-msec)."""
     work.mkdir(parents=True, exist_ok=True)
     config = work / f"{kind}-{port}.yaml"
     config.write_text(config_text)
@@ -97,7 +100,7 @@ def start_proxy(group: Group, kind: str, config_text: str, work: Path, *, port: 
     else:
         native_tool("dpukit-mesh")  # skips when not built
         argv = mesh_argv(config, model="pipelined" if kind == "mesh-pipelined" else "rtc", dpu_cpus=None)
-    proc = group.start(argv, name=f"{kind}-{port}")
+    proc = group.start([*argv, *extra], name=f"{kind}-{port}")
     wait_ready(proc, port, admin, timeout=15)
     return Proxy(kind, proc, port, admin, config)
 

@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import pytest
 
@@ -604,6 +604,26 @@ RBAC_DENY_BLOCKED = {"name": "envoy.filters.http.rbac", "typed_config": {
         "principals": [{"direct_remote_ip": {"address_prefix": "127.0.0.1", "prefix_len": 32}}]}}}}}
 
 
+def served_over_xds(group: Group, xds: XdsServer, kind: str, name: str, tmp_path: Path,
+                    listener: dict[str, Any], extra: Sequence[str] = ()) -> int:
+    """``kind`` started on ADS and sent ``listener`` (routes "r": 200 "ok" for
+    every path); its port once it serves it."""
+    proxy = start_xds_proxy(group, kind, f"{kind}-{name}", xds.xds_port, tmp_path, extra=extra)
+    port = listener["address"]["socket_address"]["port_value"]
+    snap = Snapshot("1", listeners=[listener], routes=[route_config("r", [
+        virtual_host("all", ["*"], [direct({"prefix": "/"}, 200, "ok")])])])
+    xds.post(proxy.node, snap)
+    xds.wait_acked(proxy.node, snap, proxy=proxy.proc)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            request(port, "GET", "/", timeout=2)
+            return port
+        except OSError:
+            assert time.monotonic() < deadline, f"{kind} ACKed the listener but does not serve it"
+            time.sleep(0.01)
+
+
 def test_rbac_arrives_over_xds_and_decides_as_envoy(tmp_path: Path):
     """An RBAC filter in a listener sent over ADS (what istiod sends): Envoy
     and dpukit-mesh take it and refuse the same request."""
@@ -614,23 +634,40 @@ def test_rbac_arrives_over_xds_and_decides_as_envoy(tmp_path: Path):
         xds = XdsServer.start(group)
         results = {}
         for kind in KINDS:
-            proxy = start_xds_proxy(group, kind, f"{kind}-rbac", xds.xds_port, tmp_path)
-            port = free_port()
-            listener = http_listener("main", port, "r")
+            listener = http_listener("main", free_port(), "r")
             listener["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"].insert(0, RBAC_DENY_BLOCKED)
-            snap = Snapshot("1", listeners=[listener], routes=[route_config("r", [
-                virtual_host("all", ["*"], [direct({"prefix": "/"}, 200, "ok")])])])
-            xds.post(proxy.node, snap)
-            xds.wait_acked(proxy.node, snap, proxy=proxy.proc)
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    request(port, "GET", "/", timeout=2)
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline, f"{kind} ACKed the listener but does not serve it"
-                    time.sleep(0.01)
+            port = served_over_xds(group, xds, kind, "rbac", tmp_path, listener)
             answers = [request(port, "GET", p, timeout=5) for p in ("/open", "/blocked/x")]
             results[kind] = [(r.status, r.body) for r in answers]
         assert results["envoy"] == [(200, b"ok"), (403, b"RBAC: access denied")], results
         assert results["dpukit"] == results["envoy"], results
+
+
+def test_access_log_arrives_over_xds(tmp_path: Path):
+    """Istio sends its access log in the listener's connection manager: a
+    file logger (and a stdout one) taken over ADS writes the same lines as Envoy's."""
+    envoy_bin()
+    native_tool("dpukit-mesh")
+    xds_server_path()
+    lines = {}
+    with Group(tmp_path / "logs") as group:
+        xds = XdsServer.start(group)
+        for kind in KINDS:
+            log = tmp_path / f"{kind}.log"
+            listener = http_listener("main", free_port(), "r")
+            listener["filter_chains"][0]["filters"][0]["typed_config"]["access_log"] = [
+                {"name": "envoy.access_loggers.file", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+                    "path": str(log), "log_format": {"text_format_source": {
+                        "inline_string": "%REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE% %RESPONSE_CODE_DETAILS%\n"}}}},
+                {"name": "envoy.access_loggers.stdout", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog"}}]
+            port = served_over_xds(group, xds, kind, "log", tmp_path, listener,
+                                   extra=["--file-flush-interval-msec", "50"])
+            request(port, "GET", "/logged", timeout=5)
+            deadline = time.monotonic() + 10
+            while "/logged" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            lines[kind] = [line for line in log.read_text().splitlines() if "/logged" in line]
+    assert lines["envoy"] == ["GET /logged 200 direct_response"], lines
+    assert lines["dpukit"] == lines["envoy"], lines

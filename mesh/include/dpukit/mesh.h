@@ -30,6 +30,9 @@ struct ProxyOptions {
   // reload or an xDS update removed may drain before what is left is closed.
   // Every one is told at once (Envoy's --drain-strategy immediate).
   unsigned drain_time_s = 600;
+  // Envoy's --file-flush-interval-msec: how often the access logs' buffers
+  // are written out (sooner when one holds 64 KiB).
+  unsigned file_flush_interval_ms = 10000;
   // How fast a dpu CPU is (--dpu-speed): every loop of the proxy (workers,
   // pipeline stages, the control plane's and the xDS stream's) is dilated to it.
   DpuSpeed dpu_speed;

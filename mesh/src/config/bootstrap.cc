@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 
+#include "config/access_log_format.h"
 #include "config/checked_yaml.h"
 
 namespace dpukit::mesh::config {
@@ -29,6 +30,12 @@ constexpr std::string_view kLocalRateLimitType =
 constexpr std::string_view kRouterType = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
 constexpr std::string_view kHttpRbacType = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC";
 constexpr std::string_view kNetworkRbacType = "type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC";
+constexpr std::string_view kFileAccessLogType =
+    "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog";
+constexpr std::string_view kStdoutAccessLogType =
+    "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog";
+constexpr std::string_view kStderrAccessLogType =
+    "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StderrAccessLog";
 constexpr std::string_view kHttpProtocolOptions = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
 constexpr std::string_view kHttpProtocolOptionsType =
     "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
@@ -565,13 +572,87 @@ Http2ProtocolOptions parse_http2_protocol_options(const At& at) {
   return o;
 }
 
+// A format string, checked now so that a bad operator is refused by its path.
+std::string checked_format(const At& at) {
+  std::string text = at.str();
+  try {
+    compile_format(text);
+  } catch (const std::invalid_argument& e) {
+    at.fail(e.what());
+  }
+  return text;
+}
+
+// json_format (a google.protobuf.Struct): string leaves are formats; nested structures are kept.
+nlohmann::json parse_json_format(const At& at) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [key, value] : at.mapping()) {
+    if (value.is_map()) out[key] = parse_json_format(value);
+    else out[key] = checked_format(value);
+  }
+  return out;
+}
+
+// envoy.config.core.v3.SubstitutionFormatString
+void parse_log_format(const At& at, AccessLog& log) {
+  const Fields f = at.fields("envoy.config.core.v3.SubstitutionFormatString",
+                             {"text_format", "json_format", "text_format_source", "omit_empty_values",
+                              "json_format_options"});
+  const std::string_view which = f.exactly_one_of({"text_format", "json_format", "text_format_source"});
+  if (which == "text_format") {
+    log.text_format = checked_format(f["text_format"]);
+  } else if (which == "json_format") {
+    log.json_format = parse_json_format(f["json_format"]);
+  } else {
+    const Fields src = f["text_format_source"].fields("envoy.config.core.v3.DataSource", {"inline_string"});
+    log.text_format = checked_format(src.required("inline_string"));
+  }
+  log.omit_empty_values = f["omit_empty_values"].boolean_or(false);
+  if (f.has("json_format_options"))  // sort_properties: always so (Envoy sorts them too)
+    f["json_format_options"].fields("envoy.config.core.v3.JsonFormatOptions", {"sort_properties"});
+}
+
+// access_log: a list of envoy.config.accesslog.v3.AccessLog (HCM and tcp_proxy).
+std::vector<AccessLog> parse_access_logs(const At& at) {
+  std::vector<AccessLog> out;
+  for (const At& item : at.items()) {
+    const Fields f = item.fields("envoy.config.accesslog.v3.AccessLog", {"name", "typed_config"});
+    AccessLog log;
+    log.name = f["name"].str_or("");
+    const At typed = f.required("typed_config");
+    const std::string type = typed.type_url();
+    if (type == kFileAccessLogType) {
+      const Fields t = typed_config(typed, "envoy.extensions.access_loggers.file.v3.FileAccessLog", kFileAccessLogType,
+                                    {"@type", "path", "log_format"});
+      log.sink = AccessLog::Sink::kFile;
+      log.path = t.required("path").nonempty_str();
+      if (t.has("log_format")) parse_log_format(t["log_format"], log);
+    } else if (type == kStdoutAccessLogType || type == kStderrAccessLogType) {
+      const bool out_stream = type == kStdoutAccessLogType;
+      const Fields t = typed_config(typed,
+                                    out_stream ? "envoy.extensions.access_loggers.stream.v3.StdoutAccessLog"
+                                               : "envoy.extensions.access_loggers.stream.v3.StderrAccessLog",
+                                    type, {"@type", "log_format"});
+      log.sink = out_stream ? AccessLog::Sink::kStdout : AccessLog::Sink::kStderr;
+      if (t.has("log_format")) parse_log_format(t["log_format"], log);
+    } else {
+      typed.fail("access logger '" + type + "' is not supported by dpukit-mesh (FileAccessLog, StdoutAccessLog and "
+                 "StderrAccessLog are)");
+    }
+    if (!log.text_format && !log.json_format) log.text_format = std::string(kDefaultAccessLogFormat);
+    out.push_back(std::move(log));
+  }
+  return out;
+}
+
 HttpConnectionManager parse_hcm(const At& at) {
   const Fields f = typed_config(
       at, "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager", kHcmType,
       {"@type", "stat_prefix", "codec_type", "route_config", "http_filters", "max_request_headers_kb",
        "common_http_protocol_options", "stream_idle_timeout", "request_timeout", "request_headers_timeout",
-       "use_remote_address", "generate_request_id", "http_protocol_options", "http2_protocol_options"});
+       "use_remote_address", "generate_request_id", "http_protocol_options", "http2_protocol_options", "access_log"});
   HttpConnectionManager h;
+  if (f.has("access_log")) h.access_log = parse_access_logs(f["access_log"]);
   h.stat_prefix = f.required("stat_prefix").nonempty_str();
   using C = HttpConnectionManager::Codec;
   if (f.has("codec_type"))
@@ -617,8 +698,9 @@ HttpConnectionManager parse_hcm(const At& at) {
 TcpProxy parse_tcp_proxy(const At& at) {
   const Fields f = typed_config(at, "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy", kTcpProxyType,
                                 {"@type", "stat_prefix", "cluster", "weighted_clusters", "idle_timeout",
-                                 "max_connect_attempts"});
+                                 "max_connect_attempts", "access_log"});
   TcpProxy t;
+  if (f.has("access_log")) t.access_log = parse_access_logs(f["access_log"]);
   t.stat_prefix = f.required("stat_prefix").nonempty_str();
   if (f.exactly_one_of({"cluster", "weighted_clusters"}) == "cluster")
     t.cluster = f["cluster"].nonempty_str();

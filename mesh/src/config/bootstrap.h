@@ -224,6 +224,21 @@ struct HttpFilter {
   std::optional<Rbac> rbac;
 };
 
+// envoy.config.accesslog.v3.AccessLog: envoy.access_loggers.file (a path)
+// or envoy.access_loggers.stdout / .stderr, with a SubstitutionFormatString:
+// a text format (text_format_source.inline_string, or the deprecated
+// text_format), a json_format (a structure whose string leaves are
+// formats), or none (Envoy's default line). Filters are refused.
+struct AccessLog {
+  enum class Sink { kFile, kStdout, kStderr };
+  std::string name;  // as written
+  Sink sink = Sink::kFile;
+  std::string path;                        // kFile
+  std::optional<std::string> text_format;  // absent with json_format, or for the default line
+  std::optional<nlohmann::json> json_format;
+  bool omit_empty_values = false;
+};
+
 // envoy.config.core.v3.Http2ProtocolOptions, the fields people set, with
 // Envoy 1.40's defaults (what its SETTINGS frame advertises).
 struct Http2ProtocolOptions {
@@ -263,6 +278,7 @@ struct HttpConnectionManager {
   bool accept_http_10 = false;
   std::string default_host_for_http_10;
   Http2ProtocolOptions http2_protocol_options;  // for HTTP/2 clients (codec_type HTTP2, or AUTO with the preface)
+  std::vector<AccessLog> access_log;  // a line per request
 };
 
 // envoy.filters.network.tcp_proxy
@@ -272,6 +288,7 @@ struct TcpProxy {
   std::vector<WeightedCluster> weighted;  // weighted_clusters.clusters
   Duration idle_timeout{3600 * 1000};     // Envoy's default 1 h
   uint32_t max_connect_attempts = 1;
+  std::vector<AccessLog> access_log;  // a line per connection
 };
 
 struct NetworkFilter {

@@ -225,6 +225,31 @@ json http2_options(const Http2ProtocolOptions& o) {
   return j;
 }
 
+json access_logs(const std::vector<AccessLog>& logs) {
+  json out = json::array();
+  for (const auto& l : logs) {
+    json format;
+    if (l.json_format) format["json_format"] = *l.json_format;
+    else format["text_format_source"] = {{"inline_string", *l.text_format}};
+    if (l.omit_empty_values) format["omit_empty_values"] = true;
+    json typed;
+    switch (l.sink) {
+      case AccessLog::Sink::kFile:
+        typed = {{"@type", "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog"}, {"path", l.path}};
+        break;
+      case AccessLog::Sink::kStdout:
+        typed = {{"@type", "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog"}};
+        break;
+      case AccessLog::Sink::kStderr:
+        typed = {{"@type", "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StderrAccessLog"}};
+        break;
+    }
+    typed["log_format"] = std::move(format);
+    out.push_back({{"name", l.name}, {"typed_config", std::move(typed)}});
+  }
+  return out;
+}
+
 json hcm(const HttpConnectionManager& h) {
   static constexpr const char* kCodec[] = {"AUTO", "HTTP1", "HTTP2"};
   json j = {{"@type", "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"},
@@ -244,6 +269,7 @@ json hcm(const HttpConnectionManager& h) {
              {{"accept_http_10", h.accept_http_10}, {"default_host_for_http_10", h.default_host_for_http_10}}}};
   if (h.codec_type != HttpConnectionManager::Codec::kHttp1) j["http2_protocol_options"] = http2_options(h.http2_protocol_options);
   for (const auto& f : h.http_filters) j["http_filters"].push_back(http_filter(f));
+  if (!h.access_log.empty()) j["access_log"] = access_logs(h.access_log);
   return j;
 }
 
@@ -254,6 +280,7 @@ json tcp_proxy(const TcpProxy& t) {
             {"max_connect_attempts", t.max_connect_attempts}};
   if (!t.cluster.empty()) j["cluster"] = t.cluster;
   else j["weighted_clusters"] = weighted_clusters(t.weighted);
+  if (!t.access_log.empty()) j["access_log"] = access_logs(t.access_log);
   return j;
 }
 

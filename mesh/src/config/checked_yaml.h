@@ -28,6 +28,11 @@ class At {
   const std::string& path() const { return path_; }
   int line() const { return line_; }
   bool present() const { return node_.IsDefined() && !node_.IsNull(); }
+  bool is_map() const { return node_.IsMap(); }
+  // A typed_config's "@type" before its fields are checked ("" when there is none).
+  std::string type_url() const {
+    return node_.IsMap() && node_["@type"].IsScalar() ? node_["@type"].Scalar() : std::string();
+  }
   [[noreturn]] void fail(const std::string& reason) const;
 
   // A scalar. Like Envoy, an unquoted number or boolean is not a string.

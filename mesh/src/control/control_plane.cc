@@ -165,13 +165,16 @@ class ControlPlane::Admin {
                          {"model", model_name(cp.options_.model)},
                          {"config_version", cp.version_}};
         res.body() = j.dump(2) + "\n";
+      } else if (path == "/reopen_logs" && req.method() == bhttp::verb::post) {
+        reopen_access_logs();  // Envoy's: as SIGUSR1
+        res.body() = "OK\n";
       } else if (path == "/quitquitquit" && req.method() == bhttp::verb::post) {
         res.body() = "OK\n";
         res.keep_alive(false);
         quit = true;
       } else {
         res.result(bhttp::status::not_found);
-        res.body() = "invalid path; try /ready, /stats, /stats/prometheus, /config_dump, /clusters, /server_info, POST /quitquitquit\n";
+        res.body() = "invalid path; try /ready, /stats, /stats/prometheus, /config_dump, /clusters, /server_info, POST /reopen_logs, POST /quitquitquit\n";
       }
       return quit;
     }
@@ -374,6 +377,7 @@ void ControlPlane::install(std::shared_ptr<const Snapshot> snapshot, std::vector
 }
 
 void ControlPlane::start(config::Bootstrap bootstrap) {
+  set_access_log_flush_interval(std::chrono::milliseconds(options_.file_flush_interval_ms));
   listen_ = bind_listeners(bootstrap);
   auto snapshot = Snapshot::build(std::move(bootstrap), stats_, nullptr, ++version_, mono_ns());
   snapshot_ = snapshot;
@@ -534,10 +538,12 @@ void ControlPlane::run() {
   signals_.add(SIGINT);
   signals_.add(SIGTERM);
   signals_.add(SIGHUP);
+  signals_.add(SIGUSR1);  // Envoy's: reopen the access logs (logrotate moved them)
   std::function<void(const boost::system::error_code&, int)> on_signal = [this, &on_signal](const boost::system::error_code& ec, int sig) {
     if (ec) return;
-    if (sig == SIGHUP) {
-      reload("SIGHUP");
+    if (sig == SIGHUP || sig == SIGUSR1) {
+      if (sig == SIGHUP) reload("SIGHUP");
+      else reopen_access_logs();
       signals_.async_wait(on_signal);
       return;
     }
@@ -550,6 +556,7 @@ void ControlPlane::run() {
   if (xds_) xds_->stop();
   for (auto& w : workers_) w->stop();
   for (auto& w : workers_) w->join();
+  flush_access_logs();  // the lines of the last requests are not lost at exit
 }
 
 void ControlPlane::stop() {

@@ -65,7 +65,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   }
 
   void start() {
-    conn_ = downstream_facts(sock_, lr_->cfg->tls_inspector, !hcm_->rbacs.empty());  // once per connection: x-forwarded-for, source_ip hashing, RBAC
+    conn_ = downstream_facts(sock_, lr_->cfg->tls_inspector, hcm_->reads_identity);  // once per connection: x-forwarded-for, source_ip hashing, RBAC
     last_activity_ns_ = mono_ns();
     h2_sniff_ = hcm_->cfg->codec_type != config::HttpConnectionManager::Codec::kHttp1;
     arm_idle_timer();
@@ -146,6 +146,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
 
   void on_downstream_closed() {
     if (stream_ && !stream_->response_complete) {
+      stream_->router->downstream_disconnected();
       if (stream_->request_complete || parser_.in_message()) stats_->downstream_cx_destroy_remote_active_rq.inc();
       if (!stream_->request_complete) stats_->downstream_rq_rx_reset.inc();
     }
@@ -171,8 +172,14 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     stats_->downstream_rq_total.inc();
     stats_->downstream_rq_active.add(1);
     // A configuration that arrived after the connection opened may have brought an RBAC filter.
-    if (!conn_->identity && !hcm_->rbacs.empty()) conn_ = downstream_facts(sock_, lr_->cfg->tls_inspector, true);
+    if (!conn_->identity && hcm_->reads_identity) conn_ = downstream_facts(sock_, lr_->cfg->tls_inspector, true);
+    const std::string_view protocol = head.version == 10 ? "HTTP/1.0" : "HTTP/1.1";
     s.router = std::make_shared<RouterStream>(w_, snapshot_, *lr_, *stats_, std::move(head), conn_, *this);
+    StreamInfo& info = s.router->info();  // the request began with its first byte, not with its parsed head
+    info.protocol = protocol;
+    const auto age = std::chrono::steady_clock::now() - request_start_;
+    info.start_ns -= std::chrono::duration_cast<std::chrono::nanoseconds>(age).count();
+    info.start_time -= std::chrono::duration_cast<std::chrono::system_clock::duration>(age);
     // In the pipelined model the head goes round the stages (decided() when
     // back); the connection stays alive meanwhile.
     if (s.router->decide(w_.pipeline())) in_stage_self_ = shared_from_this();
@@ -360,15 +367,26 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
       close();
       return;
     }
-    if (stream_) {
-      release_stream();
-      stream_.reset();
-    }
-    final_reply(f.status, http::reason_phrase(f.status));
+    final_reply(f.status, http::reason_phrase(f.status), "http1.codec_error", response_flag::kDownstreamProtocolError);
   }
 
-  // An answer outside any stream, after which the connection closes (a bad request, a slow client).
-  void final_reply(unsigned status, std::string_view body) {
+  // An answer that ends the stream, if any, and then the connection (a bad
+  // request, a slow client); `details` and `flags` for the access log.
+  void final_reply(unsigned status, std::string_view body, std::string_view details, uint32_t flags) {
+    if (stream_) {
+      StreamInfo& info = stream_->router->info();
+      info.response_code = status;
+      info.response_code_details = details;
+      info.response_flags |= flags;
+      info.bytes_sent += body.size();
+      release_stream();
+      stream_.reset();
+    } else {
+      int64_t start = head_started_ ? mono_ns() - std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                      std::chrono::steady_clock::now() - request_start_).count()
+                                    : 0;
+      log_codec_reply(*hcm_, conn_.get(), "HTTP/1.1", status, body.size(), details, flags, start);
+    }
     http::ResponseHead h;
     h.status = status;
     h.headers.add("content-type", "text/plain");
@@ -435,7 +453,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
       if (ec || self->closed_ || gen != self->generation_) return;
       if (!self->stream_) {  // still in the head (Envoy's texts)
         self->stats_->downstream_rq_timeout.inc();
-        self->final_reply(408, head_due ? "request header timeout" : "request timeout");
+        self->final_reply(408, head_due ? "request header timeout" : "request timeout",
+                          head_due ? "request_header_timeout" : "request_overall_timeout", 0);
         return;
       }
       RouterStream& r = *self->stream_->router;
@@ -446,9 +465,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
         return;
       }
       self->stats_->downstream_rq_timeout.inc();
-      self->release_stream();
-      self->stream_.reset();
-      self->final_reply(408, "request timeout");
+      self->final_reply(408, "request timeout", "request_overall_timeout", 0);
     });
   }
 
@@ -469,7 +486,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
         if (self->stream_ && !self->stream_->router->response_started()) {
           self->stats_->downstream_rq_timeout.inc();
           // As Envoy: 504 once the request was all received (the upstream is slow), else 408.
-          self->stream_->router->send_local_reply(self->stream_->request_complete ? 504 : 408, "stream timeout");
+          self->stream_->router->send_local_reply(self->stream_->request_complete ? 504 : 408, "stream timeout",
+                                                  "stream_idle_timeout", response_flag::kStreamIdleTimeout);
           self->close_after_write_ = true;
           return;
         }

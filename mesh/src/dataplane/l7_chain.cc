@@ -35,10 +35,12 @@ std::string origin_form(std::string_view target) {
 }
 
 // A filter answers the request: the statistics counted so far stay with the decision.
-void answer(RouteDecision& d, unsigned status, std::string body) {
+void answer(RouteDecision& d, unsigned status, std::string body, std::string details, uint32_t flags = 0) {
   d.kind = RouteDecision::Kind::kLocalReply;
   d.status = status;
   d.body = std::move(body);
+  d.details = std::move(details);
+  d.flags = flags;
 }
 
 // The filter module; returns true when it answered the request itself.
@@ -50,7 +52,9 @@ bool run_filters(const HcmRuntime& hcm, const http::RequestHead& head, const Dow
       if (v.shadow_counted) (v.shadow_allowed ? d.rbac_shadow_allowed : d.rbac_shadow_denied)++;
       if (v.counted) (v.allowed ? d.rbac_allowed : d.rbac_denied)++;
       if (v.allowed) continue;
-      answer(d, 403, "RBAC: access denied");  // Envoy's body
+      // Envoy's body, and its details naming the policy (a DENY rule's match; "none" for ALLOW rules no policy matched)
+      answer(d, 403, "RBAC: access denied",
+             "rbac_access_denied_matched_policy[" + (v.policy.empty() ? std::string("none") : v.policy) + "]");
       return true;
     }
     const auto& rl = hcm.rate_limits[slot.index];
@@ -68,13 +72,13 @@ bool run_filters(const HcmRuntime& hcm, const http::RequestHead& head, const Dow
         d.rl_enabled++;
         d.rl_rate_limited++;
         d.rl_enforced = 1;
-        answer(d, 429, "local_rate_limited");
+        answer(d, 429, "local_rate_limited", "local_rate_limited", response_flag::kRateLimited);
         apply_header_adds(rl->config().response_headers_to_add, d.extra);
         return true;
     }
   }
   if (head.upgrade) {
-    answer(d, 403, "upgrade failed");  // no upgrade_configs: Envoy answers so
+    answer(d, 403, "upgrade failed", "upgrade_failed");  // no upgrade_configs: Envoy answers so
     return true;
   }
   return false;
@@ -84,8 +88,7 @@ void route(const HcmRuntime& hcm, http::RequestHead& head, const std::string& pe
            RouteDecision& d) {
   auto m = hcm.routes->match(head);
   if (!m.route) {
-    d.kind = RouteDecision::Kind::kLocalReply;
-    d.status = 404;
+    answer(d, 404, "", "route_not_found", response_flag::kNoRouteFound);
     d.no_route = true;
     return;
   }
@@ -93,9 +96,7 @@ void route(const HcmRuntime& hcm, http::RequestHead& head, const std::string& pe
   d.route = m.route;
   const config::Route& r = *m.route->cfg;
   if (r.direct_response) {
-    d.kind = RouteDecision::Kind::kLocalReply;
-    d.status = r.direct_response->status;
-    d.body = r.direct_response->body;
+    answer(d, r.direct_response->status, r.direct_response->body, "direct_response");
     d.direct = true;
     return;
   }
@@ -110,6 +111,7 @@ void route(const HcmRuntime& hcm, http::RequestHead& head, const std::string& pe
   if (a.prefix_rewrite && r.match.kind == config::RouteMatch::Kind::kPrefix) {
     // The prefix matched the path: rewrite it in the origin-form target (an absolute-form one loses its authority).
     std::string origin = origin_form(head.target);
+    head.headers.set("x-envoy-original-path", head.target);  // Envoy's, for the upstream and the access log
     head.target = *a.prefix_rewrite + origin.substr(std::min(origin.size(), r.match.value.size()));
   }
   head.headers.set("x-forwarded-proto", "http");
@@ -148,7 +150,15 @@ RouteDecision filter_and_route(const HcmRuntime& hcm, http::RequestHead& head, c
   bool answered = run_filters(hcm, head, conn, draws, t0_ns, d);
   int64_t t1 = static_cast<int64_t>(now_ns());
   d.filter_ns = static_cast<uint64_t>(t1 - t0_ns);
-  if (answered) return d;
+  if (answered) {
+    // Envoy picks the route before its filters run: the log names the route and cluster a refused request had.
+    if (!hcm.access_logs.empty()) {
+      auto m = hcm.routes->match(head);
+      d.route = m.route;
+      if (m.route && m.route->cfg->route) d.routed_cluster = m.route->pick_cluster(draws.cluster)->name();
+    }
+    return d;
+  }
   route(hcm, head, peer, draws, d);
   d.router_ns = now_ns() - static_cast<uint64_t>(t1);
   return d;
@@ -190,18 +200,31 @@ std::string peer_address(int fd) {
   return ::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0 ? address_text(ss, nullptr) : "";
 }
 
+std::string local_address_of(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  uint32_t port = 0;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
+  std::string ip = address_text(ss, &port);
+  if (ip.empty()) return "";
+  return (ss.ss_family == AF_INET6 ? "[" + ip + "]" : ip) + ":" + std::to_string(port);
+}
+
 std::shared_ptr<const DownstreamFacts> downstream_facts(DownstreamStream& sock, bool inspected, bool identity) {
   auto f = std::make_shared<DownstreamFacts>();
   const int fd = sock.native_handle();
-  f->peer_ip = peer_address(fd);
-  if (!identity) return f;
-  f->identity = true;
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) f->peer_ip = address_text(ss, &f->peer_port);
+  if (!identity) return f;
+  f->identity = true;
+  ss = {};
+  len = sizeof ss;
   if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) f->local_ip = address_text(ss, &f->local_port);
   if (TlsStream* tls = sock.tls()) {
     SSL* ssl = tls->ssl();
     f->tls = true;
+    f->tls_version = SSL_get_version(ssl);
     if (const char* sni = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name); sni && inspected) f->sni = sni;
     if (X509* cert = SSL_get1_peer_certificate(ssl)) {
       f->peer_certificate = true;

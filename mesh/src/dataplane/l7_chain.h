@@ -13,6 +13,7 @@
 #include "dataplane/downstream_stream.h"
 #include "dataplane/snapshot.h"
 #include "http/http1.h"
+#include "modules/access_log.h"
 #include "modules/rbac.h"
 
 namespace dpukit::mesh {
@@ -40,6 +41,9 @@ struct RouteDecision {
   std::string body;
   http::HeaderList extra;      // headers for the local reply
   bool direct = false;         // a direct_response: the route's response header rules apply
+  std::string details;         // the local reply's %RESPONSE_CODE_DETAILS% ("route_not_found", ...)
+  uint32_t flags = 0;          // and its response flags (modules/access_log.h)
+  std::string_view routed_cluster;  // a filter's answer: the cluster the route would have taken (for the log)
   const CompiledVirtualHost* vhost = nullptr;
   const CompiledRoute* route = nullptr;
   ClusterRuntime* cluster = nullptr;
@@ -71,7 +75,7 @@ void apply_response_rules(const RouteDecision& d, const HcmRuntime& hcm, http::H
 
 // Envoy's texts for its local replies about an upstream.
 inline constexpr const char* kReplyConnectFailure =
-    "upstream connect error or disconnect/reset before headers. reset reason: connection failure";
+    "upstream connect error or disconnect/reset before headers. reset reason: remote connection failure";
 inline constexpr const char* kReplyConnectTimeout =
     "upstream connect error or disconnect/reset before headers. reset reason: connection timeout";
 inline constexpr const char* kReplyUpstreamReset =
@@ -106,6 +110,8 @@ inline std::chrono::milliseconds retry_backoff(uint32_t attempts, uint64_t rando
 // The client's IP address of a connected socket ("" for a Unix socket): for
 // x-forwarded-for and source_ip hashing.
 std::string peer_address(int fd);
+// A socket's local address as "ip:port" ("[ip]:port" for IPv6; "" for a Unix socket), for the access log.
+std::string local_address_of(int fd);
 // What a downstream connection says, read once when it opens: the peer's and
 // local addresses, and over TLS the SNI and the peer certificate's SANs and
 // subject.

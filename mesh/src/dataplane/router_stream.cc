@@ -1,8 +1,27 @@
 #include "dataplane/router_stream.h"
 
+#include <algorithm>
+
 #include "http2/h2_headers.h"
 
 namespace dpukit::mesh {
+
+void log_codec_reply(const HcmRuntime& hcm, const DownstreamFacts* conn, std::string_view protocol, unsigned status,
+                     size_t body_bytes, std::string_view details, uint32_t flags, int64_t start_ns) {
+  if (hcm.access_logs.empty()) return;
+  StreamInfo info;
+  const int64_t now = mono_ns();
+  info.start_ns = start_ns ? start_ns : now;
+  info.start_time -= std::chrono::duration_cast<std::chrono::system_clock::duration>(
+      std::chrono::nanoseconds(now - info.start_ns));
+  info.protocol = protocol;
+  info.response_code = status;
+  info.response_code_details = details;
+  info.response_flags = flags;
+  info.bytes_sent = body_bytes;
+  info.downstream = conn;
+  hcm.log(info);
+}
 
 RouterStream::RouterStream(Worker& w, std::shared_ptr<const Snapshot> snapshot, const ListenerRuntime& lr,
                            HttpStats& stats, http::RequestHead head, std::shared_ptr<const DownstreamFacts> conn,
@@ -14,6 +33,9 @@ RouterStream::RouterStream(Worker& w, std::shared_ptr<const Snapshot> snapshot, 
   // The body's framing is fixed by the head (routing never changes it): set
   // here, before any body arrives and before a stage thread sees the request.
   req_enc_ = http::request_body_encoder(head_);
+  info_.start_ns = start_ns_;
+  info_.request = &head_;
+  info_.downstream = conn_.get();
 }
 
 RouterStream::~RouterStream() { drop_upstream(); }
@@ -58,12 +80,15 @@ void RouterStream::act() {
   w_.modules().add(Module::kFilter, d.filter_ns);
   if (d.router_ns) w_.modules().add(Module::kRouter, d.router_ns);
   count_decision(d, *stats_);
+  if (d.route) info_.route_name = d.route->cfg->name;
   if (d.kind == RouteDecision::Kind::kLocalReply) {
-    send_local_reply(d.status, d.body, &d.extra, d.direct);
+    info_.upstream_cluster = d.routed_cluster;
+    send_local_reply(d.status, d.body, d.details, d.flags, &d.extra, d.direct);
     return;
   }
   if (deparser_ns_) w_.modules().add(Module::kDeparser, deparser_ns_);
   cluster_ = d.cluster;
+  info_.upstream_cluster = cluster_->name();
   if (!cluster_->try_acquire_request()) {
     cluster_->stats(w_.id()).upstream_rq_pending_overflow.inc();
     overflow_reply();
@@ -82,6 +107,7 @@ void RouterStream::act() {
 // ---- the request ----
 
 void RouterStream::decode_data(std::string_view data) {
+  info_.bytes_received += data.size();
   if (!wants_body()) return;
   auto keep = shared_from_this();
   if (!h1up_ && !h2up_) {
@@ -144,9 +170,11 @@ void RouterStream::start_attempt() {
   attempts_++;
   host_ = cluster_->choose(decision_.lb.has_hash ? decision_.lb : LbContext{false, 0, w_.random()}, mono_ns());
   if (!host_) {
-    send_local_reply(503, "no healthy upstream");
+    send_local_reply(503, "no healthy upstream", "no_healthy_upstream", response_flag::kNoHealthyUpstream);
     return;
   }
+  info_.upstream_host = host_->label;
+  info_.attempt_count = attempts_;
   cluster_->stats(w_.id()).upstream_rq_total.inc();
   host_->active_requests.fetch_add(1, std::memory_order_relaxed);
   if (decision_.vhost->cfg->include_request_attempt_count && attempts_ > 1) {
@@ -178,6 +206,7 @@ void RouterStream::start_h1_attempt() {
     up->attach(this);
   }
   h1up_ = up;
+  if (!fresh) upstream_connected();  // a pooled connection: connected already
   up->parser().reset();
   up->parser().expect_no_body(head_.method == "HEAD");
   if (head_bytes_.empty()) {
@@ -223,7 +252,13 @@ void RouterStream::start_h2_attempt() {
 
 // Whether retry_on covers this outcome, and a retry is left (num_retries, max_retries, the buffer).
 bool RouterStream::may_retry(Why why, unsigned status) {
-  if (!replay_ok_ || response_started_ || !retry_wanted(decision_, attempts_, why, status)) return false;
+  if (!replay_ok_ || response_started_) return false;
+  if (!retry_wanted(decision_, attempts_, why, status)) {
+    const auto& policy = decision_.route->cfg->route->retry_policy;
+    if (policy && attempts_ > 1 && retry_on_covers(*policy, why, status))  // the retries were used up
+      info_.response_flags |= response_flag::kUpstreamRetryLimitExceeded;
+    return false;
+  }
   if (!cluster_->try_acquire_retry()) {
     cluster_->stats(w_.id()).upstream_rq_retry_overflow.inc();
     return false;
@@ -245,7 +280,8 @@ void RouterStream::retry() {
   });
 }
 
-void RouterStream::attempt_failed(Why why, const char* reason, unsigned status) {
+void RouterStream::attempt_failed(Why why, const std::string& body, unsigned status, const std::string& reset_reason,
+                                  uint32_t flag) {
   if (host_) cluster_->report_status(*host_, status, mono_ns());
   drop_upstream();
   if (may_retry(why, status)) {
@@ -253,27 +289,53 @@ void RouterStream::attempt_failed(Why why, const char* reason, unsigned status) 
     return;
   }
   if (response_started_) {
+    info_.response_flags |= flag;
+    info_.response_code_details = "upstream_reset_after_response_started{" + reset_reason + "}";
     release();
     ds_->reset_stream();  // the client has part of a response: it can only see a reset
     return;
   }
-  send_local_reply(status, reason);
+  // A per-try timeout that ends the request is Envoy's upstream_per_try_timeout, the others its reset reasons.
+  send_local_reply(status, body,
+                   why == Why::kPerTryTimeout ? std::string("upstream_per_try_timeout")
+                                              : "upstream_reset_before_response_started{" + reset_reason + "}",
+                   flag);
 }
 
 void RouterStream::upstream_failed(Failure f) {
   if (!ds_ || response_complete_) return;
   auto keep = shared_from_this();
+  const bool h2 = h2up_ != nullptr;
+  std::string transport = h1up_ ? h1up_->failure_reason() : std::string();
   h1up_.reset();
   h2up_.reset();  // the stream is gone: nothing to consume or reset
   upstream_unconsumed_ = 0;
   switch (f) {
-    case Failure::kConnect: attempt_failed(Why::kConnect, kReplyConnectFailure, 503); break;
-    case Failure::kConnectTimeout: attempt_failed(Why::kConnectTimeout, kReplyConnectTimeout, 503); break;
+    case Failure::kConnect: {
+      // Envoy's texts: the log names the transport's reason, with underscores for spaces.
+      std::string logged = transport;
+      std::replace(logged.begin(), logged.end(), ' ', '_');
+      info_.upstream_transport_failure_reason = logged;
+      attempt_failed(Why::kConnect, kReplyConnectFailure, 503,
+                     "remote_connection_failure" + (logged.empty() ? "" : "|" + logged),
+                     response_flag::kUpstreamConnectionFailure);
+      break;
+    }
+    case Failure::kConnectTimeout:
+      attempt_failed(Why::kConnectTimeout, kReplyConnectTimeout, 503, "connection_timeout",
+                     response_flag::kUpstreamConnectionFailure);
+      break;
     case Failure::kReset:
       cluster_->stats(w_.id()).upstream_rq_rx_reset.inc();
-      attempt_failed(Why::kReset, kReplyUpstreamReset, 503);
+      // A stream reset by an HTTP/2 upstream (UR); an HTTP/1.1 upstream that closed its connection (UC).
+      if (h2) attempt_failed(Why::kReset, kReplyUpstreamReset, 503, "remote_reset", response_flag::kUpstreamRemoteReset);
+      else
+        attempt_failed(Why::kReset, kReplyUpstreamReset, 503, "connection_termination",
+                       response_flag::kUpstreamConnectionTermination);
       break;
-    case Failure::kProtocol: attempt_failed(Why::kProtocol, kReplyProtocolError, 502); break;
+    case Failure::kProtocol:
+      attempt_failed(Why::kProtocol, kReplyProtocolError, 502, "protocol_error", response_flag::kUpstreamProtocolError);
+      break;
   }
 }
 
@@ -298,7 +360,8 @@ void RouterStream::h2up_sent(size_t n) {
 void RouterStream::overflow_reply() {
   http::HeaderList extra;
   extra.add("x-envoy-overloaded", "true");
-  send_local_reply(503, kReplyOverflow, &extra);
+  send_local_reply(503, kReplyOverflow, "upstream_reset_before_response_started{overflow}",
+                   response_flag::kUpstreamOverflow, &extra);
 }
 
 void RouterStream::release_host() {
@@ -339,17 +402,46 @@ void RouterStream::release() {
 
 void RouterStream::detach() {
   release();
+  if (ds_) write_log();
   ds_ = nullptr;
 }
 
-void RouterStream::send_local_reply(unsigned status, std::string_view body, const http::HeaderList* extra,
-                                    bool direct) {
+void RouterStream::send_local_reply(unsigned status, std::string_view body, std::string_view details, uint32_t flags,
+                                    const http::HeaderList* extra, bool direct) {
   if (!ds_) return;
   auto keep = shared_from_this();
   local_reply_ = true;
   response_started_ = response_complete_ = true;
+  info_.response_code = status;
+  info_.response_code_details = details;
+  info_.response_flags |= flags;
+  if (head_.method != "HEAD") info_.bytes_sent += body.size();
+  if (!hcm_->access_logs.empty()) {  // what the codec's reply carries, for %RESP(...)%
+    http::HeaderList h;
+    if (extra) h = *extra;
+    if (!body.empty()) h.add("content-type", "text/plain");
+    h.add("content-length", std::to_string(body.size()));
+    note_response_headers(h);
+  }
   release();
   ds_->send_local_reply(status, body, extra, direct);
+}
+
+void RouterStream::downstream_disconnected() {
+  if (response_complete_) return;
+  info_.response_flags |= response_flag::kDownstreamConnectionTermination;
+  if (!response_started_) info_.response_code_details = "downstream_remote_disconnect";
+}
+
+void RouterStream::note_response_headers(const http::HeaderList& headers) {
+  if (!hcm_->access_logs.empty()) logged_headers_ = headers;
+}
+
+void RouterStream::write_log() {
+  if (logged_ || hcm_->access_logs.empty()) return;
+  logged_ = true;
+  info_.response_headers = logged_headers_ ? &*logged_headers_ : nullptr;
+  hcm_->log(info_);
 }
 
 // ---- the response ----
@@ -377,6 +469,9 @@ void RouterStream::upstream_head(http::ResponseHead& h, bool end_stream) {
   resp_keep_alive_ = h.keep_alive && !h.body_until_close;
   apply_response_rules(decision_, *hcm_, h.headers);
   h.headers.set("x-envoy-upstream-service-time", std::to_string((now - start_ns_) / 1000000));
+  info_.response_code = status;
+  info_.response_code_details = "via_upstream";
+  if (!hcm_->access_logs.empty()) note_response_headers(h.headers);
   ds_->encode_headers(h, end_stream);
 }
 
@@ -384,6 +479,7 @@ void RouterStream::upstream_data(std::string_view d) {
   // An abandoned answer (retried) still has body events in the parser's call: dropped.
   if (!response_started_ || response_complete_ || !ds_) return;
   auto keep = shared_from_this();
+  info_.bytes_sent += d.size();
   ds_->encode_data(d);
 }
 
@@ -478,7 +574,7 @@ void RouterStream::on_route_timeout() {
   stats_->downstream_rq_timeout.inc();
   if (host_) cluster_->report_status(*host_, 504, mono_ns());
   drop_upstream();
-  send_local_reply(504, "upstream request timeout");
+  send_local_reply(504, "upstream request timeout", "response_timeout", response_flag::kUpstreamRequestTimeout);
 }
 
 void RouterStream::arm_try_timer() {
@@ -489,7 +585,8 @@ void RouterStream::arm_try_timer() {
   try_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
     if (ec || !self->ds_ || self->response_started_ || self->retrying_) return;
     self->cluster_->stats(self->w_.id()).upstream_rq_per_try_timeout.inc();
-    self->attempt_failed(Why::kPerTryTimeout, "upstream request timeout", 504);
+    self->attempt_failed(Why::kPerTryTimeout, "upstream request timeout", 504, "per_try_timeout",
+                         response_flag::kUpstreamRequestTimeout);
   });
 }
 

@@ -46,6 +46,12 @@ struct RouterDownstream {
   virtual void request_drained() = 0;
 };
 
+// An access-log line for an answer the codec made outside any request's
+// router (a malformed request, a head that never ended): `start_ns` is when
+// its first byte came (0: now).
+void log_codec_reply(const HcmRuntime& hcm, const DownstreamFacts* conn, std::string_view protocol, unsigned status,
+                     size_t body_bytes, std::string_view details, uint32_t flags, int64_t start_ns);
+
 class RouterStream : public std::enable_shared_from_this<RouterStream>,
                      public PipelineClient,
                      public UpstreamConn::User,
@@ -87,8 +93,14 @@ class RouterStream : public std::enable_shared_from_this<RouterStream>,
   void response_sent(size_t n);
 
   // An answer made here: the upstream and the circuit-breaker slots are given back first.
-  void send_local_reply(unsigned status, std::string_view body, const http::HeaderList* extra = nullptr,
-                        bool direct = false);
+  // `details` and `flags`: what the access log says of it (%RESPONSE_CODE_DETAILS%, %RESPONSE_FLAGS%).
+  void send_local_reply(unsigned status, std::string_view body, std::string_view details, uint32_t flags = 0,
+                        const http::HeaderList* extra = nullptr, bool direct = false);
+  // What the access logs say of this request: the codec fills the protocol
+  // and the start; the router the rest. The line is written at detach().
+  StreamInfo& info() { return info_; }
+  // The client went away before the response ended (DC).
+  void downstream_disconnected();
   bool response_started() const { return response_started_; }
   bool response_complete() const { return response_complete_; }
   bool local_reply() const { return local_reply_; }
@@ -112,7 +124,9 @@ class RouterStream : public std::enable_shared_from_this<RouterStream>,
   void keep_for_replay(std::string_view d);
   bool may_retry(Why why, unsigned status);
   void retry();
-  void attempt_failed(Why why, const char* reason, unsigned status);
+  // An attempt ended without a usable response: another try, or `body` with
+  // `status` (Envoy's local reply; `reset_reason` and `flag` for the log).
+  void attempt_failed(Why why, const std::string& body, unsigned status, const std::string& reset_reason, uint32_t flag);
   void overflow_reply();  // a circuit breaker refused: 503 with x-envoy-overloaded, as Envoy
   void release_host();
   void drop_upstream();
@@ -123,9 +137,14 @@ class RouterStream : public std::enable_shared_from_this<RouterStream>,
   void upstream_data(std::string_view d);
   void upstream_end();
   void finish_response();
+  void fail_attempt_log(const char* details, uint32_t flag, std::string failure_reason = {});
+  void note_response_headers(const http::HeaderList& headers);
+  void write_log();
 
   // UpstreamConn::User (HTTP/1.1 upstream)
-  void upstream_connected() override {}
+  void upstream_connected() override {  // the access log's %UPSTREAM_LOCAL_ADDRESS%
+    if (h1up_ && !hcm_->access_logs.empty()) info_.upstream_local_address = h1up_->local_address();
+  }
   void upstream_failed(Failure f) override;
   void upstream_drained() override;
   void upstream_response_complete() override;
@@ -166,13 +185,15 @@ class RouterStream : public std::enable_shared_from_this<RouterStream>,
   size_t h2_queued_ = 0;          // request bytes an HTTP/2 upstream did not take yet
   size_t upstream_unconsumed_ = 0;  // HTTP/2 upstream response bytes not yet passed on
   asio::steady_timer route_timer_, try_timer_;
+  StreamInfo info_;
+  std::optional<http::HeaderList> logged_headers_;  // the response's, kept only where an access log is configured
   uint64_t deparser_ns_ = 0;
   int64_t start_ns_;
   uint32_t attempts_ = 0;
   bool replay_ok_ = true;  // false once the request outgrew the buffer, or where the route does not retry
   bool in_stage_ = false, acted_ = false, request_ended_ = false, response_started_ = false,
        response_complete_ = false, local_reply_ = false, holds_request_ = false, holds_retry_ = false,
-       retrying_ = false, resp_keep_alive_ = true, resp_paused_ = false, drain_posted_ = false;
+       retrying_ = false, resp_keep_alive_ = true, resp_paused_ = false, drain_posted_ = false, logged_ = false;
 };
 
 }  // namespace dpukit::mesh

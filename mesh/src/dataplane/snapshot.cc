@@ -2,11 +2,22 @@
 
 #include <algorithm>
 
+#include "dpukit/core/accounting.h"
 #include "tls/tls_context.h"
 
 namespace dpukit::mesh {
 
 std::string address_key(const config::Address& a) { return a.key(); }
+
+namespace {
+void log_to(const std::vector<std::unique_ptr<AccessLogger>>& logs, const StreamInfo& info) {
+  const auto end = static_cast<int64_t>(now_ns());
+  for (const auto& l : logs) l->log(info, end);
+}
+}  // namespace
+
+void HcmRuntime::log(const StreamInfo& info) const { log_to(access_logs, info); }
+void TcpProxyRuntime::log(const StreamInfo& info) const { log_to(access_logs, info); }
 
 ClusterRuntime* TcpProxyRuntime::pick_cluster(uint64_t random) const {
   if (clusters.size() == 1) return clusters[0].first;
@@ -82,6 +93,11 @@ std::shared_ptr<const Snapshot> Snapshot::build(config::Bootstrap bootstrap, Sta
           }
         }
         h->stats = stats.http(f.hcm->stat_prefix);
+        h->reads_identity = !h->rbacs.empty();
+        for (const auto& al : f.hcm->access_log) {
+          h->access_logs.push_back(std::make_unique<AccessLogger>(al));
+          h->reads_identity = h->reads_identity || h->access_logs.back()->reads_identity();
+        }
         if (!h->rbacs.empty()) stats.http_has_rbac(f.hcm->stat_prefix);
         h->limits.max_headers_count = f.hcm->max_headers_count;
         h->limits.max_header_bytes = f.hcm->max_request_headers_kb * 1024;
@@ -100,6 +116,11 @@ std::shared_ptr<const Snapshot> Snapshot::build(config::Bootstrap bootstrap, Sta
           t->clusters.emplace_back(cluster(w.name), t->total_weight);
         }
         t->stats = stats.tcp(f.tcp_proxy->stat_prefix);
+        t->reads_identity = !lr.network_rbacs.empty();  // (they come before the tcp_proxy: already built)
+        for (const auto& al : f.tcp_proxy->access_log) {
+          t->access_logs.push_back(std::make_unique<AccessLogger>(al));
+          t->reads_identity = t->reads_identity || t->access_logs.back()->reads_identity();
+        }
         lr.tcp = std::move(t);
       }
     }

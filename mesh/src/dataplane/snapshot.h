@@ -12,6 +12,7 @@
 
 #include "config/bootstrap.h"
 #include "http/http1.h"
+#include "modules/access_log.h"
 #include "modules/cluster.h"
 #include "modules/filter.h"
 #include "modules/rbac.h"
@@ -34,6 +35,11 @@ struct HcmRuntime {
   std::vector<FilterSlot> filters;
   std::vector<HttpStats*> stats;                             // per worker
   http::Limits limits;
+  std::vector<std::unique_ptr<AccessLogger>> access_logs;    // a line per request
+  // A connection reads its local address, TLS facts and peer certificate
+  // (DownstreamFacts) only where RBAC or an access log names them.
+  bool reads_identity = false;
+  void log(const StreamInfo& info) const;  // a line in each access log
 };
 
 struct TcpProxyRuntime {
@@ -41,6 +47,9 @@ struct TcpProxyRuntime {
   std::vector<std::pair<ClusterRuntime*, uint64_t>> clusters;  // cumulative weights
   uint64_t total_weight = 0;
   std::vector<TcpStats*> stats;
+  std::vector<std::unique_ptr<AccessLogger>> access_logs;  // a line per connection
+  bool reads_identity = false;
+  void log(const StreamInfo& info) const;
   ClusterRuntime* pick_cluster(uint64_t random) const;
 };
 

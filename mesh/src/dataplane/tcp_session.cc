@@ -4,6 +4,8 @@
 // back-pressure; a half-close is passed on, as Envoy does. Either side may
 // be TLS (the filter chain's transport socket, the cluster's): the relay
 // reads and writes plaintext, and a half-close becomes a close_notify.
+#include <algorithm>
+
 #include "dataplane/l7_chain.h"
 #include "dataplane/worker.h"
 
@@ -23,6 +25,8 @@ class TcpSession : public std::enable_shared_from_this<TcpSession>, public Drain
     drain_id_ = w_.track(this);
   }
   ~TcpSession() override {
+    info_.upstream_cluster = cluster_ ? std::string_view(cluster_->name()) : std::string_view();
+    tcp_->log(info_);  // a line per connection, once it is over
     w_.untrack(drain_id_);
     stats_->downstream_cx_active.add(-1);
     if (host_) host_->active_requests.fetch_sub(1, std::memory_order_relaxed);
@@ -41,6 +45,10 @@ class TcpSession : public std::enable_shared_from_this<TcpSession>, public Drain
   }
 
   void start() {
+    info_.start_ns = mono_ns();
+    // Who it is and where it went: for the network RBAC filters and the access logs that name them.
+    facts_ = downstream_facts(down_, lr_->cfg->tls_inspector, tcp_->reads_identity);
+    info_.downstream = facts_.get();
     cluster_ = snapshot_->clusters.at(tcp_->pick_cluster(w_.random())->name());
     connect_next();
   }
@@ -59,12 +67,14 @@ class TcpSession : public std::enable_shared_from_this<TcpSession>, public Drain
 
   void connect_next() {
     if (attempts_++ >= std::max<uint32_t>(1, tcp_->cfg->max_connect_attempts)) {
+      info_.response_flags |= response_flag::kUpstreamRetryLimitExceeded;  // as Envoy's: the attempts are used up
       stats_->downstream_cx_no_route.inc();
       close();
       return;
     }
     host_ = cluster_->choose(LbContext{false, 0, w_.random()}, mono_ns());
     if (!host_ || !cluster_->try_acquire_connection()) {
+      info_.response_flags |= host_ ? response_flag::kUpstreamOverflow : response_flag::kNoHealthyUpstream;
       if (host_) cluster_->stats(w_.id()).upstream_cx_overflow.inc();
       host_.reset();
       stats_->downstream_cx_no_route.inc();
@@ -73,6 +83,7 @@ class TcpSession : public std::enable_shared_from_this<TcpSession>, public Drain
     }
     holds_connection_ = true;
     host_->active_requests.fetch_add(1, std::memory_order_relaxed);
+    info_.upstream_host = host_->label;
     auto& cs = cluster_->stats(w_.id());
     cs.upstream_cx_total.inc();
     timer_.expires_after(cluster_->config().connect_timeout);
@@ -87,6 +98,9 @@ class TcpSession : public std::enable_shared_from_this<TcpSession>, public Drain
       if (self->closed_) return;
       if (ec) {
         self->cluster_->stats(self->w_.id()).upstream_cx_connect_fail.inc();
+        self->info_.upstream_transport_failure_reason = "delayed_connect_error:_" + ec.message();
+        std::replace(self->info_.upstream_transport_failure_reason.begin(),
+                     self->info_.upstream_transport_failure_reason.end(), ' ', '_');
         self->connect_failed();
         return;
       }
@@ -99,6 +113,7 @@ class TcpSession : public std::enable_shared_from_this<TcpSession>, public Drain
           return;
         }
         self->connected_ = true;
+        if (!self->tcp_->access_logs.empty()) self->info_.upstream_local_address = local_address_of(self->up_->native_handle());
         self->cluster_->report_status(*self->host_, 200, mono_ns());
         self->to_up_.bytes = &self->stats_->downstream_cx_rx_bytes_total;
         self->to_down_.bytes = &self->stats_->downstream_cx_tx_bytes_total;
@@ -111,6 +126,7 @@ class TcpSession : public std::enable_shared_from_this<TcpSession>, public Drain
   }
 
   void connect_failed() {
+    info_.response_flags |= response_flag::kUpstreamConnectionFailure;
     timer_.cancel();
     cluster_->report_connect_failure(*host_, mono_ns());
     host_->active_requests.fetch_sub(1, std::memory_order_relaxed);
@@ -135,6 +151,7 @@ class TcpSession : public std::enable_shared_from_this<TcpSession>, public Drain
         if (ec != asio::error::eof || (self->to_up_.done && self->to_down_.done)) self->close();
         return;
       }
+      (&d == &self->to_up_ ? self->info_.bytes_received : self->info_.bytes_sent) += n;  // (a refused first read too, as Envoy's)
       // The first byte from the client: the network RBAC filters decide (ONE_TIME_ON_FIRST_BYTE).
       if (&d == &self->to_up_ && !self->authorized()) {
         self->close();
@@ -160,14 +177,17 @@ class TcpSession : public std::enable_shared_from_this<TcpSession>, public Drain
     if (checked_) return allowed_;
     checked_ = true;
     if (lr_->network_rbacs.empty()) return allowed_ = true;
-    const auto facts = downstream_facts(down_, lr_->cfg->tls_inspector, true);
     static const http::RequestHead kNoRequest;  // a connection has no HTTP request: header matchers see none
     for (const auto& n : lr_->network_rbacs) {
-      const RbacFilter::Verdict v = n.rules->check(kNoRequest, *facts);
+      const RbacFilter::Verdict v = n.rules->check(kNoRequest, *facts_);
       RbacStats& s = *n.stats[w_.id()];
       if (v.shadow_counted) (v.shadow_allowed ? s.shadow_allowed : s.shadow_denied).inc();
       if (v.counted) (v.allowed ? s.allowed : s.denied).inc();
-      if (!v.allowed) return allowed_ = false;
+      if (!v.allowed) {
+        info_.connection_termination_details =
+            "rbac_access_denied_matched_policy[" + (v.policy.empty() ? std::string("none") : v.policy) + "]";
+        return allowed_ = false;
+      }
     }
     return allowed_ = true;
   }
@@ -210,6 +230,8 @@ class TcpSession : public std::enable_shared_from_this<TcpSession>, public Drain
   std::shared_ptr<ClusterRuntime> cluster_;
   std::shared_ptr<Host> host_;
   Direction to_up_{}, to_down_{};
+  std::shared_ptr<const DownstreamFacts> facts_;
+  StreamInfo info_;  // what its access log line says
   uint32_t attempts_ = 0;
   int64_t last_activity_ns_ = 0;
   bool connected_ = false, closed_ = false, holds_connection_ = false;

@@ -1,5 +1,7 @@
 #include "dataplane/worker.h"
 
+#include "dataplane/l7_chain.h"
+
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -439,12 +441,14 @@ UpstreamConn::~UpstreamConn() {
 
 void UpstreamConn::connect(User* user) {
   user_ = user;
-  connect_upstream(shared_from_this(), sock_, timer_, *cluster_, w_.id(), *host_, [this](ConnectOutcome o) {
+  connect_upstream(shared_from_this(), sock_, timer_, *cluster_, w_.id(), *host_, [this](ConnectOutcome o,
+                                                                                        std::string reason) {
     if (closed_ || connected_) return;
     if (o == ConnectOutcome::kTimedOut) {
       cluster_->stats(w_.id()).upstream_cx_connect_timeout.inc();
       fail(User::Failure::kConnectTimeout);
     } else if (o == ConnectOutcome::kFailed) {
+      failure_reason_ = std::move(reason);
       fail(User::Failure::kConnect);
     } else {
       connected_ = true;
@@ -454,6 +458,8 @@ void UpstreamConn::connect(User* user) {
     }
   });
 }
+
+std::string UpstreamConn::local_address() { return connected_ ? local_address_of(sock_.native_handle()) : ""; }
 
 void UpstreamConn::send(std::string_view bytes) {
   out_.pending.append(bytes);

@@ -248,6 +248,10 @@ class UpstreamConn : public std::enable_shared_from_this<UpstreamConn> {
   bool open() const { return sock_.is_open() && !closed_; }
   bool attached() const { return sock_.attached(); }  // socket direct (shared-memory rings)
   bool connected() const { return connected_; }
+  // Why the connection could not be made ("delayed connect error: Connection refused"), for the access log.
+  const std::string& failure_reason() const { return failure_reason_; }
+  // Its local address ("ip:port"; "" for a Unix socket or before it connected), for the access log.
+  std::string local_address();
   http::ResponseParser& parser() { return parser_; }
   Host& host() { return *host_; }
   ClusterRuntime& cluster() { return *cluster_; }
@@ -269,6 +273,7 @@ class UpstreamConn : public std::enable_shared_from_this<UpstreamConn> {
   http::ResponseParser parser_;
   ReadBuffer in_;
   WriteQueue out_;
+  std::string failure_reason_;
   bool reading_ = false, paused_ = false, connected_ = false, closed_ = false;
 };
 
@@ -309,7 +314,7 @@ void connect_upstream(std::shared_ptr<Owner> owner, ServiceStream& sock, asio::s
   timer.expires_after(cluster.config().connect_timeout);
   timer.async_wait([owner, done](const boost::system::error_code& ec) mutable {
     if (ec) return;
-    done(ConnectOutcome::kTimedOut);
+    done(ConnectOutcome::kTimedOut, "");
   });
   sock.async_connect(host.address, [owner, &sock, &timer, &cluster, &host, worker, done](
                                        const boost::system::error_code& ec) mutable {
@@ -317,13 +322,13 @@ void connect_upstream(std::shared_ptr<Owner> owner, ServiceStream& sock, asio::s
     if (ec && ec != asio::error::host_not_found) cluster.stats(worker).upstream_cx_connect_fail.inc();
     if (ec || !sock.is_open()) {
       timer.cancel();
-      done(ConnectOutcome::kFailed);
+      done(ConnectOutcome::kFailed, "delayed connect error: " + (ec ? ec.message() : std::string("closed")));
       return;
     }
     upstream_handshake(owner, sock, cluster, worker, host, cluster.config().http2 ? "h2" : "http/1.1",
                        [&timer, done](bool ok) mutable {
                          timer.cancel();
-                         done(ok ? ConnectOutcome::kConnected : ConnectOutcome::kFailed);
+                         done(ok ? ConnectOutcome::kConnected : ConnectOutcome::kFailed, ok ? "" : "TLS error");
                        });
   });
 }

@@ -155,7 +155,7 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
   }
 
   void start(std::string_view first_bytes) {
-    conn_ = downstream_facts(sock_, lr_->cfg->tls_inspector, !hcm_->rbacs.empty());
+    conn_ = downstream_facts(sock_, lr_->cfg->tls_inspector, hcm_->reads_identity);
     last_activity_ns_ = mono_ns();
     arm_idle_timer();
     if (!first_bytes.empty() && !receive(first_bytes)) return;
@@ -169,7 +169,7 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
   // What the connection says, with its identity when `hcm` (a stream's configuration, perhaps
   // newer than the connection) has an RBAC filter.
   const std::shared_ptr<const DownstreamFacts>& conn(const HcmRuntime& hcm) {
-    if (!conn_->identity && !hcm.rbacs.empty()) conn_ = downstream_facts(sock_, lr_->cfg->tls_inspector, true);
+    if (!conn_->identity && hcm.reads_identity) conn_ = downstream_facts(sock_, lr_->cfg->tls_inspector, true);
     return conn_;
   }
   // A new stream's configuration: the newest snapshot's successor of its listener or filter chain (take_newest_config).
@@ -462,6 +462,7 @@ void H2Stream::on_request_head(bool end_stream) {
   if (!req_end_) arm_request_timer();
   grpc_ = h2::is_grpc(head);
   router_ = std::make_shared<RouterStream>(w, snapshot_, *lr_, *stats_, std::move(head), c_->conn(*hcm_), *this);
+  router_->info().protocol = "HTTP/2";
   if (req_end_) router_->decode_end(nullptr);
   // In the pipelined model the head goes round the stages (decided() when
   // back); the body that comes meanwhile waits in the router stream,
@@ -637,8 +638,10 @@ void H2Stream::on_end_stream_sent() {
 void H2Stream::on_closed(uint32_t error_code) {
   if (detached_) return;
   // The client reset the stream before the response ended.
-  if (counted_ && !(router_ && router_->response_complete()) && error_code != NGHTTP2_NO_ERROR)
+  if (counted_ && !(router_ && router_->response_complete()) && error_code != NGHTTP2_NO_ERROR) {
     stats_->downstream_rq_rx_reset.inc();
+    if (router_) router_->downstream_disconnected();
+  }
   detach();
 }
 
@@ -670,6 +673,8 @@ void H2Stream::arm_headers_timer() {
     if (ec || self->detached_ || self->head_done) return;
     self->stats_->downstream_rq_timeout.inc();
     self->send_local_reply(408, "request header timeout", nullptr, false);
+    log_codec_reply(*self->hcm_, self->c_ ? self->c_->conn(*self->hcm_).get() : nullptr, "HTTP/2", 408,
+                    std::string_view("request header timeout").size(), "request_header_timeout", 0, 0);
   });
 }
 
@@ -691,7 +696,7 @@ void H2Stream::wait_request_timer() {
       return;
     }
     self->stats_->downstream_rq_timeout.inc();
-    self->router_->send_local_reply(408, "request timeout");
+    self->router_->send_local_reply(408, "request timeout", "request_overall_timeout");
   });
 }
 
@@ -715,7 +720,8 @@ void H2Stream::arm_idle_timer() {
       self->reset(NGHTTP2_CANCEL);
       return;
     }
-    self->router_->send_local_reply(self->req_end_ ? 504 : 408, "stream timeout");  // Envoy's maybeRequestTimeoutCode
+    self->router_->send_local_reply(self->req_end_ ? 504 : 408, "stream timeout", "stream_idle_timeout",
+                                    response_flag::kStreamIdleTimeout);  // Envoy's maybeRequestTimeoutCode
   });
 }
 

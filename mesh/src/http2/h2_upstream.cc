@@ -40,7 +40,8 @@ H2UpstreamConn::~H2UpstreamConn() {
 
 void H2UpstreamConn::connect() {
   // TCP (with TCP_NODELAY), a Unix socket, or the service's shared-memory attach point.
-  connect_upstream(shared_from_this(), sock_, timer_, *cluster_, w_.id(), *host_, [this](ConnectOutcome o) {
+  connect_upstream(shared_from_this(), sock_, timer_, *cluster_, w_.id(), *host_, [this](ConnectOutcome o,
+                                                                                        const std::string&) {
     if (closed_ || connected_) return;
     if (o == ConnectOutcome::kTimedOut) {
       cluster_->stats(w_.id()).upstream_cx_connect_timeout.inc();

@@ -122,7 +122,7 @@ RbacFilter::Verdict RbacFilter::check(const http::RequestHead& head, const Downs
   }
   if (rules_) {
     v.counted = true;
-    v.allowed = rules_->allowed(head, conn);
+    v.allowed = rules_->allowed(head, conn, &v.policy);
   }
   return v;
 }

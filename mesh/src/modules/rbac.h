@@ -22,6 +22,7 @@ namespace dpukit::mesh {
 // once when it opens (dataplane/l7_chain.h fills it).
 struct DownstreamFacts {
   std::string peer_ip;   // "" for a Unix socket
+  uint32_t peer_port = 0;
   std::string local_ip;  // the address the client reached
   uint32_t local_port = 0;
   bool tls = false;
@@ -29,6 +30,7 @@ struct DownstreamFacts {
   std::vector<std::string> uri_sans, dns_sans;    // the peer certificate's
   std::string subject;                            // its subject, RFC 2253 ("" without a certificate)
   bool peer_certificate = false;
+  std::string tls_version;  // "TLSv1.3" ("" without TLS)
   bool identity = false;  // the fields above past peer_ip were read (downstream_facts)
 };
 
@@ -71,6 +73,7 @@ class RbacFilter {
     bool allowed = true;
     bool counted = false, shadow_counted = false;  // rules, shadow rules present
     bool shadow_allowed = true;
+    std::string policy;  // the enforced rules' policy that matched ("" when none did)
   };
   Verdict check(const http::RequestHead& head, const DownstreamFacts& conn) const;
 

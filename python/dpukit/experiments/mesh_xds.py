@@ -269,21 +269,21 @@ class XdsProxy:
 
 
 def start_xds_proxy(group: Group, kind: str, node: str, xds_port: int, work: Path,
-                    cpus: str | None = None, api_type: str = "GRPC") -> XdsProxy:
+                    cpus: str | None = None, api_type: str = "GRPC", extra: Sequence[str] = ()) -> XdsProxy:
     """Start ``kind`` on the ADS bootstrap of ``node`` (one worker; pinned to
-    ``cpus``) and wait until its admin listener answers; its listeners come
-    with the first snapshot."""
+    ``cpus``; ``extra``: more arguments both take) and wait until its admin
+    listener answers; its listeners come with the first snapshot."""
     admin = free_port()
     config = xds_bootstrap_yaml(node=node, admin_port=admin, xds_port=xds_port, api_type=api_type)
     path = work / f"{node}.yaml"
     path.write_text(config)
     if kind == "envoy":
         argv: list[Any] = [envoy_path(), "-c", path, "--concurrency", "1", "--disable-hot-restart",
-                           "--use-dynamic-base-id", "-l", "warning"]
+                           "--use-dynamic-base-id", "-l", "warning", *extra]
         proc = group.start(argv, name=node, cpus=cpus, place="dpu")
     elif kind in ("dpukit", "dpukit-pipelined"):
         model = "pipelined" if kind == "dpukit-pipelined" else "rtc"
-        argv = [tool_path(TOOL), "run", "--config", path, "--workers", "1", "--model", model]
+        argv = [tool_path(TOOL), "run", "--config", path, "--workers", "1", "--model", model, *extra]
         proc = group.start(argv + (["--dpu-cpus", cpus] if cpus else []), name=node, place="dpu")
     else:
         raise ValueError(kind)
