@@ -20,6 +20,7 @@
 #include <string>
 
 #include "dpukit/core/channel.h"
+#include "dpukit/kv_agent.h"  // IoEngine
 #include "pool.h"
 
 namespace dpukit::kv {
@@ -35,17 +36,7 @@ struct IoEvent {
   int32_t res;    // kComplete: the CQE's result
 };
 
-// How the engine hands its SQEs to the kernel (PulseDB §IV-E compares them).
-enum class IoEngine {
-  kIoUring,       // io_uring_submit: one io_uring_enter per batch
-  kIoUringSqpoll, // IORING_SETUP_SQPOLL: a kernel thread polls the SQ, no system call per batch
-  kPwrite,        // plain system calls (pwrite, sync_file_range, fsync, close), each waited for in turn
-  // Linux AIO (libaio): writes and fsyncs as iocbs (io_submit per batch, io_getevents in the polling
-  // thread); sync_file_range and close have no iocb and are system calls (close once its fsync completed).
-  kLibaio,
-};
-const char* io_engine_name(IoEngine e);
-IoEngine parse_io_engine(const std::string& name);  // throws std::invalid_argument naming the choices
+// IoEngine, io_engine_name and parse_io_engine: dpukit/kv_agent.h (the agent's --io-engine).
 
 struct EngineOptions {
   unsigned ring_entries = 256;                 // io_uring queue depth

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "dpukit/core/shm.h"  // UniqueFd
+#include "dpukit/kv_agent.h"  // QuarantinedSlot, PoolCheck
 
 namespace dpukit::kv {
 
@@ -63,13 +64,7 @@ class SstPool {
     uint64_t reclaimed = 0;   // freed without a release: shown free when the pool was opened or re-examined
     uint64_t returned = 0;    // quarantined slots whose owner came back
   };
-  // A slot the pool cannot account for.
-  struct Quarantined {
-    uint32_t slot;
-    std::string owner;   // as recorded; empty if the record is damaged
-    std::string reason;  // why it cannot be shown free
-    uint64_t bytes;      // the data it holds
-  };
+  using Quarantined = QuarantinedSlot;
 
   // Creates the pool or opens an existing one with the same geometry, takes
   // its lock, frees the slots shown free and quarantines the ones it cannot
@@ -143,30 +138,6 @@ class SstPool {
   uint64_t written_at_open_ = 0;  // bytes written out at open (free slots an earlier build left empty)
 };
 
-// What `dpukit-agent pool check` finds: the pool read as it is on disk,
-// without its lock (the agent may be running and writing records).
-struct PoolCheck {
-  enum class Verdict { kFree, kInUse, kReclaimable, kQuarantined };
-  struct SlotReport {
-    uint32_t slot;
-    Verdict verdict;
-    std::string owner;
-    std::string reason;
-    uint64_t bytes;      // data in the slot (its size; a free slot's size if written out)
-    uint64_t allocated;  // bytes allocated to it
-  };
-  std::string dir;
-  bool usable = false;  // false: no pool here, or its index cannot be read
-  std::string problem;  // why not usable
-  bool in_use = false;  // an agent (or plugin) holds the pool now
-  uint32_t version = 0;
-  uint64_t slots = 0, slot_bytes = 0;
-  std::vector<SlotReport> reports;
-  std::vector<std::string> findings;  // each a sentence; empty when clean
-};
-// `db_dir`, if not empty: also every symlink in it into the pool, checked
-// against the slot's record.
-PoolCheck check_pool(const std::string& dir, const std::string& db_dir = "");
-const char* verdict_name(PoolCheck::Verdict v);
+// check_pool and verdict_name (`dpukit-agent pool check`) are in dpukit/kv_agent.h.
 
 }  // namespace dpukit::kv

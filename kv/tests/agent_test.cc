@@ -1,7 +1,9 @@
-// The dpukit-agent binary as a process of its own: end to end over a real
+// The agent: as a library in this process (dpukit/kv_agent.h), and the
+// dpukit-agent binary as a process of its own: end to end over a real
 // channel, its signals, its exit codes, and what happens when either side dies.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -17,6 +20,7 @@
 #include "temp_dir.h"
 #include "dpukit/core/channel.h"
 #include "dpukit/core/process.h"
+#include "dpukit/kv_agent.h"
 #include "protocol.h"
 
 namespace dpukit::kv {
@@ -137,6 +141,129 @@ nlohmann::json stats_after_sigusr1(const AgentProcess& agent, const fs::path& st
   EXPECT_TRUE(eventually([&] { return fs::exists(stats); })) << "no statistics after SIGUSR1";
   return read_stats(stats);
 }
+
+// ------------------------------------------------------------ the library
+
+// What the tool's loop does for one host: the host connects from a thread of
+// its own (its handshake waits for accept), the agent takes it.
+ChannelHost connect_host(Agent& agent, const std::string& socket) {
+  std::optional<ChannelHost> host;
+  std::exception_ptr failed;
+  std::thread connecting([&] {
+    try {
+      host.emplace(ChannelHost::connect(socket));
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  });
+  pollfd fd = {agent.listen_fd(), POLLIN, 0};
+  if (::poll(&fd, 1, static_cast<int>(std::chrono::milliseconds(kPatience).count())) == 1) agent.accept();
+  connecting.join();
+  if (failed) std::rethrow_exception(failed);
+  return std::move(*host);
+}
+
+nlohmann::json agent_figures(const Agent& agent, const fs::path& stats) {
+  fs::remove(stats);
+  agent.write_stats();
+  return read_stats(stats);
+}
+
+AgentOptions agent_options(const TempDir& t, bool pool) {
+  AgentOptions o;
+  o.command_line = {"agent_test"};
+  o.listen = t.str("agent.sock");
+  o.stats = t.str("stats.json");
+  if (pool) o.pool = AgentOptions::Pool{t.str("pool"), 4, 1 << 20};
+  return o;
+}
+
+TEST(AgentLibrary, ServesAQueuePairCountsItAndStops) {
+  TempDir t;
+  const AgentOptions o = agent_options(t, true);
+  Agent agent(o);
+  EXPECT_TRUE(fs::exists(o.listen)) << "it listens once the pool is made";
+  ChannelHost ch = connect_host(agent, o.listen);
+  auto data = random_bytes(200'000, 11);
+  ChannelCompletion c = write_file(ch, 1, t.path / "000009.sst", data, true);
+  EXPECT_EQ(c.status, 0);
+  EXPECT_NE(c.arg, kNoSlot);
+  EXPECT_TRUE(read_bytes(t.path / "000009.sst") == data);
+
+  nlohmann::json j = agent_figures(agent, o.stats);
+  EXPECT_EQ(j["queue_pairs"]["accepted"], 1);
+  EXPECT_EQ(j["queue_pairs"]["active"], 1);
+  EXPECT_EQ(j["write_bytes"], data.size());
+  EXPECT_EQ(j["pool"]["slots"], 4);
+  EXPECT_EQ(j["pool"]["claims"], 1);
+
+  ch.close();
+  EXPECT_TRUE(eventually([&] {
+    agent.reap();
+    return agent_figures(agent, o.stats)["queue_pairs"]["active"] == 0;
+  })) << "a queue pair its host closed is reaped";
+  agent.stop();
+  EXPECT_FALSE(fs::exists(o.listen)) << "the socket file goes when it stops taking hosts";
+  agent.stop();  // idempotent
+}
+
+// An agent that goes away with queue pairs open lets them finish first: the
+// unfinished file is recycled, the host sees the end.
+TEST(AgentLibrary, DestroyedWithAQueuePairOpenItStopsItFirst) {
+  TempDir t;
+  const AgentOptions o = agent_options(t, false);
+  std::optional<Agent> agent(std::in_place, o);
+  ChannelHost ch = connect_host(*agent, o.listen);
+  send_file(ch, 1, t.path / "unfinished.sst", random_bytes(100'000, 12), true);
+  ch.submit(op(Op::kHello), 2, {}, {kProtocolVersion});
+  wait_one(ch);  // the agent has taken everything before it
+  agent.reset();
+  EXPECT_FALSE(fs::exists(fs::symlink_status(t.path / "unfinished.sst")));
+  ChannelCompletion c;
+  EXPECT_THROW(ch.wait_completions(&c, 1, kPatience), ChannelError);
+}
+
+TEST(AgentLibrary, AQuarantinedSlotIsReleasedOnlyWhenNoAgentHoldsThePool) {
+  TempDir t;
+  const AgentOptions o = agent_options(t, true);
+  const fs::path db = t.path / "db", sst = db / "000009.sst";
+  fs::create_directories(db);
+  {
+    Agent agent(o);
+    ChannelHost ch = connect_host(agent, o.listen);
+    ASSERT_EQ(write_file(ch, 1, sst, random_bytes(50'000, 13), true).status, 0);
+    try {
+      release_quarantined_slot(o.pool->dir, 0);
+      ADD_FAILURE() << "released a slot of a pool an agent holds";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("in use by another process"), std::string::npos) << e.what();
+    }
+  }
+  fs::rename(db, t.path / "db.away");  // the owner is gone: its slot cannot be shown free
+  {
+    Agent agent(o);
+    nlohmann::json j = agent_figures(agent, o.stats);
+    EXPECT_EQ(j["pool"]["quarantined"], 1) << j.dump(2);
+    EXPECT_EQ(j["pool"]["quarantine"][0]["owner"], sst.string());
+  }
+  PoolCheck check = check_pool(o.pool->dir);
+  ASSERT_TRUE(check.usable) << check.problem;
+  ASSERT_EQ(check.reports.size(), 4u);
+  EXPECT_EQ(check.reports[0].verdict, PoolCheck::Verdict::kQuarantined);
+  EXPECT_STREQ(verdict_name(check.reports[0].verdict), "quarantined");
+
+  SlotRelease r = release_quarantined_slot(o.pool->dir, 0);
+  ASSERT_TRUE(r.released);
+  EXPECT_EQ(r.released->slot, 0u);
+  EXPECT_EQ(r.released->owner, sst.string());
+  EXPECT_EQ(r.released->bytes, 50'000u);
+  EXPECT_EQ(r.slots, 4u);
+  EXPECT_FALSE(release_quarantined_slot(o.pool->dir, 0).released) << "free now";
+  EXPECT_FALSE(release_quarantined_slot(o.pool->dir, 9).released) << "no such slot";
+  EXPECT_TRUE(check_pool(o.pool->dir).findings.empty());
+}
+
+// ------------------------------------------------------------ the binary
 
 TEST(Agent, WritesAPoolFileEndToEndAndReportsStatsOnSignalAndExit) {
   TempDir t;
