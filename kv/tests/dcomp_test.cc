@@ -18,7 +18,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/statistics.h>
 
-#include "dcomp/dcomp.h"
+#include "dpukit/kv_dcomp.h"
 #include "dcomp/guard_fs.h"
 #include "dcomp/service_input.h"
 #include "dcomp/wire.h"

@@ -12,7 +12,7 @@
 
 #include <rocksdb/listener.h>
 
-#include "dcomp.h"
+#include "dpukit/kv_dcomp.h"
 #include "dpukit/core/log.h"
 #include "dpukit/core/message_socket.h"
 #include "dpukit/core/process.h"

@@ -17,7 +17,7 @@
 #include <rocksdb/env.h>
 #include <rocksdb/statistics.h>
 
-#include "dcomp.h"
+#include "dpukit/kv_dcomp.h"
 #include "dpukit/core/dpu_speed.h"
 #include "dpukit/core/log.h"
 #include "dpukit/core/message_socket.h"

@@ -1,10 +1,10 @@
 // The DComp baseline on dpukit-kvbench's command line: --mode and the dcomp
 // flags of fill, overwrite and ycsb, and the worker subcommand. DComp itself
-// is kv/src/dcomp.
+// is dpukit/kv_dcomp.h.
 #pragma once
 
-#include "dcomp/dcomp.h"
 #include "dpukit/core/cli.h"
+#include "dpukit/kv_dcomp.h"
 #include "options.h"
 
 namespace dpukit::kv::bench {

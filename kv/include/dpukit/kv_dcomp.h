@@ -8,10 +8,10 @@
 // start level from the OnCompactionBegin event of the same job
 // (CompactionServiceJobInfo carries neither), keep level-0 work local
 // (kUseLocal), and send the rest to the worker, one connection per job
-// (wire.h). RocksDB's compaction thread then blocks in WaitForCompleteV2
-// until the worker answers with the serialized CompactionServiceResult;
-// RocksDB renames the outputs from the job's directory into the DB and
-// installs them.
+// (kv/src/dcomp/wire.h). RocksDB's compaction thread then blocks in
+// WaitForCompleteV2 until the worker answers with the serialized
+// CompactionServiceResult; RocksDB renames the outputs from the job's
+// directory into the DB and installs them.
 //
 // Which compactions go (PulseDB Figs. 2-3, how much whole-task offloading
 // costs when the DPU is slow): those starting at `first_level` or deeper (1:
@@ -20,8 +20,8 @@
 //
 // Worker side (run_worker): a long-lived process that runs
 // DB::OpenAndCompact per job in a thread of its own, writing into the job's
-// output directory through JobDirGuardFs (guard_fs.h), its thread
-// time-dilated to the dpu's speed (WorkerOptions::dpu_speed).
+// output directory through JobDirGuardFs (kv/src/dcomp/guard_fs.h), its
+// thread time-dilated to the dpu's speed (WorkerOptions::dpu_speed).
 //
 // Failure: a job the worker does not finish — it reports an error, dies, or
 // does not answer within the job time-out — falls back to the host:
