@@ -424,6 +424,29 @@ nlohmann::json client_against(LoopbackServer& srv, Program program, size_t size,
   return f;
 }
 
+TEST(E2eServer, SaysWhereItListens) {
+  ServerConfig c;
+  c.bind_host = "127.0.0.1";
+  c.port = 0;
+  Server server(c);
+  const std::string port = std::to_string(ntohs(server.local().sin_port));
+  EXPECT_NE(port, "0") << "the kernel's pick";
+  EXPECT_EQ(server.endpoint(), "127.0.0.1:" + port);
+  EXPECT_EQ(server.parameters().at("listen"), server.endpoint());
+}
+
+TEST(E2eClient, RefusesAServerThatIsNotAnIpv4Address) {
+  ClientConfig cc;
+  EXPECT_NO_THROW(check_client_config(cc));
+  cc.server_host = "10.199.0";
+  try {
+    check_client_config(cc);
+    ADD_FAILURE() << "took " << cc.server_host;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "'10.199.0' is not an IPv4 address");
+  }
+}
+
 TEST(E2eClientServer, FlowTableCountsMatchWhatTheClientSent) {
   for (const char* table : {"sw", "hw"}) {
     ServerConfig c;

@@ -1,6 +1,5 @@
 // dpukit-bench e2e-server / e2e-client: DPUBench's end-to-end programs
-// (DPUBench §5, docs/architecture.md §3.4; docs in bench/src/e2e/server.h and
-// client.h).
+// (DPUBench §5, docs/architecture.md §3.4) of dpukit/bench_e2e.h.
 //   dpukit-bench e2e-server --program flowtable --table sw|hw --place host|dpu --port 9000 --json S.json
 //   dpukit-bench e2e-client --program flowtable --server 10.199.0.2 --size 64 --interval 5 --duration 2 --json C.json
 //   dpukit-bench e2e-server --program apprecog --place dpu --dpu-speed bluefield2 --engine regex,compress
@@ -12,11 +11,10 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "dpukit/bench_e2e.h"
 #include "dpukit/core/accounting.h"
 #include "dpukit/core/cli.h"
 #include "dpukit/core/results.h"
-#include "../src/e2e/client.h"
-#include "../src/e2e/server.h"
 
 namespace dpukit::bench {
 namespace {
@@ -128,7 +126,7 @@ int cmd_e2e_server(int argc, char** argv) {
   Result out("dpukit-bench e2e-server", argc, argv);
   out.parameters() = server->parameters();
   std::printf("e2e-server: listening on %s (%s, place %s, dpu speed %s%s%s)\n",
-              e2e::endpoint_str(server->local()).c_str(), e2e::program_name(c.program), c.place.c_str(),
+              server->endpoint().c_str(), e2e::program_name(c.program), c.place.c_str(),
               c.dpu_speed.name.c_str(), c.engines.empty() ? "" : ", engines ", c.engines.c_str());
   std::fflush(stdout);
   CpuAccount cpu;
@@ -194,8 +192,7 @@ int cmd_e2e_client(int argc, char** argv) {
   c.verify_every = static_cast<unsigned>(p.u64("verify-every"));
   try {
     c.mix = e2e::parse_mix(p.str("mix"));
-    e2e::check_client_config(c);
-    e2e::parse_endpoint(c.server_host, c.port);
+    e2e::check_client_config(c);  // --server too
   } catch (const std::invalid_argument& e) {
     p.fail(e.what());
   }

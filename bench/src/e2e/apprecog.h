@@ -74,10 +74,6 @@ struct PayloadPool {
   std::vector<Bytes> bodies;
   std::vector<Action> expected;  // by the ref regex engine, independent of the server's Hyperscan
 };
-struct Mix {  // shares of the three actions among the pool's payloads
-  double hash = 1, compress = 1, echo = 1;
-};
-Mix parse_mix(const std::string& text);  // "1,1,1" (hash,compress,echo); throws std::invalid_argument
 
 // `count` payloads of `body_bytes` bytes: text (like rxp_match's inputs)
 // with one sample of a threat rule planted for hash, of a data rule for

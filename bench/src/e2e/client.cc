@@ -13,6 +13,8 @@
 
 #include "dpukit/core/pacing.h"
 #include "dpukit/core/random.h"
+#include "apprecog.h"
+#include "datagram.h"
 #include "flow_count.h"
 #include "udp.h"
 
@@ -33,6 +35,7 @@ void check_client_config(const ClientConfig& c) {
   if (!(c.zipf >= 0)) throw std::invalid_argument("--zipf must be >= 0");
   if (c.pool == 0) throw std::invalid_argument("--pool must be > 0");
   if (!(c.drain_s >= 0)) throw std::invalid_argument("--drain must be >= 0");
+  parse_endpoint(c.server_host, c.port);
 }
 
 FlowKey client_flow_key(size_t i) {

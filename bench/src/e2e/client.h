@@ -20,16 +20,12 @@
 // expected one and every `verify_every`-th reply's body is checked in full.
 #pragma once
 
-#include <atomic>
+#include <cstddef>
 #include <cstdint>
-#include <string>
+#include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "dpukit/core/accounting.h"
+#include "dpukit/bench_e2e.h"
 #include "dpukit/core/flow_key.h"
-#include "apprecog.h"
-#include "datagram.h"
 
 namespace dpukit::bench::e2e {
 
@@ -37,28 +33,7 @@ namespace dpukit::bench::e2e {
 inline constexpr unsigned kMaxGsoSegments = 64;
 inline constexpr size_t kMaxGsoBytes = 65000;
 
-struct ClientConfig {
-  Program program = Program::kFlowTable;
-  std::string server_host = "127.0.0.1";
-  uint16_t port = 9000;
-  size_t size = 64;          // UDP payload bytes of a request, the 40-byte header included
-  double interval_us = 0;    // between datagrams; 0 = as fast as possible
-  double duration_s = 1;     // of sending
-  unsigned burst = 16;       // most datagrams per send call (the pacer's largest burst)
-  bool gso = false;          // send a burst as one UDP GSO buffer (UDP_SEGMENT) instead of sendmmsg
-  size_t flows = 1024;
-  double zipf = 1.1;
-  uint64_t seed = 1;
-  Mix mix;                   // apprecog: hash, compress, echo shares
-  size_t pool = 240;         // apprecog: distinct payloads
-  double drain_s = 0.5;      // apprecog: how long to wait for the last replies
-  unsigned verify_every = 16;  // apprecog: check every Nth reply's body in full (0 = never)
-  size_t sndbuf = 4u << 20;
-  size_t max_rtt_samples = 50'000'000;
-};
-
-// Throws std::invalid_argument on a bad configuration.
-void check_client_config(const ClientConfig& c);
+// ClientConfig, check_client_config and run_client: dpukit/bench_e2e.h.
 
 // The synthetic 5-tuple of flow `i` (distinct for every i < 2^23).
 FlowKey client_flow_key(size_t i);
@@ -73,10 +48,6 @@ class ZipfFlows {
   std::vector<double> cdf_;
   uint64_t state_;
 };
-
-// Runs the client; its thread's CPU time goes to `cpu` as host time (the
-// client machine's own CPU). Returns the figures.
-nlohmann::json run_client(const ClientConfig& config, const std::atomic<bool>& stop, CpuAccount& cpu);
 
 // Nearest-rank percentile of sorted values (q in [0, 1]).
 double percentile_sorted(const std::vector<uint32_t>& sorted, double q);

@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 
+#include "dpukit/bench_e2e.h"  // Program
 #include "dpukit/core/flow_key.h"
 
 namespace dpukit::bench::e2e {
@@ -38,13 +39,10 @@ inline constexpr size_t kMaxDatagram = 1400;
 // Receive buffers: anything longer than this is reported truncated by the kernel.
 inline constexpr size_t kRecvBuffer = 2048;
 
-enum class Program : uint8_t { kFlowTable = 1, kAppRecog = 2 };
 enum class Kind : uint8_t { kRequest = 1, kReply = 2 };
 // What the application-recognition server did with a request.
 enum class Action : uint8_t { kNone = 0, kHash = 1, kCompress = 2, kEcho = 3 };
 
-const char* program_name(Program p);  // "flowtable", "apprecog"
-Program parse_program(const std::string& s);  // throws std::invalid_argument
 const char* action_name(Action a);    // "none", "hash", "compress", "echo"
 
 struct Header {

@@ -55,7 +55,7 @@ struct RxStats {
   }
 };
 
-struct Server::Shared {
+struct Server::Impl::Shared {
   explicit Shared(const std::atomic<bool>& flag) : stop(flag) {}
   const std::atomic<bool>& stop;
   uint64_t deadline_ns = 0;
@@ -197,7 +197,7 @@ Place place_of(const std::string& s) { return s == "dpu" ? Place::kDpu : Place::
 
 }  // namespace
 
-Server::Server(ServerConfig config) : config_(std::move(config)) {
+Server::Impl::Impl(ServerConfig config) : config_(std::move(config)) {
   if (config_.place != "host" && config_.place != "dpu")
     throw std::invalid_argument("--place must be host or dpu, not '" + config_.place + "'");
   if (config_.table != "sw" && config_.table != "hw")
@@ -229,9 +229,9 @@ Server::Server(ServerConfig config) : config_(std::move(config)) {
   socket_.set_recv_timeout_us(config_.recv_timeout_us);
 }
 
-Server::~Server() = default;
+Server::Impl::~Impl() = default;
 
-nlohmann::json Server::parameters() const {
+nlohmann::json Server::Impl::parameters() const {
   nlohmann::json p = {{"role", "server"},
                       {"program", program_name(config_.program)},
                       {"place", config_.place},
@@ -267,7 +267,7 @@ nlohmann::json Server::parameters() const {
   return p;
 }
 
-nlohmann::json Server::run(const std::atomic<bool>& stop, CpuAccount& cpu) {
+nlohmann::json Server::Impl::run(const std::atomic<bool>& stop, CpuAccount& cpu) {
   Shared s{stop};
   const uint64_t started = now_ns();
   if (config_.duration_s > 0) s.deadline_ns = started + static_cast<uint64_t>(config_.duration_s * 1e9);
@@ -333,7 +333,7 @@ nlohmann::json Server::run(const std::atomic<bool>& stop, CpuAccount& cpu) {
   return f;
 }
 
-nlohmann::json Server::run_flowtable_sw(Shared& s, CpuAccount& cpu) {
+nlohmann::json Server::Impl::run_flowtable_sw(Shared& s, CpuAccount& cpu) {
   SoftFlowTable table(config_.expected_flows);
   const Place place = place_of(config_.place);
   std::thread t([&] {
@@ -362,7 +362,7 @@ nlohmann::json Server::run_flowtable_sw(Shared& s, CpuAccount& cpu) {
                         {"slots", table.slots()}, {"memory_bytes", table.memory_bytes()}}}};
 }
 
-nlohmann::json Server::run_flowtable_hw(Shared& s, CpuAccount& cpu) {
+nlohmann::json Server::Impl::run_flowtable_hw(Shared& s, CpuAccount& cpu) {
   struct Miss {
     FlowKey key;
     uint16_t bytes;
@@ -445,7 +445,7 @@ nlohmann::json Server::run_flowtable_hw(Shared& s, CpuAccount& cpu) {
                          {"nic_waits_on_full_handoff", nic_waits}}}};
 }
 
-nlohmann::json Server::run_apprecog_single(Shared& s, CpuAccount& cpu, Place place) {
+nlohmann::json Server::Impl::run_apprecog_single(Shared& s, CpuAccount& cpu, Place place) {
   ActionCounts actions;
   ReplySender replies(socket_.fd(), config_.batch);
   std::thread t([&] {
@@ -475,7 +475,7 @@ nlohmann::json Server::run_apprecog_single(Shared& s, CpuAccount& cpu, Place pla
           {"reply_bytes", replies.bytes}};
 }
 
-nlohmann::json Server::run_apprecog_split(Shared& s, CpuAccount& cpu) {
+nlohmann::json Server::Impl::run_apprecog_split(Shared& s, CpuAccount& cpu) {
   // A descriptor ring dpu -> host and a free-buffer ring host -> dpu over one
   // pool of receive buffers: the dpu thread receives straight into the pool
   // and the host thread reads the packet where it lies (shared memory).
@@ -807,5 +807,13 @@ nlohmann::json Server::run_apprecog_split(Shared& s, CpuAccount& cpu) {
   if (engines_) out["engine"] = engine_figures;
   return out;
 }
+
+Server::Server(ServerConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+Server::~Server() = default;
+sockaddr_in Server::local() const { return impl_->local(); }
+std::string Server::endpoint() const { return endpoint_str(impl_->local()); }
+size_t Server::rcvbuf() const { return impl_->rcvbuf_; }
+nlohmann::json Server::run(const std::atomic<bool>& stop, CpuAccount& cpu) { return impl_->run(stop, cpu); }
+nlohmann::json Server::parameters() const { return impl_->parameters(); }
 
 }  // namespace dpukit::bench::e2e

@@ -43,9 +43,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dpukit/bench_e2e.h"
 #include "dpukit/core/accounting.h"
-#include "dpukit/core/dpu_speed.h"
-#include "dpukit/core/flow_table.h"
 #include "datagram.h"
 #include "udp.h"
 
@@ -54,46 +53,15 @@ namespace dpukit::bench::e2e {
 class AppRecognizer;
 class EngineOffload;
 
-struct ServerConfig {
-  Program program = Program::kFlowTable;
-  std::string table = "sw";              // flowtable: "sw" or "hw"
-  std::string place = "host";            // the server's own work: "host" or "dpu"
-  std::string dpu_work = "recognition";  // apprecog on dpu: "recognition" or "all"
-  std::string bind_host = "0.0.0.0";
-  uint16_t port = 9000;                  // 0: the kernel picks one (see local())
-  Placement placement;                   // CPUs of host, dpu and hw
-  DpuSpeed dpu_speed;                    // how fast the dpu place's CPU is (host: no dilation)
-  unsigned batch = 32;                   // datagrams per recvmmsg / sendmmsg
-  size_t rcvbuf = 8u << 20;              // socket receive buffer asked for
-  double duration_s = 0;                 // stop after this long; 0 = only when told
-  uint64_t recv_timeout_us = 20000;      // how often a blocked receiver looks at the stop flag
-  size_t expected_flows = 65536;         // software tables are sized for this many flows
-  EmulatedFlowTable::Config hw;          // the emulated table (capacity, insert_rate, latency)
-  size_t ring_slots = 4096;              // hand-off capacity (and the dpu split's buffer pool)
-  std::string engines;                   // apprecog on dpu: "regex", "compress", "regex,compress" or "" (none)
-};
-
-class Server {
- public:
-  // Checks the configuration, binds the socket and makes the operator
-  // kernels and the engines. Throws std::invalid_argument (bad
-  // configuration; an engine the dpu speed's generation lacks, naming it),
-  // std::runtime_error (socket) or Unavailable (a library backend).
-  explicit Server(ServerConfig config);
-  ~Server();
-  Server(const Server&) = delete;
-  Server& operator=(const Server&) = delete;
+// The Server of dpukit/bench_e2e.h.
+struct Server::Impl {
+  explicit Impl(ServerConfig config);
+  ~Impl();
 
   sockaddr_in local() const { return socket_.local(); }
-  size_t rcvbuf() const { return rcvbuf_; }
-
-  // Serves until `stop` is set (or the configured duration passes), then
-  // returns the figures; adds each thread's CPU time to `cpu` by place.
   nlohmann::json run(const std::atomic<bool>& stop, CpuAccount& cpu);
-
   nlohmann::json parameters() const;
 
- private:
   struct Shared;
   nlohmann::json run_flowtable_sw(Shared& s, CpuAccount& cpu);
   nlohmann::json run_flowtable_hw(Shared& s, CpuAccount& cpu);
