@@ -25,6 +25,7 @@
 #include "dpukit/core/process.h"
 #include "dpukit/core/results.h"
 #include "dpukit/core/thread_cpu.h"  // ThreadCpuSampler, KernelCpuSampler
+#include "dpukit/kv_settings.h"
 
 namespace fs = std::filesystem;
 
@@ -112,8 +113,9 @@ struct Settings {
   DpuSpeed dpu_speed;        // the agent's and the dcomp worker's
   std::string dcomp_share;   // dcomp: the fraction of eligible compactions sent to the worker
   int dcomp_first_level = 1;  // dcomp: compactions from this level down are eligible
-  uint64_t value_size, num, write_buffer, target_file, level_base, cache, queue, file_buffer;
-  int threads, jobs, l0_slowdown, l0_stop;
+  RocksDbSettings rocksdb;    // the paper's, sized by the flags
+  uint64_t num, queue;
+  int threads, jobs;          // jobs: compaction threads; one flush thread besides
   uint64_t write_threshold, sync_interval;
 };
 
@@ -133,28 +135,10 @@ std::vector<std::string> db_bench_args(const Settings& s, const std::string& ben
       "--db=" + s.db,
       "--use_existing_db=" + std::string(existing ? "1" : "0"),
       "--num=" + std::to_string(s.num),
-      "--key_size=16",
-      "--value_size=" + std::to_string(s.value_size),
-      "--compression_type=none",
-      "--write_buffer_size=" + std::to_string(s.write_buffer),
-      "--target_file_size_base=" + std::to_string(s.target_file),
-      "--max_bytes_for_level_base=" + std::to_string(s.level_base),
-      "--max_bytes_for_level_multiplier=10",
-      "--num_levels=7",
-      "--max_background_jobs=" + std::to_string(s.jobs + 1),
-      "--max_background_compactions=" + std::to_string(s.jobs),
-      "--max_background_flushes=1",
-      "--level0_slowdown_writes_trigger=" + std::to_string(s.l0_slowdown),
-      "--level0_stop_writes_trigger=" + std::to_string(s.l0_stop),
-      "--writable_file_max_buffer_size=" + std::to_string(s.file_buffer),
-      "--bloom_bits=10",
-      "--cache_size=" + std::to_string(s.cache),
-      "--use_direct_reads=true",
-      "--threads=" + std::to_string(s.threads),
-      "--seed=1",
-      "--statistics",
-      "--histogram",
   };
+  const std::vector<std::string> settings = db_bench_flags(s.rocksdb);
+  a.insert(a.end(), settings.begin(), settings.end());
+  a.insert(a.end(), {"--threads=" + std::to_string(s.threads), "--seed=1", "--statistics", "--histogram"});
   if (auto uri = fs_uri(s); !uri.empty()) a.push_back("--fs_uri=" + uri);
   return a;
 }
@@ -173,15 +157,15 @@ std::vector<std::string> kvbench_args(const Settings& s, const std::string& comm
   }
   a.insert(a.end(), {
                                 "--db=" + s.db,
-                                "--value-size=" + std::to_string(s.value_size),
-                                "--write-buffer-size=" + std::to_string(s.write_buffer),
-                                "--target-file-size=" + std::to_string(s.target_file),
-                                "--max-bytes-for-level-base=" + std::to_string(s.level_base),
-                                "--max-background-jobs=" + std::to_string(s.jobs + 1),
-                                "--l0-slowdown=" + std::to_string(s.l0_slowdown),
-                                "--l0-stop=" + std::to_string(s.l0_stop),
-                                "--file-buffer=" + std::to_string(s.file_buffer),
-                                "--cache-size=" + std::to_string(s.cache),
+                                "--value-size=" + std::to_string(s.rocksdb.value_size),
+                                "--write-buffer-size=" + std::to_string(s.rocksdb.write_buffer_size),
+                                "--target-file-size=" + std::to_string(s.rocksdb.target_file_size),
+                                "--max-bytes-for-level-base=" + std::to_string(s.rocksdb.max_bytes_for_level_base),
+                                "--max-background-jobs=" + std::to_string(s.rocksdb.max_background_jobs),
+                                "--l0-slowdown=" + std::to_string(s.rocksdb.l0_slowdown),
+                                "--l0-stop=" + std::to_string(s.rocksdb.l0_stop),
+                                "--file-buffer=" + std::to_string(s.rocksdb.file_buffer),
+                                "--cache-size=" + std::to_string(s.rocksdb.cache_size),
                                 "--threads=" + std::to_string(s.threads),
                                 "--cpus=" + s.host_cpus,
                                 "--drain",
@@ -257,24 +241,27 @@ int bench_command(int argc, char** argv) {
     throw InputError("--mode: '" + s.mode + "' is not vanilla, filepool, async-host, pulsedb or dcomp");
   if (s.workload != "fillrandom" && s.workload != "overwrite" && s.workload != "ycsb")
     throw InputError("--workload: '" + s.workload + "' is not fillrandom, overwrite or ycsb");
-  s.value_size = p.bytes("value-size");
+  RocksDbSettings& rdb = s.rocksdb;
+  rdb.value_size = p.bytes("value-size");
   s.threads = static_cast<int>(p.u64("threads"));
   if (s.threads < 1) throw InputError("--threads must be at least 1");
   // db_bench's --num is per writer thread.
-  s.num = std::max<uint64_t>(1, p.bytes("data") / (16 + s.value_size) / s.threads);
+  s.num = std::max<uint64_t>(1, p.bytes("data") / (RocksDbSettings::kKeySize + rdb.value_size) / s.threads);
   s.jobs = static_cast<int>(p.u64("compaction-threads"));
-  s.write_buffer = p.bytes("write-buffer");
-  s.target_file = p.bytes("target-file");
-  s.level_base = p.bytes("level-base");
-  s.cache = p.bytes("cache");
+  rdb.max_background_jobs = s.jobs + 1;
+  rdb.write_buffer_size = p.bytes("write-buffer");
+  rdb.target_file_size = p.bytes("target-file");
+  rdb.max_bytes_for_level_base = p.bytes("level-base");
+  rdb.cache_size = p.bytes("cache");
   s.write_threshold = p.bytes("write-threshold");
   s.sync_interval = p.bytes("sync-interval");
   s.queue = p.bytes("queue");
-  s.l0_slowdown = static_cast<int>(p.u64("l0-slowdown"));
-  s.l0_stop = static_cast<int>(p.u64("l0-stop"));
-  s.file_buffer = p.bytes("file-buffer");
-  if (s.file_buffer < 4096 || s.file_buffer > (256u << 20)) throw InputError("--file-buffer must be between 4K and 256M");
-  if (s.l0_slowdown < 1 || s.l0_stop < s.l0_slowdown) throw InputError("want 1 <= --l0-slowdown <= --l0-stop");
+  rdb.l0_slowdown = static_cast<int>(p.u64("l0-slowdown"));
+  rdb.l0_stop = static_cast<int>(p.u64("l0-stop"));
+  rdb.file_buffer = p.bytes("file-buffer");
+  if (rdb.file_buffer < 4096 || rdb.file_buffer > (256u << 20))
+    throw InputError("--file-buffer must be between 4K and 256M");
+  if (rdb.l0_slowdown < 1 || rdb.l0_stop < rdb.l0_slowdown) throw InputError("want 1 <= --l0-slowdown <= --l0-stop");
   s.payload = p.str("payload");
   if (s.payload != "pull" && s.payload != "copy") throw InputError("--payload: '" + s.payload + "' is not pull or copy");
   s.host_cpus = p.str("host-cpus");
@@ -308,10 +295,10 @@ int bench_command(int argc, char** argv) {
   uint64_t slots = p.bytes("slots");
   if (slots == 0) {
     // Enough for the live SSTs of the data set plus compaction's outputs in flight.
-    uint64_t live = p.bytes("data") * 2 / s.target_file + 16;
+    uint64_t live = p.bytes("data") * 2 / rdb.target_file_size + 16;
     slots = std::max<uint64_t>(32, live);
   }
-  std::string slot_size = std::to_string(s.target_file + s.target_file / 8 + (1 << 20));
+  std::string slot_size = std::to_string(rdb.target_file_size + rdb.target_file_size / 8 + (1 << 20));
 
   Result result(kTool, argc, argv);
   result.set_placement(placement);
@@ -470,7 +457,7 @@ int bench_command(int argc, char** argv) {
     auto& f = result.figures();
     f["mode"] = s.mode;
     f["workload"] = s.workload;
-    f["value_size"] = s.value_size;
+    f["value_size"] = rdb.value_size;
     f["operations"] = r.operations;
     f["ops_per_sec"] = r.ops_per_sec;
     f["mb_per_sec"] = r.mb_per_sec;
@@ -528,15 +515,15 @@ int bench_command(int argc, char** argv) {
     prm["num"] = s.num;
     prm["threads"] = s.threads;
     prm["compaction_threads"] = s.jobs;
-    prm["write_buffer"] = s.write_buffer;
-    prm["target_file"] = s.target_file;
-    prm["level_base"] = s.level_base;
-    prm["cache"] = s.cache;
+    prm["write_buffer"] = rdb.write_buffer_size;
+    prm["target_file"] = rdb.target_file_size;
+    prm["level_base"] = rdb.max_bytes_for_level_base;
+    prm["cache"] = rdb.cache_size;
     prm["write_threshold"] = s.write_threshold;
     prm["sync_interval"] = s.sync_interval;
     prm["queue"] = s.queue;
-    prm["l0_slowdown"] = s.l0_slowdown;
-    prm["l0_stop"] = s.l0_stop;
+    prm["l0_slowdown"] = rdb.l0_slowdown;
+    prm["l0_stop"] = rdb.l0_stop;
     if (s.mode == "pulsedb") prm["payload"] = s.payload;
     if (s.mode == "dcomp") {
       prm["dcomp_first_level"] = s.dcomp_first_level;
@@ -555,7 +542,7 @@ int bench_command(int argc, char** argv) {
   }
   std::printf("%s %s value=%llu, dpu %s: %.0f ops/s, %.1f MB/s, P99 %.0f us, P99.9 %.0f us, stall %.1f %%, compaction %.1f MB/s, "
               "host compaction CPU %.2f s (whole-host %.2f s), dpu CPU %.2f s, hw CPU %.2f s\n",
-              s.mode.c_str(), s.workload.c_str(), static_cast<unsigned long long>(s.value_size),
+              s.mode.c_str(), s.workload.c_str(), static_cast<unsigned long long>(rdb.value_size),
               s.dpu_speed.name.c_str(), result.figures()["ops_per_sec"].get<double>(), result.figures()["mb_per_sec"].get<double>(),
               result.figures()["write_p99_us"].get<double>(),
               result.figures()["write_p999_us"].get<double>(), 100 * result.figures()["stall_ratio"].get<double>(),

@@ -1,13 +1,12 @@
 #include "options.h"
 
-#include <rocksdb/cache.h>
 #include <rocksdb/convenience.h>
-#include <rocksdb/filter_policy.h>
-#include <rocksdb/statistics.h>
 
 #include "keyval.h"
 
 namespace dpukit::kv::bench {
+
+static_assert(kKeySize == RocksDbSettings::kKeySize, "the keys kvbench makes are the settings' size");
 
 void add_table_flags(ArgParser& p) {
   p.option("fs-uri",
@@ -98,27 +97,10 @@ DbConfig db_config(const ArgParser& p) {
 }
 
 nlohmann::json DbConfig::to_json() const {
-  return {{"db", db},
-          {"fs_uri", fs_uri},
-          {"key_size", kKeySize},
-          {"value_size", value_size},
-          {"compression", "none"},
-          {"compaction_style", "leveled"},
-          {"write_buffer_size", write_buffer_size},
-          {"target_file_size", target_file_size},
-          {"max_bytes_for_level_base", max_bytes_for_level_base},
-          {"fanout", fanout},
-          {"num_levels", num_levels},
-          {"max_background_jobs", max_background_jobs},
-          {"l0_slowdown", l0_slowdown},
-          {"l0_stop", l0_stop},
-          {"file_buffer", file_buffer},
-          {"flush_threads", flush_threads()},
-          {"compaction_threads", compaction_threads()},
-          {"bloom_bits", bloom_bits},
-          {"cache_size", cache_size},
-          {"block_size", block_size},
-          {"direct_reads", direct_reads}};
+  nlohmann::json j = static_cast<const RocksDbSettings&>(*this);
+  j["db"] = db;
+  j["fs_uri"] = fs_uri;
+  return j;
 }
 
 void check(const rocksdb::Status& s, const std::string& what) {
@@ -140,36 +122,6 @@ EnvHandle make_env(const std::string& fs_uri) {
                      (s.ok() ? std::string() : " (" + s.ToString() + ")") +
                      "; link or LD_PRELOAD the plugin that provides it");
   return h;
-}
-
-std::shared_ptr<rocksdb::TableFactory> make_table_factory(const DbConfig& c) {
-  rocksdb::BlockBasedTableOptions t;
-  t.block_size = c.block_size;
-  t.block_cache = rocksdb::NewLRUCache(c.cache_size);
-  if (c.bloom_bits > 0) t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(double(c.bloom_bits), false));
-  return std::shared_ptr<rocksdb::TableFactory>(rocksdb::NewBlockBasedTableFactory(t));
-}
-
-rocksdb::Options make_options(const DbConfig& c, rocksdb::Env* env) {
-  rocksdb::Options o;
-  o.env = env;
-  o.create_if_missing = true;
-  o.compaction_style = rocksdb::kCompactionStyleLevel;
-  o.compression = rocksdb::kNoCompression;
-  o.bottommost_compression = rocksdb::kNoCompression;
-  o.write_buffer_size = c.write_buffer_size;
-  o.target_file_size_base = c.target_file_size;
-  o.max_bytes_for_level_base = c.max_bytes_for_level_base;
-  o.max_bytes_for_level_multiplier = c.fanout;
-  o.num_levels = c.num_levels;
-  o.max_background_jobs = c.max_background_jobs;
-  o.level0_slowdown_writes_trigger = c.l0_slowdown;
-  o.level0_stop_writes_trigger = c.l0_stop;
-  o.writable_file_max_buffer_size = c.file_buffer;
-  o.use_direct_reads = c.direct_reads;
-  o.table_factory = make_table_factory(c);
-  o.statistics = rocksdb::CreateDBStatistics();
-  return o;
 }
 
 std::unique_ptr<rocksdb::DB> open_db(const rocksdb::Options& o, const std::string& dir, bool read_only) {
