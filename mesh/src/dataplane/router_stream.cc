@@ -32,7 +32,7 @@ RouterStream::RouterStream(Worker& w, std::shared_ptr<const Snapshot> snapshot, 
       start_ns_(mono_ns()) {
   // The body's framing is fixed by the head (routing never changes it): set
   // here, before any body arrives and before a stage thread sees the request.
-  req_enc_ = http::request_body_encoder(head_);
+  framing_ = http::request_body_encoder(head_);
   info_.start_ns = start_ns_;
   info_.request = &head_;
   info_.downstream = conn_.get();
@@ -110,7 +110,7 @@ void RouterStream::decode_data(std::string_view data) {
   info_.bytes_received += data.size();
   if (!wants_body()) return;
   auto keep = shared_from_this();
-  if (!h1up_ && !h2up_) {
+  if (!up_) {
     // No upstream yet (the head is in the stages, or a retry backs off): kept
     // whole for the next attempt; the codec stops reading past the limit.
     replay_.append(data);
@@ -118,15 +118,8 @@ void RouterStream::decode_data(std::string_view data) {
     return;
   }
   keep_for_replay(data);
-  if (h1up_) {
-    scratch_.clear();
-    req_enc_.data(data, scratch_);  // HTTP/1.1 framing (chunks) for the upstream
-    h1up_->send(scratch_);
-    if (h1up_->queued() <= ds_->request_buffer_limit()) ds_->request_drained();
-  } else {
-    h2_queued_ += data.size();
-    h2up_->send_body(h2up_id_, data);
-  }
+  up_->send_body(data);
+  if (!up_->http2() && up_->taken(ds_->request_buffer_limit())) ds_->request_drained();  // HTTP/2: h2up_sent says
 }
 
 void RouterStream::decode_end(http::HeaderList* trailers) {
@@ -136,22 +129,12 @@ void RouterStream::decode_end(http::HeaderList* trailers) {
   // Without an upstream yet, the attempt sends the end with the body.
   if (!acted_ || !wants_body()) return;
   auto keep = shared_from_this();
-  if (h1up_) {
-    scratch_.clear();
-    req_enc_.end(scratch_);  // (trailers do not go to an HTTP/1.1 upstream)
-    if (!scratch_.empty()) h1up_->send(scratch_);
-  } else if (h2up_) {
-    h2up_->end_body(h2up_id_, &trailers_);
-  }
+  if (up_) up_->end_body(&trailers_);
   arm_route_timer();
-  if (h1up_ || h2up_) arm_try_timer();
+  if (up_) arm_try_timer();
 }
 
-size_t RouterStream::request_queued() const {
-  if (h1up_) return h1up_->queued();
-  if (h2up_) return h2_queued_;
-  return replay_.size();
-}
+size_t RouterStream::request_queued() const { return up_ ? up_->queued() : replay_.size(); }
 
 void RouterStream::keep_for_replay(std::string_view d) {
   if (!replay_ok_) return;
@@ -184,10 +167,10 @@ void RouterStream::start_attempt() {
   }
   if (cluster_->config().http2) start_h2_attempt();
   else start_h1_attempt();
-  if (!ds_ || (!h1up_ && !h2up_)) return;  // answered (an overflow), or a failure comes as an event
+  if (!ds_ || !up_) return;  // answered (an overflow), or a failure comes as an event
   if (!replay_ok_) std::string().swap(replay_);  // sent once, cannot be kept for another try
   // The body so far went out: the codec may take more.
-  if (h1up_ ? h1up_->queued() <= ds_->request_buffer_limit() : h2_queued_ == 0) ds_->request_drained();
+  if (up_->taken(ds_->request_buffer_limit())) ds_->request_drained();
   if (request_ended_) arm_try_timer();
 }
 
@@ -205,7 +188,9 @@ void RouterStream::start_h1_attempt() {
   } else {
     up->attach(this);
   }
-  h1up_ = up;
+  auto h1 = std::make_unique<H1UpstreamRequest>(w_, up, framing_);
+  H1UpstreamRequest& request = *h1;
+  up_ = std::move(h1);
   if (!fresh) upstream_connected();  // a pooled connection: connected already
   up->parser().reset();
   up->parser().expect_no_body(head_.method == "HEAD");
@@ -214,11 +199,7 @@ void RouterStream::start_h1_attempt() {
     http::write_request_head(head_, head_bytes_);
     w_.modules().add(Module::kDeparser, static_cast<uint64_t>(mono_ns() - t0));
   }
-  // The head, the body so far as one chunk, and its end if it ended.
-  scratch_ = head_bytes_;
-  req_enc_.data(replay_, scratch_);
-  if (request_ended_) req_enc_.end(scratch_);
-  up->send(scratch_);  // queued until connected
+  request.send_first(head_bytes_, replay_, request_ended_);  // the body so far as one chunk
   if (fresh) up->connect(this);
 }
 
@@ -239,15 +220,9 @@ void RouterStream::start_h2_attempt() {
     });
     return;
   }
-  h2up_ = std::move(conn);
-  h2up_id_ = id;
-  h2_queued_ = 0;
-  upstream_unconsumed_ = 0;
-  if (!replay_.empty()) {
-    h2_queued_ = replay_.size();
-    h2up_->send_body(id, replay_);
-  }
-  if (request_ended_ && !end) h2up_->end_body(id, &trailers_);
+  up_ = std::make_unique<H2UpstreamRequest>(std::move(conn), id);
+  if (!replay_.empty()) up_->send_body(replay_);
+  if (request_ended_ && !end) up_->end_body(&trailers_);
 }
 
 // Whether retry_on covers this outcome, and a retry is left (num_retries, max_retries, the buffer).
@@ -305,11 +280,9 @@ void RouterStream::attempt_failed(Why why, const std::string& body, unsigned sta
 void RouterStream::upstream_failed(Failure f) {
   if (!ds_ || response_complete_) return;
   auto keep = shared_from_this();
-  const bool h2 = h2up_ != nullptr;
-  std::string transport = h1up_ ? h1up_->failure_reason() : std::string();
-  h1up_.reset();
-  h2up_.reset();  // the stream is gone: nothing to consume or reset
-  upstream_unconsumed_ = 0;
+  const bool h2 = up_ && up_->http2();
+  std::string transport = up_ ? up_->failure_reason() : std::string();
+  up_.reset();  // the connection or stream is gone: nothing to close, consume or reset
   switch (f) {
     case Failure::kConnect: {
       // Envoy's texts: the log names the transport's reason, with underscores for spaces.
@@ -346,14 +319,14 @@ void RouterStream::upstream_drained() {
 
 // Called from inside nghttp2's send: the codec hears of the drain afterwards.
 void RouterStream::h2up_sent(size_t n) {
-  h2_queued_ -= std::min(n, h2_queued_);
+  if (up_) up_->request_sent(n);
   if (!ds_) return;
   ds_->request_sent(n);
-  if (h2_queued_ > 0 || drain_posted_) return;
+  if ((up_ && up_->queued() > 0) || drain_posted_) return;
   drain_posted_ = true;
   asio::post(w_.io(), [self = shared_from_this()] {
     self->drain_posted_ = false;
-    if (self->ds_ && self->h2up_ && self->h2_queued_ == 0) self->ds_->request_drained();
+    if (self->ds_ && self->up_ && self->up_->queued() == 0) self->ds_->request_drained();
   });
 }
 
@@ -372,14 +345,9 @@ void RouterStream::release_host() {
 }
 
 void RouterStream::drop_upstream() {
-  if (h1up_) {
-    h1up_->close();
-    h1up_.reset();
-  }
-  if (h2up_) {
-    if (upstream_unconsumed_) h2up_->consume(h2up_id_, std::exchange(upstream_unconsumed_, 0));
-    h2up_->abandon(h2up_id_);
-    h2up_.reset();
+  if (up_) {
+    up_->drop();
+    up_.reset();
   }
   release_host();
 }
@@ -433,14 +401,20 @@ void RouterStream::downstream_disconnected() {
   if (!response_started_) info_.response_code_details = "downstream_remote_disconnect";
 }
 
-void RouterStream::note_response_headers(const http::HeaderList& headers) {
-  if (!hcm_->access_logs.empty()) logged_headers_ = headers;
+void RouterStream::note_response_headers(const http::HeaderList& headers, bool trailers) {
+  if (hcm_->logged_response_headers.empty()) return;
+  auto& kept = trailers ? logged_trailers_ : logged_headers_;
+  kept.emplace();  // only the fields a format names
+  for (const auto& f : headers.fields)
+    for (const auto& name : hcm_->logged_response_headers)
+      if (http::iequals(f.name, name)) kept->fields.push_back(f);
 }
 
 void RouterStream::write_log() {
   if (logged_ || hcm_->access_logs.empty()) return;
   logged_ = true;
   info_.response_headers = logged_headers_ ? &*logged_headers_ : nullptr;
+  info_.response_trailers = logged_trailers_ ? &*logged_trailers_ : nullptr;
   hcm_->log(info_);
 }
 
@@ -491,20 +465,18 @@ void RouterStream::upstream_end() {
 }
 
 void RouterStream::upstream_response_complete() {
-  if (!h1up_ || !ds_) return;
+  if (!up_ || !ds_) return;
   auto keep = shared_from_this();
-  auto up = std::move(h1up_);
-  // The connection goes back to the pool when both sides kept it alive and the whole request went out.
-  if (up->reusable() && resp_keep_alive_ && request_ended_ && up->queued() == 0) w_.put_idle(std::move(up));
-  else up->close();
+  std::exchange(up_, nullptr)->finish(resp_keep_alive_, request_ended_);
   release_host();
   finish_response();
 }
 
 void RouterStream::h2up_data(std::string_view d) {
-  upstream_unconsumed_ += d.size();
+  if (!up_) return;
+  up_->response_arrived(d.size());
   if (!response_started_ || response_complete_ || !ds_) {  // nobody will read these: the window back now
-    if (h2up_) h2up_->consume(h2up_id_, std::exchange(upstream_unconsumed_, 0));
+    up_->response_dropped();
     return;
   }
   upstream_data(d);
@@ -513,22 +485,14 @@ void RouterStream::h2up_data(std::string_view d) {
 void RouterStream::h2up_trailers(http::HeaderList& trailers) {
   if (!response_started_ || response_complete_ || !ds_) return;
   auto keep = shared_from_this();
+  note_response_headers(trailers, /*trailers=*/true);
   ds_->encode_trailers(trailers);
 }
 
 void RouterStream::h2up_end() {
   auto keep = shared_from_this();
   upstream_end();
-  if (h2up_) {
-    // The upstream stream is done; bytes still queued for the client are
-    // consumed on its connection now, so its window does not shrink with
-    // this stream. The upstream may end its response before the request's
-    // body is all sent: a request still arriving is cancelled upstream; one
-    // that ended finishes sending on its own.
-    h2up_->consume(h2up_id_, std::exchange(upstream_unconsumed_, 0));
-    h2up_->abandon(h2up_id_, /*cancel=*/!request_ended_);
-    h2up_.reset();
-  }
+  if (up_) std::exchange(up_, nullptr)->finish(true, request_ended_);
   release_host();
   if (ds_) finish_response();
 }
@@ -539,21 +503,18 @@ void RouterStream::finish_response() {
 }
 
 void RouterStream::pause_response() {
-  if (h1up_ && !resp_paused_) h1up_->pause_reading();
+  if (up_ && !resp_paused_) up_->pause_response();
   resp_paused_ = true;
 }
 
 void RouterStream::resume_response() {
   if (!resp_paused_) return;
   resp_paused_ = false;
-  if (h1up_) h1up_->resume_reading();
+  if (up_) up_->resume_response();
 }
 
 void RouterStream::response_sent(size_t n) {
-  if (!h2up_ || n == 0) return;
-  size_t k = std::min(n, upstream_unconsumed_);
-  upstream_unconsumed_ -= k;
-  h2up_->consume(h2up_id_, k);
+  if (up_) up_->response_sent(n);
 }
 
 // ---- timers: the route's timeout and per_try_timeout ----

@@ -3,7 +3,8 @@
 // dataplane/l7_chain.h), the attempts (load balancing, circuit breakers,
 // retries with back-off, the per-try timeout), the body kept for another try,
 // the route's timeout and the cluster's statistics, and talks to an HTTP/1.1
-// upstream (UpstreamConn) or a stream on an HTTP/2 one (H2UpstreamConn).
+// upstream (UpstreamConn) or a stream on an HTTP/2 one (H2UpstreamConn),
+// both through one UpstreamRequest (dataplane/upstream_request.h).
 // The codec's stream (HTTP/1.1 or HTTP/2) drives it with the request and
 // hears the response through RouterDownstream, as Envoy's router does
 // through the codec's StreamDecoderFilterCallbacks.
@@ -14,6 +15,7 @@
 
 #include "dataplane/l7_chain.h"
 #include "dataplane/pipeline.h"
+#include "dataplane/upstream_request.h"
 #include "dataplane/worker.h"
 #include "http2/h2_upstream.h"
 
@@ -138,12 +140,12 @@ class RouterStream : public std::enable_shared_from_this<RouterStream>,
   void upstream_end();
   void finish_response();
   void fail_attempt_log(const char* details, uint32_t flag, std::string failure_reason = {});
-  void note_response_headers(const http::HeaderList& headers);
+  void note_response_headers(const http::HeaderList& headers, bool trailers = false);
   void write_log();
 
   // UpstreamConn::User (HTTP/1.1 upstream)
   void upstream_connected() override {  // the access log's %UPSTREAM_LOCAL_ADDRESS%
-    if (h1up_ && !hcm_->access_logs.empty()) info_.upstream_local_address = h1up_->local_address();
+    if (up_ && !hcm_->access_logs.empty()) info_.upstream_local_address = up_->local_address();
   }
   void upstream_failed(Failure f) override;
   void upstream_drained() override;
@@ -173,20 +175,16 @@ class RouterStream : public std::enable_shared_from_this<RouterStream>,
   RouteDecision decision_;
   ClusterRuntime* cluster_ = nullptr;
   std::shared_ptr<Host> host_;
-  std::shared_ptr<UpstreamConn> h1up_;   // an HTTP/1.1 upstream
-  std::shared_ptr<H2UpstreamConn> h2up_;  // or a stream on an HTTP/2 one
-  int32_t h2up_id_ = -1;
+  std::unique_ptr<UpstreamRequest> up_;  // this attempt's upstream: HTTP/1.1 or a stream on HTTP/2
   std::shared_ptr<RouterStream> in_stage_self_;  // alive while the stages have the request
-  http::BodyEncoder req_enc_;     // the request body's framing for an HTTP/1.1 upstream
+  http::BodyEncoder framing_;     // the request body's framing for an HTTP/1.1 upstream
   http::HeaderList trailers_;     // the request's, for an HTTP/2 upstream
   std::string head_bytes_;        // the deparsed head for an HTTP/1.1 upstream
   std::string replay_;            // the body so far (unframed), kept for another try
-  std::string scratch_;
-  size_t h2_queued_ = 0;          // request bytes an HTTP/2 upstream did not take yet
-  size_t upstream_unconsumed_ = 0;  // HTTP/2 upstream response bytes not yet passed on
   asio::steady_timer route_timer_, try_timer_;
   StreamInfo info_;
-  std::optional<http::HeaderList> logged_headers_;  // the response's, kept only where an access log is configured
+  // The response's headers and trailers that an access log names, kept only for it.
+  std::optional<http::HeaderList> logged_headers_, logged_trailers_;
   uint64_t deparser_ns_ = 0;
   int64_t start_ns_;
   uint32_t attempts_ = 0;

@@ -97,6 +97,10 @@ std::shared_ptr<const Snapshot> Snapshot::build(config::Bootstrap bootstrap, Sta
         for (const auto& al : f.hcm->access_log) {
           h->access_logs.push_back(std::make_unique<AccessLogger>(al));
           h->reads_identity = h->reads_identity || h->access_logs.back()->reads_identity();
+          for (const auto& name : h->access_logs.back()->response_headers())
+            if (std::find(h->logged_response_headers.begin(), h->logged_response_headers.end(), name) ==
+                h->logged_response_headers.end())
+              h->logged_response_headers.push_back(name);
         }
         if (!h->rbacs.empty()) stats.http_has_rbac(f.hcm->stat_prefix);
         h->limits.max_headers_count = f.hcm->max_headers_count;

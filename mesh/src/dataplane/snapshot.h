@@ -39,6 +39,7 @@ struct HcmRuntime {
   // A connection reads its local address, TLS facts and peer certificate
   // (DownstreamFacts) only where RBAC or an access log names them.
   bool reads_identity = false;
+  std::vector<std::string> logged_response_headers;  // what the access logs read of a response (%RESP(...)%)
   void log(const StreamInfo& info) const;  // a line in each access log
 };
 

@@ -459,7 +459,10 @@ void UpstreamConn::connect(User* user) {
   });
 }
 
-std::string UpstreamConn::local_address() { return connected_ ? local_address_of(sock_.native_handle()) : ""; }
+std::string UpstreamConn::local_address() {
+  if (local_address_.empty() && connected_) local_address_ = local_address_of(sock_.native_handle());  // read once
+  return local_address_;
+}
 
 void UpstreamConn::send(std::string_view bytes) {
   out_.pending.append(bytes);

@@ -274,6 +274,7 @@ class UpstreamConn : public std::enable_shared_from_this<UpstreamConn> {
   ReadBuffer in_;
   WriteQueue out_;
   std::string failure_reason_;
+  std::string local_address_;  // once connected, for the access log
   bool reading_ = false, paused_ = false, connected_ = false, closed_ = false;
 };
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "dpukit/core/accounting.h"
 #include "dpukit/core/log.h"
@@ -178,6 +180,7 @@ class AccessLogFiles {
   void set_interval(std::chrono::milliseconds interval) {
     std::lock_guard<std::mutex> lock(mu_);
     interval_ = interval;
+    retimed_ = true;
     cv_.notify_one();
   }
 
@@ -213,11 +216,16 @@ class AccessLogFiles {
 
   void run() {
     std::unique_lock<std::mutex> lock(mu_);
+    auto last = std::chrono::steady_clock::now();
     while (!stopping_) {
-      bool by_timer = !cv_.wait_for(lock, interval_, [this] { return stopping_ || urgent_; });
+      // Until the interval after the last write-out (a new interval counts at once), or a full buffer.
+      const bool woken = cv_.wait_until(lock, last + interval_, [this] { return stopping_ || urgent_ || retimed_; });
+      if (stopping_) break;
+      if (std::exchange(retimed_, false) && !urgent_) continue;
       urgent_ = false;
+      last = std::chrono::steady_clock::now();
       lock.unlock();
-      flush_all(by_timer);
+      flush_all(!woken);
       lock.lock();
     }
   }
@@ -226,7 +234,7 @@ class AccessLogFiles {
   std::condition_variable cv_;
   std::map<std::string, std::weak_ptr<AccessLogFile>> files_;
   std::chrono::milliseconds interval_{10000};  // Envoy's --file-flush-interval-msec default
-  bool urgent_ = false, stopping_ = false;
+  bool urgent_ = false, stopping_ = false, retimed_ = false;
   std::atomic<uint64_t> write_completed_{0}, write_failed_{0}, dropped_{0}, reopen_failed_{0}, flushed_by_timer_{0};
   std::thread thread_;
 };
@@ -291,13 +299,20 @@ std::string start_time_text(const std::string& fmt, std::chrono::system_clock::t
   const int64_t nanos = duration_cast<nanoseconds>(since).count() - secs * 1000000000;
   std::time_t tt = static_cast<std::time_t>(secs);
   std::tm tm{};
-  ::gmtime_r(&tt, &tm);
   char buf[128];
   if (fmt.empty()) {
-    size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-    std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(nanos / 1000000));
+    // Lines of one second share its text: formatted once per thread and second.
+    thread_local int64_t cached_secs = -1;
+    thread_local char cached[32];
+    if (secs != cached_secs) {
+      ::gmtime_r(&tt, &tm);
+      std::strftime(cached, sizeof cached, "%Y-%m-%dT%H:%M:%S", &tm);
+      cached_secs = secs;
+    }
+    std::snprintf(buf, sizeof buf, "%s.%03dZ", cached, static_cast<int>(nanos / 1000000));
     return buf;
   }
+  ::gmtime_r(&tt, &tm);
   std::string expanded;
   for (size_t i = 0; i < fmt.size(); ++i) {
     if (fmt[i] != '%' || i + 1 >= fmt.size()) {
@@ -398,13 +413,22 @@ void collect_leaves(const nlohmann::json& node, std::vector<std::vector<config::
 // ---- AccessLogger ----
 
 AccessLogger::AccessLogger(const config::AccessLog& cfg) : omit_empty_(cfg.omit_empty_values) {
+  const auto note = [this](const std::vector<config::FormatPiece>& pieces) {
+    reads_identity_ = reads_identity_ || names_identity(pieces);
+    for (const auto& p : pieces)
+      if (p.op == Op::kResp || p.op == Op::kTrailer)
+        for (const std::string* name : {&p.text, &p.alt})
+          if (!name->empty() && std::find(response_headers_.begin(), response_headers_.end(), *name) ==
+                                    response_headers_.end())
+            response_headers_.push_back(*name);
+  };
   if (cfg.json_format) {
     json_ = *cfg.json_format;
     collect_leaves(*json_, json_pieces_);
-    for (const auto& pieces : json_pieces_) reads_identity_ = reads_identity_ || names_identity(pieces);
+    for (const auto& pieces : json_pieces_) note(pieces);
   } else {
     text_ = config::compile_format(cfg.text_format ? *cfg.text_format : config::kDefaultAccessLogFormat);
-    reads_identity_ = names_identity(text_);
+    note(text_);
   }
   file_ = files().open(cfg);
 }

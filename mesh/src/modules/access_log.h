@@ -84,6 +84,8 @@ class AccessLogger {
   std::string format(const StreamInfo& info, int64_t end_ns) const;
   // Whether the format names the connection's local address, TLS facts or peer certificate.
   bool reads_identity() const { return reads_identity_; }
+  // The response headers and trailers its %RESP(...)% / %TRAILER(...)% name (lowercase): all a stream keeps of them.
+  const std::vector<std::string>& response_headers() const { return response_headers_; }
 
  private:
   void format_json(const nlohmann::json& tmpl, const StreamInfo& info, int64_t end_ns, nlohmann::json& out) const;
@@ -92,6 +94,7 @@ class AccessLogger {
   std::optional<nlohmann::json> json_;  // the template; its leaves compiled in json_pieces_
   std::vector<std::vector<config::FormatPiece>> json_pieces_;
   bool omit_empty_ = false, reads_identity_ = false;
+  std::vector<std::string> response_headers_;
   std::shared_ptr<AccessLogFile> file_;
 };
 
