@@ -191,13 +191,7 @@ AgentCpu agent_cpu(const nlohmann::json& result) {
   return {c["dpu"].get<uint64_t>() / 1e9, c.value("hw", uint64_t{0}) / 1e9};
 }
 
-int bench_command(int argc, char** argv) {
-  ArgParser p(std::string(kTool) + " bench",
-              "Runs the stock db_bench (fillrandom, or overwrite on a DB it fills first) on one kv mode, with\n"
-              "the host side pinned to --host-cpus and the agent to --dpu-cpus, and writes the measured figures.\n"
-              "RocksDB settings: the paper's (64 MB memtable and SST target, 256 MB L1, fan-out 10, 7 levels,\n"
-              "bloom 10 bits/key, no compression, direct reads, 4 compaction threads) with the block cache and\n"
-              "the data scaled to this machine.");
+void declare_bench_options(ArgParser& p) {
   p.option("mode", "vanilla, filepool, async-host, pulsedb or dcomp", "pulsedb");
   p.option("driver", "db_bench (the stock one) or kvbench (dpukit-kvbench fill/overwrite --drain; dcomp needs it)",
            "db_bench");
@@ -232,8 +226,11 @@ int bench_command(int argc, char** argv) {
   p.flag("keep", "keep the DB and the pool afterwards (by default only the logs and stats stay: a pool is\n"
                  "preallocated, slots x slot size, several GB at the default scale)");
   p.option("json", "write the result here");
-  p.parse(argc, argv, 2);
+}
 
+// The settings the flags give, checked; the paths and the driver are set
+// after the work directory is made.
+Settings bench_settings(const ArgParser& p) {
   Settings s;
   s.mode = p.str("mode");
   s.workload = p.str("workload");
@@ -274,92 +271,94 @@ int bench_command(int argc, char** argv) {
     throw InputError("--dcomp-share must be a fraction in [0, 1]");
   if (s.mode != "dcomp" && (p.has("dcomp-first-level") || p.has("dcomp-share")))
     throw InputError("--dcomp-first-level and --dcomp-share are for --mode dcomp");
-  fs::path work = fs::absolute(p.str("work-dir"));
-  fs::remove_all(work);
-  fs::create_directories(work);
-  s.db = (work / "db").string();
-  s.pool = (work / "pool").string();
-  s.sock = (work / "agent.sock").string();
-  struct Cleanup {  // the DB and the pool go, whatever happens, unless --keep
-    const Settings& s;
-    bool keep;
-    ~Cleanup() {
-      if (keep) return;
-      std::error_code ec;
-      fs::remove_all(s.db, ec);
-      fs::remove_all(s.pool, ec);
-      fs::remove_all(s.db + ".dcomp", ec);
-    }
-  } cleanup{s, p.has("keep")};
-  Placement placement = Placement::plan(s.host_cpus, s.dpu_cpus);
+  return s;
+}
+
+// --driver, checked against the mode and the workload.
+std::string bench_driver(const ArgParser& p, const Settings& s) {
+  std::string driver = p.str("driver");
+  if (driver != "db_bench" && driver != "kvbench") throw InputError("--driver: '" + driver + "' is not db_bench or kvbench");
+  if (s.workload == "ycsb" && driver != "kvbench") throw InputError("--workload ycsb needs --driver kvbench");
+  if (s.mode == "dcomp" && driver != "kvbench")
+    throw InputError("--mode dcomp needs --driver kvbench: db_bench cannot install a CompactionService");
+  return driver;
+}
+
+// The DB and the pool go, whatever happens, unless --keep.
+struct RunFilesCleanup {
+  const Settings& s;
+  bool keep;
+  ~RunFilesCleanup() {
+    if (keep) return;
+    std::error_code ec;
+    fs::remove_all(s.db, ec);
+    fs::remove_all(s.pool, ec);
+    fs::remove_all(s.db + ".dcomp", ec);
+  }
+};
+
+// --slots, or by default enough for the live SSTs of the data set plus
+// compaction's outputs in flight.
+uint64_t pool_slots(const ArgParser& p, const RocksDbSettings& rdb) {
   uint64_t slots = p.bytes("slots");
   if (slots == 0) {
-    // Enough for the live SSTs of the data set plus compaction's outputs in flight.
     uint64_t live = p.bytes("data") * 2 / rdb.target_file_size + 16;
     slots = std::max<uint64_t>(32, live);
   }
-  std::string slot_size = std::to_string(rdb.target_file_size + rdb.target_file_size / 8 + (1 << 20));
+  return slots;
+}
 
-  Result result(kTool, argc, argv);
-  result.set_placement(placement);
-  result.set_dpu_speed(s.dpu_speed);
-  result.set_backend("emulated");
+// Host compaction CPU by thread group: "compaction" (RocksDB's compaction
+// threads) and "plugin" (the plugin's own: the completion reaper; in
+// async-host the write-persist engine), which do compaction's I/O work on
+// the host.
+using Cpu = std::map<std::string, uint64_t>;
 
-  s.driver = p.str("driver");
-  if (s.driver != "db_bench" && s.driver != "kvbench") throw InputError("--driver: '" + s.driver + "' is not db_bench or kvbench");
-  if (s.workload == "ycsb" && s.driver != "kvbench") throw InputError("--workload ycsb needs --driver kvbench");
-  if (s.mode == "dcomp" && s.driver != "kvbench")
-    throw InputError("--mode dcomp needs --driver kvbench: db_bench cannot install a CompactionService");
-
-  std::map<std::string, std::string> env;
-  std::string plugin = (self_dir().parent_path() / "lib" / "libdpukit_kv.so").string();
-  std::string plugin_stats = (work / "plugin-stats.json").string();
-  if (s.mode != "vanilla") {
-    if (!fs::exists(plugin)) throw std::runtime_error("no " + plugin + ": build the kv plugin first");
-    env["LD_PRELOAD"] = plugin;
-    env["DPUKIT_KV_STATS"] = plugin_stats;
-    env["DPUKIT_KV_SLOTS"] = std::to_string(slots);
-    env["DPUKIT_KV_SLOT_SIZE"] = slot_size;
+// One bench run's processes: the agent (pulsedb: the dpu side) and the
+// driver's runs, with the environment that loads the plugin (every mode but
+// vanilla).
+class BenchRun {
+ public:
+  BenchRun(const Settings& s, const fs::path& work, uint64_t slots, const std::string& slot_size)
+      : agent_stats((work / "agent-stats.json").string()),
+        plugin_stats((work / "plugin-stats.json").string()),
+        s_(s),
+        work_(work) {
+    if (s.mode != "vanilla") {
+      std::string plugin = (self_dir().parent_path() / "lib" / "libdpukit_kv.so").string();
+      if (!fs::exists(plugin)) throw std::runtime_error("no " + plugin + ": build the kv plugin first");
+      env_["LD_PRELOAD"] = plugin;
+      env_["DPUKIT_KV_STATS"] = plugin_stats;
+      env_["DPUKIT_KV_SLOTS"] = std::to_string(slots);
+      env_["DPUKIT_KV_SLOT_SIZE"] = slot_size;
+    }
+    if (s.mode == "pulsedb") start_agent(slots, slot_size);
   }
 
-  ChildProcess agent;
-  std::string agent_stats = (work / "agent-stats.json").string();
-  if (s.mode == "pulsedb") {
-    SpawnOptions o;
-    o.cpus = CpuSet::parse(s.dpu_cpus);
-    o.log = (work / "agent.log").string();
-    agent = ChildProcess::spawn({(self_dir() / "dpukit-agent").string(), "--listen", s.sock, "--pool", s.pool,
-                                 "--slots", std::to_string(slots), "--slot-size", slot_size, "--stats", agent_stats,
-                                 "--cpus", s.dpu_cpus, "--dpu-speed", s.dpu_speed.name},
-                                o);
-    // Up to 5 minutes: the agent listens once its pool is made, and making
-    // one writes its slots out (about 7 s for 64 slots of 72 MiB here).
-    for (int i = 0; i < 30000 && !fs::exists(s.sock); ++i) {
-      if (!agent.running()) throw std::runtime_error("the agent exited at start: " + slurp(o.log));
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (!fs::exists(s.sock)) {
-      agent.kill(SIGTERM);
-      agent.wait();
-      throw std::runtime_error("the agent did not listen on " + s.sock + " within 5 minutes: " + slurp(o.log));
-    }
+  void stop_agent() {
+    if (!agent_.running()) return;
+    agent_.kill(SIGTERM);
+    agent_.wait();
   }
-  auto stop_agent = [&] {
-    if (!agent.running()) return;
-    agent.kill(SIGTERM);
-    agent.wait();
-  };
 
-  // The host's compaction CPU: RocksDB's compaction threads plus the
-  // plugin's own (the completion reaper; in async-host the write-persist
-  // engine), which do compaction's I/O work on the host.
-  using Cpu = std::map<std::string, uint64_t>;
-  auto run_db_bench = [&](const std::string& benchmark, bool existing, const std::string& log, Cpu* cpu) {
+  // The agent's CPU time so far, read from the stats it writes on SIGUSR1
+  // (for overwrite, the fill phase's share is taken off).
+  AgentCpu agent_reading() {
+    if (agent_.pid() <= 0) return AgentCpu{};
+    fs::remove(agent_stats);
+    agent_.kill(SIGUSR1);
+    for (int i = 0; i < 200 && !fs::exists(agent_stats); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return agent_cpu(read_result(agent_stats));
+  }
+
+  // The stock db_bench, pinned to the host's CPUs; returns its CPU time and
+  // puts its compaction threads' in `cpu`.
+  uint64_t run_db_bench(const std::string& benchmark, bool existing, const std::string& log, Cpu* cpu) {
     SpawnOptions o;
-    o.cpus = CpuSet::parse(s.host_cpus);
+    o.cpus = CpuSet::parse(s_.host_cpus);
     o.log = log;
-    o.env = env;
-    ChildProcess c = ChildProcess::spawn(db_bench_args(s, benchmark, existing), o);
+    o.env = env_;
+    ChildProcess c = ChildProcess::spawn(db_bench_args(s_, benchmark, existing), o);
     ThreadCpuSampler sampler({{"compaction", "rocksdb:low"}, {"plugin", "pulsedb:"}}, 50, c.pid());
     sampler.start();
     while (c.running()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -370,179 +369,218 @@ int bench_command(int argc, char** argv) {
       throw std::runtime_error("db_bench " + benchmark + " failed (" + c.exit_text() + "); log " + log);
     }
     return c.cpu_ns();
-  };
-
-  try {
-    // The agent's CPU time comes from its stats; for overwrite the fill
-    // phase's share is read (SIGUSR1) and taken off.
-    AgentCpu agent_cpu0;
-    auto agent_reading = [&] {
-      if (agent.pid() <= 0) return AgentCpu{};
-      fs::remove(agent_stats);
-      agent.kill(SIGUSR1);
-      for (int i = 0; i < 200 && !fs::exists(agent_stats); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      return agent_cpu(read_result(agent_stats));
-    };
-    DbBenchReport r;
-    Cpu low;
-    double host_cpu_s = 0, worker_cpu_s = 0;
-    // The kernel's share over the measured phase (docs/kv.md, "Where the CPU
-    // time goes").
-    KernelCpuSampler kernel(100);
-    auto t0 = std::chrono::steady_clock::now();
-    if (s.driver == "db_bench") {
-      if (s.workload == "overwrite") {  // an existing DB to overwrite: filled first, not measured
-        run_db_bench("fillrandom", false, (work / "fill.log").string(), nullptr);
-        agent_cpu0 = agent_reading();
-      }
-      std::string log = (work / (s.workload + ".log")).string();
-      t0 = std::chrono::steady_clock::now();
-      kernel.start();
-      host_cpu_s = run_db_bench(s.workload, s.workload == "overwrite", log, &low) / 1e9;
-      kernel.stop();
-      r = parse_db_bench(slurp(log), s.workload);
-    } else {
-      auto run_kvbench = [&](const std::string& command) {
-        std::string name = command.rfind("ycsb:", 0) == 0 ? "ycsb-" + command.substr(5) : command;
-        std::string json = (work / (name + ".json")).string(), log = (work / (name + ".log")).string();
-        SpawnOptions o;
-        o.log = log;
-        o.env = env;
-        ChildProcess c = ChildProcess::spawn(kvbench_args(s, command, json), o);
-        c.wait();
-        if (!c.succeeded())
-          throw std::runtime_error("dpukit-kvbench " + command + " failed (" + c.exit_text() + "); log " + log);
-        return read_result(json);
-      };
-      if (s.workload == "overwrite") {
-        run_kvbench("fill");
-        agent_cpu0 = agent_reading();
-      }
-      t0 = std::chrono::steady_clock::now();
-      kernel.start();
-      auto add_cpu = [&](const nlohmann::json& kf) {
-        uint64_t plugin = kf["compaction"]["host_plugin_cpu_ns"].get<uint64_t>();
-        low["compaction"] += kf["compaction"]["host_cpu_ns"].get<uint64_t>() - plugin;
-        low["plugin"] += plugin;
-        host_cpu_s += kf["host_process_cpu_ns"].get<double>() / 1e9;
-        worker_cpu_s += kf["dpu_cpu_ns"].get<double>() / 1e9;
-      };
-      if (s.workload == "ycsb") {
-        // Load, then A-F on what it loaded; the load's write figures lead,
-        // every phase's throughput and main latency are listed.
-        nlohmann::json phases = nlohmann::json::object();
-        for (const char* phase : {"load", "a", "b", "c", "d", "e", "f"}) {
-          auto kf = run_kvbench(std::string("ycsb:") + phase)["figures"];
-          add_cpu(kf);
-          if (std::string(phase) == "load") r = kvbench_report(kf, "insert");
-          nlohmann::json lat = nlohmann::json::object();
-          for (auto& [op, l] : kf["latency_us"].items()) lat[op] = {{"p50", l["p50"]}, {"p99", l["p99"]}};
-          phases[phase] = {{"ops_per_sec", kf["throughput_ops_per_s"]}, {"latency_us", lat},
-                           {"stall_ratio", kf["write_stall_ratio"]}};
-        }
-        result.figures()["ycsb"] = phases;
-      } else {
-        auto kf = run_kvbench(s.workload == "overwrite" ? "overwrite" : "fill")["figures"];
-        r = kvbench_report(kf, s.workload == "overwrite" ? "update" : "insert");
-        add_cpu(kf);
-        if (kf.contains("dcomp")) result.figures()["dcomp"] = kf["dcomp"];
-        // Compaction output written by the dcomp worker (the dpu): Fig. 4a's share.
-        result.figures()["compaction_write_bytes_dpu"] = kf["compaction"]["bytes_written_worker"];
-      }
-      kernel.stop();
-    }
-    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    stop_agent();
-
-    auto& f = result.figures();
-    f["mode"] = s.mode;
-    f["workload"] = s.workload;
-    f["value_size"] = rdb.value_size;
-    f["operations"] = r.operations;
-    f["ops_per_sec"] = r.ops_per_sec;
-    f["mb_per_sec"] = r.mb_per_sec;
-    f["seconds"] = r.seconds;
-    f["write_avg_us"] = r.avg;
-    f["write_p50_us"] = r.p50;
-    f["write_p99_us"] = r.p99;
-    f["write_p999_us"] = r.p999;
-    f["write_p9999_us"] = r.p9999;
-    f["stall_micros"] = r.stall_micros;
-    f["stall_ratio"] = r.seconds > 0 ? r.stall_micros / 1e6 / (r.seconds * s.threads) : 0;
-    f["compaction_write_bytes"] = r.compaction_write_bytes;
-    f["compaction_read_bytes"] = r.compaction_read_bytes;
-    f["compaction_mb_per_sec"] =
-        r.compaction_window > 0 ? r.compaction_write_bytes / 1048576.0 / r.compaction_window : 0;
-    f["host_compaction_cpu_s"] = (low["compaction"] + low["plugin"]) / 1e9;
-    f["host_rocksdb_compaction_cpu_s"] = low["compaction"] / 1e9;
-    f["host_plugin_cpu_s"] = low["plugin"] / 1e9;
-    f["host_cpu_s"] = host_cpu_s;
-    f["driver"] = s.driver;
-    f["wall_s"] = wall;
-    double dpu = worker_cpu_s, hw = 0;  // dcomp: the worker's
-    if (fs::exists(agent_stats)) {
-      nlohmann::json ag = read_result(agent_stats);
-      f["agent"] = ag["figures"];
-      const AgentCpu a = agent_cpu(ag);
-      dpu = a.dpu - agent_cpu0.dpu;
-      hw = a.hw - agent_cpu0.hw;
-    }
-    f["dpu_cpu_s"] = dpu;
-    f["hw_cpu_s"] = hw;
-    // Whole-host CPU: the host process tree, the kernel threads' I/O work
-    // (all of it charged to the host: writeback, journal and reclaim are
-    // woken by the host's and the agent's writes alike) and the interrupt
-    // time on the host's CPUs. The dpu side: the agent (or dcomp worker) and
-    // the interrupt time on its CPUs.
-    {
-      auto kt = kernel.threads_ns();
-      const IrqTimes on_host = kernel.irq_ns(placement.host), on_dpu = kernel.irq_ns(placement.dpu);
-      const double kernel_io = (kt["kworker"] + kt["ksoftirqd"] + kt["jbd2"] + kt["kswapd"]) / 1e9;
-      const double irq_host = (on_host.irq_ns + on_host.softirq_ns) / 1e9;
-      const double irq_dpu = (on_dpu.irq_ns + on_dpu.softirq_ns) / 1e9;
-      f["kernel_cpu_s"] = {{"kworker", kt["kworker"] / 1e9},     {"ksoftirqd", kt["ksoftirqd"] / 1e9},
-                           {"jbd2", kt["jbd2"] / 1e9},           {"kswapd", kt["kswapd"] / 1e9},
-                           {"other_threads", kt["other"] / 1e9}, {"irq_host_cpus", on_host.irq_ns / 1e9},
-                           {"softirq_host_cpus", on_host.softirq_ns / 1e9},
-                           {"irq_dpu_cpus", on_dpu.irq_ns / 1e9},
-                           {"softirq_dpu_cpus", on_dpu.softirq_ns / 1e9}};
-      f["host_whole_cpu_s"] = host_cpu_s + kernel_io + irq_host;
-      f["host_whole_compaction_cpu_s"] = (low["compaction"] + low["plugin"]) / 1e9 + kernel_io + irq_host;
-      f["dpu_whole_cpu_s"] = dpu + hw + irq_dpu;
-    }
-    if (fs::exists(plugin_stats)) f["plugin"] = read_result(plugin_stats)["figures"];
-    auto& prm = result.parameters();
-    prm["num"] = s.num;
-    prm["threads"] = s.threads;
-    prm["compaction_threads"] = s.jobs;
-    prm["write_buffer"] = rdb.write_buffer_size;
-    prm["target_file"] = rdb.target_file_size;
-    prm["level_base"] = rdb.max_bytes_for_level_base;
-    prm["cache"] = rdb.cache_size;
-    prm["write_threshold"] = s.write_threshold;
-    prm["sync_interval"] = s.sync_interval;
-    prm["queue"] = s.queue;
-    prm["l0_slowdown"] = rdb.l0_slowdown;
-    prm["l0_stop"] = rdb.l0_stop;
-    if (s.mode == "pulsedb") prm["payload"] = s.payload;
-    if (s.mode == "dcomp") {
-      prm["dcomp_first_level"] = s.dcomp_first_level;
-      prm["dcomp_share"] = std::stod(s.dcomp_share);
-    }
-    prm["slots"] = slots;
-    CpuAccount cpu;
-    cpu.add(Place::kHost, static_cast<uint64_t>(host_cpu_s * 1e9));
-    cpu.add(Place::kDpu, static_cast<uint64_t>(dpu * 1e9));
-    cpu.add(Place::kHw, static_cast<uint64_t>(hw * 1e9));
-    result.set_cpu(cpu);
-    result.set_wall_ns(static_cast<uint64_t>(wall * 1e9));
-  } catch (...) {
-    stop_agent();
-    throw;
   }
+
+  // dpukit-kvbench `command` (see kvbench_args); returns its result.
+  nlohmann::json run_kvbench(const std::string& command) {
+    std::string name = command.rfind("ycsb:", 0) == 0 ? "ycsb-" + command.substr(5) : command;
+    std::string json = (work_ / (name + ".json")).string(), log = (work_ / (name + ".log")).string();
+    SpawnOptions o;
+    o.log = log;
+    o.env = env_;
+    ChildProcess c = ChildProcess::spawn(kvbench_args(s_, command, json), o);
+    c.wait();
+    if (!c.succeeded())
+      throw std::runtime_error("dpukit-kvbench " + command + " failed (" + c.exit_text() + "); log " + log);
+    return read_result(json);
+  }
+
+  const std::string agent_stats, plugin_stats;
+
+ private:
+  void start_agent(uint64_t slots, const std::string& slot_size) {
+    SpawnOptions o;
+    o.cpus = CpuSet::parse(s_.dpu_cpus);
+    o.log = (work_ / "agent.log").string();
+    agent_ = ChildProcess::spawn({(self_dir() / "dpukit-agent").string(), "--listen", s_.sock, "--pool", s_.pool,
+                                  "--slots", std::to_string(slots), "--slot-size", slot_size, "--stats", agent_stats,
+                                  "--cpus", s_.dpu_cpus, "--dpu-speed", s_.dpu_speed.name},
+                                 o);
+    // Up to 5 minutes: the agent listens once its pool is made, and making
+    // one writes its slots out (about 7 s for 64 slots of 72 MiB here).
+    for (int i = 0; i < 30000 && !fs::exists(s_.sock); ++i) {
+      if (!agent_.running()) throw std::runtime_error("the agent exited at start: " + slurp(o.log));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!fs::exists(s_.sock)) {
+      agent_.kill(SIGTERM);
+      agent_.wait();
+      throw std::runtime_error("the agent did not listen on " + s_.sock + " within 5 minutes: " + slurp(o.log));
+    }
+  }
+
+  const Settings& s_;
+  const fs::path work_;
+  std::map<std::string, std::string> env_;
+  ChildProcess agent_;
+};
+
+// What the measured phase gave, whichever driver ran it.
+struct Measured {
+  DbBenchReport r;
+  Cpu low;
+  double host_cpu_s = 0, worker_cpu_s = 0;
+  AgentCpu agent_cpu0;  // the agent's CPU time before the phase (overwrite: the fill's)
+  std::chrono::steady_clock::time_point t0;
+};
+
+// The stock db_bench: the workload, after an unmeasured fill for overwrite.
+Measured measure_db_bench(BenchRun& run, const Settings& s, const fs::path& work, KernelCpuSampler& kernel) {
+  Measured m;
+  if (s.workload == "overwrite") {  // an existing DB to overwrite: filled first, not measured
+    run.run_db_bench("fillrandom", false, (work / "fill.log").string(), nullptr);
+    m.agent_cpu0 = run.agent_reading();
+  }
+  std::string log = (work / (s.workload + ".log")).string();
+  m.t0 = std::chrono::steady_clock::now();
+  kernel.start();
+  m.host_cpu_s = run.run_db_bench(s.workload, s.workload == "overwrite", log, &m.low) / 1e9;
+  kernel.stop();
+  m.r = parse_db_bench(slurp(log), s.workload);
+  return m;
+}
+
+// The CPU time one dpukit-kvbench phase reports, added to the phase's.
+void add_kvbench_cpu(Measured& m, const nlohmann::json& kf) {
+  uint64_t plugin = kf["compaction"]["host_plugin_cpu_ns"].get<uint64_t>();
+  m.low["compaction"] += kf["compaction"]["host_cpu_ns"].get<uint64_t>() - plugin;
+  m.low["plugin"] += plugin;
+  m.host_cpu_s += kf["host_process_cpu_ns"].get<double>() / 1e9;
+  m.worker_cpu_s += kf["dpu_cpu_ns"].get<double>() / 1e9;
+}
+
+// YCSB: load, then A-F on what it loaded; the load's write figures lead,
+// every phase's throughput and main latency are listed.
+void measure_ycsb(BenchRun& run, Measured& m, Result& result) {
+  nlohmann::json phases = nlohmann::json::object();
+  for (const char* phase : {"load", "a", "b", "c", "d", "e", "f"}) {
+    auto kf = run.run_kvbench(std::string("ycsb:") + phase)["figures"];
+    add_kvbench_cpu(m, kf);
+    if (std::string(phase) == "load") m.r = kvbench_report(kf, "insert");
+    nlohmann::json lat = nlohmann::json::object();
+    for (auto& [op, l] : kf["latency_us"].items()) lat[op] = {{"p50", l["p50"]}, {"p99", l["p99"]}};
+    phases[phase] = {{"ops_per_sec", kf["throughput_ops_per_s"]}, {"latency_us", lat},
+                     {"stall_ratio", kf["write_stall_ratio"]}};
+  }
+  result.figures()["ycsb"] = phases;
+}
+
+// dpukit-kvbench: fill, overwrite (after an unmeasured fill) or YCSB.
+Measured measure_kvbench(BenchRun& run, const Settings& s, KernelCpuSampler& kernel, Result& result) {
+  Measured m;
+  if (s.workload == "overwrite") {
+    run.run_kvbench("fill");
+    m.agent_cpu0 = run.agent_reading();
+  }
+  m.t0 = std::chrono::steady_clock::now();
+  kernel.start();
+  if (s.workload == "ycsb") {
+    measure_ycsb(run, m, result);
+  } else {
+    auto kf = run.run_kvbench(s.workload == "overwrite" ? "overwrite" : "fill")["figures"];
+    m.r = kvbench_report(kf, s.workload == "overwrite" ? "update" : "insert");
+    add_kvbench_cpu(m, kf);
+    if (kf.contains("dcomp")) result.figures()["dcomp"] = kf["dcomp"];
+    // Compaction output written by the dcomp worker (the dpu): Fig. 4a's share.
+    result.figures()["compaction_write_bytes_dpu"] = kf["compaction"]["bytes_written_worker"];
+  }
+  kernel.stop();
+  return m;
+}
+
+// The write figures: throughput, latency, stalls, compaction, host CPU.
+void write_measured_figures(nlohmann::json& f, const Settings& s, Measured& m, double wall) {
+  const DbBenchReport& r = m.r;
+  f["mode"] = s.mode;
+  f["workload"] = s.workload;
+  f["value_size"] = s.rocksdb.value_size;
+  f["operations"] = r.operations;
+  f["ops_per_sec"] = r.ops_per_sec;
+  f["mb_per_sec"] = r.mb_per_sec;
+  f["seconds"] = r.seconds;
+  f["write_avg_us"] = r.avg;
+  f["write_p50_us"] = r.p50;
+  f["write_p99_us"] = r.p99;
+  f["write_p999_us"] = r.p999;
+  f["write_p9999_us"] = r.p9999;
+  f["stall_micros"] = r.stall_micros;
+  f["stall_ratio"] = r.seconds > 0 ? r.stall_micros / 1e6 / (r.seconds * s.threads) : 0;
+  f["compaction_write_bytes"] = r.compaction_write_bytes;
+  f["compaction_read_bytes"] = r.compaction_read_bytes;
+  f["compaction_mb_per_sec"] =
+      r.compaction_window > 0 ? r.compaction_write_bytes / 1048576.0 / r.compaction_window : 0;
+  f["host_compaction_cpu_s"] = (m.low["compaction"] + m.low["plugin"]) / 1e9;
+  f["host_rocksdb_compaction_cpu_s"] = m.low["compaction"] / 1e9;
+  f["host_plugin_cpu_s"] = m.low["plugin"] / 1e9;
+  f["host_cpu_s"] = m.host_cpu_s;
+  f["driver"] = s.driver;
+  f["wall_s"] = wall;
+}
+
+// The dpu side's CPU time over the phase: the agent's (its stats, less
+// what it had before the phase), or the dcomp worker's.
+AgentCpu dpu_cpu_figures(nlohmann::json& f, const BenchRun& run, const Measured& m) {
+  AgentCpu dpu{m.worker_cpu_s, 0};
+  if (fs::exists(run.agent_stats)) {
+    nlohmann::json ag = read_result(run.agent_stats);
+    f["agent"] = ag["figures"];
+    const AgentCpu a = agent_cpu(ag);
+    dpu = {a.dpu - m.agent_cpu0.dpu, a.hw - m.agent_cpu0.hw};
+  }
+  f["dpu_cpu_s"] = dpu.dpu;
+  f["hw_cpu_s"] = dpu.hw;
+  return dpu;
+}
+
+// Whole-host CPU: the host process tree, the kernel threads' I/O work (all
+// of it charged to the host: writeback, journal and reclaim are woken by
+// the host's and the agent's writes alike) and the interrupt time on the
+// host's CPUs. The dpu side: the agent (or dcomp worker) and the interrupt
+// time on its CPUs.
+void whole_cpu_figures(nlohmann::json& f, const KernelCpuSampler& kernel, const Placement& placement, Measured& m,
+                       const AgentCpu& dpu) {
+  auto kt = kernel.threads_ns();
+  const IrqTimes on_host = kernel.irq_ns(placement.host), on_dpu = kernel.irq_ns(placement.dpu);
+  const double kernel_io = (kt["kworker"] + kt["ksoftirqd"] + kt["jbd2"] + kt["kswapd"]) / 1e9;
+  const double irq_host = (on_host.irq_ns + on_host.softirq_ns) / 1e9;
+  const double irq_dpu = (on_dpu.irq_ns + on_dpu.softirq_ns) / 1e9;
+  f["kernel_cpu_s"] = {{"kworker", kt["kworker"] / 1e9},     {"ksoftirqd", kt["ksoftirqd"] / 1e9},
+                       {"jbd2", kt["jbd2"] / 1e9},           {"kswapd", kt["kswapd"] / 1e9},
+                       {"other_threads", kt["other"] / 1e9}, {"irq_host_cpus", on_host.irq_ns / 1e9},
+                       {"softirq_host_cpus", on_host.softirq_ns / 1e9},
+                       {"irq_dpu_cpus", on_dpu.irq_ns / 1e9},
+                       {"softirq_dpu_cpus", on_dpu.softirq_ns / 1e9}};
+  f["host_whole_cpu_s"] = m.host_cpu_s + kernel_io + irq_host;
+  f["host_whole_compaction_cpu_s"] = (m.low["compaction"] + m.low["plugin"]) / 1e9 + kernel_io + irq_host;
+  f["dpu_whole_cpu_s"] = dpu.dpu + dpu.hw + irq_dpu;
+}
+
+void write_bench_parameters(nlohmann::json& prm, const Settings& s, uint64_t slots) {
+  const RocksDbSettings& rdb = s.rocksdb;
+  prm["num"] = s.num;
+  prm["threads"] = s.threads;
+  prm["compaction_threads"] = s.jobs;
+  prm["write_buffer"] = rdb.write_buffer_size;
+  prm["target_file"] = rdb.target_file_size;
+  prm["level_base"] = rdb.max_bytes_for_level_base;
+  prm["cache"] = rdb.cache_size;
+  prm["write_threshold"] = s.write_threshold;
+  prm["sync_interval"] = s.sync_interval;
+  prm["queue"] = s.queue;
+  prm["l0_slowdown"] = rdb.l0_slowdown;
+  prm["l0_stop"] = rdb.l0_stop;
+  if (s.mode == "pulsedb") prm["payload"] = s.payload;
+  if (s.mode == "dcomp") {
+    prm["dcomp_first_level"] = s.dcomp_first_level;
+    prm["dcomp_share"] = std::stod(s.dcomp_share);
+  }
+  prm["slots"] = slots;
+}
+
+void print_bench_summary(Result& result, const Settings& s) {
   std::printf("%s %s value=%llu, dpu %s: %.0f ops/s, %.1f MB/s, P99 %.0f us, P99.9 %.0f us, stall %.1f %%, compaction %.1f MB/s, "
               "host compaction CPU %.2f s (whole-host %.2f s), dpu CPU %.2f s, hw CPU %.2f s\n",
-              s.mode.c_str(), s.workload.c_str(), static_cast<unsigned long long>(rdb.value_size),
+              s.mode.c_str(), s.workload.c_str(), static_cast<unsigned long long>(s.rocksdb.value_size),
               s.dpu_speed.name.c_str(), result.figures()["ops_per_sec"].get<double>(), result.figures()["mb_per_sec"].get<double>(),
               result.figures()["write_p99_us"].get<double>(),
               result.figures()["write_p999_us"].get<double>(), 100 * result.figures()["stall_ratio"].get<double>(),
@@ -550,6 +588,64 @@ int bench_command(int argc, char** argv) {
               result.figures()["host_compaction_cpu_s"].get<double>(),
               result.figures()["host_whole_compaction_cpu_s"].get<double>(), result.figures()["dpu_cpu_s"].get<double>(),
               result.figures()["hw_cpu_s"].get<double>());
+}
+
+int bench_command(int argc, char** argv) {
+  ArgParser p(std::string(kTool) + " bench",
+              "Runs the stock db_bench (fillrandom, or overwrite on a DB it fills first) on one kv mode, with\n"
+              "the host side pinned to --host-cpus and the agent to --dpu-cpus, and writes the measured figures.\n"
+              "RocksDB settings: the paper's (64 MB memtable and SST target, 256 MB L1, fan-out 10, 7 levels,\n"
+              "bloom 10 bits/key, no compression, direct reads, 4 compaction threads) with the block cache and\n"
+              "the data scaled to this machine.");
+  declare_bench_options(p);
+  p.parse(argc, argv, 2);
+
+  Settings s = bench_settings(p);
+  const RocksDbSettings& rdb = s.rocksdb;
+  fs::path work = fs::absolute(p.str("work-dir"));
+  fs::remove_all(work);
+  fs::create_directories(work);
+  s.db = (work / "db").string();
+  s.pool = (work / "pool").string();
+  s.sock = (work / "agent.sock").string();
+  RunFilesCleanup cleanup{s, p.has("keep")};
+  Placement placement = Placement::plan(s.host_cpus, s.dpu_cpus);
+  const uint64_t slots = pool_slots(p, rdb);
+  std::string slot_size = std::to_string(rdb.target_file_size + rdb.target_file_size / 8 + (1 << 20));
+
+  Result result(kTool, argc, argv);
+  result.set_placement(placement);
+  result.set_dpu_speed(s.dpu_speed);
+  result.set_backend("emulated");
+  s.driver = bench_driver(p, s);
+
+  BenchRun run(s, work, slots, slot_size);
+  try {
+    // The kernel's share over the measured phase (docs/kv.md, "Where the CPU
+    // time goes").
+    KernelCpuSampler kernel(100);
+    Measured m = s.driver == "db_bench" ? measure_db_bench(run, s, work, kernel)
+                                        : measure_kvbench(run, s, kernel, result);
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.t0).count();
+    run.stop_agent();
+
+    auto& f = result.figures();
+    write_measured_figures(f, s, m, wall);
+    const AgentCpu dpu = dpu_cpu_figures(f, run, m);
+    whole_cpu_figures(f, kernel, placement, m, dpu);
+    if (fs::exists(run.plugin_stats)) f["plugin"] = read_result(run.plugin_stats)["figures"];
+    write_bench_parameters(result.parameters(), s, slots);
+    CpuAccount cpu;
+    cpu.add(Place::kHost, static_cast<uint64_t>(m.host_cpu_s * 1e9));
+    cpu.add(Place::kDpu, static_cast<uint64_t>(dpu.dpu * 1e9));
+    cpu.add(Place::kHw, static_cast<uint64_t>(dpu.hw * 1e9));
+    result.set_cpu(cpu);
+    result.set_wall_ns(static_cast<uint64_t>(wall * 1e9));
+  } catch (...) {
+    run.stop_agent();
+    throw;
+  }
+  print_bench_summary(result, s);
   if (p.has("json")) result.write(p.str("json"));
   return 0;
 }
