@@ -331,6 +331,163 @@ Placement placement(const ArgParser& p, bool dcomp, const DcompConfig& d) {
   return pl;
 }
 
+// The measured window: the phase, the drain (--drain) and the close, whose
+// compactions count too; the tickers and the CPU time around it.
+struct Window {
+  PhaseResult r;
+  uint64_t t0 = 0, t_run = 0, t_drain = 0, t_close = 0;
+  uint64_t host_cpu = 0;  // the whole process
+  std::map<std::string, uint64_t> thread_cpu;  // by thread group
+  const char* thread_cpu_clock = "";
+  Tickers before, after;
+  nlohmann::json lsm;  // the LSM's shape after the drain
+  DcompOffload::Summary dsum;
+
+  uint64_t delta(rocksdb::Tickers t) const { return after[t] - before[t]; }
+  double run_s() const { return r.seconds; }  // the client threads alone, without the set-up around them
+};
+
+Window measure_window(std::unique_ptr<rocksdb::DB> db, rocksdb::Statistics& statistics, const PhaseSpec& spec,
+                      bool drain_after, DcompOffload* offload) {
+  Window w;
+  // "plugin": the pulsedb plugin's own threads (its completion reaper; in
+  // async-host the write-persist engine) do compaction's I/O on the host.
+  ThreadCpuSampler sampler({{"compaction", "rocksdb:low"},
+                            {"plugin", "pulsedb:"},
+                            {"flush", "rocksdb:high"},
+                            {"client", "kvbench-client"}});
+  sampler.start();
+  uint64_t cpu0 = process_cpu_ns();
+  w.before = Tickers::read(statistics);
+  w.t0 = now_ns();
+  w.r = run_phase(*db, spec);
+  w.t_run = now_ns();
+  if (drain_after && w.r.error.empty()) drain(*db);
+  w.t_drain = now_ns();
+  w.lsm = lsm_shape(*db);
+  // Close waits for the compactions still running, so their work (host or
+  // worker) is inside the measured window like the rest.
+  rocksdb::Status close_status = db->Close();
+  db.reset();
+  w.t_close = now_ns();
+  sampler.stop();
+  w.host_cpu = process_cpu_ns() - cpu0;
+  w.after = Tickers::read(statistics);
+  if (offload) w.dsum = offload->finish();
+  if (!close_status.ok() && w.r.error.empty()) w.r.error = "closing the database: " + close_status.ToString();
+  w.thread_cpu = sampler.cpu_ns();
+  w.thread_cpu_clock = sampler.clock();
+  return w;
+}
+
+nlohmann::json window_figures(const Window& w, const PhaseSpec& spec, bool dcomp) {
+  const PhaseResult& r = w.r;
+  const double run_s = w.run_s();
+  const uint64_t stall = w.delta(rocksdb::STALL_MICROS);
+  const uint64_t cw_host = w.delta(rocksdb::COMPACT_WRITE_BYTES), cw_worker = w.delta(rocksdb::REMOTE_COMPACT_WRITE_BYTES);
+  auto thread_cpu = w.thread_cpu;
+  nlohmann::json lat = nlohmann::json::object();
+  for (int i = 0; i < kOpTypes; ++i)
+    if (r.latency[i].count()) lat[op_name(OpType(i))] = latency_json(r.latency[i]);
+  nlohmann::json figures = {
+      {"command", spec.command},
+      {"workload", spec.workload.name},
+      {"mode", dcomp ? "dcomp" : "local"},
+      {"ops", r.ops},
+      {"run_seconds", run_s},
+      {"throughput_ops_per_s", run_s > 0 ? r.ops / run_s : 0},
+      {"latency_us", lat},
+      {"read_not_found", r.not_found},
+      {"scanned_rows", r.scanned_rows},
+      {"write_stall_micros", stall},
+      {"write_stall_ratio", run_s > 0 ? stall / 1e6 / run_s : 0},
+      {"compaction",
+       {{"bytes_written", cw_host + cw_worker},
+        {"bytes_written_host", cw_host},
+        {"bytes_written_worker", cw_worker},
+        {"bytes_read_host", w.delta(rocksdb::COMPACT_READ_BYTES)},
+        {"bytes_read_worker", w.delta(rocksdb::REMOTE_COMPACT_READ_BYTES)},
+        {"host_cpu_ns", thread_cpu["compaction"] + thread_cpu["plugin"]},
+        {"host_plugin_cpu_ns", thread_cpu["plugin"]}}},
+      {"flush_bytes_written", w.delta(rocksdb::FLUSH_WRITE_BYTES)},
+      {"user_bytes_written", w.delta(rocksdb::BYTES_WRITTEN)},
+      {"thread_cpu_ns", thread_cpu},
+      {"thread_cpu_clock", w.thread_cpu_clock},
+      {"host_process_cpu_ns", w.host_cpu},
+      {"dpu_cpu_ns", w.dsum.worker_cpu_ns},
+      {"drain_seconds", (w.t_drain - w.t_run) / 1e9},
+      {"close_seconds", (w.t_close - w.t_drain) / 1e9},
+      {"lsm", w.lsm},
+  };
+  if (dcomp) figures["dcomp"] = w.dsum.json;
+  if (!r.error.empty()) figures["error"] = r.error;
+  return figures;
+}
+
+nlohmann::json phase_parameters(const ArgParser& p, const DbConfig& cfg, const PhaseSpec& spec, bool dcomp,
+                                const DcompConfig& dcfg) {
+  nlohmann::json params = cfg.to_json();
+  params["mode"] = dcomp ? "dcomp" : "local";
+  params["command"] = spec.command;
+  params["workload"] = spec.workload.name;
+  params["records"] = spec.records;
+  params["ops"] = spec.workload.load ? spec.records : spec.ops;
+  if (spec.workload.dist == KeyDist::kUniform && !spec.workload.load) params["key_space"] = spec.key_space;
+  else params["zipf_constant"] = spec.zipf_constant;
+  params["threads"] = spec.threads;
+  params["seed"] = spec.seed;
+  params["drain"] = p.has("drain");
+  if (dcomp) params.update(dcomp_parameters(dcfg));
+  return params;
+}
+
+// dcomp: where the compactions ran, by levels, and the worker's fate.
+void print_dcomp_summary(const nlohmann::json& d) {
+  std::printf("  dcomp: %llu jobs ran in the worker, %llu failed there and ran on the host; by levels:",
+              (unsigned long long)d["jobs_in_worker"].get<uint64_t>(),
+              (unsigned long long)d["jobs_failed"].get<uint64_t>());
+  for (const auto& [tag, c] : d["by_levels"].items())
+    std::printf(" %s host %llu worker %llu;", tag.c_str(), (unsigned long long)c["host"].get<uint64_t>(),
+                (unsigned long long)c["worker"].get<uint64_t>());
+  std::printf(" %llu worker restart(s), last worker %s\n", (unsigned long long)d["worker_restarts"].get<uint64_t>(),
+              d["worker_exit"].get<std::string>().c_str());
+}
+
+// The human summary.
+void print_window_summary(const Window& w, const PhaseSpec& spec, bool dcomp) {
+  const PhaseResult& r = w.r;
+  const double run_s = w.run_s();
+  const uint64_t stall = w.delta(rocksdb::STALL_MICROS);
+  const uint64_t cw_host = w.delta(rocksdb::COMPACT_WRITE_BYTES), cw_worker = w.delta(rocksdb::REMOTE_COMPACT_WRITE_BYTES);
+  auto thread_cpu = w.thread_cpu;
+  std::printf("%s %s (%s): %llu ops in %.2f s = %.0f ops/s, %u thread(s)\n", spec.command.c_str(),
+              spec.workload.name.c_str(), dcomp ? "dcomp" : "local", (unsigned long long)r.ops, run_s,
+              run_s > 0 ? r.ops / run_s : 0, spec.threads);
+  for (int i = 0; i < kOpTypes; ++i) {
+    const LatencyHistogram& h = r.latency[i];
+    if (!h.count()) continue;
+    std::printf("  %-18s %10llu ops  avg %9.1f  p50 %9.1f  p99 %9.1f  p99.9 %9.1f  max %9.1f us\n",
+                op_name(OpType(i)), (unsigned long long)h.count(), h.mean() / 1e3, h.percentile(0.5) / 1e3,
+                h.percentile(0.99) / 1e3, h.percentile(0.999) / 1e3, h.max() / 1e3);
+  }
+  if (r.not_found) std::printf("  reads of missing keys: %llu\n", (unsigned long long)r.not_found);
+  std::printf("  write stall %.1f%% of the run (%.2f s); compaction wrote %s (host %s, worker %s)\n",
+              run_s > 0 ? 100.0 * stall / 1e6 / run_s : 0.0, stall / 1e6, gb(cw_host + cw_worker).c_str(),
+              gb(cw_host).c_str(), gb(cw_worker).c_str());
+  std::printf("  host CPU: compaction threads %.2f s, flush %.2f s, clients %.2f s, whole process %.2f s",
+              thread_cpu["compaction"] / 1e9, thread_cpu["flush"] / 1e9, thread_cpu["client"] / 1e9, w.host_cpu / 1e9);
+  if (dcomp) std::printf("; worker (dpu) CPU %.2f s", w.dsum.worker_cpu_ns / 1e9);
+  std::printf("\n");
+  if (dcomp) print_dcomp_summary(w.dsum.json);
+  std::printf("  measured %.2f s: run %.2f, drain %.2f, close %.2f; LSM:", (w.t_close - w.t0) / 1e9, run_s,
+              (w.t_drain - w.t_run) / 1e9, (w.t_close - w.t_drain) / 1e9);
+  for (const auto& l : w.lsm)
+    std::printf(" L%d %llu files %s;", l["level"].get<int>(), (unsigned long long)l["files"].get<uint64_t>(),
+                gb(l["bytes"].get<uint64_t>()).c_str());
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int run_measured(const ArgParser& p, PhaseSpec spec, const std::string& tool, int argc, char** argv, bool fresh_db,
@@ -371,142 +528,24 @@ int run_measured(const ArgParser& p, PhaseSpec spec, const std::string& tool, in
     offload = std::make_unique<DcompOffload>(dcfg);
     offload->install(o, cfg.flush_threads(), cfg.compaction_threads());
   }
-  std::unique_ptr<rocksdb::DB> db = open_db(o, cfg.db);
-
-  // "plugin": the pulsedb plugin's own threads (its completion reaper; in
-  // async-host the write-persist engine) do compaction's I/O on the host.
-  ThreadCpuSampler sampler({{"compaction", "rocksdb:low"},
-                            {"plugin", "pulsedb:"},
-                            {"flush", "rocksdb:high"},
-                            {"client", "kvbench-client"}});
-  sampler.start();
-  uint64_t cpu0 = process_cpu_ns();
-  Tickers before = Tickers::read(*o.statistics);
-  uint64_t t0 = now_ns();
-  PhaseResult r = run_phase(*db, spec);
-  uint64_t t_run = now_ns();
-  if (p.has("drain") && r.error.empty()) drain(*db);
-  uint64_t t_drain = now_ns();
-  nlohmann::json lsm = lsm_shape(*db);
-  // Close waits for the compactions still running, so their work (host or
-  // worker) is inside the measured window like the rest.
-  rocksdb::Status close_status = db->Close();
-  db.reset();
-  uint64_t t_close = now_ns();
-  sampler.stop();
-  uint64_t host_cpu = process_cpu_ns() - cpu0;
-  Tickers after = Tickers::read(*o.statistics);
-  auto delta = [&](rocksdb::Tickers t) { return after[t] - before[t]; };
-  DcompOffload::Summary dsum;
-  if (offload) dsum = offload->finish();
-  if (!close_status.ok() && r.error.empty()) r.error = "closing the database: " + close_status.ToString();
-
-  auto thread_cpu = sampler.cpu_ns();
-  uint64_t stall = delta(rocksdb::STALL_MICROS);
-  uint64_t cw_host = delta(rocksdb::COMPACT_WRITE_BYTES), cw_worker = delta(rocksdb::REMOTE_COMPACT_WRITE_BYTES);
-  double run_s = r.seconds;  // the client threads alone, without the set-up around them
-
-  nlohmann::json lat = nlohmann::json::object();
-  for (int i = 0; i < kOpTypes; ++i)
-    if (r.latency[i].count()) lat[op_name(OpType(i))] = latency_json(r.latency[i]);
-  nlohmann::json figures = {
-      {"command", spec.command},
-      {"workload", spec.workload.name},
-      {"mode", dcomp ? "dcomp" : "local"},
-      {"ops", r.ops},
-      {"run_seconds", run_s},
-      {"throughput_ops_per_s", run_s > 0 ? r.ops / run_s : 0},
-      {"latency_us", lat},
-      {"read_not_found", r.not_found},
-      {"scanned_rows", r.scanned_rows},
-      {"write_stall_micros", stall},
-      {"write_stall_ratio", run_s > 0 ? stall / 1e6 / run_s : 0},
-      {"compaction",
-       {{"bytes_written", cw_host + cw_worker},
-        {"bytes_written_host", cw_host},
-        {"bytes_written_worker", cw_worker},
-        {"bytes_read_host", delta(rocksdb::COMPACT_READ_BYTES)},
-        {"bytes_read_worker", delta(rocksdb::REMOTE_COMPACT_READ_BYTES)},
-        {"host_cpu_ns", thread_cpu["compaction"] + thread_cpu["plugin"]},
-        {"host_plugin_cpu_ns", thread_cpu["plugin"]}}},
-      {"flush_bytes_written", delta(rocksdb::FLUSH_WRITE_BYTES)},
-      {"user_bytes_written", delta(rocksdb::BYTES_WRITTEN)},
-      {"thread_cpu_ns", thread_cpu},
-      {"thread_cpu_clock", sampler.clock()},
-      {"host_process_cpu_ns", host_cpu},
-      {"dpu_cpu_ns", dsum.worker_cpu_ns},
-      {"drain_seconds", (t_drain - t_run) / 1e9},
-      {"close_seconds", (t_close - t_drain) / 1e9},
-      {"lsm", lsm},
-  };
-  if (dcomp) figures["dcomp"] = dsum.json;
-  if (!r.error.empty()) figures["error"] = r.error;
-
-  nlohmann::json params = cfg.to_json();
-  params["mode"] = dcomp ? "dcomp" : "local";
-  params["command"] = spec.command;
-  params["workload"] = spec.workload.name;
-  params["records"] = spec.records;
-  params["ops"] = spec.workload.load ? spec.records : spec.ops;
-  if (spec.workload.dist == KeyDist::kUniform && !spec.workload.load) params["key_space"] = spec.key_space;
-  else params["zipf_constant"] = spec.zipf_constant;
-  params["threads"] = spec.threads;
-  params["seed"] = spec.seed;
-  params["drain"] = p.has("drain");
-  if (dcomp) params.update(dcomp_parameters(dcfg));
+  const Window w = measure_window(open_db(o, cfg.db), *o.statistics, spec, p.has("drain"), offload.get());
 
   Result out(tool, argc, argv);
   out.set_backend("emulated");
   out.set_placement(pl);
   out.set_dpu_speed(p.dpu_speed());
-  out.parameters() = params;
-  out.figures() = figures;
+  out.parameters() = phase_parameters(p, cfg, spec, dcomp, dcfg);
+  out.figures() = window_figures(w, spec, dcomp);
   CpuAccount cpu;
-  cpu.add(Place::kHost, host_cpu);
-  cpu.add(Place::kDpu, dsum.worker_cpu_ns);
+  cpu.add(Place::kHost, w.host_cpu);
+  cpu.add(Place::kDpu, w.dsum.worker_cpu_ns);
   out.set_cpu(cpu);
-  out.set_wall_ns(t_close - t0);
+  out.set_wall_ns(w.t_close - w.t0);
 
-  // The human summary.
-  std::printf("%s %s (%s): %llu ops in %.2f s = %.0f ops/s, %u thread(s)\n", spec.command.c_str(),
-              spec.workload.name.c_str(), dcomp ? "dcomp" : "local", (unsigned long long)r.ops, run_s,
-              run_s > 0 ? r.ops / run_s : 0, spec.threads);
-  for (int i = 0; i < kOpTypes; ++i) {
-    const LatencyHistogram& h = r.latency[i];
-    if (!h.count()) continue;
-    std::printf("  %-18s %10llu ops  avg %9.1f  p50 %9.1f  p99 %9.1f  p99.9 %9.1f  max %9.1f us\n",
-                op_name(OpType(i)), (unsigned long long)h.count(), h.mean() / 1e3, h.percentile(0.5) / 1e3,
-                h.percentile(0.99) / 1e3, h.percentile(0.999) / 1e3, h.max() / 1e3);
-  }
-  if (r.not_found) std::printf("  reads of missing keys: %llu\n", (unsigned long long)r.not_found);
-  std::printf("  write stall %.1f%% of the run (%.2f s); compaction wrote %s (host %s, worker %s)\n",
-              run_s > 0 ? 100.0 * stall / 1e6 / run_s : 0.0, stall / 1e6, gb(cw_host + cw_worker).c_str(),
-              gb(cw_host).c_str(), gb(cw_worker).c_str());
-  std::printf("  host CPU: compaction threads %.2f s, flush %.2f s, clients %.2f s, whole process %.2f s",
-              thread_cpu["compaction"] / 1e9, thread_cpu["flush"] / 1e9, thread_cpu["client"] / 1e9, host_cpu / 1e9);
-  if (dcomp) std::printf("; worker (dpu) CPU %.2f s", dsum.worker_cpu_ns / 1e9);
-  std::printf("\n");
-  if (dcomp) {
-    const auto& d = dsum.json;
-    std::printf("  dcomp: %llu jobs ran in the worker, %llu failed there and ran on the host; by levels:",
-                (unsigned long long)d["jobs_in_worker"].get<uint64_t>(),
-                (unsigned long long)d["jobs_failed"].get<uint64_t>());
-    for (const auto& [tag, c] : d["by_levels"].items())
-      std::printf(" %s host %llu worker %llu;", tag.c_str(), (unsigned long long)c["host"].get<uint64_t>(),
-                  (unsigned long long)c["worker"].get<uint64_t>());
-    std::printf(" %llu worker restart(s), last worker %s\n", (unsigned long long)d["worker_restarts"].get<uint64_t>(),
-                d["worker_exit"].get<std::string>().c_str());
-  }
-  std::printf("  measured %.2f s: run %.2f, drain %.2f, close %.2f; LSM:", (t_close - t0) / 1e9, run_s,
-              (t_drain - t_run) / 1e9, (t_close - t_drain) / 1e9);
-  for (const auto& l : lsm)
-    std::printf(" L%d %llu files %s;", l["level"].get<int>(), (unsigned long long)l["files"].get<uint64_t>(),
-                gb(l["bytes"].get<uint64_t>()).c_str());
-  std::printf("\n");
-  std::fflush(stdout);
+  print_window_summary(w, spec, dcomp);
   if (p.has("json")) out.write(p.str("json"));
-  if (!r.error.empty()) {
-    std::fprintf(stderr, "%s: error: %s\n", tool.c_str(), r.error.c_str());
+  if (!w.r.error.empty()) {
+    std::fprintf(stderr, "%s: error: %s\n", tool.c_str(), w.r.error.c_str());
     return 1;
   }
   return 0;
