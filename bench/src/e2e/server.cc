@@ -475,204 +475,147 @@ nlohmann::json Server::Impl::run_apprecog_single(Shared& s, CpuAccount& cpu, Pla
           {"reply_bytes", replies.bytes}};
 }
 
-nlohmann::json Server::Impl::run_apprecog_split(Shared& s, CpuAccount& cpu) {
-  // A descriptor ring dpu -> host and a free-buffer ring host -> dpu over one
-  // pool of receive buffers: the dpu thread receives straight into the pool
-  // and the host thread reads the packet where it lies (shared memory).
+// run_apprecog_split's buffers: a descriptor ring dpu -> host and a
+// free-buffer ring host -> dpu over one pool of receive buffers: the dpu
+// thread receives straight into the pool and the host thread reads the
+// packet where it lies (shared memory).
+struct Server::Impl::SplitRing {
   struct Work {
     uint32_t buf;
     uint16_t len;
     uint8_t action;
     uint8_t deflated;  // the reply's body is the deflate engine's stream in deflated[buf]
   };
-  const size_t pool_n = config_.ring_slots;
-  std::vector<uint8_t> pool(pool_n * kRecvBuffer);
-  std::vector<sockaddr_in> from(pool_n);
-  std::vector<Header> headers(pool_n);
-  Handoff<Work> work(pool_n);
-  Handoff<uint32_t> free_bufs(pool_n);
-  ActionCounts actions;
-  ReplySender replies(socket_.fd(), config_.batch);
-  uint64_t dpu_waits_for_buffers = 0, host_waits = 0;
-  // --engine: per buffer, the RXP's bitmap and the deflate engine's stream.
-  std::vector<Bytes> bitmaps(engines_ ? pool_n : 0), deflated(engines_ ? pool_n : 0);
-  nlohmann::json engine_figures;
 
-  // The dpu thread with the engines: it builds and posts one job per request
-  // (a task of its context's pool), polls the completions, classifies the
-  // RXP's bitmaps and hands the requests to the host.
-  auto dpu_engines = [&] {
-    s.pin(config_.placement.dpu, "e2e-dpu-engine");
-    AppRecognizer& rec = *recognizers_.at(0);
-    const Classifier classifier;
-    EngineShared* rx = engines_->regex();
-    EngineShared* cx = engines_->compress();
-    const Engine::Stats rx0 = rx ? rx->engine->stats() : Engine::Stats{}, cx0 = cx ? cx->engine->stats() : Engine::Stats{};
-    // One DOCA context per engine, its task pool the engine's queue depth; on the real clock.
-    std::unique_ptr<EngineQueue> rq, cq;
-    if (rx) rq = std::make_unique<EngineQueue>(*rx->engine, 0, EngineQueue::Clock::kReal);
-    if (cx) cq = std::make_unique<EngineQueue>(*cx->engine, 0, EngineQueue::Clock::kReal);
-    RecvBatch batch(config_.batch);
-    std::vector<uint32_t> stash;
-    for (uint32_t i = 0; i < pool_n; ++i) stash.push_back(static_cast<uint32_t>(pool_n - 1 - i));
-    std::vector<uint32_t> back(pool_n);
-    std::vector<uint32_t> slot_buf(config_.batch);
-    std::vector<uint16_t> lens(pool_n);
-    std::vector<Work> staged;
-    staged.reserve(pool_n);
-    std::deque<uint32_t> to_match, to_compress;  // requests waiting for a free task
-    std::vector<EngineCompletion> done;
-    // This thread's CPU is billed by hand: the executor wake-ups it does for
-    // the emulator go to hw (below), the rest to dpu.
-    const uint64_t cpu0 = thread_cpu_ns();
-    Dilation dilation = Shared::dilation_for(Place::kDpu, config_.dpu_speed);
-    // One read of the thread's CPU clock (a system call here), the emulator's
-    // cost around a timed submit: not dilated.
-    const Dilation::Overhead& oh = Dilation::overhead();
-    const uint64_t read_ns = oh.pay_ns - std::min(oh.pay_ns, oh.poll_ns);
-    uint64_t wake_ns = 0, wakes = 0, wait_ns = 0, waits = 0;
-    uint64_t jobs[2] = {0, 0}, latency_ns[2] = {0, 0};
-
-    auto payload = [&](uint32_t bi) {
-      return std::span<const uint8_t>(pool.data() + size_t{bi} * kRecvBuffer + kHeaderBytes, lens[bi] - kHeaderBytes);
-    };
-    auto classified = [&](uint32_t bi, Action a) {
-      if (a == Action::kCompress && cq)
-        to_compress.push_back(bi);
-      else
-        staged.push_back({bi, lens[bi], static_cast<uint8_t>(a), 0});
-    };
-    // Posts the waiting requests while the pool has tasks. A real clock's
-    // submit that finds the executors asleep wakes one (a futex wake the
-    // emulator needs; a driver's doorbell is one store to the device): only
-    // the first submit of a round can, so it is timed, and when it woke one
-    // its CPU is billed to hw and not dilated.
-    auto post = [&](EngineQueue& q, EngineShared* sh, std::deque<uint32_t>& waiting, std::vector<Bytes>& outs) {
-      bool first = true;
-      while (!waiting.empty() && q.in_flight() < q.depth()) {
-        const uint32_t bi = waiting.front();
-        EngineJob j;
-        const std::span<const uint8_t> in = payload(bi);
-        j.bytes = in.size();
-        j.user = bi;
-        Bytes* out = &outs[bi];
-        j.body = [sh, in, out] { sh->run_body(in, *out); };
-        if (first) {
-          first = false;
-          const uint64_t w0 = sh->engine->stats().wakeups;
-          const uint64_t c0 = thread_cpu_ns();
-          q.submit(std::move(j), now_ns());
-          const uint64_t took = thread_cpu_ns() - c0;
-          if (sh->engine->stats().wakeups != w0) {
-            wake_ns += took;
-            ++wakes;
-            dilation.exclude(took);
-          } else {
-            dilation.exclude(std::min(took, read_ns));
-          }
-        } else {
-          q.submit(std::move(j), now_ns());
-        }
-        waiting.pop_front();
-      }
-    };
-    auto reap = [&] {
-      const uint64_t now = now_ns();
-      if (rq) {
-        done.clear();
-        rq->progress(now, done);
-        for (const EngineCompletion& c : done) {
-          if (c.error) std::rethrow_exception(c.error);
-          ++jobs[0];
-          latency_ns[0] += c.completed_ns - c.submitted_ns;
-          const uint32_t bi = static_cast<uint32_t>(c.user);
-          classified(bi, classifier.classify(bitmaps[bi]));
-        }
-      }
-      if (cq) {
-        done.clear();
-        cq->progress(now, done);
-        for (const EngineCompletion& c : done) {
-          if (c.error) std::rethrow_exception(c.error);
-          ++jobs[1];
-          latency_ns[1] += c.completed_ns - c.submitted_ns;
-          const uint32_t bi = static_cast<uint32_t>(c.user);
-          staged.push_back({bi, lens[bi], static_cast<uint8_t>(Action::kCompress), 1});
-        }
-      }
-    };
-    auto pending = [&] {
-      return (rq && rq->in_flight()) || (cq && cq->in_flight()) || !to_match.empty() || !to_compress.empty();
-    };
-    // Nothing arrived and jobs are in flight: block until the first to
-    // complete has been computed (the executor may need this CPU), then
-    // yield until its modelled completion. Waiting is no work of the dpu's:
-    // not dilated (its CPU stays in the dpu's account, as a polling driver's).
-    auto wait_next = [&] {
-      EngineQueue* q = nullptr;
-      for (EngineQueue* c : {rq.get(), cq.get()})
-        if (c && c->in_flight() && (!q || *c->next_completion_ns() < *q->next_completion_ns())) q = c;
-      if (!q) return;
-      const uint64_t c0 = thread_cpu_ns();
-      const uint64_t at = *q->next_completion_ns();
-      q->wait_computed();
-      while (now_ns() < at) sched_yield();
-      const uint64_t took = thread_cpu_ns() - c0;
-      wait_ns += took;
-      ++waits;
-      dilation.exclude(took);
-    };
-
-    bool rx_over = false;
-    for (;;) {
-      const size_t k = free_bufs.pop(back.data(), back.size());
+  // The dpu thread's side of the pool: the free buffers it holds (the host
+  // gives them back by the free ring), a receive batch over them, and the
+  // requests it has yet to hand to the host.
+  struct DpuBuffers {
+    DpuBuffers(SplitRing& r, unsigned batch_slots) : ring(r), batch(batch_slots), back(r.n), slot_buf(batch_slots) {
+      for (uint32_t i = 0; i < ring.n; ++i) stash.push_back(static_cast<uint32_t>(ring.n - 1 - i));
+    }
+    void take_back() {
+      const size_t k = ring.free_bufs.pop(back.data(), back.size());
       stash.insert(stash.end(), back.begin(), back.begin() + static_cast<std::ptrdiff_t>(k));
-      unsigned n = 0;
-      if (!rx_over) {
-        if (stash.empty() && !pending()) {  // every buffer is with the host: wait for some to come back
-          ++dpu_waits_for_buffers;
-          free_bufs.wait();
+    }
+    // Receives into up to a batch of the free buffers (with `wait`,
+    // blocking for the first datagram) and sets `now`; `each(buf, datagram)`
+    // for every request that passes the checks, whose buffer is then the
+    // caller's; the other buffers stay free. Returns the datagrams received.
+    template <class Each>
+    unsigned receive(int fd, Shared& s, bool wait, uint64_t& now, Each each) {
+      const unsigned want = static_cast<unsigned>(std::min<size_t>(batch.slots(), stash.size()));
+      for (unsigned i = 0; i < want; ++i) {
+        slot_buf[i] = stash.back();
+        stash.pop_back();
+        batch.set_buffer(i, ring.buffer(slot_buf[i]), kRecvBuffer, &ring.from[slot_buf[i]]);
+      }
+      const unsigned n = batch.receive(fd, want, wait);
+      now = now_ns();
+      if (n) s.rx.on_batch(now);
+      for (unsigned i = 0; i < n; ++i) {
+        const uint32_t bi = slot_buf[i];
+        const std::span<const uint8_t> d(ring.buffer(bi), batch.length(i));
+        if (!s.rx.check(d, batch.truncated(i), Program::kAppRecog, ring.headers[bi])) {
+          stash.push_back(bi);
           continue;
         }
-        if (!stash.empty()) {
-          const unsigned want = static_cast<unsigned>(std::min<size_t>(config_.batch, stash.size()));
-          for (unsigned i = 0; i < want; ++i) {
-            slot_buf[i] = stash.back();
-            stash.pop_back();
-            batch.set_buffer(i, pool.data() + size_t{slot_buf[i]} * kRecvBuffer, kRecvBuffer, &from[slot_buf[i]]);
-          }
-          // Blocks only when no job is in flight: completions are polled for.
-          n = batch.receive(socket_.fd(), want, !s.draining() && !pending());
-          const uint64_t now = now_ns();
-          if (n) s.rx.on_batch(now);
-          for (unsigned i = 0; i < n; ++i) {
-            const uint32_t bi = slot_buf[i];
-            const std::span<const uint8_t> d(pool.data() + size_t{bi} * kRecvBuffer, batch.length(i));
-            if (!s.rx.check(d, batch.truncated(i), Program::kAppRecog, headers[bi])) {
-              stash.push_back(bi);
-              continue;
-            }
-            lens[bi] = static_cast<uint16_t>(d.size());
-            if (rq)
-              to_match.push_back(bi);
-            else
-              classified(bi, rec.recognize(d.subspan(kHeaderBytes)));
-          }
-          for (unsigned i = n; i < want; ++i) stash.push_back(slot_buf[i]);  // unused slots
-          if (s.done(n, now)) rx_over = true;
+        each(bi, d);
+      }
+      for (unsigned i = n; i < want; ++i) stash.push_back(slot_buf[i]);  // unused slots
+      return n;
+    }
+    void hand_to_host() {
+      if (!staged.empty()) {
+        ring.work.push_all(staged.data(), staged.size());
+        staged.clear();
+      }
+    }
+
+    SplitRing& ring;
+    RecvBatch batch;
+    std::vector<uint32_t> stash, back, slot_buf;
+    std::vector<Work> staged;
+  };
+
+  SplitRing(size_t slots, bool engines, int fd, unsigned batch)
+      : n(slots),
+        pool(slots * kRecvBuffer),
+        from(slots),
+        headers(slots),
+        work(slots),
+        free_bufs(slots),
+        replies(fd, batch),
+        bitmaps(engines ? slots : 0),
+        deflated(engines ? slots : 0) {}
+  uint8_t* buffer(uint32_t bi) { return pool.data() + size_t{bi} * kRecvBuffer; }
+
+  const size_t n;
+  std::vector<uint8_t> pool;
+  std::vector<sockaddr_in> from;
+  std::vector<Header> headers;
+  Handoff<Work> work;
+  Handoff<uint32_t> free_bufs;
+  ActionCounts actions;
+  ReplySender replies;
+  uint64_t dpu_waits_for_buffers = 0, host_waits = 0;
+  // --engine: per buffer, the RXP's bitmap and the deflate engine's stream.
+  std::vector<Bytes> bitmaps, deflated;
+  nlohmann::json engine_figures;
+};
+
+// run_apprecog_split's dpu thread with the engines: it builds and posts one
+// job per request (a task of its context's pool), polls the completions,
+// classifies the RXP's bitmaps and hands the requests to the host.
+struct Server::Impl::EngineDpu {
+  using Work = SplitRing::Work;
+
+  EngineDpu(Impl& impl, Shared& shared, SplitRing& r, CpuAccount& account)
+      : server(impl),
+        s(shared),
+        ring(r),
+        cpu(account),
+        rec(*impl.recognizers_.at(0)),
+        rx(impl.engines_->regex()),
+        cx(impl.engines_->compress()),
+        rx0(rx ? rx->engine->stats() : Engine::Stats{}),
+        cx0(cx ? cx->engine->stats() : Engine::Stats{}),
+        bufs(r, impl.config_.batch),
+        lens(r.n),
+        dilation(Shared::dilation_for(Place::kDpu, impl.config_.dpu_speed)) {
+    // One DOCA context per engine, its task pool the engine's queue depth; on the real clock.
+    if (rx) rq = std::make_unique<EngineQueue>(*rx->engine, 0, EngineQueue::Clock::kReal);
+    if (cx) cq = std::make_unique<EngineQueue>(*cx->engine, 0, EngineQueue::Clock::kReal);
+    bufs.staged.reserve(r.n);
+  }
+
+  void run() {
+    // This thread's CPU is billed by hand: the executor wake-ups it does for
+    // the emulator go to hw (below), the rest to dpu.
+    cpu0 = thread_cpu_ns();
+    bool rx_over = false;
+    for (;;) {
+      bufs.take_back();
+      unsigned n = 0;
+      if (!rx_over) {
+        if (bufs.stash.empty() && !pending()) {  // every buffer is with the host: wait for some to come back
+          ++ring.dpu_waits_for_buffers;
+          ring.free_bufs.wait();
+          continue;
+        }
+        if (!bufs.stash.empty()) {
+          n = receive_requests();
+          if (s.done(n, received_ns)) rx_over = true;
         }
       }
       // The receive took the slower core's time before the jobs can be posted
       // (paid before them, so that the executors are not held behind it).
       if (n) dilation.pay();
-      if (rq) post(*rq, rx, to_match, bitmaps);
+      if (rq) post(*rq, rx, to_match, ring.bitmaps);
       reap();
-      if (cq) post(*cq, cx, to_compress, deflated);
+      if (cq) post(*cq, cx, to_compress, ring.deflated);
       dilation.pay();  // before the requests go to the host: this loop's work took the slower core's time
-      if (!staged.empty()) {
-        work.push_all(staged.data(), staged.size());
-        staged.clear();
-      }
+      bufs.hand_to_host();
       if (!pending()) {
         if (rx_over) break;
         continue;
@@ -680,13 +623,116 @@ nlohmann::json Server::Impl::run_apprecog_split(Shared& s, CpuAccount& cpu) {
       if (n == 0) wait_next();
     }
     s.add_dilation(dilation);
-    work.close();
+    ring.work.close();
     const uint64_t total = thread_cpu_ns() - cpu0;
     cpu.add(Place::kDpu, total - std::min(total, wake_ns));
     cpu.add(Place::kHw, std::min(total, wake_ns));
     rq.reset();  // every job was reaped: nothing is computing
     cq.reset();
-    nlohmann::json e = {{"generation", engines_->generation()},
+    ring.engine_figures = engine_figures();
+  }
+
+ private:
+  // The requests of one receive: to the RXP, or recognized here without it.
+  unsigned receive_requests() {
+    // Blocks only when no job is in flight: completions are polled for.
+    return bufs.receive(server.socket_.fd(), s, !s.draining() && !pending(), received_ns,
+                        [&](uint32_t bi, std::span<const uint8_t> d) {
+                          lens[bi] = static_cast<uint16_t>(d.size());
+                          if (rq)
+                            to_match.push_back(bi);
+                          else
+                            classified(bi, rec.recognize(d.subspan(kHeaderBytes)));
+                        });
+  }
+  std::span<const uint8_t> payload(uint32_t bi) {
+    return std::span<const uint8_t>(ring.buffer(bi) + kHeaderBytes, lens[bi] - kHeaderBytes);
+  }
+  void classified(uint32_t bi, Action a) {
+    if (a == Action::kCompress && cq)
+      to_compress.push_back(bi);
+    else
+      bufs.staged.push_back({bi, lens[bi], static_cast<uint8_t>(a), 0});
+  }
+  // Posts the waiting requests while the pool has tasks. A real clock's
+  // submit that finds the executors asleep wakes one (a futex wake the
+  // emulator needs; a driver's doorbell is one store to the device): only
+  // the first submit of a round can, so it is timed, and when it woke one
+  // its CPU is billed to hw and not dilated.
+  void post(EngineQueue& q, EngineShared* sh, std::deque<uint32_t>& waiting, std::vector<Bytes>& outs) {
+    bool first = true;
+    while (!waiting.empty() && q.in_flight() < q.depth()) {
+      const uint32_t bi = waiting.front();
+      EngineJob j;
+      const std::span<const uint8_t> in = payload(bi);
+      j.bytes = in.size();
+      j.user = bi;
+      Bytes* out = &outs[bi];
+      j.body = [sh, in, out] { sh->run_body(in, *out); };
+      if (first) {
+        first = false;
+        const uint64_t w0 = sh->engine->stats().wakeups;
+        const uint64_t c0 = thread_cpu_ns();
+        q.submit(std::move(j), now_ns());
+        const uint64_t took = thread_cpu_ns() - c0;
+        if (sh->engine->stats().wakeups != w0) {
+          wake_ns += took;
+          ++wakes;
+          dilation.exclude(took);
+        } else {
+          dilation.exclude(std::min(took, read_ns));
+        }
+      } else {
+        q.submit(std::move(j), now_ns());
+      }
+      waiting.pop_front();
+    }
+  }
+  // The completions of engine `at` (0 regex, 1 compress), each request to `then`.
+  template <class Then>
+  void reap(EngineQueue& q, int at, uint64_t now, Then then) {
+    done.clear();
+    q.progress(now, done);
+    for (const EngineCompletion& c : done) {
+      if (c.error) std::rethrow_exception(c.error);
+      ++jobs[at];
+      latency_ns[at] += c.completed_ns - c.submitted_ns;
+      then(static_cast<uint32_t>(c.user));
+    }
+  }
+  void reap() {
+    const uint64_t now = now_ns();
+    if (rq) reap(*rq, 0, now, [&](uint32_t bi) { classified(bi, classifier.classify(ring.bitmaps[bi])); });
+    if (cq)
+      reap(*cq, 1, now, [&](uint32_t bi) {
+        bufs.staged.push_back({bi, lens[bi], static_cast<uint8_t>(Action::kCompress), 1});
+      });
+  }
+  bool pending() const {
+    return (rq && rq->in_flight()) || (cq && cq->in_flight()) || !to_match.empty() || !to_compress.empty();
+  }
+  // Nothing arrived and jobs are in flight: block until the first to
+  // complete has been computed (the executor may need this CPU), then
+  // yield until its modelled completion. Waiting is no work of the dpu's:
+  // not dilated (its CPU stays in the dpu's account, as a polling driver's).
+  void wait_next() {
+    EngineQueue* q = nullptr;
+    for (EngineQueue* c : {rq.get(), cq.get()})
+      if (c && c->in_flight() && (!q || *c->next_completion_ns() < *q->next_completion_ns())) q = c;
+    if (!q) return;
+    const uint64_t c0 = thread_cpu_ns();
+    const uint64_t at = *q->next_completion_ns();
+    q->wait_computed();
+    while (now_ns() < at) sched_yield();
+    const uint64_t took = thread_cpu_ns() - c0;
+    wait_ns += took;
+    ++waits;
+    dilation.exclude(took);
+  }
+  static uint64_t clock_read_ns(const Dilation::Overhead& oh) { return oh.pay_ns - std::min(oh.pay_ns, oh.poll_ns); }
+  // The engines' work over the run; their executors' CPU goes to hw.
+  nlohmann::json engine_figures() {
+    nlohmann::json e = {{"generation", server.engines_->generation()},
                         {"dpu_submit_wakeups", wakes},
                         {"dpu_wake_cpu_ns", wake_ns},
                         {"dpu_waits", waits},
@@ -707,104 +753,116 @@ nlohmann::json Server::Impl::run_apprecog_split(Shared& s, CpuAccount& cpu) {
                  {"executor_wakeups", s1.wakeups - s0.wakeups},
                  {"mean_latency_ns", jobs[at] ? static_cast<double>(latency_ns[at]) / static_cast<double>(jobs[at]) : 0.0}};
     }
-    engine_figures = e;
-  };
+    return e;
+  }
 
+  Impl& server;
+  Shared& s;
+  SplitRing& ring;
+  CpuAccount& cpu;
+  AppRecognizer& rec;
+  const Classifier classifier;
+  EngineShared* const rx;
+  EngineShared* const cx;
+  const Engine::Stats rx0, cx0;
+  std::unique_ptr<EngineQueue> rq, cq;
+  SplitRing::DpuBuffers bufs;
+  std::vector<uint16_t> lens;
+  std::deque<uint32_t> to_match, to_compress;  // requests waiting for a free task
+  std::vector<EngineCompletion> done;
+  uint64_t cpu0 = 0, received_ns = 0;
+  Dilation dilation;
+  // One read of the thread's CPU clock (a system call here), the emulator's
+  // cost around a timed submit: not dilated.
+  const uint64_t read_ns = clock_read_ns(Dilation::overhead());
+  uint64_t wake_ns = 0, wakes = 0, wait_ns = 0, waits = 0;
+  uint64_t jobs[2] = {0, 0}, latency_ns[2] = {0, 0};
+};
+
+// run_apprecog_split's dpu thread without the engines: it recognizes each
+// request and hands it to the host.
+void Server::Impl::split_dpu_recognize(Shared& s, CpuAccount& cpu, SplitRing& ring) {
+  s.pin(config_.placement.dpu, "e2e-dpu-recog");
+  AppRecognizer& rec = *recognizers_.at(0);
+  SplitRing::DpuBuffers bufs(ring, config_.batch);
+  bufs.staged.reserve(config_.batch);
+  PlaceTimer timer(cpu, Place::kDpu);
+  Dilation dilation = Shared::dilation_for(Place::kDpu, config_.dpu_speed);
+  for (;;) {
+    bufs.take_back();
+    if (bufs.stash.empty()) {  // every buffer is with the host: wait for some to come back
+      ++ring.dpu_waits_for_buffers;
+      ring.free_bufs.wait();
+      continue;
+    }
+    uint64_t now = 0;
+    const unsigned n = bufs.receive(socket_.fd(), s, !s.draining(), now, [&](uint32_t bi, std::span<const uint8_t> d) {
+      const Action a = rec.recognize(d.subspan(kHeaderBytes));
+      bufs.staged.push_back({bi, static_cast<uint16_t>(d.size()), static_cast<uint8_t>(a), 0});
+    });
+    dilation.pay();  // before the batch is handed to the host: its recognition took the slower core's time
+    bufs.hand_to_host();
+    if (s.done(n, now)) break;
+  }
+  s.add_dilation(dilation);
+  ring.work.close();
+}
+
+// run_apprecog_split's host thread: it acts on each request the dpu
+// recognized, replies, and gives the buffers back.
+void Server::Impl::split_host_act(Shared& s, CpuAccount& cpu, SplitRing& ring) {
+  s.pin(config_.placement.host, "e2e-host-act");
+  AppRecognizer& rec = *recognizers_.at(1);
+  std::vector<SplitRing::Work> got(config_.batch);
+  std::vector<uint32_t> done;
+  done.reserve(config_.batch);
+  PlaceTimer timer(cpu, Place::kHost);
+  while (ring.work.wait()) {
+    const size_t k = ring.work.pop(got.data(), got.size());
+    for (size_t i = 0; i < k; ++i) {
+      const SplitRing::Work& w = got[i];
+      const std::span<const uint8_t> d(ring.buffer(w.buf), w.len);
+      const Action a = static_cast<Action>(w.action);
+      ring.actions.add(a);
+      if (w.deflated)
+        write_reply(ring.headers[w.buf], a, ring.deflated[w.buf], ring.replies.next(ring.from[w.buf]));
+      else
+        rec.reply(ring.headers[w.buf], a, d, ring.replies.next(ring.from[w.buf]));
+      done.push_back(w.buf);
+    }
+    ring.replies.flush();  // the replies are copies: the request buffers can go back now
+    ring.host_waits += ring.free_bufs.push_all(done.data(), done.size());
+    done.clear();
+  }
+}
+
+nlohmann::json Server::Impl::run_apprecog_split(Shared& s, CpuAccount& cpu) {
+  SplitRing ring(config_.ring_slots, engines_ != nullptr, socket_.fd(), config_.batch);
   std::thread dpu([&] {
     if (engines_) {
-      dpu_engines();
+      s.pin(config_.placement.dpu, "e2e-dpu-engine");
+      EngineDpu(*this, s, ring, cpu).run();
       return;
     }
-    s.pin(config_.placement.dpu, "e2e-dpu-recog");
-    AppRecognizer& rec = *recognizers_.at(0);
-    RecvBatch batch(config_.batch);
-    std::vector<uint32_t> stash;  // free buffers this thread holds
-    for (uint32_t i = 0; i < pool_n; ++i) stash.push_back(static_cast<uint32_t>(pool_n - 1 - i));
-    std::vector<uint32_t> back(pool_n);
-    std::vector<uint32_t> slot_buf(config_.batch);
-    std::vector<Work> staged;
-    staged.reserve(config_.batch);
-    PlaceTimer timer(cpu, Place::kDpu);
-    Dilation dilation = Shared::dilation_for(Place::kDpu, config_.dpu_speed);
-    for (;;) {
-      size_t k = free_bufs.pop(back.data(), back.size());
-      stash.insert(stash.end(), back.begin(), back.begin() + static_cast<std::ptrdiff_t>(k));
-      if (stash.empty()) {  // every buffer is with the host: wait for some to come back
-        ++dpu_waits_for_buffers;
-        free_bufs.wait();
-        continue;
-      }
-      const unsigned want = static_cast<unsigned>(std::min<size_t>(config_.batch, stash.size()));
-      for (unsigned i = 0; i < want; ++i) {
-        slot_buf[i] = stash.back();
-        stash.pop_back();
-        batch.set_buffer(i, pool.data() + size_t{slot_buf[i]} * kRecvBuffer, kRecvBuffer, &from[slot_buf[i]]);
-      }
-      const unsigned n = batch.receive(socket_.fd(), want, !s.draining());
-      const uint64_t now = now_ns();
-      if (n) s.rx.on_batch(now);
-      for (unsigned i = 0; i < n; ++i) {
-        const uint32_t bi = slot_buf[i];
-        const std::span<const uint8_t> d(pool.data() + size_t{bi} * kRecvBuffer, batch.length(i));
-        if (!s.rx.check(d, batch.truncated(i), Program::kAppRecog, headers[bi])) {
-          stash.push_back(bi);
-          continue;
-        }
-        const Action a = rec.recognize(d.subspan(kHeaderBytes));
-        staged.push_back({bi, static_cast<uint16_t>(d.size()), static_cast<uint8_t>(a), 0});
-      }
-      for (unsigned i = n; i < want; ++i) stash.push_back(slot_buf[i]);  // unused slots
-      dilation.pay();  // before the batch is handed to the host: its recognition took the slower core's time
-      if (!staged.empty()) {
-        work.push_all(staged.data(), staged.size());
-        staged.clear();
-      }
-      if (s.done(n, now)) break;
-    }
-    s.add_dilation(dilation);
-    work.close();
+    split_dpu_recognize(s, cpu, ring);
   });
-  std::thread host([&] {
-    s.pin(config_.placement.host, "e2e-host-act");
-    AppRecognizer& rec = *recognizers_.at(1);
-    std::vector<Work> got(config_.batch);
-    std::vector<uint32_t> done;
-    done.reserve(config_.batch);
-    PlaceTimer timer(cpu, Place::kHost);
-    while (work.wait()) {
-      const size_t k = work.pop(got.data(), got.size());
-      for (size_t i = 0; i < k; ++i) {
-        const Work& w = got[i];
-        const std::span<const uint8_t> d(pool.data() + size_t{w.buf} * kRecvBuffer, w.len);
-        const Action a = static_cast<Action>(w.action);
-        actions.add(a);
-        if (w.deflated)
-          write_reply(headers[w.buf], a, deflated[w.buf], replies.next(from[w.buf]));
-        else
-          rec.reply(headers[w.buf], a, d, replies.next(from[w.buf]));
-        done.push_back(w.buf);
-      }
-      replies.flush();  // the replies are copies: the request buffers can go back now
-      host_waits += free_bufs.push_all(done.data(), done.size());
-      done.clear();
-    }
-  });
+  std::thread host([&] { split_host_act(s, cpu, ring); });
   dpu.join();
   host.join();
   nlohmann::json out = {{"dpu_work", "recognition"},
-          {"actions", actions.json()},
-          {"replies_sent", replies.sent},
-          {"reply_send_errors", replies.errors},
-          {"reply_bytes", replies.bytes},
-          {"handoff", {{"slots", pool_n},
-                       {"host_sleeps", work.sleeps()},
-                       {"dpu_waits_for_buffers", dpu_waits_for_buffers},
-                       {"dpu_sleeps_for_buffers", free_bufs.sleeps()},
-                       {"host_waits_on_full_free_ring", host_waits}}}};
+          {"actions", ring.actions.json()},
+          {"replies_sent", ring.replies.sent},
+          {"reply_send_errors", ring.replies.errors},
+          {"reply_bytes", ring.replies.bytes},
+          {"handoff", {{"slots", ring.n},
+                       {"host_sleeps", ring.work.sleeps()},
+                       {"dpu_waits_for_buffers", ring.dpu_waits_for_buffers},
+                       {"dpu_sleeps_for_buffers", ring.free_bufs.sleeps()},
+                       {"host_waits_on_full_free_ring", ring.host_waits}}}};
   // The engines' work: jobs, the model's busy time, the executors' CPU (hw)
   // and the jobs computed after their modelled completion (late_jobs: the
   // emulator's CPU, not the engine, set the pace).
-  if (engines_) out["engine"] = engine_figures;
+  if (engines_) out["engine"] = ring.engine_figures;
   return out;
 }
 

@@ -67,6 +67,11 @@ struct Server::Impl {
   nlohmann::json run_flowtable_hw(Shared& s, CpuAccount& cpu);
   nlohmann::json run_apprecog_single(Shared& s, CpuAccount& cpu, Place place);
   nlohmann::json run_apprecog_split(Shared& s, CpuAccount& cpu);
+  // run_apprecog_split's steps (server.cc).
+  struct SplitRing;
+  struct EngineDpu;
+  void split_dpu_recognize(Shared& s, CpuAccount& cpu, SplitRing& ring);
+  void split_host_act(Shared& s, CpuAccount& cpu, SplitRing& ring);
 
   ServerConfig config_;
   UdpSocket socket_;
