@@ -408,7 +408,11 @@ size_t check_against_ref(const Operator& op, Backend backend, size_t size, const
   return n;
 }
 
-nlohmann::json run(const RunOptions& o) {
+namespace {
+
+// The sweep's shape: threads, place, repetitions, depths, and the outputs
+// each thread holds within the budget.
+void check_sweep(const RunOptions& o) {
   if (o.threads.empty() || o.backends.empty()) throw std::invalid_argument("empty sweep");
   check_sizes(o.sizes);
   for (unsigned t : o.threads)
@@ -426,7 +430,6 @@ nlohmann::json run(const RunOptions& o) {
                                     " of outputs, more than " + bytes_text(kThreadWorkBudget) +
                                     ": fewer threads or a smaller size");
   if (o.depths.empty()) throw std::invalid_argument("no depths chosen");
-  const bool engine = std::find(o.backends.begin(), o.backends.end(), Backend::kEngine) != o.backends.end();
   for (unsigned d : o.depths)
     if (d == 0 || d > kMaxInFlight)
       throw std::invalid_argument("depth " + std::to_string(d) + " is not 1 to " + std::to_string(kMaxInFlight));
@@ -435,20 +438,24 @@ nlohmann::json run(const RunOptions& o) {
       if (b != Backend::kEngine)
         throw std::invalid_argument(std::string("--depth is the engine backend's (jobs in flight per thread); the ") +
                                     backend_name(b) + " backend runs one unit at a time: run it without --depth");
-  // The engine backend: its jobs are submitted by dpu threads, to the
-  // engines of the card the dpu speed names.
+}
+
+// The engine backend: its jobs are submitted by dpu threads, to the
+// engines of the card the dpu speed names. Returns that card's generation
+// ("" without the engine backend).
+std::string check_engine_sweep(const RunOptions& o) {
+  if (std::find(o.backends.begin(), o.backends.end(), Backend::kEngine) == o.backends.end()) return "";
+  if (o.place != "dpu")
+    throw std::invalid_argument("the engine backend runs on --place dpu: its jobs are submitted by dpu threads");
   std::string generation;
-  if (engine) {
-    if (o.place != "dpu")
-      throw std::invalid_argument("the engine backend runs on --place dpu: its jobs are submitted by dpu threads");
-    try {
-      generation = engine_generation(o.dpu_speed);
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(std::string("the engine backend needs a BlueField generation: ") + e.what());
-    }
+  try {
+    generation = engine_generation(o.dpu_speed);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("the engine backend needs a BlueField generation: ") + e.what());
   }
+  const unsigned max_threads = *std::max_element(o.threads.begin(), o.threads.end());
   const unsigned max_depth = *std::max_element(o.depths.begin(), o.depths.end());
-  if (engine && o.iterations == 0) {
+  if (o.iterations == 0) {
     if (uint64_t{max_threads} * max_depth > kMaxInFlight)
       throw std::invalid_argument("threads " + std::to_string(max_threads) + " x depth " + std::to_string(max_depth) +
                                   " is more than " + std::to_string(kMaxInFlight) + " jobs in flight");
@@ -457,149 +464,205 @@ nlohmann::json run(const RunOptions& o) {
         throw std::invalid_argument("threads x depth x size = " + bytes_text(uint64_t{max_threads} * max_depth * size) +
                                     " of outputs in flight, more than " + bytes_text(kThreadWorkBudget));
   }
-  const std::vector<std::string> names = expand_ops(o.ops);
+  return generation;
+}
+
+// The operators of the run, their parameters checked, and every point's
+// inputs within the budget before the first one runs: a refusal halfway
+// would lose the points already measured.
+std::vector<std::string> check_operators(const RunOptions& o) {
+  std::vector<std::string> names = expand_ops(o.ops);
   for (const auto& [k, v] : o.params) {
     auto dot = k.find('.');
     if (dot == std::string::npos || std::find(names.begin(), names.end(), k.substr(0, dot)) == names.end())
       throw std::invalid_argument("parameter '" + k + "' is not op.key for an operator of this run");
   }
-  // Every point's inputs must fit before the first one runs: a refusal
-  // halfway would lose the points already measured.
   for (const auto& name : names) {
     Operator& op = find_operator(name);
     apply_params(op, o.params);
     for (size_t size : o.sizes) op.inputs_within_budget(size);
   }
+  return names;
+}
+
+// A sweep's points as they are measured, the ones that could not be, and
+// its progress.
+struct Sweep {
+  const RunOptions& o;
+  const CpuSet& cpus;
+  nlohmann::json points = nlohmann::json::array(), unavailable = nlohmann::json::array();
+  size_t total = 0, done = 0;
+
+  // The points of one operator, backend and size.
+  size_t points_per_size(Backend b) const {
+    return o.iterations ? 1 : o.threads.size() * (b == Backend::kEngine ? o.depths.size() : 1);
+  }
+};
+
+// One operator, backend and size that is the point (or, with the engine,
+// the points) of the sweep: its inputs, its kernels checked against ref.
+struct PointSet {
+  Operator& op;
+  const std::string& name;
+  Backend backend;
+  size_t size;
+  const std::vector<Bytes>& inputs;
+  std::vector<std::unique_ptr<Kernel>>& kernels;
+  size_t checked;
+};
+
+// Fixed count on the calling thread: what an instruction counter sees.
+void fixed_count_point(Sweep& sw, PointSet& ps) {
+  const RunOptions& o = sw.o;
+  std::unique_ptr<PerfCounters> counters;
+  if (o.counters) counters = std::make_unique<PerfCounters>(PerfCounters::default_hardware_groups());
+  Bytes out;
+  uint64_t sink = 0, t0 = now_ns();
+  if (counters) counters->start();
+  for (uint64_t i = 0; i < o.iterations; ++i) {
+    ps.kernels[0]->process(ps.inputs[i % ps.inputs.size()], out);
+    sink += digest(out);
+  }
+  if (counters) counters->stop();
+  const uint64_t wall_ns = now_ns() - t0;
+  g_sink.fetch_add(sink);
+  nlohmann::json pt = {{"op", ps.name}, {"backend", backend_name(ps.backend)}, {"size", ps.size}, {"threads", 1},
+                       {"iterations", o.iterations}, {"wall_ns", wall_ns}, {"inputs", ps.inputs.size()},
+                       {"checked_inputs", ps.checked}};
+  if (counters) pt["counters"] = counters_json(*counters);
+  sw.points.push_back(pt);
+  ++sw.done;
+}
+
+// The engine backend: a point per threads and depth, in model time.
+void engine_points(Sweep& sw, PointSet& ps) {
+  const RunOptions& o = sw.o;
+  const char* backend = backend_name(ps.backend);
+  const EngineSpec& spec = dynamic_cast<EngineKernel&>(*ps.kernels[0]).shared().engine->spec();
+  for (unsigned threads : o.threads)
+    for (unsigned depth : o.depths) {
+      // A DOCA context's task pool holds at most the engine's queue depth.
+      if (depth > spec.queue_depth.value) {
+        const std::string why = "depth " + std::to_string(depth) + " is more than the " + spec.generation + " " +
+                                spec.name + "'s queue holds (" +
+                                std::to_string(static_cast<unsigned>(spec.queue_depth.value)) + ": " +
+                                spec.queue_depth.source + ")";
+        sw.unavailable.push_back({{"op", ps.name}, {"backend", backend}, {"size", ps.size},
+                                  {"threads", threads}, {"depth", depth}, {"why", why}});
+        if (o.progress)
+          std::fprintf(stderr, "%s %s %zuB %ut d%u: unavailable: %s\n", ps.name.c_str(), backend, ps.size, threads,
+                       depth, why.c_str());
+        ++sw.done;
+        continue;
+      }
+      sw.points.push_back(
+          time_engine_point(ps.op, ps.kernels, ps.inputs, ps.size, threads, depth, sw.cpus, o, ps.checked));
+      ++sw.done;
+      if (o.progress) {
+        const nlohmann::json& pt = sw.points.back();
+        std::fprintf(stderr,
+                     "[%zu/%zu] %-16s %-6s %6zuB %2ut d%-3u %10.4g Mops  %9.4g Gbps  (model time; engine "
+                     "busy %.0f%%, range %.1f%%)\n",
+                     sw.done, sw.total, ps.name.c_str(), backend, ps.size, threads, depth, pt["mops"].get<double>(),
+                     pt["gbps"].get<double>(), 100 * pt["engine"]["busy_fraction"].get<double>(),
+                     pt["mops"].get<double>() > 0
+                         ? 100 * (pt["mops_max"].get<double>() - pt["mops_min"].get<double>()) / pt["mops"].get<double>()
+                         : 0.0);
+      }
+    }
+}
+
+// The other backends: a point per threads count, timed by the wall clock
+// over the repetitions.
+void timed_points(Sweep& sw, PointSet& ps) {
+  const RunOptions& o = sw.o;
+  const std::string device = dev_kernel_device(*ps.kernels[0]);  // "" unless a DPDK device does the work
+  const double work_bits = 8.0 * static_cast<double>(ps.op.work_bytes(ps.size));
+  const TimedInputs timed(ps.inputs, ps.op.packed_inputs());
+  for (unsigned threads : o.threads) {
+    std::vector<Rep> reps = time_point(ps.kernels, threads, timed, sw.cpus, o);
+    std::vector<double> mops, util, per_cpu;
+    uint64_t work_ns = 0, dilated_ns = 0;
+    for (const Rep& r : reps) {
+      mops.push_back(static_cast<double>(r.ops) / (static_cast<double>(r.wall_ns) / 1e9) / 1e6);
+      per_cpu.push_back(r.cpu_ns ? static_cast<double>(r.ops) / (static_cast<double>(r.cpu_ns) / 1e9) / 1e6 : 0.0);
+      util.push_back(static_cast<double>(r.cpu_ns) / static_cast<double>(r.wall_ns));
+      work_ns += r.work_ns;
+      dilated_ns += r.dilated_ns;
+    }
+    const double m = median(mops);
+    const auto [lo, hi] = std::minmax_element(mops.begin(), mops.end());
+    nlohmann::json pt = point_figures(ps.op, ps.backend, ps.size, threads, sw.cpus, mops);
+    pt.update(nlohmann::json{
+        {"cpu_per_wall", median(util)},
+        // Units per second of the threads' own CPU time (dilation included):
+        // unlike mops, not lowered by other work that takes their CPUs.
+        {"mops_per_cpu_second", median(per_cpu)},
+        {"inputs", ps.inputs.size()},
+        {"checked_inputs", ps.checked}});
+    if (!device.empty()) pt["device"] = device;
+    // Over all repetitions: the bursts' CPU time and the busy time the
+    // dilation added after them, (1/F - 1) x the former when it works.
+    if (dilated(o)) pt["dilation"] = {{"work_cpu_ns", work_ns}, {"dilated_cpu_ns", dilated_ns}};
+    sw.points.push_back(pt);
+    ++sw.done;
+    if (o.progress) {
+      std::fprintf(stderr, "[%zu/%zu] %-16s %-3s %6zuB %2ut  %10.4g Mops  %9.4g Gbps  (range %.1f%%)%s\n", sw.done,
+                   sw.total, ps.name.c_str(), backend_name(ps.backend), ps.size, threads, m, m * work_bits / 1e3,
+                   m > 0 ? 100.0 * (*hi - *lo) / m : 0.0, threads > sw.cpus.cpus.size() ? "  [threads share CPUs]" : "");
+    }
+  }
+}
+
+// One operator, backend and size: its kernels (or why the backend is
+// unavailable), checked against ref, then its points.
+void measure_size(Sweep& sw, Operator& op, const std::string& name, Backend backend, size_t size,
+                  const std::string& generation, const CpuSet& hw) {
+  const RunOptions& o = sw.o;
+  const unsigned max_threads = *std::max_element(o.threads.begin(), o.threads.end());
+  const std::vector<Bytes> inputs = op.make_inputs(size, op.inputs_within_budget(size), o.seed);
+  std::vector<std::unique_ptr<Kernel>> kernels;
+  try {
+    kernels = make_backend_kernels(op, backend, size, o.iterations ? 1 : max_threads, generation, hw);
+  } catch (const Unavailable& e) {
+    sw.unavailable.push_back({{"op", name}, {"backend", backend_name(backend)}, {"size", size}, {"why", e.what()}});
+    if (o.progress)
+      std::fprintf(stderr, "%s %s %zuB: unavailable: %s\n", name.c_str(), backend_name(backend), size, e.what());
+    sw.done += sw.points_per_size(backend);
+    return;
+  }
+  const size_t checked = check_against_ref(op, backend, size, inputs, kernels, o.iterations > 0);
+  PointSet ps{op, name, backend, size, inputs, kernels, checked};
+  if (o.iterations)
+    fixed_count_point(sw, ps);
+  else if (backend == Backend::kEngine)
+    engine_points(sw, ps);
+  else
+    timed_points(sw, ps);
+}
+
+}  // namespace
+
+nlohmann::json run(const RunOptions& o) {
+  check_sweep(o);
+  const std::string generation = check_engine_sweep(o);
+  const std::vector<std::string> names = check_operators(o);
   Placement pl = Placement::plan(o.host_cpus, o.dpu_cpus, o.hw_cpus);
   const CpuSet& cpus = o.place == "dpu" ? pl.dpu : pl.host;
 
-  nlohmann::json points = nlohmann::json::array(), unavailable = nlohmann::json::array();
+  Sweep sw{o, cpus};
   nlohmann::json versions = nlohmann::json::object(), params = nlohmann::json::object();
-  auto sweep = [&](Backend b) -> size_t {
-    return o.iterations ? 1 : o.threads.size() * (b == Backend::kEngine ? o.depths.size() : 1);
-  };
-  size_t total = 0;
-  for (Backend b : o.backends) total += names.size() * o.sizes.size() * sweep(b);
-  size_t done = 0;
+  for (Backend b : o.backends) sw.total += names.size() * o.sizes.size() * sw.points_per_size(b);
   for (const auto& name : names) {
     Operator& op = find_operator(name);
     apply_params(op, o.params);
     versions[name] = op.info().version;
     params[name] = op.parameters();
-    for (Backend backend : o.backends) {
-      for (size_t size : o.sizes) {
-        const std::vector<Bytes> inputs = op.make_inputs(size, op.inputs_within_budget(size), o.seed);
-        std::vector<std::unique_ptr<Kernel>> kernels;
-        try {
-          kernels = make_backend_kernels(op, backend, size, o.iterations ? 1 : max_threads, generation, pl.hw);
-        } catch (const Unavailable& e) {
-          unavailable.push_back({{"op", name}, {"backend", backend_name(backend)}, {"size", size}, {"why", e.what()}});
-          if (o.progress)
-            std::fprintf(stderr, "%s %s %zuB: unavailable: %s\n", name.c_str(), backend_name(backend), size, e.what());
-          done += sweep(backend);
-          continue;
-        }
-        const size_t checked = check_against_ref(op, backend, size, inputs, kernels, o.iterations > 0);
-        const std::string device = dev_kernel_device(*kernels[0]);  // "" unless a DPDK device does the work
-        const double work_bits = 8.0 * static_cast<double>(op.work_bytes(size));
-        if (o.iterations) {
-          // Fixed count on the calling thread: what an instruction counter sees.
-          std::unique_ptr<PerfCounters> counters;
-          if (o.counters) counters = std::make_unique<PerfCounters>(PerfCounters::default_hardware_groups());
-          Bytes out;
-          uint64_t sink = 0, t0 = now_ns();
-          if (counters) counters->start();
-          for (uint64_t i = 0; i < o.iterations; ++i) {
-            kernels[0]->process(inputs[i % inputs.size()], out);
-            sink += digest(out);
-          }
-          if (counters) counters->stop();
-          const uint64_t wall_ns = now_ns() - t0;
-          g_sink.fetch_add(sink);
-          nlohmann::json pt = {{"op", name}, {"backend", backend_name(backend)}, {"size", size}, {"threads", 1},
-                               {"iterations", o.iterations}, {"wall_ns", wall_ns}, {"inputs", inputs.size()},
-                               {"checked_inputs", checked}};
-          if (counters) pt["counters"] = counters_json(*counters);
-          points.push_back(pt);
-          ++done;
-          continue;
-        }
-        if (backend == Backend::kEngine) {
-          const EngineSpec& spec = dynamic_cast<EngineKernel&>(*kernels[0]).shared().engine->spec();
-          for (unsigned threads : o.threads)
-            for (unsigned depth : o.depths) {
-              // A DOCA context's task pool holds at most the engine's queue depth.
-              if (depth > spec.queue_depth.value) {
-                const std::string why = "depth " + std::to_string(depth) + " is more than the " + spec.generation +
-                                        " " + spec.name + "'s queue holds (" +
-                                        std::to_string(static_cast<unsigned>(spec.queue_depth.value)) + ": " +
-                                        spec.queue_depth.source + ")";
-                unavailable.push_back({{"op", name}, {"backend", backend_name(backend)}, {"size", size},
-                                       {"threads", threads}, {"depth", depth}, {"why", why}});
-                if (o.progress)
-                  std::fprintf(stderr, "%s %s %zuB %ut d%u: unavailable: %s\n", name.c_str(), backend_name(backend),
-                               size, threads, depth, why.c_str());
-                ++done;
-                continue;
-              }
-              points.push_back(time_engine_point(op, kernels, inputs, size, threads, depth, cpus, o, checked));
-              ++done;
-              if (o.progress) {
-                const nlohmann::json& pt = points.back();
-                std::fprintf(stderr,
-                             "[%zu/%zu] %-16s %-6s %6zuB %2ut d%-3u %10.4g Mops  %9.4g Gbps  (model time; engine "
-                             "busy %.0f%%, range %.1f%%)\n",
-                             done, total, name.c_str(), backend_name(backend), size, threads, depth,
-                             pt["mops"].get<double>(), pt["gbps"].get<double>(),
-                             100 * pt["engine"]["busy_fraction"].get<double>(),
-                             pt["mops"].get<double>() > 0
-                                 ? 100 * (pt["mops_max"].get<double>() - pt["mops_min"].get<double>()) /
-                                       pt["mops"].get<double>()
-                                 : 0.0);
-              }
-            }
-          continue;
-        }
-        const TimedInputs timed(inputs, op.packed_inputs());
-        for (unsigned threads : o.threads) {
-          std::vector<Rep> reps = time_point(kernels, threads, timed, cpus, o);
-          std::vector<double> mops, util, per_cpu;
-          uint64_t work_ns = 0, dilated_ns = 0;
-          for (const Rep& r : reps) {
-            mops.push_back(static_cast<double>(r.ops) / (static_cast<double>(r.wall_ns) / 1e9) / 1e6);
-            per_cpu.push_back(r.cpu_ns ? static_cast<double>(r.ops) / (static_cast<double>(r.cpu_ns) / 1e9) / 1e6 : 0.0);
-            util.push_back(static_cast<double>(r.cpu_ns) / static_cast<double>(r.wall_ns));
-            work_ns += r.work_ns;
-            dilated_ns += r.dilated_ns;
-          }
-          const double m = median(mops);
-          const auto [lo, hi] = std::minmax_element(mops.begin(), mops.end());
-          nlohmann::json pt = point_figures(op, backend, size, threads, cpus, mops);
-          pt.update(nlohmann::json{
-              {"cpu_per_wall", median(util)},
-              // Units per second of the threads' own CPU time (dilation included):
-              // unlike mops, not lowered by other work that takes their CPUs.
-              {"mops_per_cpu_second", median(per_cpu)},
-              {"inputs", inputs.size()},
-              {"checked_inputs", checked}});
-          if (!device.empty()) pt["device"] = device;
-          // Over all repetitions: the bursts' CPU time and the busy time the
-          // dilation added after them, (1/F - 1) x the former when it works.
-          if (dilated(o)) pt["dilation"] = {{"work_cpu_ns", work_ns}, {"dilated_cpu_ns", dilated_ns}};
-          points.push_back(pt);
-          ++done;
-          if (o.progress) {
-            std::fprintf(stderr, "[%zu/%zu] %-16s %-3s %6zuB %2ut  %10.4g Mops  %9.4g Gbps  (range %.1f%%)%s\n", done,
-                         total, name.c_str(), backend_name(backend), size, threads, m, m * work_bits / 1e3,
-                         m > 0 ? 100.0 * (*hi - *lo) / m : 0.0,
-                         threads > cpus.cpus.size() ? "  [threads share CPUs]" : "");
-          }
-        }
-      }
-    }
+    for (Backend backend : o.backends)
+      for (size_t size : o.sizes) measure_size(sw, op, name, backend, size, generation, pl.hw);
   }
-  nlohmann::json figures = {{"points", points},
-                            {"unavailable", unavailable},
+  nlohmann::json figures = {{"points", sw.points},
+                            {"unavailable", sw.unavailable},
                             {"operators", versions},
                             {"operator_parameters", params},
                             {"place", o.place},
