@@ -407,99 +407,191 @@ void lengths_with_two_codes(const uint32_t* freqs, unsigned n, unsigned limit, u
   package_merge(f.data(), n, limit, lens);
 }
 
-// Writes one block of `tokens` (which cover `raw`), choosing the cheapest of
-// dynamic, fixed and stored the options allow.
-void write_block(BitWriter& bw, std::span<const RawDeflater::Token> tokens, std::span<const uint8_t> raw,
-                 bool final, const DeflateOptions& options) {
-  const SymbolTables& t = tables();
+using Token = RawDeflater::Token;
+
+// What a block's tokens use (3.2.5): each literal/length and distance
+// code's count, and the extra bits the lengths and distances carry.
+struct SymbolCounts {
   std::array<uint32_t, kLitLenSymbols> lit_freq{};
   std::array<uint32_t, kDistSymbols> dist_freq{};
   uint64_t extra_bits = 0;
+};
+
+SymbolCounts count_symbols(std::span<const Token> tokens) {
+  const SymbolTables& t = tables();
+  SymbolCounts c;
   for (const auto& tok : tokens) {
     if (tok.distance == 0) {
-      lit_freq[tok.length_or_literal]++;
+      c.lit_freq[tok.length_or_literal]++;
       continue;
     }
     const unsigned lc = t.length_code[tok.length_or_literal], dc = distance_code(tok.distance);
-    lit_freq[257 + lc]++;
-    dist_freq[dc]++;
-    extra_bits += kLengthExtra[lc] + kDistExtra[dc];
+    c.lit_freq[257 + lc]++;
+    c.dist_freq[dc]++;
+    c.extra_bits += kLengthExtra[lc] + kDistExtra[dc];
   }
-  lit_freq[256] = 1;
+  c.lit_freq[256] = 1;
+  return c;
+}
 
-  // Dynamic block (3.2.7).
+// A dynamic block's two codes and the header that sends their lengths
+// (3.2.7): the length sequence run-length coded with the code length
+// alphabet, itself Huffman coded.
+struct DynamicCodes {
   std::array<uint8_t, kLitLenSymbols> lit_lens;
-  lengths_with_two_codes(lit_freq.data(), kLitLenSymbols, kMaxBits, lit_lens.data());
   std::array<uint8_t, kDistSymbols> dist_lens;
-  lengths_with_two_codes(dist_freq.data(), kDistSymbols, kMaxBits, dist_lens.data());
-  unsigned nlit = kLitLenSymbols, ndist = kDistSymbols;
-  while (lit_lens[nlit - 1] == 0) --nlit;  // >= 257: end of block has a code
-  while (ndist > 1 && dist_lens[ndist - 1] == 0) --ndist;
-  std::array<uint8_t, kLitLenSymbols + kDistSymbols> lens;  // the sequence the header codes
-  std::copy(lit_lens.begin(), lit_lens.begin() + nlit, lens.begin());
-  std::copy(dist_lens.begin(), dist_lens.begin() + ndist, lens.begin() + nlit);
-  // Run-length code the two length lists as one sequence (runs may cross).
+  unsigned nlit = kLitLenSymbols, ndist = kDistSymbols;  // HLIT + 257, HDIST + 1
   struct ClItem {
     uint8_t sym, extra;
   };
   std::array<ClItem, kLitLenSymbols + kDistSymbols> cl_items;
   unsigned ncl_items = 0;
   std::array<uint32_t, kCodeLenSymbols> cl_freq{};
-  auto emit = [&](unsigned sym, unsigned extra) {
+  std::array<uint8_t, kCodeLenSymbols> cl_lens;
+  unsigned nclen = kCodeLenSymbols;  // HCLEN + 4
+
+  void emit(unsigned sym, unsigned extra) {
     cl_items[ncl_items++] = {static_cast<uint8_t>(sym), static_cast<uint8_t>(extra)};
     cl_freq[sym]++;
-  };
-  const unsigned total = nlit + ndist;
-  for (unsigned i = 0; i < total;) {
-    const uint8_t v = lens[i];
-    unsigned run = 1;
-    while (i + run < total && lens[i + run] == v) ++run;
-    i += run;
-    if (v == 0) {
-      while (run >= 11) {
-        const unsigned r = std::min(run, 138u);
-        emit(18, r - 11);
-        run -= r;
+  }
+  // Run-length codes the `total` lengths: 16 repeats the previous length
+  // 3-6 times, 17 and 18 give 3-10 and 11-138 zeros.
+  void run_length_code(const uint8_t* lens, unsigned total) {
+    for (unsigned i = 0; i < total;) {
+      const uint8_t v = lens[i];
+      unsigned run = 1;
+      while (i + run < total && lens[i + run] == v) ++run;
+      i += run;
+      if (v == 0) {
+        while (run >= 11) {
+          const unsigned r = std::min(run, 138u);
+          emit(18, r - 11);
+          run -= r;
+        }
+        if (run >= 3) {
+          emit(17, run - 3);
+          run = 0;
+        }
+        while (run--) emit(0, 0);
+      } else {
+        emit(v, 0);
+        --run;
+        while (run >= 3) {
+          const unsigned r = std::min(run, 6u);
+          emit(16, r - 3);
+          run -= r;
+        }
+        while (run--) emit(v, 0);
       }
-      if (run >= 3) {
-        emit(17, run - 3);
-        run = 0;
-      }
-      while (run--) emit(0, 0);
-    } else {
-      emit(v, 0);
-      --run;
-      while (run >= 3) {
-        const unsigned r = std::min(run, 6u);
-        emit(16, r - 3);
-        run -= r;
-      }
-      while (run--) emit(v, 0);
     }
   }
-  std::array<uint8_t, kCodeLenSymbols> cl_lens;
-  lengths_with_two_codes(cl_freq.data(), kCodeLenSymbols, kMaxCodeLenBits, cl_lens.data());
-  unsigned nclen = kCodeLenSymbols;
-  while (nclen > 4 && cl_lens[kCodeLenOrder[nclen - 1]] == 0) --nclen;
+};
 
-  uint64_t dynamic_bits = 3 + 5 + 5 + 4 + 3 * nclen + extra_bits, fixed_bits = 3 + extra_bits;
-  for (unsigned i = 0; i < ncl_items; ++i) {
-    const unsigned s = cl_items[i].sym;
-    dynamic_bits += cl_lens[s] + (s == 16 ? 2 : s == 17 ? 3 : s == 18 ? 7 : 0);
+DynamicCodes dynamic_codes(const SymbolCounts& c) {
+  DynamicCodes d;
+  lengths_with_two_codes(c.lit_freq.data(), kLitLenSymbols, kMaxBits, d.lit_lens.data());
+  lengths_with_two_codes(c.dist_freq.data(), kDistSymbols, kMaxBits, d.dist_lens.data());
+  while (d.lit_lens[d.nlit - 1] == 0) --d.nlit;  // >= 257: end of block has a code
+  while (d.ndist > 1 && d.dist_lens[d.ndist - 1] == 0) --d.ndist;
+  std::array<uint8_t, kLitLenSymbols + kDistSymbols> lens;  // the sequence the header codes
+  std::copy(d.lit_lens.begin(), d.lit_lens.begin() + d.nlit, lens.begin());
+  std::copy(d.dist_lens.begin(), d.dist_lens.begin() + d.ndist, lens.begin() + d.nlit);
+  // The two length lists as one sequence (runs may cross).
+  d.run_length_code(lens.data(), d.nlit + d.ndist);
+  lengths_with_two_codes(d.cl_freq.data(), kCodeLenSymbols, kMaxCodeLenBits, d.cl_lens.data());
+  while (d.nclen > 4 && d.cl_lens[kCodeLenOrder[d.nclen - 1]] == 0) --d.nclen;
+  return d;
+}
+
+// The extra bits after a code length code: 16, 17 and 18 carry a run.
+unsigned cl_extra_bits(unsigned sym) { return sym == 16 ? 2 : sym == 17 ? 3 : sym == 18 ? 7 : 0; }
+
+// The sizes of the block as each type, in bits.
+uint64_t dynamic_block_bits(const SymbolCounts& c, const DynamicCodes& d) {
+  uint64_t bits = 3 + 5 + 5 + 4 + 3 * d.nclen + c.extra_bits;
+  for (unsigned i = 0; i < d.ncl_items; ++i) {
+    const unsigned s = d.cl_items[i].sym;
+    bits += d.cl_lens[s] + cl_extra_bits(s);
   }
-  for (unsigned s = 0; s < kLitLenSymbols; ++s) {
-    dynamic_bits += static_cast<uint64_t>(lit_freq[s]) * lit_lens[s];
-    fixed_bits += static_cast<uint64_t>(lit_freq[s]) * t.fixed_len[s];
+  for (unsigned s = 0; s < kLitLenSymbols; ++s) bits += static_cast<uint64_t>(c.lit_freq[s]) * d.lit_lens[s];
+  for (unsigned s = 0; s < kDistSymbols; ++s) bits += static_cast<uint64_t>(c.dist_freq[s]) * d.dist_lens[s];
+  return bits;
+}
+
+uint64_t fixed_block_bits(const SymbolCounts& c) {
+  const SymbolTables& t = tables();
+  uint64_t bits = 3 + c.extra_bits;
+  for (unsigned s = 0; s < kLitLenSymbols; ++s) bits += static_cast<uint64_t>(c.lit_freq[s]) * t.fixed_len[s];
+  for (unsigned s = 0; s < kDistSymbols; ++s) bits += static_cast<uint64_t>(c.dist_freq[s]) * 5;
+  return bits;
+}
+
+size_t stored_pieces(size_t raw_bytes) { return std::max<size_t>(1, (raw_bytes + kStoredMax - 1) / kStoredMax); }
+
+// Stored: each piece of at most 65535 bytes has a 3-bit header, padding to
+// a byte, LEN and NLEN.
+uint64_t stored_block_bits(size_t raw_bytes, unsigned pending_bits) {
+  const size_t pieces = stored_pieces(raw_bytes);
+  return 3 + (8 - (pending_bits + 3) % 8) % 8 + (pieces - 1) * 8 + pieces * 32 + 8 * static_cast<uint64_t>(raw_bytes);
+}
+
+// Stored blocks (3.2.4), the last one final when `final`.
+void write_stored(BitWriter& bw, std::span<const uint8_t> raw, bool final) {
+  const size_t pieces = stored_pieces(raw.size());
+  size_t at = 0;
+  for (size_t p = 0; p < pieces; ++p) {
+    const size_t len = std::min(kStoredMax, raw.size() - at);
+    bw.put((final && p + 1 == pieces) ? 1 : 0, 3);  // BTYPE 00
+    bw.align_to_byte();
+    bw.put(static_cast<uint32_t>(len), 16);
+    bw.put(static_cast<uint32_t>(~len & 0xFFFF), 16);
+    bw.bytes(raw.subspan(at, len));
+    at += len;
   }
-  for (unsigned d = 0; d < kDistSymbols; ++d) {
-    dynamic_bits += static_cast<uint64_t>(dist_freq[d]) * dist_lens[d];
-    fixed_bits += static_cast<uint64_t>(dist_freq[d]) * 5;
+}
+
+// A dynamic block's header after BTYPE: HLIT, HDIST, HCLEN, the code
+// length code's lengths, then the run-length coded sequence.
+void write_dynamic_header(BitWriter& bw, const DynamicCodes& d) {
+  bw.put(d.nlit - 257, 5);
+  bw.put(d.ndist - 1, 5);
+  bw.put(d.nclen - 4, 4);
+  for (unsigned i = 0; i < d.nclen; ++i) bw.put(d.cl_lens[kCodeLenOrder[i]], 3);
+  std::array<uint16_t, kCodeLenSymbols> cl_codes;
+  assign_codes(d.cl_lens.data(), kCodeLenSymbols, cl_codes.data());
+  for (unsigned i = 0; i < d.ncl_items; ++i) {
+    const DynamicCodes::ClItem& c = d.cl_items[i];
+    bw.put(cl_codes[c.sym], d.cl_lens[c.sym]);
+    if (const unsigned extra = cl_extra_bits(c.sym)) bw.put(c.extra, extra);
   }
-  // Stored: each piece of at most 65535 bytes has a 3-bit header, padding to
-  // a byte, LEN and NLEN.
-  const size_t pieces = std::max<size_t>(1, (raw.size() + kStoredMax - 1) / kStoredMax);
-  const uint64_t stored_bits = 3 + (8 - (bw.pending_bits() + 3) % 8) % 8 + (pieces - 1) * 8 + pieces * 32 +
-                               8 * static_cast<uint64_t>(raw.size());
+}
+
+// The block's data (3.2.5): each token in the two codes, then end of block.
+void write_tokens(BitWriter& bw, std::span<const Token> tokens, const uint16_t* lit_codes, const uint8_t* lit_lens,
+                  const uint16_t* dist_codes, const uint8_t* dist_lens) {
+  const SymbolTables& t = tables();
+  for (const auto& tok : tokens) {
+    if (tok.distance == 0) {
+      bw.put(lit_codes[tok.length_or_literal], lit_lens[tok.length_or_literal]);
+      continue;
+    }
+    const unsigned lc = t.length_code[tok.length_or_literal], dc = distance_code(tok.distance);
+    bw.put(lit_codes[257 + lc], lit_lens[257 + lc]);
+    bw.put(tok.length_or_literal - kLengthBase[lc], kLengthExtra[lc]);
+    bw.put(dist_codes[dc], dist_lens[dc]);
+    bw.put(tok.distance - kDistBase[dc], kDistExtra[dc]);
+  }
+  bw.put(lit_codes[256], lit_lens[256]);
+}
+
+// Writes one block of `tokens` (which cover `raw`), choosing the cheapest of
+// dynamic, fixed and stored the options allow.
+void write_block(BitWriter& bw, std::span<const Token> tokens, std::span<const uint8_t> raw, bool final,
+                 const DeflateOptions& options) {
+  const SymbolCounts counts = count_symbols(tokens);
+  const DynamicCodes dyn = dynamic_codes(counts);
+  const uint64_t dynamic_bits = dynamic_block_bits(counts, dyn), fixed_bits = fixed_block_bits(counts);
+  const uint64_t stored_bits = stored_block_bits(raw.size(), bw.pending_bits());
 
   enum { kDynamic, kFixed, kStored } type = kDynamic;
   uint64_t best = dynamic_bits;
@@ -507,63 +599,26 @@ void write_block(BitWriter& bw, std::span<const RawDeflater::Token> tokens, std:
   if (options.allow_stored && stored_bits < best) type = kStored, best = stored_bits;
 
   if (type == kStored) {
-    size_t at = 0;
-    for (size_t p = 0; p < pieces; ++p) {
-      const size_t len = std::min(kStoredMax, raw.size() - at);
-      bw.put((final && p + 1 == pieces) ? 1 : 0, 3);  // BTYPE 00
-      bw.align_to_byte();
-      bw.put(static_cast<uint32_t>(len), 16);
-      bw.put(static_cast<uint32_t>(~len & 0xFFFF), 16);
-      bw.bytes(raw.subspan(at, len));
-      at += len;
-    }
+    write_stored(bw, raw, final);
     return;
   }
-
-  std::array<uint16_t, 288> lit_codes;
-  std::array<uint16_t, 32> dist_codes;
-  const uint8_t* lit_lens_used;
-  const uint8_t* dist_lens_used;
-  std::array<uint8_t, 32> fixed_dist_lens;
   if (type == kFixed) {
     bw.put(final ? 1 | 1 << 1 : 1 << 1, 3);  // BTYPE 01
-    lit_lens_used = t.fixed_len.data();
-    std::copy(t.fixed_code.begin(), t.fixed_code.end(), lit_codes.begin());
-    fixed_dist_lens.fill(5);
+    const SymbolTables& t = tables();
+    std::array<uint16_t, 32> dist_codes;
     for (unsigned d = 0; d < 32; ++d) dist_codes[d] = static_cast<uint16_t>(reverse_bits(d, 5));
-    dist_lens_used = fixed_dist_lens.data();
-  } else {
-    bw.put(final ? 1 | 2 << 1 : 2 << 1, 3);  // BTYPE 10
-    bw.put(nlit - 257, 5);
-    bw.put(ndist - 1, 5);
-    bw.put(nclen - 4, 4);
-    for (unsigned i = 0; i < nclen; ++i) bw.put(cl_lens[kCodeLenOrder[i]], 3);
-    std::array<uint16_t, kCodeLenSymbols> cl_codes;
-    assign_codes(cl_lens.data(), kCodeLenSymbols, cl_codes.data());
-    for (unsigned i = 0; i < ncl_items; ++i) {
-      const ClItem& c = cl_items[i];
-      bw.put(cl_codes[c.sym], cl_lens[c.sym]);
-      if (c.sym == 16) bw.put(c.extra, 2);
-      if (c.sym == 17) bw.put(c.extra, 3);
-      if (c.sym == 18) bw.put(c.extra, 7);
-    }
-    assign_codes(lit_lens.data(), kLitLenSymbols, lit_codes.data());
-    assign_codes(dist_lens.data(), kDistSymbols, dist_codes.data());
-    lit_lens_used = lit_lens.data();
-    dist_lens_used = dist_lens.data();
+    std::array<uint8_t, 32> dist_lens;
+    dist_lens.fill(5);
+    write_tokens(bw, tokens, t.fixed_code.data(), t.fixed_len.data(), dist_codes.data(), dist_lens.data());
+    return;
   }
-  for (const auto& tok : tokens) {
-    if (tok.distance == 0) {
-      bw.put(lit_codes[tok.length_or_literal], lit_lens_used[tok.length_or_literal]);
-      continue;
-    }
-    const unsigned lc = t.length_code[tok.length_or_literal], dc = distance_code(tok.distance);
-    bw.put(lit_codes[257 + lc], lit_lens_used[257 + lc]);
-    bw.put(tok.length_or_literal - kLengthBase[lc], kLengthExtra[lc]);
-    bw.put(dist_codes[dc], dist_lens_used[dc]);
-    bw.put(tok.distance - kDistBase[dc], kDistExtra[dc]);
-  }
-  bw.put(lit_codes[256], lit_lens_used[256]);
+  bw.put(final ? 1 | 2 << 1 : 2 << 1, 3);  // BTYPE 10
+  write_dynamic_header(bw, dyn);
+  std::array<uint16_t, kLitLenSymbols> lit_codes;
+  std::array<uint16_t, kDistSymbols> dist_codes;
+  assign_codes(dyn.lit_lens.data(), kLitLenSymbols, lit_codes.data());
+  assign_codes(dyn.dist_lens.data(), kDistSymbols, dist_codes.data());
+  write_tokens(bw, tokens, lit_codes.data(), dyn.lit_lens.data(), dist_codes.data(), dyn.dist_lens.data());
 }
 
 }  // namespace
