@@ -164,6 +164,152 @@ std::string metrics_text(const std::string& algo, const std::vector<std::unique_
   return m.text();
 }
 
+// The hardware tier: the XDP program and its flow table on the interface,
+// sized as the algorithm's hardware tier (res.top set).
+XdpFlowTable::Options hw_tier_options(const LiveConfig& cfg, LiveResult& res) {
+  XdpFlowTable::Options to;
+  to.table = hw_table_config(cfg.algorithm, 0, res.top);
+  to.bpf_object = cfg.bpf_object;
+  to.interface = cfg.interface;
+  to.mode = cfg.native ? XdpMode::kNative : XdpMode::kGeneric;
+  to.pass_hits = cfg.pass_hits;
+  to.account = &res.cpu;
+  to.service_cpus = cfg.placement.hw;
+  return to;
+}
+
+// One dpu worker: the frames its receive queue's AF_XDP socket takes (what
+// the hardware tier did not count), parsed and handed to the measurer in
+// bursts, until `done`.
+void dpu_worker(unsigned w, const LiveConfig& cfg, XskReceiver& rx, Measurer& measurer, Worker& me, bool keep_seen,
+                const std::atomic<bool>& done, CpuAccount& cpu) {
+  if (auto why = pin_current_thread(cfg.placement.dpu.nth(w)); !why.empty()) log_warn("dpu worker: " + why);
+  PlaceTimer t(cpu, Place::kDpu);
+  // The worker's CPU time is the dpu's (taking frames from its socket,
+  // parsing, the sketch): dilated as on a slower core. The XDP program,
+  // the hardware tier, runs in the kernel's receive path, not here.
+  Dilation slow(cfg.algorithm.dpu_speed);
+  FlowKey burst[kBurst];
+  const FlowKey* keys[kBurst];
+  for (size_t i = 0; i < kBurst; ++i) keys[i] = &burst[i];
+  size_t n = 0;
+  auto flush = [&] {
+    if (n == 0) return;
+    measurer.update_burst(w, keys, n);  // Duet: Algorithm 1, lines 6-24
+    me.packets.store(me.packets.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    n = 0;
+  };
+  auto on_frame = [&](const uint8_t* frame, uint32_t len, unsigned) {
+    FlowKey& key = burst[n];
+    // Not IPv4 TCP/UDP: the XDP program counted it (not_a_flow), whichever way it went.
+    if (parse_frame(kLinkEthernet, frame, len, &key) != ParseResult::kOk) return;
+    if (keep_seen) me.seen.insert(key);
+    if (++n == kBurst) flush();
+  };
+  slow.start();
+  while (!done.load(std::memory_order_acquire)) {
+    rx.poll_queue(w, on_frame, kPollMs);
+    flush();
+    slow.poll();  // waiting in poll_queue costs no CPU, so nothing idle is dilated
+  }
+  while (rx.poll_queue(w, on_frame, 0) > 0) flush();  // what is already in the ring
+  flush();
+  slow.pay();
+  me.dilated_ns = slow.dilated_ns();
+}
+
+// The run lasts until asked to stop, for the duration, or until enough
+// packets were measured; Duet reports every interval meanwhile (`report`,
+// with `by_interval`).
+template <class Report>
+void measure_until_end(const LiveConfig& cfg, const std::atomic<bool>& stop, std::chrono::steady_clock::time_point t0,
+                       const XdpFlowTable& table, const std::vector<std::unique_ptr<Worker>>& workers,
+                       const Measurer& measurer, bool by_interval, Report report) {
+  auto next_report = t0 + std::chrono::duration<double>(cfg.export_interval_s);
+  bool warned_records_full = false;
+  for (;;) {
+    if (const DuetStats ds = !warned_records_full ? measurer.duet_stats().value_or(DuetStats{}) : DuetStats{};
+        ds.records > 0 && ds.records_used >= ds.records) {
+      warned_records_full = true;
+      log_warn("duet: all " + std::to_string(ds.records) +
+               " promoted-flow records are used: flows that reach TOP stay in the sketch until aging frees one "
+               "(raise --duet-records, or shorten --hw-idle-timeout-ms)");
+    }
+    if (by_interval && std::chrono::steady_clock::now() >= next_report) {
+      report();
+      next_report += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(cfg.export_interval_s));
+    }
+    if (stop.load(std::memory_order_relaxed)) break;
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (cfg.duration_s > 0 && elapsed >= cfg.duration_s) break;
+    if (cfg.packets) {
+      uint64_t n = table.datapath_counters().hits;
+      for (const auto& w : workers) n += w->packets.load(std::memory_order_relaxed);
+      if (n >= cfg.packets) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// The counters once the workers have stopped: the hardware tier's, the
+// workers', the frames lost before them.
+void read_counters(LiveResult& res, const XdpFlowTable& table, const XskReceiver& rx,
+                   const std::vector<std::unique_ptr<Worker>>& workers, const Measurer& measurer,
+                   uint64_t report_dilated_ns) {
+  const auto counters = table.datapath_counters();
+  const auto rs = rx.stats();
+  res.hw_packets = counters.hits;
+  res.frames = counters.frames;
+  // The program sees every frame; a worker sees only those that reached it
+  // while it ran (a kernel's neighbour discovery can arrive after it stopped).
+  res.not_a_flow = counters.not_a_flow;
+  res.xdp_run_time_measured = counters.run_time_measured;
+  res.xdp_run_ns = counters.run_ns;
+  res.xdp_runs = counters.runs;
+  res.drops = rs.total.rx_dropped + rs.total.rx_ring_full;
+  for (const auto& w : workers) {
+    res.dpu_packets += w->packets.load();
+    res.dpu_dilated_ns += w->dilated_ns;
+  }
+  res.dpu_dilated_ns += measurer.control_dilated_ns() + report_dilated_ns;
+  res.hw = table.stats();
+  res.duet = measurer.duet_stats();
+}
+
+// The end: the estimates, and the last reports.
+void report_at_end(LiveResult& res, Reporter& reporter, Measurer& measurer, const XdpFlowTable& table,
+                   const std::vector<std::unique_ptr<Worker>>& workers, bool keep_seen, uint64_t end_ms) {
+  // The last interval: Duet's records (the retired ones' rest, and what the
+  // others gained).
+  if (measurer.is_duet()) reporter.report_records(measurer, end_ms);
+  // Estimates for every flow a worker saw (a flow reaches the hardware table
+  // only by promotion from a worker, so no flow is missed); Duet without
+  // --all-flows: the flows holding records.
+  std::vector<std::vector<FlowKey>> routed(res.workers);
+  if (keep_seen)
+    for (unsigned w = 0; w < res.workers; ++w) routed[w].assign(workers[w]->seen.begin(), workers[w]->seen.end());
+  else
+    measurer.for_each_record([&](const RecordCount& c) { routed[0].push_back(c.key); });  // Duet's: any worker's
+  Measurer::Answer answer = measurer.query(routed, static_cast<double>(res.top));
+  res.estimates = std::move(answer.estimates);
+  res.heavy_reported = std::move(answer.heavy);
+
+  // Where every flow is kept: what each heavy flow's estimate gained since
+  // its last record (everything, for a baseline; for Duet, what it left in
+  // the sketch); bytes where the hardware table counted them (a sketch
+  // counts packets only).
+  if (keep_seen) {
+    std::vector<std::pair<FlowKey, double>> heavy;
+    for (const FlowKey& k : res.heavy_reported) heavy.emplace_back(k, res.estimates.at(k));
+    reporter.report_flows(std::move(heavy), table, end_ms);
+  }
+  if (reporter.ipfix) {
+    res.ipfix_records = reporter.ipfix->stats().records;
+    res.ipfix_errors = reporter.ipfix->stats().send_errors;
+  }
+}
+
 }  // namespace
 
 LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
@@ -172,16 +318,9 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
   LiveResult res;
   res.top = top_packets(algo, 0);
 
-  XdpFlowTable::Options to;
-  to.table = hw_table_config(algo, 0, res.top);
-  to.bpf_object = cfg.bpf_object;
-  to.interface = cfg.interface;
-  to.mode = cfg.native ? XdpMode::kNative : XdpMode::kGeneric;
-  to.pass_hits = cfg.pass_hits;
-  to.account = &res.cpu;
-  to.service_cpus = cfg.placement.hw;
   // Every algorithm runs behind the same program: for the baselines nothing is
   // ever installed, so every packet reaches the workers.
+  const XdpFlowTable::Options to = hw_tier_options(cfg, res);
   XdpFlowTable table(to);
   XskReceiver rx(table);
   res.workers = rx.queue_count();
@@ -217,44 +356,8 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
   reporter.interval_start_ms = start_ms;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
-  for (unsigned w = 0; w < res.workers; ++w) {
-    threads.emplace_back([&, w] {
-      if (auto why = pin_current_thread(cfg.placement.dpu.nth(w)); !why.empty()) log_warn("dpu worker: " + why);
-      PlaceTimer t(res.cpu, Place::kDpu);
-      Worker& me = *workers[w];
-      // The worker's CPU time is the dpu's (taking frames from its socket,
-      // parsing, the sketch): dilated as on a slower core. The XDP program,
-      // the hardware tier, runs in the kernel's receive path, not here.
-      Dilation slow(algo.dpu_speed);
-      FlowKey burst[kBurst];
-      const FlowKey* keys[kBurst];
-      for (size_t i = 0; i < kBurst; ++i) keys[i] = &burst[i];
-      size_t n = 0;
-      auto flush = [&] {
-        if (n == 0) return;
-        measurer.update_burst(w, keys, n);  // Duet: Algorithm 1, lines 6-24
-        me.packets.store(me.packets.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-        n = 0;
-      };
-      auto on_frame = [&](const uint8_t* frame, uint32_t len, unsigned) {
-        FlowKey& key = burst[n];
-        // Not IPv4 TCP/UDP: the XDP program counted it (not_a_flow), whichever way it went.
-        if (parse_frame(kLinkEthernet, frame, len, &key) != ParseResult::kOk) return;
-        if (keep_seen) me.seen.insert(key);
-        if (++n == kBurst) flush();
-      };
-      slow.start();
-      while (!done.load(std::memory_order_acquire)) {
-        rx.poll_queue(w, on_frame, kPollMs);
-        flush();
-        slow.poll();  // waiting in poll_queue costs no CPU, so nothing idle is dilated
-      }
-      while (rx.poll_queue(w, on_frame, 0) > 0) flush();  // what is already in the ring
-      flush();
-      slow.pay();
-      me.dilated_ns = slow.dilated_ns();
-    });
-  }
+  for (unsigned w = 0; w < res.workers; ++w)
+    threads.emplace_back([&, w] { dpu_worker(w, cfg, rx, measurer, *workers[w], keep_seen, done, res.cpu); });
   std::atomic<bool> stop_control{false};
   std::thread control;
   if (is_duet) {
@@ -265,41 +368,14 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
     });
   }
 
-  // The run lasts until asked to stop, for the duration, or until enough
-  // packets were measured; Duet reports every interval meanwhile.
   Dilation report_slow(algo.dpu_speed);  // the reporter is dpu work too
-  auto duet_report = [&] {
+  std::optional<PlaceTimer> report_time;  // the reporter is dpu work
+  if (by_interval) report_time.emplace(res.cpu, Place::kDpu);
+  measure_until_end(cfg, stop, t0, table, workers, measurer, by_interval, [&] {
     report_slow.start();
     reporter.report_records(measurer, wall_ms());
     report_slow.pay();
-  };
-  auto next_report = t0 + std::chrono::duration<double>(cfg.export_interval_s);
-  bool warned_records_full = false;
-  std::optional<PlaceTimer> report_time;  // the reporter is dpu work
-  if (by_interval) report_time.emplace(res.cpu, Place::kDpu);
-  for (;;) {
-    if (const DuetStats ds = !warned_records_full ? measurer.duet_stats().value_or(DuetStats{}) : DuetStats{};
-        ds.records > 0 && ds.records_used >= ds.records) {
-      warned_records_full = true;
-      log_warn("duet: all " + std::to_string(ds.records) +
-               " promoted-flow records are used: flows that reach TOP stay in the sketch until aging frees one "
-               "(raise --duet-records, or shorten --hw-idle-timeout-ms)");
-    }
-    if (by_interval && std::chrono::steady_clock::now() >= next_report) {
-      duet_report();
-      next_report += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::duration<double>(cfg.export_interval_s));
-    }
-    if (stop.load(std::memory_order_relaxed)) break;
-    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (cfg.duration_s > 0 && elapsed >= cfg.duration_s) break;
-    if (cfg.packets) {
-      uint64_t n = table.datapath_counters().hits;
-      for (const auto& w : workers) n += w->packets.load(std::memory_order_relaxed);
-      if (n >= cfg.packets) break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  });
   done.store(true, std::memory_order_release);
   for (auto& t : threads) t.join();
   stop_control.store(true, std::memory_order_release);
@@ -308,53 +384,8 @@ LiveResult run_live(const LiveConfig& cfg, const std::atomic<bool>& stop) {
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const uint64_t end_ms = wall_ms();
 
-  const auto counters = table.datapath_counters();
-  const auto rs = rx.stats();
-  res.hw_packets = counters.hits;
-  res.frames = counters.frames;
-  // The program sees every frame; a worker sees only those that reached it
-  // while it ran (a kernel's neighbour discovery can arrive after it stopped).
-  res.not_a_flow = counters.not_a_flow;
-  res.xdp_run_time_measured = counters.run_time_measured;
-  res.xdp_run_ns = counters.run_ns;
-  res.xdp_runs = counters.runs;
-  res.drops = rs.total.rx_dropped + rs.total.rx_ring_full;
-  for (const auto& w : workers) {
-    res.dpu_packets += w->packets.load();
-    res.dpu_dilated_ns += w->dilated_ns;
-  }
-  res.dpu_dilated_ns += measurer.control_dilated_ns() + report_slow.dilated_ns();
-  res.hw = table.stats();
-  res.duet = measurer.duet_stats();
-
-  // The last interval: Duet's records (the retired ones' rest, and what the
-  // others gained).
-  if (is_duet) reporter.report_records(measurer, end_ms);
-  // Estimates for every flow a worker saw (a flow reaches the hardware table
-  // only by promotion from a worker, so no flow is missed); Duet without
-  // --all-flows: the flows holding records.
-  std::vector<std::vector<FlowKey>> routed(res.workers);
-  if (keep_seen)
-    for (unsigned w = 0; w < res.workers; ++w) routed[w].assign(workers[w]->seen.begin(), workers[w]->seen.end());
-  else
-    measurer.for_each_record([&](const RecordCount& c) { routed[0].push_back(c.key); });  // Duet's: any worker's
-  Measurer::Answer answer = measurer.query(routed, static_cast<double>(res.top));
-  res.estimates = std::move(answer.estimates);
-  res.heavy_reported = std::move(answer.heavy);
-
-  // Where every flow is kept: what each heavy flow's estimate gained since
-  // its last record (everything, for a baseline; for Duet, what it left in
-  // the sketch); bytes where the hardware table counted them (a sketch
-  // counts packets only).
-  if (keep_seen) {
-    std::vector<std::pair<FlowKey, double>> heavy;
-    for (const FlowKey& k : res.heavy_reported) heavy.emplace_back(k, res.estimates.at(k));
-    reporter.report_flows(std::move(heavy), table, end_ms);
-  }
-  if (reporter.ipfix) {
-    res.ipfix_records = reporter.ipfix->stats().records;
-    res.ipfix_errors = reporter.ipfix->stats().send_errors;
-  }
+  read_counters(res, table, rx, workers, measurer, report_slow.dilated_ns());
+  report_at_end(res, reporter, measurer, table, workers, keep_seen, end_ms);
   return res;
 }
 
