@@ -462,6 +462,192 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
+void declare_engine_bench_options(ArgParser& p) {
+  p.option("generation", "BlueField generation", "bluefield2");
+  p.option("engine", "regex, compress, decompress, crypto or pka", "compress");
+  p.option("bytes", "input bytes per job (byte engines)", "1024");
+  p.option("operation", "the PKA's operation (default: its first)");
+  p.option("depths", "jobs per round (queue depths), comma-separated", "1,16,128");
+  p.option("rounds", "rounds per depth", "2000").option("polls", "empty polls to time", "1000000");
+  p.option("idle-poll-us", "the executor polls this long before it sleeps (Engine's idle_poll_ns)", "0");
+  p.option("clock", "the queue's clock: real (submits wake the executor) or virtual", "real");
+  p.option("json", "write the result here");
+  add_placement_options(p);
+  p.cpus_option("hw-cpus", "CPUs for the engine's executor");
+}
+
+// --depths: a comma-separated list of queue depths.
+std::vector<unsigned> parse_depths(const ArgParser& p) {
+  std::vector<unsigned> depths;
+  const std::string list = p.str("depths");
+  for (size_t at = 0; at <= list.size();) {
+    size_t comma = list.find(',', at);
+    if (comma == std::string::npos) comma = list.size();
+    const std::string d = list.substr(at, comma - at);
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(d.c_str(), &end, 10);
+    if (d.empty() || *end || v == 0 || v > (1u << 20)) p.fail("--depths: '" + d + "' is not a depth from 1 to 2^20");
+    depths.push_back(static_cast<unsigned>(v));
+    at = comma + 1;
+  }
+  return depths;
+}
+
+// The engine and the spec --generation and --engine name.
+std::pair<EngineKind, const EngineSpec*> chosen_engine(const ArgParser& p) {
+  EngineKind kind{};
+  try {
+    kind = parse_engine_kind(p.str("engine"));
+  } catch (const std::invalid_argument& e) {
+    p.fail(e.what());
+  }
+  const EngineSpec* spec = nullptr;
+  try {
+    spec = &engine_spec(p.str("generation"), kind);
+  } catch (const std::exception& e) {  // no such generation, or no such engine on it
+    p.fail(e.what());
+  }
+  return {kind, spec};
+}
+
+// The job every round submits: a trivial body that counts itself computed,
+// with the PKA's operation or the byte engines' input size.
+EngineJob bench_job(const ArgParser& p, EngineKind kind, const EngineSpec& spec, std::atomic<uint64_t>& computed) {
+  EngineJob job;
+  job.body = [&computed] { computed.fetch_add(1, std::memory_order_release); };
+  if (kind == EngineKind::kPublicKey) {
+    job.operation = p.has("operation") ? p.str("operation") : spec.ops_per_s.at(0).first;
+  } else {
+    if (p.has("operation")) p.fail("--operation is for the PKA; " + p.str("engine") + " takes --bytes");
+    job.bytes = p.bytes("bytes");
+  }
+  return job;
+}
+
+// Each block is timed by the thread's CPU clock (what the dpu pays, even
+// when another process takes the CPU meanwhile) and by the wall clock;
+// what reading each around a block costs is taken off it.
+struct BlockClocks {
+  struct Stamp {
+    uint64_t cpu, wall;
+  };
+  static double read_cost(uint64_t (*clock)()) {
+    std::vector<double> reads;
+    for (int i = 0; i < 1001; ++i) {
+      const uint64_t a = clock();
+      reads.push_back(double(clock() - a));
+    }
+    return median(reads);
+  }
+  static Stamp stamp() { return Stamp{thread_cpu_ns(), now_ns()}; }
+  // A stamp reads the CPU clock first: the wall clock's interval holds one
+  // CPU clock read, the CPU clock's one wall clock read.
+  double cpu_of(Stamp a, Stamp b) const { return std::max(0.0, double(b.cpu - a.cpu) - cpu_read_ns - wall_read_ns); }
+  double wall_of(Stamp a, Stamp b) const { return std::max(0.0, double(b.wall - a.wall) - cpu_read_ns - wall_read_ns); }
+
+  const double cpu_read_ns = read_cost([] { return thread_cpu_ns(); });
+  const double wall_read_ns = read_cost([] { return now_ns(); });
+};
+
+// What an engine-bench run times with, over its depths.
+struct EngineBenchRun {
+  const EngineSpec& spec;
+  EngineKind kind;
+  Engine& engine;
+  const EngineJob& job;
+  EngineQueue::Clock clock;
+  uint64_t rounds, polls;
+  const BlockClocks& clocks;
+  const std::atomic<uint64_t>& computed;  // the bodies run so far
+  uint64_t expected = 0;                  // the jobs submitted so far
+  std::vector<EngineCompletion> out;
+};
+
+// Per job, of each round: the submits' CPU and wall time, and the progress
+// call's that took the jobs back.
+struct RoundTimes {
+  std::vector<double> submit_ns, progress_ns, submit_wall_ns, progress_wall_ns;
+};
+
+RoundTimes time_rounds(EngineBenchRun& run, EngineQueue& q, unsigned depth, uint64_t& now) {
+  const BlockClocks& c = run.clocks;
+  RoundTimes t;
+  for (uint64_t round = 0; round < run.rounds; ++round) {
+    if (run.clock == EngineQueue::Clock::kReal) now = now_ns();
+    auto t0 = c.stamp();
+    for (unsigned i = 0; i < depth; ++i)
+      if (!q.submit(run.job, now)) throw std::runtime_error("a submit was refused below the queue's depth");
+    auto t1 = c.stamp();
+    t.submit_ns.push_back(c.cpu_of(t0, t1) / depth);
+    t.submit_wall_ns.push_back(c.wall_of(t0, t1) / depth);
+    run.expected += depth;
+    // Not timed: the hw place computes; the last body's task is flagged
+    // computed just after its body returns.
+    q.wait_computed();
+    while (run.computed.load(std::memory_order_acquire) < run.expected) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    run.out.clear();
+    t0 = c.stamp();
+    const size_t got = q.progress(UINT64_MAX, run.out);
+    t1 = c.stamp();
+    if (got != 0) {
+      t.progress_ns.push_back(c.cpu_of(t0, t1) / double(got));
+      t.progress_wall_ns.push_back(c.wall_of(t0, t1) / double(got));
+    }
+    while (q.in_flight() != 0) {  // a task not flagged yet: taken back, not timed
+      q.wait_computed();
+      q.progress(UINT64_MAX, run.out);
+    }
+    if (run.clock == EngineQueue::Clock::kVirtual && !run.out.empty()) now = run.out.back().completed_ns;
+  }
+  return t;
+}
+
+// Empty polls: `depth` jobs in flight, none due yet. Returns the CPU time
+// of one (0 when none could be timed).
+double time_empty_polls(EngineBenchRun& run, EngineQueue& q, unsigned depth, uint64_t& now) {
+  double poll_ns = 0;
+  if (run.clock == EngineQueue::Clock::kReal) now = now_ns();
+  for (unsigned i = 0; i < depth; ++i) q.submit(run.job, now);
+  const uint64_t first = *q.next_completion_ns();
+  if (first > now && run.polls > 0) {
+    const auto t0 = run.clocks.stamp();
+    size_t found = 0;
+    for (uint64_t i = 0; i < run.polls; ++i) found += q.progress(now, run.out);
+    poll_ns = run.clocks.cpu_of(t0, run.clocks.stamp()) / double(run.polls);
+    if (found != 0) throw std::runtime_error("an empty poll handed back a job before its time");
+  }
+  return poll_ns;
+}
+
+// One depth's point: the medians of its rounds, and its empty polls.
+nlohmann::json depth_point(EngineBenchRun& run, unsigned depth) {
+  EngineQueue q(run.engine, depth, run.clock);
+  run.out.reserve(depth);
+  const uint64_t wakeups0 = run.engine.stats().wakeups;
+  uint64_t now = 0;
+  const RoundTimes t = time_rounds(run, q, depth, now);
+  const double poll_ns = time_empty_polls(run, q, depth, now);
+  const double sub = median(t.submit_ns), prog = median(t.progress_ns);
+  nlohmann::json point = {{"depth", depth},
+                          {"jobs", run.rounds * depth},
+                          {"submit_cpu_ns_per_job", sub},
+                          {"progress_cpu_ns_per_job", prog},
+                          {"dpu_cpu_ns_per_job", sub + prog},
+                          {"submit_wall_ns_per_job", median(t.submit_wall_ns)},
+                          {"progress_wall_ns_per_job", median(t.progress_wall_ns)},
+                          {"empty_poll_cpu_ns", poll_ns}};
+  const uint64_t woke = run.engine.stats().wakeups - wakeups0;
+  point["wakeups_per_round"] = double(woke) / double(run.rounds);
+  std::printf("%s %s, %s: depth %u: dpu CPU per job: submit %.0f ns, progress %.0f ns, %.0f ns in all "
+              "(wall %.0f ns); an empty poll %.0f ns; %.2f wake-ups a round (medians of %llu rounds)\n",
+              run.spec.generation.c_str(), engine_kind_name(run.kind),
+              run.job.operation.empty() ? (std::to_string(run.job.bytes) + " B").c_str() : run.job.operation.c_str(),
+              depth, sub, prog, sub + prog, median(t.submit_wall_ns) + median(t.progress_wall_ns), poll_ns,
+              double(woke) / double(run.rounds), (unsigned long long)run.rounds);
+  return point;
+}
+
 // The dpu side's cost per job, as a real driver pays it on its own thread:
 // posting a task (submit) and taking its completion (progress). Each round
 // submits `depth` jobs with a trivial body (timed), lets the executor
@@ -475,17 +661,7 @@ double median(std::vector<double> v) {
 int engine_bench(int argc, char** argv) {
   ArgParser p(std::string(kTool) + " engine-bench",
               "What the dpu thread pays per engine job (submit, progress) and per empty poll, with a trivial body.");
-  p.option("generation", "BlueField generation", "bluefield2");
-  p.option("engine", "regex, compress, decompress, crypto or pka", "compress");
-  p.option("bytes", "input bytes per job (byte engines)", "1024");
-  p.option("operation", "the PKA's operation (default: its first)");
-  p.option("depths", "jobs per round (queue depths), comma-separated", "1,16,128");
-  p.option("rounds", "rounds per depth", "2000").option("polls", "empty polls to time", "1000000");
-  p.option("idle-poll-us", "the executor polls this long before it sleeps (Engine's idle_poll_ns)", "0");
-  p.option("clock", "the queue's clock: real (submits wake the executor) or virtual", "real");
-  p.option("json", "write the result here");
-  add_placement_options(p);
-  p.cpus_option("hw-cpus", "CPUs for the engine's executor");
+  declare_engine_bench_options(p);
   p.parse(argc, argv, 2);
   Placement pl;
   try {
@@ -493,41 +669,12 @@ int engine_bench(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     p.fail(e.what());
   }
-  EngineKind kind{};
-  try {
-    kind = parse_engine_kind(p.str("engine"));
-  } catch (const std::invalid_argument& e) {
-    p.fail(e.what());
-  }
-  const EngineSpec* spec = nullptr;
-  try {
-    spec = &engine_spec(p.str("generation"), kind);
-  } catch (const std::exception& e) {  // no such generation, or no such engine on it
-    p.fail(e.what());
-  }
-  std::vector<unsigned> depths;
-  const std::string list = p.str("depths");
-  for (size_t at = 0; at <= list.size();) {
-    size_t comma = list.find(',', at);
-    if (comma == std::string::npos) comma = list.size();
-    const std::string d = list.substr(at, comma - at);
-    char* end = nullptr;
-    const unsigned long v = std::strtoul(d.c_str(), &end, 10);
-    if (d.empty() || *end || v == 0 || v > (1u << 20)) p.fail("--depths: '" + d + "' is not a depth from 1 to 2^20");
-    depths.push_back(static_cast<unsigned>(v));
-    at = comma + 1;
-  }
+  const auto [kind, spec] = chosen_engine(p);
+  const std::vector<unsigned> depths = parse_depths(p);
   const uint64_t rounds = p.u64("rounds"), polls = p.u64("polls");
   if (rounds == 0) p.fail("--rounds must be > 0");
   std::atomic<uint64_t> computed{0};
-  EngineJob job;
-  job.body = [&computed] { computed.fetch_add(1, std::memory_order_release); };
-  if (kind == EngineKind::kPublicKey) {
-    job.operation = p.has("operation") ? p.str("operation") : spec->ops_per_s.at(0).first;
-  } else {
-    if (p.has("operation")) p.fail("--operation is for the PKA; " + p.str("engine") + " takes --bytes");
-    job.bytes = p.bytes("bytes");
-  }
+  const EngineJob job = bench_job(p, kind, *spec, computed);
   pin(pl.dpu, "dpu");
   const std::string clock_name = p.str("clock");
   if (clock_name != "real" && clock_name != "virtual") p.fail("--clock must be real or virtual, not '" + clock_name + "'");
@@ -540,104 +687,20 @@ int engine_bench(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     p.fail(e.what());
   }
-  // Each block is timed by the thread's CPU clock (what the dpu pays, even
-  // when another process takes the CPU meanwhile) and by the wall clock;
-  // what reading each around a block costs is taken off it.
-  auto read_cost = [](uint64_t (*clock)()) {
-    std::vector<double> reads;
-    for (int i = 0; i < 1001; ++i) {
-      const uint64_t a = clock();
-      reads.push_back(double(clock() - a));
-    }
-    return median(reads);
-  };
-  const double cpu_read_ns = read_cost([] { return thread_cpu_ns(); });
-  const double wall_read_ns = read_cost([] { return now_ns(); });
-  struct Stamp {
-    uint64_t cpu, wall;
-  };
-  auto stamp = [] { return Stamp{thread_cpu_ns(), now_ns()}; };
-  // A stamp reads the CPU clock first: the wall clock's interval holds one
-  // CPU clock read, the CPU clock's one wall clock read.
-  auto cpu_of = [&](Stamp a, Stamp b) { return std::max(0.0, double(b.cpu - a.cpu) - cpu_read_ns - wall_read_ns); };
-  auto wall_of = [&](Stamp a, Stamp b) { return std::max(0.0, double(b.wall - a.wall) - cpu_read_ns - wall_read_ns); };
+  const BlockClocks clocks;
 
   Result r(std::string(kTool) + " engine-bench", argc, argv);
   r.set_placement(pl);
   nlohmann::json points = nlohmann::json::array();
-  std::vector<EngineCompletion> out;
-  uint64_t expected = 0;
+  EngineBenchRun run{*spec, kind, engine, job, clock, rounds, polls, clocks, computed, 0, {}};
   const uint64_t wall0 = now_ns();
-  for (unsigned depth : depths) {
-    EngineQueue q(engine, depth, clock);
-    out.reserve(depth);
-    const uint64_t wakeups0 = engine.stats().wakeups;
-    std::vector<double> submit_ns, progress_ns, submit_wall_ns, progress_wall_ns;
-    uint64_t now = 0;
-    for (uint64_t round = 0; round < rounds; ++round) {
-      if (clock == EngineQueue::Clock::kReal) now = now_ns();
-      Stamp t0 = stamp();
-      for (unsigned i = 0; i < depth; ++i)
-        if (!q.submit(job, now)) throw std::runtime_error("a submit was refused below the queue's depth");
-      Stamp t1 = stamp();
-      submit_ns.push_back(cpu_of(t0, t1) / depth);
-      submit_wall_ns.push_back(wall_of(t0, t1) / depth);
-      expected += depth;
-      // Not timed: the hw place computes; the last body's task is flagged
-      // computed just after its body returns.
-      q.wait_computed();
-      while (computed.load(std::memory_order_acquire) < expected) std::this_thread::yield();
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-      out.clear();
-      t0 = stamp();
-      const size_t got = q.progress(UINT64_MAX, out);
-      t1 = stamp();
-      if (got != 0) {
-        progress_ns.push_back(cpu_of(t0, t1) / double(got));
-        progress_wall_ns.push_back(wall_of(t0, t1) / double(got));
-      }
-      while (q.in_flight() != 0) {  // a task not flagged yet: taken back, not timed
-        q.wait_computed();
-        q.progress(UINT64_MAX, out);
-      }
-      if (clock == EngineQueue::Clock::kVirtual && !out.empty()) now = out.back().completed_ns;
-    }
-    // Empty polls: `depth` jobs in flight, none due yet.
-    double poll_ns = 0;
-    if (clock == EngineQueue::Clock::kReal) now = now_ns();
-    for (unsigned i = 0; i < depth; ++i) q.submit(job, now);
-    const uint64_t first = *q.next_completion_ns();
-    if (first > now && polls > 0) {
-      const Stamp t0 = stamp();
-      size_t found = 0;
-      for (uint64_t i = 0; i < polls; ++i) found += q.progress(now, out);
-      poll_ns = cpu_of(t0, stamp()) / double(polls);
-      if (found != 0) throw std::runtime_error("an empty poll handed back a job before its time");
-    }
-    const double sub = median(submit_ns), prog = median(progress_ns);
-    points.push_back({{"depth", depth},
-                      {"jobs", rounds * depth},
-                      {"submit_cpu_ns_per_job", sub},
-                      {"progress_cpu_ns_per_job", prog},
-                      {"dpu_cpu_ns_per_job", sub + prog},
-                      {"submit_wall_ns_per_job", median(submit_wall_ns)},
-                      {"progress_wall_ns_per_job", median(progress_wall_ns)},
-                      {"empty_poll_cpu_ns", poll_ns}});
-    const uint64_t woke = engine.stats().wakeups - wakeups0;
-    points.back()["wakeups_per_round"] = double(woke) / double(rounds);
-    std::printf("%s %s, %s: depth %u: dpu CPU per job: submit %.0f ns, progress %.0f ns, %.0f ns in all "
-                "(wall %.0f ns); an empty poll %.0f ns; %.2f wake-ups a round (medians of %llu rounds)\n",
-                spec->generation.c_str(), engine_kind_name(kind),
-                job.operation.empty() ? (std::to_string(job.bytes) + " B").c_str() : job.operation.c_str(), depth,
-                sub, prog, sub + prog, median(submit_wall_ns) + median(progress_wall_ns), poll_ns,
-                double(woke) / double(rounds), (unsigned long long)rounds);
-  }
+  for (unsigned depth : depths) points.push_back(depth_point(run, depth));
   Engine::Stats st = engine.stats();
   r.parameters() = {{"generation", spec->generation}, {"engine", engine_kind_name(kind)},
                     {"bytes", job.bytes},             {"operation", job.operation},
                     {"rounds", rounds},               {"polls", polls},
                     {"idle_poll_us", idle_poll_us},   {"clock", clock_name},
-                    {"cpu_clock_read_ns", cpu_read_ns}, {"wall_clock_read_ns", wall_read_ns}};
+                    {"cpu_clock_read_ns", clocks.cpu_read_ns}, {"wall_clock_read_ns", clocks.wall_read_ns}};
   r.figures() = {{"points", points},
                  {"jobs", st.jobs},
                  {"wakeups", st.wakeups},
