@@ -225,17 +225,41 @@ def one_listener_yaml(*, node: str, listen_port: int, admin_port: int, network_f
         clusters=cluster_of("service", [upstream], endpoint_extra=endpoint_extra, connect_timeout="1s"))
 
 
+# Istio's default access log line (its proxy config's accessLogFormat default).
+ISTIO_ACCESS_LOG_FORMAT = (
+    '[%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%" %RESPONSE_CODE% '
+    '%RESPONSE_FLAGS% %RESPONSE_CODE_DETAILS% %CONNECTION_TERMINATION_DETAILS% "%UPSTREAM_TRANSPORT_FAILURE_REASON%" '
+    '%BYTES_RECEIVED% %BYTES_SENT% %DURATION% %RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)% "%REQ(X-FORWARDED-FOR)%" '
+    '"%REQ(USER-AGENT)%" "%REQ(X-REQUEST-ID)%" "%REQ(:AUTHORITY)%" "%UPSTREAM_HOST%" %UPSTREAM_CLUSTER_RAW% '
+    '%UPSTREAM_LOCAL_ADDRESS% %DOWNSTREAM_LOCAL_ADDRESS% %DOWNSTREAM_REMOTE_ADDRESS% %REQUESTED_SERVER_NAME% '
+    '%ROUTE_NAME%\n')
+
+
+def access_log_yaml(path: str | Path) -> str:
+    """An HCM's access_log (hcm_filter's hcm_extra): Istio's line into the file ``path``."""
+    return f"""          access_log:
+          - name: envoy.access_loggers.file
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+              path: {path}
+              log_format: {{text_format_source: {{inline_string: {json.dumps(ISTIO_ACCESS_LOG_FORMAT)}}}}}
+"""
+
+
 def bootstrap_yaml(*, listen_port: int, admin_port: int, upstream_port: int, node: str,
-                   upstream_pipe: str | None = None, attach_shm: bool = False) -> str:
+                   upstream_pipe: str | None = None, attach_shm: bool = False, access_log: str | None = None) -> str:
     """One listener routing every request to one upstream: the client-side
     sidecar (upstream: the server-side sidecar), the server-side sidecar and
     the node proxy (upstream: the service) all use this route configuration.
     With ``upstream_pipe`` the upstream is a Unix socket (Envoy's ``pipe``);
     with ``attach_shm`` too, that socket is the service's attach point and the
-    bytes go through shared-memory rings (dpukit-mesh only)."""
+    bytes go through shared-memory rings (dpukit-mesh only). ``access_log``:
+    a file that gets Istio's access log line for every request."""
     upstream = f"pipe: {{path: {upstream_pipe}}}" if upstream_pipe else socket_address(upstream_port)
+    extra = access_log_yaml(access_log) if access_log else ""
     return one_listener_yaml(node=node, listen_port=listen_port, admin_port=admin_port,
-                             network_filter=hcm_filter(all_to("service", "service")), upstream=upstream,
+                             network_filter=hcm_filter(all_to("service", "service"), hcm_extra=extra),
+                             upstream=upstream,
                              endpoint_extra=SHM_ATTACH if attach_shm else "")
 
 
@@ -344,16 +368,17 @@ def start_service_attached(chain: Chain, scheme: str) -> str:
 
 
 def start_proxy(chain: Chain, name: str, kind: str, config: str, listen: int, admin: int, place: str, *,
-                model: str = "rtc", workers: int = 1, dpu_cpus: str = DPU_CPU, dpu_speed: str | None = None) -> Proc:
+                model: str = "rtc", workers: int = 1, dpu_cpus: str = DPU_CPU, dpu_speed: str | None = None,
+                extra: Sequence[str] = ()) -> Proc:
     """Envoy (``kind="envoy"``: one worker under taskset on the dpu CPU) or
     dpukit-mesh (``"mesh"``: --dpu-cpus) on ``config``, counted as
     ``place``'s CPU; waits until it is ready."""
     path = chain.config_file(name, config)
     if kind == "envoy":
-        proc = chain.group.start(envoy_argv(path), name=name, cpus=DPU_CPU, place=place)
+        proc = chain.group.start([*envoy_argv(path), *extra], name=name, cpus=DPU_CPU, place=place)
     else:
-        proc = chain.group.start(mesh_argv(path, model=model, workers=workers, dpu_cpus=dpu_cpus,
-                                           dpu_speed=dpu_speed), name=name, place=place)
+        proc = chain.group.start([*mesh_argv(path, model=model, workers=workers, dpu_cpus=dpu_cpus,
+                                             dpu_speed=dpu_speed), *extra], name=name, place=place)
     wait_ready(proc, listen, admin)
     return proc
 
@@ -379,25 +404,40 @@ def envoy_sidecars(chain: Chain) -> None:
 
 
 def node_proxy(model: str = "rtc", workers: int = 1, attach: str = "tcp", *, dpu_cpus: str = DPU_CPU,
-               dpu_speed: str | None = None) -> Callable[[Chain], None]:
+               dpu_speed: str | None = None, access_log: bool = False) -> Callable[[Chain], None]:
     """client -> dpukit-mesh -> service: one node proxy on the dpu CPU(s), the
     sidecars' route configuration; the service attached over loopback TCP, a
     Unix domain socket (``attach="uds"``) or shared-memory rings (``"shm"``).
-    ``dpu_speed``: its --dpu-speed (None: the eval's, from $DPUKIT_DPU_SPEED)."""
+    ``dpu_speed``: its --dpu-speed (None: the eval's, from $DPUKIT_DPU_SPEED).
+    ``access_log``: Istio's access log line per request into the chain's
+    ACCESS_LOG_FILE, written out every 500 ms."""
 
     def start(chain: Chain) -> None:
         pipe = start_service_attached(chain, {"uds": "unix", "shm": "shm"}[attach]) if attach != "tcp" else None
         service = 0 if pipe else start_service(chain)
         listen, admin = free_port(), free_port()
         name = "node-proxy"
+        log = str(chain.work_dir / ACCESS_LOG_FILE) if access_log else None
         config = bootstrap_yaml(listen_port=listen, admin_port=admin, upstream_port=service, node=name,
-                                upstream_pipe=pipe, attach_shm=attach == "shm")
+                                upstream_pipe=pipe, attach_shm=attach == "shm", access_log=log)
         start_proxy(chain, name, "mesh", config, listen, admin, "dpu", model=model, workers=workers,
-                    dpu_cpus=dpu_cpus, dpu_speed=dpu_speed)
+                    dpu_cpus=dpu_cpus, dpu_speed=dpu_speed,
+                    extra=["--file-flush-interval-msec", "500"] if access_log else ())
         chain.entry_port = listen
         chain.admin_port = admin
 
     return start
+
+
+ACCESS_LOG_FILE = "access.log"
+
+
+def access_log_lines(chain: Chain, settle: float = 1.5) -> dict[str, Any]:
+    """The lines the chain's node proxy wrote to its access log, once its
+    flusher had time to write out the last of them (a run's figures)."""
+    path = chain.work_dir / ACCESS_LOG_FILE
+    time.sleep(settle)
+    return {"access_log_lines": sum(1 for _ in path.open("rb")) if path.exists() else 0}
 
 
 @dataclass(frozen=True)
@@ -408,6 +448,8 @@ class Topology:
     in_quick: bool = True  # False: full mode only (the quick eval's mesh experiment stays under a minute)
     # What every run's record says of this topology besides its name (a proxy's --dpu-speed, ...).
     parameters: dict[str, Any] = field(default_factory=dict)
+    # Figures read from the chain after each load (measure's after_load).
+    after_load: Callable[[Chain], dict[str, Any]] | None = None
 
 
 # Adding a topology is one entry here.
@@ -847,6 +889,7 @@ class Sweep:
 
     topologies: Callable[[bool], tuple[Sequence[Topology], dict[str, str]]]
     phases: tuple[Phase, ...]
+    rounds: int | None = None  # None: ctx.repeats (1 quick, 3 full); a paired ratio needs several even in quick mode
 
 
 @dataclass(frozen=True)
@@ -894,7 +937,7 @@ def collect_sweep(ctx: Context, sweep: Sweep) -> Swept:
         tops, left_out = sweep.topologies(ctx.quick)
         first = len(ctx.runs)
         index = {t.name: [[[] for _ in p.settings()] for p in sweep.phases] for t in tops}
-        rounds = ctx.repeats
+        rounds = sweep.rounds or ctx.repeats
         steps = rounds * len(tops) * sum(len(p.settings()) for p in sweep.phases)
         step = 0
         for rnd in range(1, rounds + 1):
@@ -909,8 +952,10 @@ def collect_sweep(ctx: Context, sweep: Sweep) -> Swept:
                             ctx.progress(f"{top.name} {phase.load}{point}"
                                          + (f" round {rnd}/{rounds}" if rounds > 1 else ""), step, steps)
                             label = f"{top.name}-{phase.load}{point.replace(' ', '-').replace('=', '')}"
+                            after = (lambda: top.after_load(chain)) if top.after_load else None
                             measure(ctx, top, chain, LOADS[phase.load](chain, params),
-                                    label=label + (f"-r{rnd}" if rounds > 1 else ""), parameters=dict(params))
+                                    label=label + (f"-r{rnd}" if rounds > 1 else ""), parameters=dict(params),
+                                    after_load=after)
                             index[top.name][i][j].append(len(ctx.runs) - 1 - first)
 
                 run_chain(ctx, top, body)

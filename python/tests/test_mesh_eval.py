@@ -87,7 +87,8 @@ def test_topologies_are_registered_and_selectable(monkeypatch):
             "node-proxy-pipelined-uds", "node-proxy-pipelined-shm"} <= set(names)
     # Both execution models over all three attachments; the quick eval keeps under a minute with fewer.
     assert {t.name for t in harness.topologies(quick=True)} < {t.name for t in harness.topologies()}
-    assert {"mesh.quick", "mesh.latency", "mesh.throughput", "mesh.jitter"} <= set(experiments.registry())
+    assert {"mesh.quick", "mesh.latency", "mesh.throughput", "mesh.jitter", "mesh.access_log"} <= set(
+        experiments.registry())
     monkeypatch.setenv(harness.TOPOLOGIES_ENV, "node-proxy,direct")
     assert [t.name for t in harness.topologies()] == ["node-proxy", "direct"]
     monkeypatch.setenv(harness.TOPOLOGIES_ENV, "sidecar")
@@ -95,15 +96,18 @@ def test_topologies_are_registered_and_selectable(monkeypatch):
         harness.topologies()
 
 
-@pytest.mark.parametrize("kind", ["http", "http-shm", "tcp"])
+@pytest.mark.parametrize("kind", ["http", "http-shm", "tcp", "http-logged"])
 def test_bootstrap_is_valid_for_envoy(tmp_path: Path, kind: str):
     """The generated sidecar / node-proxy bootstraps (HTTP to a port, HTTP to
-    an attach point over the rings, tcp_proxy) pass Envoy's own validation."""
+    an attach point over the rings, tcp_proxy, HTTP with Istio's access log)
+    pass Envoy's own validation."""
     ports = dict(listen_port=10001, admin_port=10002, upstream_port=10003, node="t")
     path = tmp_path / "b.yaml"
     path.write_text(harness.tcp_bootstrap_yaml(**ports) if kind == "tcp" else
                     harness.bootstrap_yaml(**ports, upstream_pipe=str(tmp_path / "s.sock"), attach_shm=True)
-                    if kind == "http-shm" else harness.bootstrap_yaml(**ports))
+                    if kind == "http-shm" else
+                    harness.bootstrap_yaml(**ports, access_log=str(tmp_path / "access.log"))
+                    if kind == "http-logged" else harness.bootstrap_yaml(**ports))
     proc = harness.envoy_validate(path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

@@ -26,7 +26,8 @@ from dpukit.errors import DpukitError
 from dpukit.experiment_support import add_chain_commands, error_note, fmt_mr, goal_rows, rss_kib
 from dpukit.experiments import Context, experiment, skipped_in_quick_mode
 from dpukit.mesh_harness import (JITTER_TOPOLOGIES, L4_TOPOLOGIES, LOOPBACK, TOOL, TOPOLOGIES, Chain,
-                                 Phase, Sweep, Swept, Topology, collect_sweep, collected, fortio_load, h2load_burst,
+                                 Phase, Sweep, Swept, Topology, access_log_lines, collect_sweep, collected,
+                                 fortio_load, h2load_burst, node_proxy,
                                  http_topologies, just, measure, module_times, reset_peak_rss, run_chain,
                                  upstream_cx_active)
 from dpukit.plots import BarPanel, Series, bars_plot, line_plot
@@ -460,5 +461,68 @@ def render_jitter(ctx: Context, sec: Section, swept: Swept) -> Section:
               names, title="Latency jitter through tcp_proxy", ncols=2, highlight="node-proxy")
     sec.image(rel, "Latency jitter through tcp_proxy", "Standard deviation and p99.9 of sockperf latency "
               "(medians of rounds) per topology and message size.")
+    add_chain_commands(sec, swept.records)
+    return sec
+
+
+# -- mesh.access_log: what writing Istio's access log adds to the tail ---------------------
+
+ACCESS_LOG_TOPOLOGIES = (
+    Topology("node-proxy", "client → dpukit-mesh (rtc, 1 worker) → service, no access log", node_proxy("rtc", 1)),
+    Topology("node-proxy-logged", "the same node proxy writing Istio's access log line per request to a file",
+             node_proxy("rtc", 1, access_log=True), after_load=access_log_lines),
+)
+ACCESS_LOG_QPS = 1000
+
+
+def access_log_sweep(quick: bool) -> Sweep:
+    return Sweep(just(ACCESS_LOG_TOPOLOGIES),
+                 (Phase("fortio", {"qps": ACCESS_LOG_QPS, "connections": 8, "seconds": 5 if quick else 15}),),
+                 rounds=3 if quick else 5)
+
+
+@experiment(
+    "mesh.access_log",
+    title="mesh.access_log: the latency an access log adds",
+    description="p50 and p99 at 1000 qps (fortio) through the node proxy without and with Istio's access log "
+                "written to a file, in paired interleaved rounds; the goal is p99 with the log ≤ 1.05× without.",
+    tools=[TOOL],
+)
+def access_log(ctx: Context) -> Section:
+    return render_access_log(ctx, collect_sweep(ctx, access_log_sweep(ctx.quick)))
+
+
+def render_access_log(ctx: Context, swept: Swept) -> Section:
+    fixed = swept.phases[0].fixed
+    off, on = swept.runs("node-proxy"), swept.runs("node-proxy-logged")
+    sec = Section("mesh.access_log: the latency an access log adds")
+    sec.paragraph(
+        f"`fortio load -qps {fixed['qps']} -c {fixed['connections']} -t {fixed['seconds']}s` through the node proxy "
+        "(rtc, 1 worker on the dpu CPU; client and service on the host CPU) without an access log and with Istio's "
+        "default line for every request into a file (`envoy.access_loggers.file`, flushed every 500 ms by the "
+        f"proxy's flusher thread). {swept.rounds} paired rounds, the two proxies interleaved; cells are medians "
+        "(range).")
+
+    def col(runs: list[dict[str, Any]], key: str) -> str:
+        return fmt_mr([r["figures"][key] for r in runs])
+
+    sec.table(["topology", "achieved qps", "p50 ms", "p99 ms", "p99.9 ms", "dpu CPU ms / 1k req", "log lines"],
+              [[name, col(runs, "qps"), col(runs, "p50_ms"), col(runs, "p99_ms"), col(runs, "p99_9_ms"),
+                col(runs, "dpu_cpu_ms_per_1k"),
+                fmt_mr([r["figures"].get("access_log_lines", 0) for r in runs])]
+               for name, runs in (("node-proxy", off), ("node-proxy-logged", on))],
+              caption=f"Latency at {fixed['qps']} qps without and with the access log")
+    p99 = [b["figures"]["p99_ms"] / a["figures"]["p99_ms"] for a, b in zip(off, on)]
+    cpu = [b["figures"]["dpu_cpu_ms_per_1k"] / a["figures"]["dpu_cpu_ms_per_1k"] for a, b in zip(off, on)]
+    met = statistics.median(p99) <= 1.05
+    sec.table(["ratio (logged ÷ not)", "median (range)", "goal"],
+              [["p99", fmt_mr(p99), "≤ 1.05: " + ("met" if met else "MISSED")],
+               ["dpu CPU per request", fmt_mr(cpu), "—"]],
+              caption="Each round's logged run against the same round's run without the log")
+    unlogged = [r for r in on if r["figures"].get("access_log_lines", 0) < r["figures"]["requests"]]
+    sec.paragraph("Every logged run wrote at least a line per measured request (the file also holds the warm-up's)."
+                  if not unlogged else
+                  f"WARNING: {len(unlogged)} logged runs wrote fewer lines than they served requests.")
+    sec.paragraph(error_note(swept.records))
     add_chain_commands(sec, swept.records)
     return sec
