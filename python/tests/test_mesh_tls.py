@@ -10,9 +10,10 @@ TLS 1.0 client); per-version and per-cipher counts; ``tls_params``; one
 listener serving TLS and plaintext by ``tls_inspector`` and
 ``filter_chain_match`` (transport_protocol, server_names,
 application_protocols); HTTP/2 by ALPN; curl and openssl s_client; session
-resumption; certificate rotation through an SDS file with no restart, an
-open connection kept; and the two-node topology (client → node proxy A →
-mTLS → node proxy B → service) with Envoy and dpukit-mesh at either end.
+resumption; the configured certificate chain as presented; certificate
+rotation through an SDS file with no restart, an open connection kept; and
+the two-node topology (client → node proxy A → mTLS → node proxy B →
+service) with Envoy and dpukit-mesh at either end.
 """
 
 from __future__ import annotations
@@ -296,6 +297,14 @@ def test_session_resumption_by_ticket(node_b: Inbound, pki: Pki, tmp_path: Path)
     second = openssl_s_client(port, *s_client_args(pki), "-tls1_2", "-ign_eof", "-sess_in", str(session),
                               stdin=REQUEST)
     assert "Reused, TLSv1.2" in second and "HTTP/1.1 200" in second, second
+
+
+def test_the_listener_presents_its_configured_chain(node_b: Inbound, pki: Pki):
+    """The certificate_chain as configured (the backend's leaf alone), as
+    Envoy presents it: not a chain OpenSSL builds from trusted_ca."""
+    out = openssl_s_client(node_b.strict, *s_client_args(pki), "-showcerts", "-ign_eof", stdin=REQUEST)
+    assert "HTTP/1.1 200" in out, out
+    assert out.count("-----BEGIN CERTIFICATE-----") == 1, out
 
 
 # -- rotation through the SDS file -----------------------------------------------------------

@@ -240,6 +240,11 @@ std::shared_ptr<SSL_CTX> TlsContext::build(const config::CommonTlsContext& cfg) 
     delete data;
     refuse("SSL_CTX_set_ex_data");
   }
+  // A peer gets the configured certificate_chain, as from Envoy: without
+  // this OpenSSL builds the chain from the trust store on every handshake
+  // (an X509_verify_cert of our own certificate) and sends the root too,
+  // which the peer then parses for nothing.
+  SSL_CTX_set_mode(raw, SSL_MODE_NO_AUTO_CHAIN);
   const config::TlsParams& p = cfg.tls_params;
   // Envoy's defaults: at least TLS 1.2; at most 1.3 for a server, 1.2 for a client.
   SSL_CTX_set_min_proto_version(raw, p.min_version ? p.min_version : TLS1_2_VERSION);
