@@ -10,10 +10,11 @@ TLS 1.0 client); per-version and per-cipher counts; ``tls_params``; one
 listener serving TLS and plaintext by ``tls_inspector`` and
 ``filter_chain_match`` (transport_protocol, server_names,
 application_protocols); HTTP/2 by ALPN; curl and openssl s_client; session
-resumption; the configured certificate chain as presented; certificate
-rotation through an SDS file with no restart, an open connection kept; and
-the two-node topology (client → node proxy A → mTLS → node proxy B →
-service) with Envoy and dpukit-mesh at either end.
+resumption, TLS 1.3 tickets sent with the first write; the configured
+certificate chain as presented; certificate rotation through an SDS file
+with no restart, an open connection kept; and the two-node topology
+(client → node proxy A → mTLS → node proxy B → service) with Envoy and
+dpukit-mesh at either end.
 """
 
 from __future__ import annotations
@@ -297,6 +298,21 @@ def test_session_resumption_by_ticket(node_b: Inbound, pki: Pki, tmp_path: Path)
     second = openssl_s_client(port, *s_client_args(pki), "-tls1_2", "-ign_eof", "-sess_in", str(session),
                               stdin=REQUEST)
     assert "Reused, TLSv1.2" in second and "HTTP/1.1 200" in second, second
+
+
+def test_tls13_tickets_come_with_the_first_write(node_b: Inbound, pki: Pki):
+    """As from Envoy (BoringSSL holds them until it writes): no ticket
+    while the listener has written nothing, then its tickets ahead of the
+    first response."""
+    ctx = client_context(ca=pki.mesh.ca.cert, cert=pki.mesh.frontend, version="1.3")
+    with tls_connect(node_b.strict, ctx) as sock:
+        sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            sock.recv(1)  # OpenSSL reads any ticket the listener sent
+        assert not sock.session.has_ticket
+        sock.settimeout(5)
+        reply = tls_exchange(sock, "/tickets", close=True)
+        assert reply.status == 200 and sock.session.has_ticket
 
 
 def test_the_listener_presents_its_configured_chain(node_b: Inbound, pki: Pki):

@@ -32,7 +32,11 @@ struct CtxData {
   bool allow_expired = false;
   std::vector<unsigned char> alpn;  // a server's protocols, wire format
   std::shared_ptr<void> sessions;   // a client's TlsContext::Sessions
+  int tickets = 0;                  // a server's TLS 1.3 tickets after a full handshake, sent with its first write
 };
+
+// OpenSSL's (and BoringSSL's) number of TLS 1.3 tickets after a full handshake; one after a resumption.
+constexpr int kTls13Tickets = 2;
 
 // require_sni: a ClientHello without a server name is refused, with the alert Envoy sends (handshake_failure).
 int require_sni(SSL* ssl, int* alert, void*) {
@@ -312,6 +316,12 @@ std::shared_ptr<SSL_CTX> TlsContext::build(const config::CommonTlsContext& cfg) 
     EVP_Digest(seed.data(), seed.size(), id, &len, EVP_sha256(), nullptr);
     SSL_CTX_set_session_id_context(raw, id, std::min<unsigned>(len, SSL_MAX_SID_CTX_LENGTH));
     if (disable_tickets_) SSL_CTX_set_options(raw, SSL_OP_NO_TICKET);
+    // TLS 1.3 tickets go out with the connection's first write, as Envoy's
+    // (BoringSSL holds them until then). Made then too, they cost nothing
+    // on a connection that never answers; in OpenSSL 3.0 each one re-parses
+    // the peer's certificate (i2d/d2i of the session).
+    SSL_CTX_set_num_tickets(raw, 0);
+    data->tickets = kTls13Tickets;
     if (require_sni_) SSL_CTX_set_client_hello_cb(raw, require_sni, nullptr);
   } else {
     data->sessions = sessions_;
@@ -377,6 +387,16 @@ SSL* TlsContext::new_ssl(std::string_view alpn_default) const {
   std::lock_guard lock(sessions_->mu);
   if (sessions_->last) SSL_set_session(ssl, sessions_->last);
   return ssl;
+}
+
+void send_deferred_tickets(SSL* ssl) {
+  if (!SSL_is_server(ssl) || SSL_version(ssl) != TLS1_3_VERSION || !SSL_is_init_finished(ssl)) return;
+  // An SSL_CTX not made by a TlsContext sends its tickets itself.
+  const auto* data = static_cast<const CtxData*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), ctx_index()));
+  if (data == nullptr || data->tickets == 0) return;
+  const int n = SSL_session_reused(ssl) ? 1 : data->tickets;
+  for (int i = 0; i < n; ++i)
+    if (SSL_new_session_ticket(ssl) != 1) break;
 }
 
 void TlsContext::count_handshake(SSL* ssl, unsigned worker, const boost::system::error_code& ec) const {

@@ -21,6 +21,11 @@
 
 namespace dpukit::mesh {
 
+// Queues a server connection's TLS 1.3 session tickets (its TlsContext
+// holds them back from the handshake): call once, before the connection's
+// first SSL_write, which sends them ahead of its records.
+void send_deferred_tickets(SSL* ssl);
+
 class TlsContext {
  public:
   // Throws std::runtime_error (OpenSSL's reason) when OpenSSL refuses what the parser accepted.

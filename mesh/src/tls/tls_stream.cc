@@ -6,6 +6,7 @@
 #include <boost/asio/ssl/error.hpp>
 
 #include "dataplane/loop_dilation.h"
+#include "tls/tls_context.h"
 
 namespace dpukit::mesh {
 
@@ -162,6 +163,10 @@ void TlsStream::write(const void* data, size_t size, Handler h) {
     return;
   }
   size = std::min(size, kMaxWrite);
+  if (!wrote_) {
+    wrote_ = true;
+    send_deferred_tickets(ssl_);
+  }
   size_t n = 0;
   ERR_clear_error();
   if (SSL_write_ex(ssl_, data, size, &n) != 1) {

@@ -92,6 +92,7 @@ class TlsStream {
   std::vector<char> net_in_;
   std::string out_, out_in_flight_;
   bool writing_ = false, net_eof_ = false, reading_net_ = false, shut_after_flush_ = false, sent_close_ = false;
+  bool wrote_ = false;  // the first write sends the deferred session tickets (send_deferred_tickets)
   boost::system::error_code write_error_;
   std::function<void(const boost::system::error_code&)> on_flushed_;  // the write or handshake waiting for its bytes
   std::function<void(const boost::system::error_code&)> handshake_done_;
