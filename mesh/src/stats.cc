@@ -266,6 +266,8 @@ void StatsStore::render(MetricsWriter& e, std::map<std::string, int64_t>* text,
                              scope + (scope == "listener" ? ".<address>." : ".<name>.") + factory + ".", {{label, name}},
                              scope + "." + name + "." + factory + ".");
     f.counter("ssl_context_update_by_sds", &TlsStats::ssl_context_update_by_sds);
+    f.counter(scope == "listener" ? "downstream_context_secrets_not_ready" : "upstream_context_secrets_not_ready",
+              &TlsStats::context_secrets_not_ready);
     if (auto it = tls_named_.find(key); it != tls_named_.end()) {
       const TlsNamedCounters& named = it->second;
       std::lock_guard named_lock(named.mu);

@@ -42,6 +42,9 @@ struct TlsStats {
       fail_verify_san;
   // <scope>.{server,client}_ssl_socket_factory.ssl_context_update_by_sds: written by the control plane's thread only.
   Counter ssl_context_update_by_sds;
+  // {downstream,upstream}_context_secrets_not_ready: a connection closed
+  // because a pushed secret has not arrived yet (per worker).
+  Counter context_secrets_not_ready;
 };
 // Envoy's ssl.versions.<v>, ssl.ciphers.<c>, ssl.curves.<c>, ssl.sigalgs.<s>:
 // names known only once a handshake says them, so one map per scope shared by

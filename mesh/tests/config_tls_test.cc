@@ -7,6 +7,7 @@
 #include <string>
 
 #include "config/bootstrap.h"
+#include "config/checked_yaml.h"
 #include "config_refusal.h"
 #include "tls_test_pki.h"
 
@@ -225,6 +226,105 @@ TEST_F(ConfigTls, SdsFromFiles) {
                  "the private key does not match");
   std::filesystem::remove(sds);
   expect_refused(moved, where, "cannot read " + sds);
+}
+
+
+// Secrets pushed by SDS (over gRPC as istio-agent serves them, or over ADS):
+// named at parse time, read when they come; their sources refused by path.
+TEST_F(ConfigTls, SdsPushedOverGrpcAndAds) {
+  const std::string cert_sds =
+      "tls_certificate_sds_secret_configs:\n            - name: default\n              sds_config:\n"
+      "                api_config_source: {api_type: GRPC, transport_api_version: V3, set_node_on_first_message_only: true,"
+      " grpc_services: [{envoy_grpc: {cluster_name: sds-grpc}}]}\n"
+      "                initial_fetch_timeout: 0s\n                resource_api_version: V3\n"
+      "            validation_context_sds_secret_config: {name: ROOTCA, sds_config: {ads: {}}}\n"
+      "            validation_context_:\n";
+  std::string text = config(
+      "tls_certificates: [{certificate_chain: {filename: $DIR/server.crt}, private_key: {filename: $DIR/server.key}}]\n"
+      "            validation_context:\n",
+      cert_sds);
+  // The SAN matchers of the old validation_context go with it: a plain SDS validation context has none of its own.
+  const size_t v = text.find("            validation_context_:\n");
+  text.erase(v, text.find("      filters:", v) - v);
+  const std::string sds_cluster =
+      "  - name: sds-grpc\n    typed_extension_protocol_options:\n      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n"
+      "        \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n"
+      "        explicit_http_config: {http2_protocol_options: {}}\n"
+      "    load_assignment: {cluster_name: sds-grpc, endpoints: [{lb_endpoints: [{endpoint: {address: {pipe: {path: /run/sds.sock}}}}]}]}\n";
+  const std::string ads =
+      "dynamic_resources:\n  ads_config: {api_type: GRPC, grpc_services: [{envoy_grpc: {cluster_name: sds-grpc}}]}\n"
+      "  cds_config: {ads: {}}\nnode: {id: n1}\n";
+  const std::string full = replaced_once(text, "  clusters:\n", "  clusters:\n" + sds_cluster) + ads;
+  const Bootstrap b = parse_bootstrap(full);
+  const CommonTlsContext& c = b.listeners[0].filter_chains[0].tls->common;
+  ASSERT_TRUE(c.tls_certificate_sds && c.validation_sds);
+  EXPECT_EQ(c.tls_certificate_sds->stream(), "grpc:sds-grpc");
+  EXPECT_EQ(c.tls_certificate_sds->initial_fetch_timeout.count(), 0);
+  EXPECT_EQ(c.validation_sds->stream(), "ads");
+  EXPECT_TRUE(c.tls_certificates.empty());  // it comes later
+  const auto names = pushed_secret_names(b);
+  EXPECT_EQ(names.at("grpc:sds-grpc"), std::set<std::string>{"default"});
+  EXPECT_EQ(names.at("ads"), std::set<std::string>{"ROOTCA"});
+  // /config_dump shows the sources as Envoy would.
+  const nlohmann::json common = to_json(b)["static_resources"]["listeners"][0]["filter_chains"][0]["transport_socket"]
+                                          ["typed_config"]["common_tls_context"];
+  EXPECT_EQ(common["tls_certificate_sds_secret_configs"][0]["sds_config"]["api_config_source"]["grpc_services"][0]
+                  ["envoy_grpc"]["cluster_name"],
+            "sds-grpc");
+  EXPECT_EQ(common["tls_certificate_sds_secret_configs"][0]["sds_config"]["initial_fetch_timeout"], "0s");
+  EXPECT_TRUE(common["combined_validation_context"]["validation_context_sds_secret_config"]["sds_config"].contains("ads"));
+
+  const std::string at = std::string(kDownstream) + ".tls_certificate_sds_secret_configs[0].sds_config.api_config_source";
+  expect_refused(replaced_once(full, "cluster_name: sds-grpc}}]}\n                initial", "cluster_name: nowhere}}]}\n                initial"),
+                 at + ".grpc_services[0].envoy_grpc.cluster_name", "unknown cluster 'nowhere'");
+  expect_refused(replaced_once(full, "api_type: GRPC, transport_api_version: V3, set", "api_type: DELTA_GRPC, transport_api_version: V3, set"),
+                 at + ".api_type", "DELTA_GRPC is not supported by dpukit-mesh here");
+  expect_refused(replaced_once(full, "envoy_grpc: {cluster_name: sds-grpc}}]}\n                initial",
+                               "google_grpc: {target_uri: x}}]}\n                initial"),
+                 at + ".grpc_services[0].google_grpc", "google_grpc is not supported");
+  // A secret from ads needs the ADS stream.
+  expect_refused(replaced_once(full, ads, ""),
+                 std::string(kDownstream) + ".validation_context_sds_secret_config.sds_config.ads", "no ADS stream");
+  // A gRPC cluster that does not speak HTTP/2.
+  expect_refused(replaced_once(full, "        explicit_http_config: {http2_protocol_options: {}}\n",
+                               "        explicit_http_config: {http_protocol_options: {}}\n"),
+                 at + ".grpc_services[0].envoy_grpc.cluster_name", "must speak HTTP/2");
+}
+
+// A Secret as SDS pushes it: checked as a file's is, other kinds refused by name.
+TEST_F(ConfigTls, SecretsAsPushed) {
+  const auto parse = [](const std::string& yaml) { return parse_secret(At(YAML::Load(yaml), "resources[0]", 0)); };
+  const std::string cert = Pki::read(pki_.path("server.crt")), key = Pki::read(pki_.path("server.key"));
+  const auto block = [](const std::string& pem) {
+    std::string out = "|\n";
+    for (size_t p = 0, n; p < pem.size(); p = n + 1) {
+      n = pem.find('\n', p);
+      if (n == std::string::npos) n = pem.size();
+      out += "      " + pem.substr(p, n - p) + "\n";
+    }
+    return out;
+  };
+  const std::string good = "\"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret\nname: default\n"
+                           "tls_certificate:\n  certificate_chain:\n    inline_string: " + block(cert) +
+                           "  private_key:\n    inline_string: " + block(key);
+  const Secret s = parse(good);
+  EXPECT_EQ(s.name, "default");
+  ASSERT_TRUE(s.tls_certificate);
+  EXPECT_EQ(s.tls_certificate->certificate_chain.bytes, cert);
+  EXPECT_FALSE(s.validation_context);
+  const std::string other_key = Pki::read(pki_.path("client.key"));
+  try {
+    parse(replaced_once(good, block(key), block(other_key)));
+    ADD_FAILURE() << "a key that is not the certificate's was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("the private key does not match"), std::string::npos) << e.what();
+  }
+  try {
+    parse("name: keys\nsession_ticket_keys: {keys: []}\n");
+    ADD_FAILURE() << "session_ticket_keys was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.path(), "resources[0].session_ticket_keys") << e.what();
+  }
 }
 
 }  // namespace

@@ -25,6 +25,9 @@
 #include "control/control_plane.h"
 #include "admin_client.h"
 #include "xds_bootstrap.h"
+#include "config_refusal.h"
+#include "tls_test_pki.h"
+#include "xds/sds_client.h"
 #include "xds/xds_client.h"
 #include "xds/xds_messages.h"
 
@@ -211,6 +214,80 @@ TEST(MeshXds, AckWarmInstallNack) {
       sent(x.client.on_response(response(config::kEndpointType, "5", "e5", {load_assignment(18082)})));
   ASSERT_EQ(summary(refused), std::vector<std::string>{"ClusterLoadAssignment v=4 n=e5 [\"backend\"] NACK"});
   EXPECT_EQ(refused[0]["error_detail"]["message"], x.install_error);
+}
+
+// A Secret as SDS sends it: the certificate and key inline, as istio-agent does.
+json secret(const testing::Pki& pki, const std::string& cert, const std::string& key) {
+  return {{"@type", std::string(kSecretType)},
+          {"name", "default"},
+          {"tls_certificate",
+           {{"certificate_chain", {{"inline_string", testing::Pki::read(pki.path(cert + ".crt"))}}},
+            {"private_key", {{"inline_string", testing::Pki::read(pki.path(key + ".key"))}}}}}};
+}
+
+// Secrets over ADS (sds_config: {ads: {}}) and over a SecretDiscoveryService
+// stream: subscribed by name, handed over checked, ACKed; a secret whose key
+// is not its certificate's is NACKed and never handed over.
+TEST(MeshXds, SecretsOnTheAdsStreamAndOverGrpc) {
+  testing::Pki pki;
+  pki.leaf("server", "URI:spiffe://cluster.local/ns/default/sa/backend");
+  pki.leaf("client", "URI:spiffe://cluster.local/ns/default/sa/frontend");
+  const std::string text = config::replaced_once(kBootstrap, "static_resources:\n", R"(static_resources:
+  listeners:
+  - name: inbound
+    address: {socket_address: {address: 127.0.0.1, port_value: 15006}}
+    filter_chains:
+    - transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+          common_tls_context:
+            tls_certificate_sds_secret_configs: [{name: default, sds_config: {ads: {}}}]
+      filters:
+      - name: envoy.filters.network.tcp_proxy
+        typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, stat_prefix: in, cluster: xds_cluster}
+)");
+  const config::Bootstrap bootstrap = config::parse_bootstrap(text);
+  std::vector<std::pair<std::string, std::map<std::string, config::Secret>>> taken;
+  const ApplySecrets take = [&](const std::string& stream, std::map<std::string, config::Secret> secrets) {
+    taken.emplace_back(stream, std::move(secrets));
+    return std::string();
+  };
+  AdsClient ads{YAML::Load(text), bootstrap, [](config::Bootstrap) { return std::string(); }, take};
+  // The secret the bootstrap names is asked for from the first request on.
+  EXPECT_EQ(summary(sent(ads.on_stream_start())),
+            (std::vector<std::string>{"Cluster v= n=", "Secret v= n= [\"default\"]"}));
+  EXPECT_EQ(summary(sent(ads.on_response(response(kSecretType, "1", "s1", {secret(pki, "server", "server")})))),
+            std::vector<std::string>{"Secret v=1 n=s1 [\"default\"]"});
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].first, "ads");
+  EXPECT_EQ(taken[0].second.at("default").tls_certificate->certificate_chain.bytes,
+            testing::Pki::read(pki.path("server.crt")));
+  const std::vector<json> nack = sent(ads.on_response(response(kSecretType, "2", "s2", {secret(pki, "server", "client")})));
+  ASSERT_EQ(summary(nack), std::vector<std::string>{"Secret v=1 n=s2 [\"default\"] NACK"});
+  EXPECT_NE(nack[0]["error_detail"]["message"].get<std::string>().find("the private key does not match"), std::string::npos)
+      << nack[0];
+  EXPECT_EQ(taken.size(), 1u);
+  EXPECT_EQ(ads.nacks(), 1u);
+
+  // SecretDiscoveryService/StreamSecrets: the same, on a stream of its own.
+  SdsClient sds{bootstrap.clusters.at(0), bootstrap.node, take};
+  sds.subscribe({"default"});  // no stream is open: the first one asks
+  const json ack = sds.on_response(response(kSecretType, "7", "n7", {secret(pki, "server", "server")}));
+  EXPECT_EQ(summary(sent({ack})), std::vector<std::string>{"Secret v=7 n=n7 [\"default\"]"});
+  ASSERT_EQ(taken.size(), 2u);
+  EXPECT_EQ(taken[1].first, "grpc:xds_cluster");
+  const json refused = sds.on_response(response(kSecretType, "8", "n8", {secret(pki, "client", "server")}));
+  EXPECT_EQ(summary(sent({refused})), std::vector<std::string>{"Secret v=7 n=n8 [\"default\"] NACK"});
+  EXPECT_EQ(taken.size(), 2u);
+  // What the proxy refuses is NACKed with its words.
+  const ApplySecrets refuse = [](const std::string&, std::map<std::string, config::Secret>) {
+    return std::string("secret 'default' has no validation_context");
+  };
+  SdsClient picky{bootstrap.clusters.at(0), bootstrap.node, refuse};
+  const json no = picky.on_response(response(kSecretType, "1", "n1", {secret(pki, "server", "server")}));
+  EXPECT_EQ(no["error_detail"]["message"], "secret 'default' has no validation_context");
+  EXPECT_EQ(picky.nacks(), 1u);
 }
 
 // A DeltaDiscoveryResponse: each resource with its name and version, and names removed.

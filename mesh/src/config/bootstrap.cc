@@ -1047,6 +1047,19 @@ void cross_check(Bootstrap& b) {
   }
 }
 
+// A secret pushed over ADS needs the ADS stream; one over gRPC, its cluster.
+void check_pushed_secrets(const Bootstrap& b) {
+  for_each_tls(b, [&](const CommonTlsContext& c) {
+    for (const auto* sds : {&c.tls_certificate_sds, &c.validation_sds}) {
+      if (!*sds || !(*sds)->pushed()) continue;
+      const SdsSecret& s = **sds;
+      if (s.source == SdsSecret::Source::kAds && !b.dynamic_resources)
+        throw ConfigError(s.where, "secret '" + s.name + "' from ads, but there is no ADS stream (dynamic_resources.ads_config)");
+      if (s.source == SdsSecret::Source::kGrpc) check_grpc_cluster(b, s.cluster, s.where);
+    }
+  });
+}
+
 Bootstrap parse_root(const At& root) {
   const Fields f =
       root.fields("envoy.config.bootstrap.v3.Bootstrap", {"node", "admin", "static_resources", "dynamic_resources"});
@@ -1078,6 +1091,7 @@ Bootstrap parse_root(const At& root) {
                         "not supported on cluster '" + c.name + "' (dpukit-mesh honours it on the ADS cluster only)");
   }
   cross_check(b);
+  check_pushed_secrets(b);
   if (b.dynamic_resources) check_dynamic_resources(b);
   return b;
 }
@@ -1139,6 +1153,27 @@ Bootstrap parse_bootstrap(const std::string& yaml_text) {
 }
 
 Bootstrap parse_bootstrap_node(const YAML::Node& root) { return parse_root(At(root, "", 0)); }
+
+void for_each_tls(const Bootstrap& b, const std::function<void(const CommonTlsContext&)>& fn) {
+  for (const Listener& l : b.listeners)
+    for (const FilterChain& fc : l.filter_chains)
+      if (fc.tls) fn(fc.tls->common);
+  for (const Cluster& c : b.clusters)
+    if (c.tls) fn(c.tls->common);
+}
+
+void for_each_tls(Bootstrap& b, const std::function<void(CommonTlsContext&)>& fn) {
+  for_each_tls(static_cast<const Bootstrap&>(b), [&](const CommonTlsContext& c) { fn(const_cast<CommonTlsContext&>(c)); });
+}
+
+std::map<std::string, std::set<std::string>> pushed_secret_names(const Bootstrap& b) {
+  std::map<std::string, std::set<std::string>> out;
+  for_each_tls(b, [&](const CommonTlsContext& c) {
+    for (const auto* sds : {&c.tls_certificate_sds, &c.validation_sds})
+      if (*sds && (*sds)->pushed()) out[(*sds)->stream()].insert((*sds)->name);
+  });
+  return out;
+}
 
 Bootstrap load_bootstrap(const std::string& file_path) {
   std::ifstream in(file_path);

@@ -9,7 +9,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -404,6 +407,13 @@ struct Bootstrap {
 Bootstrap parse_bootstrap(const std::string& yaml_text);
 // Reads and parses a file; an unreadable file is a ConfigError with an empty path.
 Bootstrap load_bootstrap(const std::string& file_path);
+
+// Every TLS context of a bootstrap: the filter chains' and the clusters'.
+void for_each_tls(const Bootstrap& b, const std::function<void(const CommonTlsContext&)>& fn);
+void for_each_tls(Bootstrap& b, const std::function<void(CommonTlsContext&)>& fn);
+// The secrets its TLS contexts take by push (SDS over ADS or gRPC), by the
+// stream they come on (SdsSecret::stream()): what to subscribe to.
+std::map<std::string, std::set<std::string>> pushed_secret_names(const Bootstrap& b);
 
 // The parsed configuration as JSON with Envoy's field names (admin /config_dump).
 nlohmann::json to_json(const Bootstrap& bootstrap);

@@ -4,20 +4,12 @@
 #include <cstdio>
 
 #include "config/bootstrap.h"
+#include "config/checked_yaml.h"
 
 namespace dpukit::mesh::config {
 namespace {
 
 using json = nlohmann::json;
-
-// proto-JSON's Duration form: "5s", "0.250s".
-std::string duration(Duration d) {
-  const auto ms = d.count();
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%lld.%03llds", static_cast<long long>(ms / 1000), static_cast<long long>(ms % 1000));
-  return buf;
-}
 
 json address(const Address& a) {
   if (a.is_pipe()) return {{"pipe", {{"path", a.pipe_path}}}};
@@ -106,11 +98,11 @@ json route_action(const RouteAction& a) {
   json j;
   if (!a.cluster.empty()) j["cluster"] = a.cluster;
   else j["weighted_clusters"] = weighted_clusters(a.weighted);
-  j["timeout"] = duration(a.timeout);
+  j["timeout"] = duration_json(a.timeout);
   if (a.retry_policy)
     j["retry_policy"] = {{"retry_on", retry_on(*a.retry_policy)},
                          {"num_retries", a.retry_policy->num_retries},
-                         {"per_try_timeout", duration(a.retry_policy->per_try_timeout)}};
+                         {"per_try_timeout", duration_json(a.retry_policy->per_try_timeout)}};
   if (a.prefix_rewrite) j["prefix_rewrite"] = *a.prefix_rewrite;
   for (const auto& h : a.hash_policy) {
     json p = h.kind == HashPolicy::Kind::kHeader ? json{{"header", {{"header_name", h.header_name}}}}
@@ -209,7 +201,7 @@ json http_filter(const HttpFilter& f) {
   json c = {{"@type", "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit"},
             {"stat_prefix", l.stat_prefix},
             {"token_bucket",
-             {{"max_tokens", l.max_tokens}, {"tokens_per_fill", l.tokens_per_fill}, {"fill_interval", duration(l.fill_interval)}}},
+             {{"max_tokens", l.max_tokens}, {"tokens_per_fill", l.tokens_per_fill}, {"fill_interval", duration_json(l.fill_interval)}}},
             {"filter_enabled", fractional_percent(l.enabled_fraction)},
             {"filter_enforced", fractional_percent(l.enforced_fraction)}};
   if (!l.response_headers_to_add.empty()) c["response_headers_to_add"] = header_options(l.response_headers_to_add);
@@ -221,7 +213,7 @@ json http2_options(const Http2ProtocolOptions& o) {
             {"initial_stream_window_size", o.initial_stream_window_size},
             {"initial_connection_window_size", o.initial_connection_window_size}};
   if (const auto& k = o.connection_keepalive)
-    j["connection_keepalive"] = {{"interval", duration(k->interval)}, {"timeout", duration(k->timeout)}};
+    j["connection_keepalive"] = {{"interval", duration_json(k->interval)}, {"timeout", duration_json(k->timeout)}};
   return j;
 }
 
@@ -259,10 +251,10 @@ json hcm(const HttpConnectionManager& h) {
             {"http_filters", json::array()},
             {"max_request_headers_kb", h.max_request_headers_kb},
             {"common_http_protocol_options",
-             {{"idle_timeout", duration(h.idle_timeout)}, {"max_headers_count", h.max_headers_count}}},
-            {"stream_idle_timeout", duration(h.stream_idle_timeout)},
-            {"request_timeout", duration(h.request_timeout)},
-            {"request_headers_timeout", duration(h.request_headers_timeout)},
+             {{"idle_timeout", duration_json(h.idle_timeout)}, {"max_headers_count", h.max_headers_count}}},
+            {"stream_idle_timeout", duration_json(h.stream_idle_timeout)},
+            {"request_timeout", duration_json(h.request_timeout)},
+            {"request_headers_timeout", duration_json(h.request_headers_timeout)},
             {"use_remote_address", h.use_remote_address},
             {"generate_request_id", h.generate_request_id},
             {"http_protocol_options",
@@ -276,7 +268,7 @@ json hcm(const HttpConnectionManager& h) {
 json tcp_proxy(const TcpProxy& t) {
   json j = {{"@type", "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy"},
             {"stat_prefix", t.stat_prefix},
-            {"idle_timeout", duration(t.idle_timeout)},
+            {"idle_timeout", duration_json(t.idle_timeout)},
             {"max_connect_attempts", t.max_connect_attempts}};
   if (!t.cluster.empty()) j["cluster"] = t.cluster;
   else j["weighted_clusters"] = weighted_clusters(t.weighted);
@@ -302,14 +294,14 @@ json listener(const Listener& l) {
     if (!c.name.empty()) chain["name"] = c.name;
     if (json m = to_json(c.match); !m.empty()) chain["filter_chain_match"] = m;
     if (c.tls) chain["transport_socket"] = to_json(*c.tls);
-    chain["transport_socket_connect_timeout"] = duration(c.transport_socket_connect_timeout);
+    chain["transport_socket_connect_timeout"] = duration_json(c.transport_socket_connect_timeout);
     chains.push_back(chain);
   }
   json j = {{"name", l.name},
             {"address", address(l.address)},
             {"filter_chains", chains},
             {"per_connection_buffer_limit_bytes", l.per_connection_buffer_limit_bytes}};
-  j["listener_filters_timeout"] = duration(l.listener_filters_timeout);
+  j["listener_filters_timeout"] = duration_json(l.listener_filters_timeout);
   if (l.continue_on_listener_filters_timeout) j["continue_on_listener_filters_timeout"] = true;
   if (l.tls_inspector)
     j["listener_filters"] = json::array(
@@ -327,7 +319,7 @@ json cluster(const Cluster& c) {
   const auto& cb = c.circuit_breakers;
   json j = {{"name", c.name},
             {"type", kType[static_cast<int>(c.type)]},
-            {"connect_timeout", duration(c.connect_timeout)},
+            {"connect_timeout", duration_json(c.connect_timeout)},
             {"lb_policy", kLbPolicy[static_cast<int>(c.lb_policy)]},
             {"load_assignment", {{"cluster_name", c.name}, {"endpoints", json::array({{{"lb_endpoints", endpoints}}})}}},
             {"circuit_breakers",
@@ -344,8 +336,8 @@ json cluster(const Cluster& c) {
   if (c.outlier_detection) {
     const auto& o = *c.outlier_detection;
     j["outlier_detection"] = {{"consecutive_5xx", o.consecutive_5xx},
-                              {"interval", duration(o.interval)},
-                              {"base_ejection_time", duration(o.base_ejection_time)},
+                              {"interval", duration_json(o.interval)},
+                              {"base_ejection_time", duration_json(o.base_ejection_time)},
                               {"max_ejection_percent", o.max_ejection_percent},
                               {"enforcing_consecutive_5xx", o.enforcing_consecutive_5xx}};
   }
@@ -353,13 +345,13 @@ json cluster(const Cluster& c) {
     json statuses = json::array();
     for (const auto& [start, end] : h.expected_statuses)
       statuses.push_back({{"start", std::to_string(start)}, {"end", std::to_string(end)}});  // int64: strings
-    j["health_checks"].push_back({{"timeout", duration(h.timeout)},
-                                  {"interval", duration(h.interval)},
+    j["health_checks"].push_back({{"timeout", duration_json(h.timeout)},
+                                  {"interval", duration_json(h.interval)},
                                   {"unhealthy_threshold", h.unhealthy_threshold},
                                   {"healthy_threshold", h.healthy_threshold},
                                   {"http_health_check", {{"path", h.path}, {"host", h.host}, {"expected_statuses", statuses}}}});
   }
-  if (c.type == Cluster::Type::kStrictDns) j["dns_refresh_rate"] = duration(c.dns_refresh_rate);
+  if (c.type == Cluster::Type::kStrictDns) j["dns_refresh_rate"] = duration_json(c.dns_refresh_rate);
   if (c.tls) j["transport_socket"] = to_json(*c.tls);
   if (c.http2)
     j["typed_extension_protocol_options"] = {

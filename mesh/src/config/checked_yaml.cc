@@ -100,6 +100,14 @@ bool At::boolean() const {
   return value;
 }
 
+std::string duration_json(Duration d) {
+  const auto ms = d.count();
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld.%03llds", static_cast<long long>(ms / 1000), static_cast<long long>(ms % 1000));
+  return buf;
+}
+
 Duration At::duration() const {
   // Envoy's limit for google.protobuf.Duration: 10,000 years.
   constexpr uint64_t kMaxSeconds = 315'576'000'000;

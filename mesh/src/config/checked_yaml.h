@@ -20,6 +20,9 @@ namespace dpukit::mesh::config {
 
 class Fields;
 
+// proto-JSON's Duration form: "5s", "0.250s" (for /config_dump).
+std::string duration_json(Duration d);
+
 // A YAML node (possibly absent) and the path that names it in errors.
 class At {
  public:

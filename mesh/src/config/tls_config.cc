@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "config/checked_yaml.h"
+#include "config/xds_config.h"
 
 namespace dpukit::mesh::config {
 namespace {
@@ -60,6 +61,7 @@ DataSource parse_data_source(const At& at) {
   const std::string_view kind = f.exactly_one_of({"filename", "inline_string", "inline_bytes", "environment_variable"});
   if (kind == "filename") {
     d.filename = f["filename"].nonempty_str();
+    d.read_at = file_stamp(d.filename);  // before it is read: a change after this is seen by the watcher
     d.bytes = read_file(d.filename, f["filename"]);
     d.where = f["filename"].path();
   } else if (kind == "inline_string") {
@@ -130,20 +132,31 @@ TlsCertificate parse_tls_certificate(const At& at) {
   return c;
 }
 
-SdsFile parse_sds_secret_config(const At& at) {
+SdsSecret parse_sds_secret_config(const At& at) {
   const Fields f = at.fields("envoy.extensions.transport_sockets.tls.v3.SdsSecretConfig", {"name", "sds_config"});
-  SdsFile s;
+  SdsSecret s;
   s.name = f.required("name").nonempty_str();
   const At cs_at = f.required("sds_config");
-  const Fields cs = cs_at.fields("envoy.config.core.v3.ConfigSource",
-                                 {"path_config_source", "path", "resource_api_version", "initial_fetch_timeout"});
-  // Only a file source: ads / api_config_source secrets come with the xDS client.
-  const std::string_view kind = cs.exactly_one_of({"path_config_source", "path"});
+  const Fields cs = cs_at.fields("envoy.config.core.v3.ConfigSource", {"path_config_source", "path", "ads", "api_config_source",
+                                                                       "resource_api_version", "initial_fetch_timeout"});
+  const std::string_view kind = cs.exactly_one_of({"path_config_source", "path", "ads", "api_config_source"});
   if (cs.has("resource_api_version")) cs["resource_api_version"].choice<int>({{"V3", 3}}, {"AUTO", "V2"});
-  if (cs.has("initial_fetch_timeout")) cs["initial_fetch_timeout"].duration();
+  if (cs.has("initial_fetch_timeout")) s.initial_fetch_timeout = cs["initial_fetch_timeout"].duration();
+  s.where = cs[kind].path();
+  if (kind == "ads") {
+    cs["ads"].fields("envoy.config.core.v3.AggregatedConfigSource", {});
+    s.source = SdsSecret::Source::kAds;
+    return s;
+  }
+  if (kind == "api_config_source") {
+    const GrpcApiSource api = parse_grpc_api_source(cs["api_config_source"], false);
+    s.source = SdsSecret::Source::kGrpc;
+    s.cluster = api.cluster;
+    s.where = api.cluster_where;
+    return s;
+  }
   if (kind == "path") {
     s.path = cs["path"].nonempty_str();
-    s.where = cs["path"].path();
   } else {
     const Fields pcs = cs["path_config_source"].fields("envoy.config.core.v3.PathConfigSource", {"path"});
     s.path = pcs.required("path").nonempty_str();
@@ -223,7 +236,7 @@ CommonTlsContext parse_common_tls_context(const At& at) {
     const auto items = f["tls_certificate_sds_secret_configs"].items();
     if (items.size() != 1) f["tls_certificate_sds_secret_configs"].fail("exactly one secret is supported by dpukit-mesh");
     c.tls_certificate_sds = parse_sds_secret_config(items[0]);
-    c.tls_certificates.push_back(load_sds_certificate(*c.tls_certificate_sds));
+    if (!c.tls_certificate_sds->pushed()) c.tls_certificates.push_back(load_sds_certificate(*c.tls_certificate_sds));
   }
   const auto kind =
       f.one_of({"validation_context", "validation_context_sds_secret_config", "combined_validation_context"});
@@ -239,13 +252,7 @@ CommonTlsContext parse_common_tls_context(const At& at) {
     c.validation = parse_validation_context(cv.required("default_validation_context"));
     c.validation_sds = parse_sds_secret_config(cv.required("validation_context_sds_secret_config"));
   }
-  if (c.validation_sds) {
-    // The secret's trusted CA; the SAN matchers of the default context (combined) are kept.
-    CertificateValidation secret = load_sds_validation(*c.validation_sds);
-    c.validation.trusted_ca = std::move(secret.trusted_ca);
-    if (c.validation.match_typed_subject_alt_names.empty())
-      c.validation.match_typed_subject_alt_names = std::move(secret.match_typed_subject_alt_names);
-  }
+  if (c.validation_sds && !c.validation_sds->pushed()) take_validation(c.validation, load_sds_validation(*c.validation_sds));
   if (f.has("alpn_protocols")) c.alpn_protocols = f["alpn_protocols"].strings();
   for (const std::string& p : c.alpn_protocols)
     if (p.empty() || p.size() > 255) f["alpn_protocols"].fail("an ALPN protocol is 1 to 255 bytes");
@@ -285,7 +292,7 @@ Fields tls_typed_config(const At& at, std::string_view message, std::string_view
 }
 
 // The one Secret of an SDS file, named `sds.name` (Envoy's SdsApi checks both).
-Fields load_secret(const SdsFile& sds, bool certificate, YAML::Node& root) {
+Fields load_secret(const SdsSecret& sds, bool certificate, YAML::Node& root) {
   const At where(YAML::Node(), sds.where, 0);
   std::ifstream in(sds.path);
   if (!in) where.fail("cannot read " + sds.path + ": " + std::strerror(errno));
@@ -330,7 +337,7 @@ bool pem_certs(const std::string& pem, std::vector<X509*>* out) {
 
 }  // namespace
 
-SdsFile::Stamp file_stamp(const std::string& path) {
+FileStamp file_stamp(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return {};
   return {static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec, static_cast<int64_t>(st.st_size),
@@ -378,16 +385,52 @@ void check_trusted_ca(const DataSource& ca, const std::string& where) {
   if (!pem_certs(ca.bytes, nullptr)) At(YAML::Node(), where, 0).fail("no PEM CA certificate: " + ssl_reason());
 }
 
-TlsCertificate load_sds_certificate(const SdsFile& sds) {
+TlsCertificate load_sds_certificate(const SdsSecret& sds) {
   YAML::Node root;
   const Fields s = load_secret(sds, true, root);
   return parse_tls_certificate(s.required("tls_certificate"));
 }
 
-CertificateValidation load_sds_validation(const SdsFile& sds) {
+CertificateValidation load_sds_validation(const SdsSecret& sds) {
   YAML::Node root;
   const Fields s = load_secret(sds, false, root);
   return parse_validation_context(s.required("validation_context"));
+}
+
+Secret parse_secret(const At& at) {
+  // Envoy's other kinds (session_ticket_keys, generic_secret) are refused by name.
+  const Fields f = at.fields("envoy.extensions.transport_sockets.tls.v3.Secret",
+                             {"@type", "name", "tls_certificate", "validation_context"});
+  if (f.has("@type") && f["@type"].str() != kSecretType)
+    f["@type"].fail("expected " + std::string(kSecretType) + ", got '" + f["@type"].str() + "'");
+  Secret s;
+  s.name = f.required("name").nonempty_str();
+  const std::string_view kind = f.exactly_one_of({"tls_certificate", "validation_context"});
+  if (kind == "tls_certificate") s.tls_certificate = parse_tls_certificate(f[kind]);
+  else s.validation_context = parse_validation_context(f[kind]);
+  return s;
+}
+
+void take_validation(CertificateValidation& context, const CertificateValidation& secret) {
+  context.trusted_ca = secret.trusted_ca;
+  if (context.match_typed_subject_alt_names.empty())
+    context.match_typed_subject_alt_names = secret.match_typed_subject_alt_names;
+}
+
+std::vector<std::string> take_pushed_secrets(CommonTlsContext& c, const FindSecret& find) {
+  std::vector<std::string> missing;
+  if (c.tls_certificate_sds && c.tls_certificate_sds->pushed()) {
+    const Secret* s = find(*c.tls_certificate_sds);
+    c.tls_certificates.clear();
+    if (s && s->tls_certificate) c.tls_certificates.push_back(*s->tls_certificate);
+    else missing.push_back(c.tls_certificate_sds->stream() + "/" + c.tls_certificate_sds->name);
+  }
+  if (c.validation_sds && c.validation_sds->pushed()) {
+    const Secret* s = find(*c.validation_sds);
+    if (s && s->validation_context) take_validation(c.validation, *s->validation_context);
+    else missing.push_back(c.validation_sds->stream() + "/" + c.validation_sds->name);
+  }
+  return missing;
 }
 
 DownstreamTlsContext parse_downstream_transport_socket(const At& at) {
@@ -399,9 +442,9 @@ DownstreamTlsContext parse_downstream_transport_socket(const At& at) {
   d.common = parse_common_tls_context(f.required("common_tls_context"));
   d.common.record_crypto_engine = rc.engine;
   d.common.record_crypto_where = rc.where;
-  if (d.common.tls_certificates.empty()) f["common_tls_context"].fail("a server needs a certificate (tls_certificates or tls_certificate_sds_secret_configs)");
+  if (d.common.tls_certificates.empty() && !d.common.tls_certificate_sds) f["common_tls_context"].fail("a server needs a certificate (tls_certificates or tls_certificate_sds_secret_configs)");
   d.require_client_certificate = f["require_client_certificate"].boolean_or(false);
-  if (d.require_client_certificate && !d.common.validation.trusted_ca)
+  if (d.require_client_certificate && !d.common.validation.trusted_ca && !d.common.validation_sds)
     f["require_client_certificate"].fail("needs a validation context with trusted_ca");
   d.require_sni = f["require_sni"].boolean_or(false);
   d.disable_stateless_session_resumption = f["disable_stateless_session_resumption"].boolean_or(false);
@@ -473,8 +516,21 @@ json common(const CommonTlsContext& c) {
   if (!c.tls_params.cipher_suites.empty()) params["cipher_suites"] = c.tls_params.cipher_suites;
   if (!c.tls_params.ecdh_curves.empty()) params["ecdh_curves"] = c.tls_params.ecdh_curves;
   if (!params.empty()) j["tls_params"] = params;
-  const auto sds = [](const SdsFile& s) {
-    return json{{"name", s.name}, {"sds_config", {{"path_config_source", {{"path", s.path}}}}}};
+  const auto sds = [](const SdsSecret& s) {
+    json source;
+    switch (s.source) {
+      case SdsSecret::Source::kFile: source = {{"path_config_source", {{"path", s.path}}}}; break;
+      case SdsSecret::Source::kAds: source = {{"ads", json::object()}, {"resource_api_version", "V3"}}; break;
+      case SdsSecret::Source::kGrpc:
+        source = {{"api_config_source",
+                   {{"api_type", "GRPC"},
+                    {"transport_api_version", "V3"},
+                    {"grpc_services", {{{"envoy_grpc", {{"cluster_name", s.cluster}}}}}}}},
+                  {"resource_api_version", "V3"}};
+        break;
+    }
+    if (s.pushed()) source["initial_fetch_timeout"] = duration_json(s.initial_fetch_timeout);
+    return json{{"name", s.name}, {"sds_config", source}};
   };
   if (c.tls_certificate_sds) {
     j["tls_certificate_sds_secret_configs"] = json::array({sds(*c.tls_certificate_sds)});

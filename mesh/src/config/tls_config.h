@@ -2,7 +2,10 @@
 // a listener's filter chain (DownstreamTlsContext) and on a cluster
 // (UpstreamTlsContext), the filter chain match that picks a chain by what the
 // tls_inspector read from the ClientHello, and the secrets those contexts take
-// from SDS files (sds_config: {path_config_source: {path}}).
+// from SDS: a file (sds_config: {path_config_source: {path}}), the ADS stream
+// (sds_config: {ads: {}}) or a gRPC SecretDiscoveryService on a cluster
+// (sds_config: {api_config_source: {api_type: GRPC, grpc_services: [{envoy_grpc:
+// {cluster_name}}]}}), as istio-agent serves it on a Unix socket.
 //
 // Every file is read and checked when the configuration is parsed (PEM that
 // parses, a key that matches its certificate), so a bad one refuses the
@@ -10,7 +13,9 @@
 // data plane then uses (the bytes are kept here).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,12 +26,23 @@ namespace dpukit::mesh::config {
 
 class At;
 
+// A file as it was just before it was read (modification time in ns, size,
+// inode): a watcher takes what differs from it as a new file.
+struct FileStamp {
+  int64_t mtime_ns = 0, size = 0;
+  uint64_t inode = 0;
+  bool operator==(const FileStamp&) const = default;
+};
+FileStamp file_stamp(const std::string& path);  // all zero when the file is not there
+
 // envoy.config.core.v3.DataSource: filename, inline_string, inline_bytes or
 // environment_variable; `bytes` holds what it read.
 struct DataSource {
   std::string filename;  // empty unless given as a file
   std::string bytes;
   std::string where;  // the config path it was read at (for errors found later, e.g. by the SDS watcher)
+  FileStamp read_at;  // a file's, just before it was read
+  bool operator==(const DataSource& o) const { return filename == o.filename && bytes == o.bytes; }
 };
 
 // envoy.type.matcher.v3.StringMatcher, the forms a SAN matcher uses.
@@ -36,6 +52,7 @@ struct StringMatch {
   std::string value;
   bool ignore_case = false;
   bool matches(std::string_view s) const;
+  bool operator==(const StringMatch&) const = default;
 };
 
 // CertificateValidationContext.match_typed_subject_alt_names[i].
@@ -43,11 +60,13 @@ struct SanMatcher {
   enum class Type { kDns, kUri, kEmail, kIpAddress };
   Type san_type = Type::kUri;
   StringMatch matcher;
+  bool operator==(const SanMatcher&) const = default;
 };
 
 // A Secret's tls_certificate (or common_tls_context.tls_certificates[i]).
 struct TlsCertificate {
   DataSource certificate_chain, private_key;
+  bool operator==(const TlsCertificate&) const = default;
 };
 
 // CertificateValidationContext.
@@ -55,23 +74,26 @@ struct CertificateValidation {
   std::optional<DataSource> trusted_ca;
   std::vector<SanMatcher> match_typed_subject_alt_names;
   bool allow_expired_certificate = false;
+  bool operator==(const CertificateValidation&) const = default;
 };
 
-// SdsSecretConfig with a file source: the secret `name` read from `path`
-// (a DiscoveryResponse-like list of one envoy.extensions.transport_sockets.tls.v3.Secret).
-struct SdsFile {
+// SdsSecretConfig: the secret `name` and where it comes from. A file
+// (`path`, a DiscoveryResponse-like list of one
+// envoy.extensions.transport_sockets.tls.v3.Secret) is read when the
+// configuration is parsed; a pushed one (ADS, gRPC) arrives later and is put
+// into the TLS context then (tls/sds_secrets.h), as Envoy's SdsApi does.
+struct SdsSecret {
+  enum class Source { kFile, kAds, kGrpc };
+  Source source = Source::kFile;
   std::string name, path;
+  std::string cluster;  // kGrpc: the envoy_grpc cluster_name of the SecretDiscoveryService
+  std::chrono::milliseconds initial_fetch_timeout{15000};  // Envoy's default; 0 waits forever
   std::string where;  // the config path of the sds_config
-  // The file as it was just before it was read (modification time in ns,
-  // size, inode): the watcher takes what differs from it as a new secret.
-  struct Stamp {
-    int64_t mtime_ns = 0, size = 0;
-    uint64_t inode = 0;
-    bool operator==(const Stamp&) const = default;
-  };
-  Stamp read_at;
+  bool pushed() const { return source != Source::kFile; }
+  // The stream a pushed secret comes on: "ads" or "grpc:<cluster>".
+  std::string stream() const { return source == Source::kAds ? "ads" : "grpc:" + cluster; }
+  FileStamp read_at;  // a file source's, just before it was read
 };
-SdsFile::Stamp file_stamp(const std::string& path);  // all zero when the file is not there
 
 // TlsParameters; versions as OpenSSL's TLS1_x_VERSION, 0 for "Envoy's default".
 struct TlsParams {
@@ -84,9 +106,9 @@ struct TlsParams {
 struct CommonTlsContext {
   TlsParams tls_params;
   std::vector<TlsCertificate> tls_certificates;
-  std::optional<SdsFile> tls_certificate_sds;  // tls_certificate_sds_secret_configs[0] (at most one)
+  std::optional<SdsSecret> tls_certificate_sds;  // tls_certificate_sds_secret_configs[0] (at most one)
   CertificateValidation validation;            // validation_context, or combined's default_validation_context
-  std::optional<SdsFile> validation_sds;       // validation_context_sds_secret_config (plain or combined)
+  std::optional<SdsSecret> validation_sds;       // validation_context_sds_secret_config (plain or combined)
   bool has_validation = false;                 // a validation context (inline or SDS) is configured
   std::vector<std::string> alpn_protocols;
   // Not Envoy's: dpukit.transport_sockets.crypto_engine wraps this context
@@ -132,8 +154,26 @@ bool parse_listener_filters(const At& at);
 // Reads an SDS file: the certificate (and key) or the validation context of
 // secret `sds.name`. Throws ConfigError naming `sds.where` and the file's own
 // path inside it. Used at parse time and by the watcher on each change.
-TlsCertificate load_sds_certificate(const SdsFile& sds);
-CertificateValidation load_sds_validation(const SdsFile& sds);
+TlsCertificate load_sds_certificate(const SdsSecret& sds);
+CertificateValidation load_sds_validation(const SdsSecret& sds);
+
+// An envoy.extensions.transport_sockets.tls.v3.Secret as SDS pushes it: a
+// certificate with its key, or a validation context, checked as a file's is.
+struct Secret {
+  std::string name;
+  std::optional<TlsCertificate> tls_certificate;
+  std::optional<CertificateValidation> validation_context;
+  bool operator==(const Secret&) const = default;
+};
+// Parses and checks one (proto-JSON, "@type" included); throws ConfigError at `at`.
+Secret parse_secret(const At& at);
+// A validation secret put into a context's: its trusted CA, and its SAN
+// matchers unless the context has its own (combined_validation_context).
+void take_validation(CertificateValidation& context, const CertificateValidation& secret);
+// Puts the pushed secrets `find` has into `c` (a certificate, a trusted CA);
+// those it does not have are returned ("<stream>/<name>"), and leave `c` without them.
+using FindSecret = std::function<const Secret*(const SdsSecret&)>;
+std::vector<std::string> take_pushed_secrets(CommonTlsContext& c, const FindSecret& find);
 
 // Checks PEM: a certificate chain that parses and a key that matches it; a CA
 // bundle with at least one certificate. Throw ConfigError at `where`.

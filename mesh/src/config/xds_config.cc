@@ -77,24 +77,35 @@ YAML::Node sequence(YAML::Node parent, const char* key) {
 
 }  // namespace
 
-DynamicResources parse_dynamic_resources(const At& at) {
-  const Fields f =
-      at.fields("envoy.config.bootstrap.v3.Bootstrap.DynamicResources", {"ads_config", "lds_config", "cds_config"});
-  DynamicResources d;
-  const Fields ads = f.required("ads_config").fields("envoy.config.core.v3.ApiConfigSource",
-                                                     {"api_type", "transport_api_version", "grpc_services"});
-  // ADS over gRPC, state of the world or incremental (delta); REST polling is not implemented.
-  d.delta = ads.required("api_type").choice<bool>({{"GRPC", false}, {"DELTA_GRPC", true}},
-                                                  {"AGGREGATED_GRPC", "AGGREGATED_DELTA_GRPC", "REST",
-                                                   "UNSUPPORTED_REST_LEGACY"});
-  if (ads.has("transport_api_version")) ads["transport_api_version"].choice<int>({{"V3", 3}}, {"AUTO", "V2"});
-  const At services = ads.required("grpc_services");
+GrpcApiSource parse_grpc_api_source(const At& at, bool delta_allowed) {
+  const Fields f = at.fields("envoy.config.core.v3.ApiConfigSource", {"api_type", "transport_api_version",
+                                                                      "grpc_services", "set_node_on_first_message_only"});
+  // gRPC, state of the world or incremental (delta); REST polling is not implemented.
+  GrpcApiSource s;
+  const At api_type = f.required("api_type");
+  s.delta = api_type.choice<bool>({{"GRPC", false}, {"DELTA_GRPC", true}},
+                                  {"AGGREGATED_GRPC", "AGGREGATED_DELTA_GRPC", "REST", "UNSUPPORTED_REST_LEGACY"});
+  if (s.delta && !delta_allowed) api_type.fail("DELTA_GRPC is not supported by dpukit-mesh here (GRPC is)");
+  if (f.has("transport_api_version")) f["transport_api_version"].choice<int>({{"V3", 3}}, {"AUTO", "V2"});
+  if (f.has("set_node_on_first_message_only")) f["set_node_on_first_message_only"].boolean_or(false);
+  const At services = f.required("grpc_services");
   const std::vector<At> items = services.items();
   if (items.size() != 1) services.fail("exactly one gRPC service is supported, got " + std::to_string(items.size()));
   const Fields service = items[0].fields("envoy.config.core.v3.GrpcService", {"envoy_grpc"});
   const Fields envoy_grpc =
       service.required("envoy_grpc").fields("envoy.config.core.v3.GrpcService.EnvoyGrpc", {"cluster_name"});
-  d.ads_cluster = envoy_grpc.required("cluster_name").nonempty_str();
+  s.cluster = envoy_grpc.required("cluster_name").nonempty_str();
+  s.cluster_where = envoy_grpc["cluster_name"].path();
+  return s;
+}
+
+DynamicResources parse_dynamic_resources(const At& at) {
+  const Fields f =
+      at.fields("envoy.config.bootstrap.v3.Bootstrap.DynamicResources", {"ads_config", "lds_config", "cds_config"});
+  DynamicResources d;
+  const GrpcApiSource ads = parse_grpc_api_source(f.required("ads_config"), true);
+  d.delta = ads.delta;
+  d.ads_cluster = ads.cluster;
   std::chrono::milliseconds lds_timeout{15000}, cds_timeout{15000};
   if (f.has("lds_config")) {
     parse_ads_source(f["lds_config"], &lds_timeout);
@@ -112,9 +123,7 @@ DynamicResources parse_dynamic_resources(const At& at) {
   return d;
 }
 
-void check_dynamic_resources(const Bootstrap& b) {
-  const std::string at = "dynamic_resources.ads_config.grpc_services[0].envoy_grpc.cluster_name";
-  const std::string& name = b.dynamic_resources->ads_cluster;
+void check_grpc_cluster(const Bootstrap& b, const std::string& name, const std::string& at) {
   const Cluster* cluster = nullptr;
   for (const Cluster& c : b.clusters)
     if (c.name == name) cluster = &c;
@@ -125,6 +134,11 @@ void check_dynamic_resources(const Bootstrap& b) {
                               "envoy.extensions.upstreams.http.v3.HttpProtocolOptions with "
                               "explicit_http_config.http2_protocol_options");
   if (cluster->endpoints.empty()) throw ConfigError(at, "cluster '" + name + "' has no endpoints");
+}
+
+void check_dynamic_resources(const Bootstrap& b) {
+  check_grpc_cluster(b, b.dynamic_resources->ads_cluster,
+                     "dynamic_resources.ads_config.grpc_services[0].envoy_grpc.cluster_name");
   if (b.node.id.empty()) throw ConfigError("node.id", "required with dynamic_resources (a control plane tells nodes apart by it)");
 }
 

@@ -34,6 +34,18 @@ struct DynamicResources {
   std::chrono::milliseconds initial_fetch_timeout{15000};
 };
 
+// A ConfigSource's api_config_source: gRPC to one cluster (envoy_grpc).
+struct GrpcApiSource {
+  std::string cluster, cluster_where;
+  bool delta = false;  // api_type DELTA_GRPC
+};
+// Refuses other api_types (REST), google_grpc and several services by path;
+// DELTA_GRPC unless `delta_allowed`. Throws ConfigError.
+GrpcApiSource parse_grpc_api_source(const At& at, bool delta_allowed);
+// `name` is a static cluster that speaks HTTP/2 and has an endpoint; else a
+// ConfigError at `at` (the config path that names it).
+void check_grpc_cluster(const Bootstrap& b, const std::string& name, const std::string& at);
+
 // Reads dynamic_resources; other api_types (REST), other transports and non-ADS sources are
 // refused by path. Throws ConfigError.
 DynamicResources parse_dynamic_resources(const At& at);

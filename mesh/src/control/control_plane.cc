@@ -316,7 +316,7 @@ class ControlPlane::HealthChecker : public std::enable_shared_from_this<ControlP
 
 ControlPlane::ControlPlane(ProxyOptions options, std::vector<int> dpu_cpus, unsigned workers)
     : options_(std::move(options)), dpu_cpus_(std::move(dpu_cpus)), stats_(workers), signals_(io_),
-      watch_timer_(io_), dns_timer_(io_), xds_init_timer_(io_) {
+      watch_timer_(io_), dns_timer_(io_), xds_init_timer_(io_), secrets_init_timer_(io_) {
   for (unsigned i = 0; i < workers; ++i)
     workers_.push_back(std::make_unique<Worker>(i, stats_, options_.model, std::chrono::seconds(options_.drain_time_s),
                                                 options_.dpu_speed, data_dilation_));
@@ -325,6 +325,7 @@ ControlPlane::ControlPlane(ProxyOptions options, std::vector<int> dpu_cpus, unsi
 ControlPlane::~ControlPlane() {
   io_.stop();  // an xDS install still waited for (run() never ran) gives up
   if (xds_) xds_->stop();
+  for (auto& [cluster, client] : sds_clients_) client->stop();
   for (auto& w : workers_) w->stop();
   for (auto& w : workers_) w->join();
   for (auto& [k, ls] : listen_)
@@ -379,20 +380,30 @@ void ControlPlane::install(std::shared_ptr<const Snapshot> snapshot, std::vector
 void ControlPlane::start(config::Bootstrap bootstrap) {
   set_access_log_flush_interval(std::chrono::milliseconds(options_.file_flush_interval_ms));
   listen_ = bind_listeners(bootstrap);
+  sds_ = std::make_unique<SdsSecrets>(io_, [this] { return snapshot_; });
+  fill_secrets(bootstrap);
   auto snapshot = Snapshot::build(std::move(bootstrap), stats_, nullptr, ++version_, mono_ns());
   snapshot_ = snapshot;
   resolve_dns(true);
   for (auto& w : workers_) w->start(dpu_cpus_);
   install(snapshot);
   if (snapshot->bootstrap.admin.address) admin_ = std::make_unique<Admin>(*this, *snapshot->bootstrap.admin.address);
-  sds_ = std::make_unique<SdsWatcher>(io_, [this] { return snapshot_; });
   file_mtime_ns_ = file_mtime_ns(options_.config_path);
+  const auto take = [this](const std::string& stream, std::map<std::string, config::Secret> secrets) {
+    return on_control_thread([&] { return take_secrets(stream, secrets); });
+  };
   if (snapshot->bootstrap.dynamic_resources) {
     awaiting_xds_ = true;
-    xds_ = std::make_unique<xds::AdsClient>(YAML::LoadFile(options_.config_path), snapshot->bootstrap,
-                                            [this](config::Bootstrap b) { return apply_from_xds(std::move(b)); });
+    xds_ = std::make_unique<xds::AdsClient>(
+        YAML::LoadFile(options_.config_path), snapshot->bootstrap,
+        [this](config::Bootstrap b) {
+          auto shared = std::make_shared<config::Bootstrap>(std::move(b));
+          return on_control_thread([this, shared] { return apply(std::move(*shared), "xDS"); });
+        },
+        take);
     xds_->dilate(options_.dpu_speed, control_dilation_);
   }
+  subscribe_secrets(snapshot->bootstrap);
   start_services();
   if (xds_) {
     xds_->start();
@@ -403,7 +414,7 @@ void ControlPlane::start(config::Bootstrap bootstrap) {
         log_warn("mesh xDS: no complete configuration from the control plane within initial_fetch_timeout (" +
                  std::to_string(timeout.count()) + " ms): serving the static part, LIVE");
         awaiting_xds_ = false;
-        if (*hc_pending_ == 0) ready_ = true;
+        maybe_ready();
       });
     }
   }
@@ -420,11 +431,12 @@ void ControlPlane::start_services() {
       health_.push_back(std::make_shared<HealthChecker>(*this, c, hc));
       ++*pending;
     }
-  if (*pending == 0 && !awaiting_xds_) ready_ = true;
+  maybe_ready();
   for (auto& h : health_) {
     // A host of a checked cluster is unhealthy until its first check passes (Envoy's warming).
     h->start([this, pending] {
-      if (--*pending == 0 && !awaiting_xds_) ready_ = true;
+      --*pending;
+      maybe_ready();
     });
   }
   bool any_dns = false;
@@ -500,6 +512,7 @@ std::string ControlPlane::apply(config::Bootstrap bootstrap, const std::string& 
   bool taken = false;
   try {
     listen = bind_listeners(bootstrap);
+    fill_secrets(bootstrap);
     // Built before anything changes: a snapshot that cannot be built (a TLS
     // context, say) leaves the running configuration as it was.
     auto snapshot = Snapshot::build(std::move(bootstrap), stats_, snapshot_.get(), ++version_, mono_ns());
@@ -509,6 +522,7 @@ std::string ControlPlane::apply(config::Bootstrap bootstrap, const std::string& 
     listen_ = std::move(listen);
     taken = true;
     install(snapshot, std::move(retired));
+    subscribe_secrets(snapshot->bootstrap);
     dns_timer_.cancel();
     awaiting_xds_ = false;
     start_services();
@@ -523,15 +537,77 @@ std::string ControlPlane::apply(config::Bootstrap bootstrap, const std::string& 
   }
 }
 
-std::string ControlPlane::apply_from_xds(config::Bootstrap bootstrap) {
+std::string ControlPlane::on_control_thread(std::function<std::string()> work) {
   auto done = std::make_shared<std::promise<std::string>>();
   auto result = done->get_future();
-  auto b = std::make_shared<config::Bootstrap>(std::move(bootstrap));
-  asio::post(io_, [this, b, done] { done->set_value(apply(std::move(*b), "xDS")); });
-  // The control loop may be stopping (it then never runs the install): stop waiting too.
+  asio::post(io_, [work, done] { done->set_value(work()); });
+  // The control loop may be stopping (it then never runs the work): stop waiting too.
   while (result.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready)
     if (io_.stopped()) return "the proxy is stopping";
   return result.get();
+}
+
+void ControlPlane::maybe_ready() {
+  if (hc_pending_ && *hc_pending_ == 0 && !awaiting_xds_ && !awaiting_secrets_) ready_ = true;
+}
+
+void ControlPlane::fill_secrets(config::Bootstrap& bootstrap) {
+  const std::vector<std::string> missing = sds_->fill(bootstrap);
+  if (missing.empty()) return;
+  std::string names;
+  for (const std::string& m : missing) names += (names.empty() ? "" : ", ") + m;
+  log_info("mesh SDS: waiting for " + names + " (until then their listeners close connections, their clusters fail them)");
+  if (ready_ || awaiting_secrets_) return;
+  // Not ready until they are here, or for their initial_fetch_timeout (Envoy's init).
+  awaiting_secrets_ = true;
+  std::chrono::milliseconds timeout{0};
+  bool forever = false;
+  config::for_each_tls(bootstrap, [&](const config::CommonTlsContext& c) {
+    for (const auto* sds : {&c.tls_certificate_sds, &c.validation_sds})
+      if (*sds && (*sds)->pushed()) {
+        forever |= (*sds)->initial_fetch_timeout.count() == 0;
+        timeout = std::max(timeout, (*sds)->initial_fetch_timeout);
+      }
+  });
+  if (forever) return;
+  secrets_init_timer_.expires_after(timeout);
+  secrets_init_timer_.async_wait([this, timeout](const boost::system::error_code& ec) {
+    if (ec || !awaiting_secrets_) return;
+    log_warn("mesh SDS: secrets not received within initial_fetch_timeout (" + std::to_string(timeout.count()) +
+             " ms): LIVE without them; their listeners close connections until they come");
+    awaiting_secrets_ = false;
+    maybe_ready();
+  });
+}
+
+void ControlPlane::subscribe_secrets(const config::Bootstrap& bootstrap) {
+  for (auto& [stream, names] : config::pushed_secret_names(bootstrap)) {
+    if (!stream.starts_with("grpc:")) continue;  // ads: the ADS client follows the configuration itself
+    const std::string cluster = stream.substr(5);
+    auto& client = sds_clients_[cluster];
+    if (!client) {
+      for (const config::Cluster& c : bootstrap.clusters)
+        if (c.name == cluster)
+          client = std::make_unique<xds::SdsClient>(c, bootstrap.node, [this](const std::string& s, std::map<std::string, config::Secret> secrets) {
+            return on_control_thread([&] { return take_secrets(s, secrets); });
+          });
+      client->dilate(options_.dpu_speed, control_dilation_);
+      client->subscribe(names);
+      client->start();
+      continue;
+    }
+    client->subscribe(names);
+  }
+}
+
+std::string ControlPlane::take_secrets(const std::string& stream, const std::map<std::string, config::Secret>& secrets) {
+  std::string error = sds_->push(stream, secrets);
+  if (awaiting_secrets_ && snapshot_ && sds_->complete(snapshot_->bootstrap)) {
+    awaiting_secrets_ = false;
+    secrets_init_timer_.cancel();
+    maybe_ready();
+  }
+  return error;
 }
 
 void ControlPlane::run() {
@@ -554,6 +630,7 @@ void ControlPlane::run() {
   LoopDilation dilation(options_.dpu_speed, control_dilation_);
   run_loop(io_, dilation, "mesh control plane");
   if (xds_) xds_->stop();
+  for (auto& [cluster, client] : sds_clients_) client->stop();
   for (auto& w : workers_) w->stop();
   for (auto& w : workers_) w->join();
   flush_access_logs();  // the lines of the last requests are not lost at exit
@@ -569,6 +646,7 @@ void ControlPlane::stop() {
     watch_timer_.cancel();
     dns_timer_.cancel();
     xds_init_timer_.cancel();
+    secrets_init_timer_.cancel();
     io_.stop();
   });
 }

@@ -9,6 +9,7 @@
 #include <boost/asio.hpp>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -18,7 +19,8 @@
 #include "dataplane/worker.h"
 #include "dpukit/mesh.h"
 #include "stats.h"
-#include "tls/sds_watcher.h"
+#include "tls/sds_secrets.h"
+#include "xds/sds_client.h"
 #include "xds/xds_client.h"
 
 namespace dpukit::mesh {
@@ -62,8 +64,15 @@ class ControlPlane {
   // Binds what is new and installs `bootstrap` (a reload, or a set from
   // xDS); "" when it runs, otherwise why not (the running one stays).
   std::string apply(config::Bootstrap bootstrap, const std::string& why);
-  // From the xDS thread: apply() on this thread, waited for.
-  std::string apply_from_xds(config::Bootstrap bootstrap);
+  // From another thread (the xDS and SDS streams'): `work` on this thread, waited for.
+  std::string on_control_thread(std::function<std::string()> work);
+  // Secrets pushed on `stream`: into the running contexts; the proxy is ready once all it names are here.
+  std::string take_secrets(const std::string& stream, const std::map<std::string, config::Secret>& secrets);
+  // A configuration about to be built: the pushed secrets it names put in,
+  // an SDS stream for each gRPC cluster it takes them from.
+  void fill_secrets(config::Bootstrap& bootstrap);
+  void subscribe_secrets(const config::Bootstrap& bootstrap);
+  void maybe_ready();
   void watch_file();
   void resolve_dns(bool first);
   void start_services();
@@ -79,7 +88,10 @@ class ControlPlane {
   std::shared_ptr<const Snapshot> snapshot_;
   std::map<std::string, ListenSocket> listen_;
   std::unique_ptr<Admin> admin_;
-  std::unique_ptr<SdsWatcher> sds_;  // certificate rotation from SDS files (tls/sds_watcher.h)
+  std::unique_ptr<SdsSecrets> sds_;  // SDS secrets: files watched, pushes taken (tls/sds_secrets.h)
+  std::map<std::string, std::unique_ptr<xds::SdsClient>> sds_clients_;  // SDS over gRPC, by cluster
+  bool awaiting_secrets_ = false;               // not ready until the pushed secrets it names are here (Envoy's init)
+  boost::asio::steady_timer secrets_init_timer_;  // their initial_fetch_timeout: then ready without them
   std::vector<std::shared_ptr<HealthChecker>> health_;  // shared: probes in flight outlive a reload
   std::atomic<bool> ready_{false};
   std::unique_ptr<xds::AdsClient> xds_;  // with dynamic_resources

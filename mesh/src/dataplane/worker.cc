@@ -283,6 +283,10 @@ void Worker::serve(std::shared_ptr<const Snapshot> snapshot, const ListenerRunti
     DownstreamStream stream;
     asio::steady_timer timer;
   };
+  if (!chain.tls->secrets_ready()) {  // a pushed secret not here yet: closed before any handshake, as Envoy does
+    chain.tls->count_not_ready(id_);
+    return;  // `sock` closes as it goes
+  }
   SSL* ssl = chain.tls->new_ssl();
   auto hs = std::make_shared<Handshake>(DownstreamStream(std::move(sock), ssl), io_);
   hs->timer.expires_after(chain.chain->transport_socket_connect_timeout);

@@ -296,6 +296,11 @@ void upstream_handshake(std::shared_ptr<Owner> owner, ServiceStream& sock, Clust
     done(true);
     return;
   }
+  if (!cluster.tls->secrets_ready()) {  // a pushed secret not here yet: the connection fails, as Envoy's
+    if (worker != kControlPlaneThread) cluster.tls->count_not_ready(worker);
+    done(false);
+    return;
+  }
   sock.start_tls(cluster.tls->new_ssl(alpn_default));
   sock.tls()->async_handshake([owner, &sock, &cluster, worker, done](const boost::system::error_code& ec) mutable {
     if (sock.tls() && worker != kControlPlaneThread) cluster.tls->count_handshake(sock.tls()->ssl(), worker, ec);

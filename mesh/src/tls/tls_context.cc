@@ -334,6 +334,10 @@ std::shared_ptr<SSL_CTX> TlsContext::build(const config::CommonTlsContext& cfg) 
 void TlsContext::install(std::shared_ptr<SSL_CTX> ctx, std::optional<config::CommonTlsContext> cfg) {
   std::lock_guard lock(mu_);
   if (cfg) cfg_ = std::move(*cfg);
+  // A pushed secret not yet here: no certificate, or no CA to verify with.
+  const bool certificate = !(sds_certificate_ && sds_certificate_->pushed()) || !cfg_.tls_certificates.empty();
+  const bool validation = !(sds_validation_ && sds_validation_->pushed()) || cfg_.validation.trusted_ca.has_value();
+  ready_.store(certificate && validation, std::memory_order_release);
   if (ctx_ && server_) {
     // The ticket keys carry over: a ticket from before a rotation still resumes.
     unsigned char keys[80];

@@ -2,12 +2,16 @@
 // built from a DownstreamTlsContext (a filter chain's) or an
 // UpstreamTlsContext (a cluster's), its verification (trusted CA, SAN
 // matchers), and Envoy's ssl.* counters. The SSL_CTX is replaced whole when
-// an SDS file changes: new handshakes take the new one, and connections made
-// before keep theirs (OpenSSL counts the references).
+// an SDS secret changes (a file, or a push over ADS or gRPC): new handshakes
+// take the new one, and connections made before keep theirs (OpenSSL counts
+// the references). Until a pushed secret first arrives the context is not
+// ready: Envoy's NotReadySslSocket, which closes the connection and counts
+// {downstream,upstream}_context_secrets_not_ready.
 #pragma once
 
 #include <openssl/ssl.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,14 +46,20 @@ class TlsContext {
   // Counts a handshake's outcome in Envoy's ssl.* counters (`ec` from TlsStream::async_handshake).
   void count_handshake(SSL* ssl, unsigned worker, const boost::system::error_code& ec) const;
 
-  // SDS: where the certificate and the validation context come from, if from files.
-  const std::optional<config::SdsFile>& certificate_sds() const { return sds_certificate_; }
-  const std::optional<config::SdsFile>& validation_sds() const { return sds_validation_; }
+  // SDS: where the certificate and the validation context come from, if from SDS.
+  const std::optional<config::SdsSecret>& certificate_sds() const { return sds_certificate_; }
+  const std::optional<config::SdsSecret>& validation_sds() const { return sds_validation_; }
+  // Every secret it takes by push has arrived. When not, count_not_ready()
+  // and close the connection without a handshake.
+  bool secrets_ready() const { return ready_.load(std::memory_order_acquire); }
+  void count_not_ready(unsigned worker) const { stats_[worker]->context_secrets_not_ready.inc(); }
   // A new SSL_CTX with this certificate (or trusted CA): throws, keeping the
   // current one, when OpenSSL refuses it. The session ticket keys carry over,
   // so tickets issued before still resume.
   void update_certificate(const config::TlsCertificate& cert);
   void update_validation(const config::CertificateValidation& validation);
+  // What it runs with now (the secrets in it included).
+  config::CommonTlsContext config() const;
 
  struct Sessions;  // a client's last session (per cluster)
 
@@ -63,11 +73,11 @@ class TlsContext {
         named_(named) {}
   std::shared_ptr<SSL_CTX> build(const config::CommonTlsContext& cfg) const;
   void install(std::shared_ptr<SSL_CTX> ctx, std::optional<config::CommonTlsContext> cfg = std::nullopt);
-  config::CommonTlsContext config() const;
   std::shared_ptr<SSL_CTX> current() const;
 
   bool server_;
-  std::optional<config::SdsFile> sds_certificate_, sds_validation_;
+  std::optional<config::SdsSecret> sds_certificate_, sds_validation_;
+  std::atomic<bool> ready_{true};
   config::CommonTlsContext cfg_;  // tls_certificates[0] and validation change with SDS
   bool require_client_certificate_ = false, disable_tickets_ = false, require_sni_ = false;
   std::string sni_;

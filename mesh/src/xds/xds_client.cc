@@ -1,19 +1,10 @@
 #include "xds/xds_client.h"
 
-#include <grpcpp/create_channel.h>
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/security/credentials.h>
-#include <grpcpp/support/byte_buffer.h>
-#include <grpcpp/support/channel_arguments.h>
-#include <grpcpp/support/sync_stream.h>
-
-#include <arpa/inet.h>
-
 #include <chrono>
 #include <ctime>
-#include <random>
 #include <utility>
 
+#include "config/checked_yaml.h"
 #include "dpukit/core/log.h"
 #include "xds/xds_messages.h"
 
@@ -26,18 +17,7 @@ using config::kEndpointType;
 using config::kListenerType;
 using config::kRouteType;
 
-// State of the world, and incremental (delta) xDS.
-constexpr const char* kAdsMethod = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
-constexpr const char* kRequest = "envoy.service.discovery.v3.DiscoveryRequest";
-constexpr const char* kResponse = "envoy.service.discovery.v3.DiscoveryResponse";
-constexpr const char* kDeltaAdsMethod = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
-constexpr const char* kDeltaRequest = "envoy.service.discovery.v3.DeltaDiscoveryRequest";
-constexpr const char* kDeltaResponse = "envoy.service.discovery.v3.DeltaDiscoveryResponse";
 constexpr int kGrpcInternal = 13;  // google.rpc.Code INTERNAL, as Envoy's NACKs carry
-
-// Envoy's defaults for the ADS stream's retry: 500 ms doubling to 30 s, jittered.
-constexpr std::chrono::milliseconds kBackoffBase{500};
-constexpr std::chrono::milliseconds kBackoffMax{30000};
 
 std::string now_rfc3339() {
   const auto now = std::chrono::system_clock::now();
@@ -69,53 +49,63 @@ std::string short_type(const std::string& type) {
   if (type == kClusterType) return "CDS";
   if (type == kRouteType) return "RDS";
   if (type == kEndpointType) return "EDS";
+  if (type == kSecretType) return "SDS";
   return type;
 }
 
 }  // namespace
 
-std::string grpc_target(const config::Cluster& cluster) {
-  const config::Address& a = cluster.endpoints.at(0).address;
-  if (a.is_pipe()) return "unix:" + a.pipe_path;
-  unsigned char buf[16];
-  if (inet_pton(AF_INET, a.ip.c_str(), buf) == 1) return "ipv4:" + a.ip + ":" + std::to_string(a.port);
-  if (inet_pton(AF_INET6, a.ip.c_str(), buf) == 1) return "ipv6:[" + a.ip + "]:" + std::to_string(a.port);
-  return "dns:///" + a.ip + ":" + std::to_string(a.port);
+std::map<std::string, config::Secret> read_secrets(const json& resources, bool delta) {
+  std::map<std::string, config::Secret> out;
+  for (std::size_t i = 0; i < resources.size(); ++i) {
+    const json& resource = delta ? resources[i].value("resource", json()) : resources[i];
+    std::string at = "resources[" + std::to_string(i) + "]";
+    if (resource.is_object() && resource.value("name", json()).is_string())
+      at += " (Secret '" + resource["name"].get<std::string>() + "')";
+    if (resource.value("@type", "") != kSecretType)
+      throw config::ConfigError(at, "a " + resource.value("@type", "resource without @type") + " in a Secret response");
+    config::Secret secret = config::parse_secret(config::At(config::yaml_from_json(resource), at, 0));
+    if (delta && resources[i].value("name", "") != secret.name)
+      throw config::ConfigError(at + ".name", "'" + resources[i].value("name", "") + "' but the resource is named '" +
+                                                  secret.name + "'");
+    const std::string name = secret.name;
+    if (!out.emplace(name, std::move(secret)).second) throw config::ConfigError(at, "duplicate secret '" + name + "'");
+  }
+  return out;
 }
 
-AdsClient::AdsClient(YAML::Node base, const config::Bootstrap& bootstrap, Apply apply)
-    : base_(std::move(base)), node_(bootstrap.node), dynamic_(*bootstrap.dynamic_resources), apply_(std::move(apply)) {
+AdsClient::AdsClient(YAML::Node base, const config::Bootstrap& bootstrap, Apply apply, ApplySecrets apply_secrets)
+    : base_(std::move(base)),
+      node_(bootstrap.node),
+      dynamic_(*bootstrap.dynamic_resources),
+      apply_(std::move(apply)),
+      apply_secrets_(std::move(apply_secrets)) {
+  // The ADS connection's HTTP/2 PINGs: the ADS cluster's connection_keepalive, else these.
+  config::Http2ProtocolOptions::Keepalive keepalive{std::chrono::seconds(30), std::chrono::seconds(10)};
+  std::string target;
   for (const config::Cluster& c : bootstrap.clusters)
     if (c.name == dynamic_.ads_cluster) {
-      target_ = grpc_target(c);
-      if (const auto& k = c.http2_protocol_options.connection_keepalive) keepalive_ = *k;
+      target = grpc_target(c);
+      if (const auto& k = c.http2_protocol_options.connection_keepalive) keepalive = *k;
     }
+  // The secrets the bootstrap file takes from ads are asked for from the start.
+  if (auto names = config::pushed_secret_names(bootstrap); names.contains("ads")) {
+    TypeState& st = types_[std::string(kSecretType)];
+    st.names = names["ads"];
+    st.requested = true;
+  }
   messages();  // the descriptor pool loads now: a broken build fails at start, not on the first response
+  stream_ = std::make_unique<XdsStream>(
+      "ADS", target, keepalive, dynamic_.delta ? kDeltaAdsMethod : kAdsMethod,
+      XdsStream::Handlers{[this] { return stream_->write(on_stream_start()); },
+                          [this](const std::string& bytes) { return on_message(bytes); }});
 }
 
 AdsClient::~AdsClient() { stop(); }
 
-void AdsClient::start() {
-  thread_ = std::thread([this] { run(); });
-}
-
-void AdsClient::stop() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-    if (ctx_) static_cast<grpc::ClientContext*>(ctx_)->TryCancel();
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
-
 json AdsClient::request(const std::string& type, const std::string& error) const {
   const TypeState& st = types_.at(type);
-  json r = {{"node",
-             {{"id", node_.id},
-              {"cluster", node_.cluster},
-              {"user_agent_name", "dpukit-mesh"},
-              {"user_agent_version", DPUKIT_VERSION}}},
+  json r = {{"node", request_node(node_)},
             {"type_url", type},
             {"response_nonce", st.nonce}};
   if (!dynamic_.delta) {  // delta: an ACK is the nonce alone
@@ -148,7 +138,7 @@ std::vector<json> AdsClient::on_stream_start() {
   if (dynamic_.cds) types_[std::string(kClusterType)].requested = true;
   else if (dynamic_.lds) types_[std::string(kListenerType)].requested = true;
   std::vector<json> out;
-  for (std::string_view type : {kClusterType, kEndpointType, kListenerType, kRouteType}) {
+  for (std::string_view type : {kClusterType, kEndpointType, kListenerType, kRouteType, kSecretType}) {
     auto it = types_.find(std::string(type));
     if (it == types_.end() || !it->second.requested) continue;
     it->second.nonce.clear();
@@ -188,8 +178,9 @@ std::vector<json> AdsClient::on_response(const json& response) {
     out.push_back(this->nack(type, version, why));
     return out;
   };
+  if (type == kSecretType && apply_secrets_) return on_secrets(response, version);
   if (type != kListenerType && type != kClusterType && type != kRouteType && type != kEndpointType)
-    return nack("type " + type + " is not supported by dpukit-mesh (LDS, CDS, RDS and EDS are)");
+    return nack("type " + type + " is not supported by dpukit-mesh (LDS, CDS, RDS, EDS and SDS are)");
 
   // The new set of this type: state of the world replaces the last one;
   // delta changes and removes resources of it by name.
@@ -245,6 +236,7 @@ std::vector<json> AdsClient::on_response(const json& response) {
     return refuse(e.what());
   }
   const auto t1 = thread_cpu();
+  std::set<std::string> secret_names = config::pushed_secret_names(bootstrap)["ads"];
   const auto install_start = std::chrono::steady_clock::now();
   // Listeners wait for the clusters (and everything waits for what it names).
   const bool have_all = (!dynamic_.cds || types_[std::string(kClusterType)].received || type == kClusterType) &&
@@ -306,108 +298,47 @@ std::vector<json> AdsClient::on_response(const json& response) {
     out.push_back(subscribe(std::string(kListenerType), {}));
   }
   follow(kRouteType, assembly.route_names);
+  if (apply_secrets_) follow(kSecretType, secret_names);
   return out;
 }
 
-namespace {
-// HTTP/2 keepalive on the ADS connection: a control plane host that vanishes
-// without a reset (powered off, partitioned) is noticed within interval +
-// timeout, and the stream is redialled; the ADS stream is idle between
-// updates, hence the pings without calls or data. The ADS cluster's
-// connection_keepalive sets them (AdsClient::keepalive_); without it, 30 s
-// (go-control-plane's example server's enforcement MinTime and Istio's
-// interval) and 10 s, where Envoy would send none. A server that enforces a
-// longer interval answers GOAWAY too_many_pings and gRPC doubles the interval
-// on this channel (kept across streams for that reason).
-std::shared_ptr<grpc::Channel> ads_channel(const std::string& target,
-                                          const config::Http2ProtocolOptions::Keepalive& keepalive) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);  // a snapshot of many clusters is one message
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(keepalive.interval.count()));
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(keepalive.timeout.count()));
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // else pings stop after two on an idle stream
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
-}
-}  // namespace
-
-void AdsClient::run() {
-  // Each response's work (its decoding, conversion and checks) is paid for before the ACK or NACK is written.
-  DilationCounters unreported;
-  LoopDilation dilation(speed_, dilation_ ? *dilation_ : unreported);
-  LoopDilation::Current current(dilation);
-  std::mt19937_64 rng(std::random_device{}());
-  auto backoff = kBackoffBase;
-  const auto channel = ads_channel(target_, keepalive_);
-  while (!stopping_) {
-    if (stream_once(channel)) backoff = kBackoffBase;  // a stream that worked starts the backoff over
-    if (stopping_) break;
-    // Jittered: between half and one and a half times the step, so that many nodes do not come back at once.
-    std::uniform_real_distribution<double> jitter(0.5, 1.5);
-    const auto delay = std::chrono::milliseconds(static_cast<int64_t>(backoff.count() * jitter(rng)));
-    log_warn("mesh xDS: serving the last good configuration; reconnecting to " + target_ + " in " +
-             std::to_string(delay.count()) + " ms");
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, delay, [this] { return stopping_.load(); });
-    backoff = std::min(backoff * 2, kBackoffMax);
+std::vector<json> AdsClient::on_secrets(const json& response, const std::string& version) {
+  const std::string type(kSecretType);
+  std::string error;
+  try {
+    error = apply_secrets_("ads", read_secrets(response.value("resources", json::array()), dynamic_.delta));
+  } catch (const config::ConfigError& e) {
+    error = e.what();
   }
+  if (!error.empty()) return {nack(type, version, error)};
+  ++acks_;
+  TypeState& st = types_[type];
+  st.version = version;
+  st.received = true;
+  log_info("mesh xDS: SDS version " + version + " accepted (" +
+           std::to_string(response.value("resources", json::array()).size()) + " secrets)");
+  return {request(type)};
 }
 
-bool AdsClient::stream_once(const std::shared_ptr<grpc::Channel>& channel) {
-  grpc::ClientContext ctx;
-  {
-    std::lock_guard lock(mu_);
-    if (stopping_) return false;
-    ctx_ = &ctx;
-  }
-  const char* request_type = dynamic_.delta ? kDeltaRequest : kRequest;
-  const char* response_type = dynamic_.delta ? kDeltaResponse : kResponse;
-  const grpc::internal::RpcMethod method(dynamic_.delta ? kDeltaAdsMethod : kAdsMethod,
-                                         grpc::internal::RpcMethod::BIDI_STREAMING, channel);
-  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
-      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(channel.get(), method, &ctx));
+bool AdsClient::on_message(const std::string& bytes) {
   const Messages& m = messages();
-  const auto send = [&](const std::vector<json>& requests) {
-    for (const json& r : requests) {
-      const grpc::ByteBuffer message = to_byte_buffer(m.to_binary(request_type, r));
-      pay_before_write();
-      if (!stream->Write(message)) return false;
-    }
-    return true;
-  };
-  bool received = false;
-  bool open = send(on_stream_start());
-  grpc::ByteBuffer buffer;
-  while (open && stream->Read(&buffer)) {
-    if (!received) log_info("mesh xDS: ADS stream to " + target_ + " is up");
-    received = true;
-    const std::string bytes = from_byte_buffer(buffer);
-    std::vector<json> requests;
+  const char* response_type = dynamic_.delta ? kDeltaAdsMethod.response_type : kAdsMethod.response_type;
+  std::vector<json> requests;
+  try {
+    requests = on_response(m.to_json(response_type, bytes));
+  } catch (const std::exception& e) {
+    // A resource that does not convert (a typed_config whose type is not in
+    // the descriptor set): NACK the response with protobuf's reason.
     try {
-      requests = on_response(m.to_json(response_type, bytes));
-    } catch (const std::exception& e) {
-      // A resource that does not convert (a typed_config whose type is not in
-      // the descriptor set): NACK the response with protobuf's reason.
-      try {
-        requests = on_unreadable(m.to_json_without(response_type, bytes, "resources"),
-                                 std::string("a resource cannot be read (dpukit-mesh implements none of its type): ") +
-                                     e.what());
-      } catch (const std::exception& e2) {
-        log_warn(std::string("mesh xDS: a response that does not parse: ") + e2.what());
-        continue;
-      }
+      requests = on_unreadable(m.to_json_without(response_type, bytes, "resources"),
+                               std::string("a resource cannot be read (dpukit-mesh implements none of its type): ") +
+                                   e.what());
+    } catch (const std::exception& e2) {
+      log_warn(std::string("mesh xDS: a response that does not parse: ") + e2.what());
+      return true;
     }
-    open = send(requests);
   }
-  const grpc::Status status = stream->Finish();
-  {
-    std::lock_guard lock(mu_);
-    ctx_ = nullptr;
-  }
-  if (!stopping_)
-    log_warn("mesh xDS: ADS stream to " + target_ + " ended: " + std::to_string(status.error_code()) + " " +
-             status.error_message());
-  return received;
+  return stream_->write(requests);
 }
 
 json AdsClient::config_dump(const json& running) const {

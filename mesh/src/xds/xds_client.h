@@ -6,7 +6,9 @@
 // installed through the control plane's reload path and ACKed, a bad one is
 // NACKed with the parser's words and the last good one keeps running. When
 // the control plane goes away the proxy keeps serving and reconnects with a
-// capped, jittered exponential backoff.
+// capped, jittered exponential backoff (xds/xds_stream.h). Secrets that the
+// configuration takes from ads (sds_config: {ads: {}}) are subscribed on the
+// same stream and handed to the proxy's SDS secrets (tls/sds_secrets.h).
 #pragma once
 
 #include <atomic>
@@ -26,16 +28,19 @@
 
 #include "config/bootstrap.h"
 #include "dataplane/loop_dilation.h"
-
-namespace grpc {
-class Channel;
-}
+#include "xds/xds_stream.h"
 
 namespace dpukit::mesh::xds {
 
-// The gRPC target of a cluster's first endpoint ("ipv4:127.0.0.1:18000",
-// "ipv6:[::1]:18000", "unix:/path", "dns:///name:18000").
-std::string grpc_target(const config::Cluster& cluster);
+// The type URL of SDS's resources.
+inline constexpr std::string_view kSecretType = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
+// Installs secrets pushed on `stream` ("ads", "grpc:<cluster>") on the
+// control plane's thread; "" when taken, else why not (the response is then NACKed).
+using ApplySecrets = std::function<std::string(const std::string& stream, std::map<std::string, config::Secret>)>;
+// The secrets of a response's resources (proto-JSON; delta: each wrapped in
+// {name, version, resource}), each checked as a file's is. Throws
+// ConfigError naming the resource ("resources[1] (Secret 'default'): ...").
+std::map<std::string, config::Secret> read_secrets(const nlohmann::json& resources, bool delta);
 
 // The state of one resource type on the stream.
 struct TypeState {
@@ -59,17 +64,15 @@ class AdsClient {
   // runs, else why not (the response is then NACKed with that).
   using Apply = std::function<std::string(config::Bootstrap)>;
 
-  // `base` is the bootstrap file (static resources, dynamic_resources, node).
-  AdsClient(YAML::Node base, const config::Bootstrap& bootstrap, Apply apply);
+  // `base` is the bootstrap file (static resources, dynamic_resources,
+  // node). Secrets from ads go to `apply_secrets` (none: such responses are NACKed).
+  AdsClient(YAML::Node base, const config::Bootstrap& bootstrap, Apply apply, ApplySecrets apply_secrets = {});
   ~AdsClient();
   // The stream's thread runs at `speed` (it is the proxy's, on the dpu's
   // cores), adding what it dilates to `counters`; before start().
-  void dilate(const DpuSpeed& speed, DilationCounters& counters) {
-    speed_ = speed;
-    dilation_ = &counters;
-  }
-  void start();
-  void stop();  // ends the stream and joins the thread
+  void dilate(const DpuSpeed& speed, DilationCounters& counters) { stream_->dilate(speed, counters); }
+  void start() { stream_->start(); }
+  void stop() { stream_->stop(); }  // ends the stream and joins the thread
 
   // Envoy's /config_dump shape for what runs: `running` is to_json() of the
   // installed bootstrap (its static part is shown as static_*).
@@ -89,9 +92,10 @@ class AdsClient {
   std::vector<nlohmann::json> on_stream_start();
 
  private:
-  void run();
-  // One ADS stream on `channel`; true when a response was received.
-  bool stream_once(const std::shared_ptr<grpc::Channel>& channel);
+  // A response's bytes: decoded, taken or refused, answered.
+  bool on_message(const std::string& bytes);
+  // A response of secrets: handed to apply_secrets_, ACKed or NACKed.
+  std::vector<nlohmann::json> on_secrets(const nlohmann::json& response, const std::string& version);
   // An ACK (or, with `error`, a NACK) of the type's last response.
   nlohmann::json request(const std::string& type, const std::string& error = "") const;
   // A request for the type's subscription (its names now; delta: the change from `before`).
@@ -102,27 +106,20 @@ class AdsClient {
   YAML::Node base_;
   config::Node node_;
   config::DynamicResources dynamic_;
-  std::string target_;
-  // The ADS connection's HTTP/2 PINGs: the ADS cluster's connection_keepalive, else these.
-  config::Http2ProtocolOptions::Keepalive keepalive_{std::chrono::seconds(30), std::chrono::seconds(10)};
   Apply apply_;
+  ApplySecrets apply_secrets_;
 
   std::map<std::string, TypeState> types_;
   config::XdsResources accepted_;  // the last good set (what a NACK keeps)
 
-  mutable std::mutex mu_;  // guards what config_dump reads, and ctx_
+  mutable std::mutex mu_;  // guards what config_dump reads
   std::map<std::string, std::map<std::string, ResourceRecord>> records_;  // accepted, by type and name
   std::map<std::string, std::map<std::string, ResourceRecord>> active_;   // running (installed)
   std::map<std::string, std::string> active_versions_;                    // per type, of what runs
   std::set<std::string> stand_ins_;  // clusters routes name that CDS did not deliver (not shown as static)
-  void* ctx_ = nullptr;  // the stream's grpc::ClientContext, to cancel it
 
-  std::atomic<bool> stopping_{false};
-  std::condition_variable cv_;
   std::atomic<uint64_t> acks_{0}, nacks_{0};
-  std::thread thread_;
-  DpuSpeed speed_;
-  DilationCounters* dilation_ = nullptr;
+  std::unique_ptr<XdsStream> stream_;  // last: its thread calls into the members above
 };
 
 }  // namespace dpukit::mesh::xds

@@ -13,6 +13,7 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tls "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -30,6 +31,7 @@ type SnapshotRequest struct {
 	Clusters  []json.RawMessage `json:"clusters"`
 	Routes    []json.RawMessage `json:"routes"`
 	Endpoints []json.RawMessage `json:"endpoints"`
+	Secrets   []json.RawMessage `json:"secrets"`
 }
 
 // Strict, as Envoy reads JSON: an unknown field is an error; Any's
@@ -64,6 +66,7 @@ func toSnapshot(req *SnapshotRequest) (*cache.Snapshot, error) {
 		{"clusters", req.Clusters, func() proto.Message { return &cluster.Cluster{} }},
 		{"routes", req.Routes, func() proto.Message { return &route.RouteConfiguration{} }},
 		{"endpoints", req.Endpoints, func() proto.Message { return &endpoint.ClusterLoadAssignment{} }},
+		{"secrets", req.Secrets, func() proto.Message { return &tls.Secret{} }},
 	} {
 		decoded, err := decode(part.kind, part.raw, part.empty)
 		if err != nil {
@@ -81,7 +84,9 @@ func toSnapshot(req *SnapshotRequest) (*cache.Snapshot, error) {
 	return snap, nil
 }
 
-func controlHandler(ctx context.Context, snapshots cache.SnapshotCache, status *Status, logger *log.Logger) http.Handler {
+// controlHandler serves the control endpoint: a POSTed snapshot goes into
+// every cache, and GET /status merges what each server saw.
+func controlHandler(ctx context.Context, caches []cache.SnapshotCache, statuses []*Status, logger *log.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /snapshot", func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
@@ -101,16 +106,36 @@ func controlHandler(ctx context.Context, snapshots cache.SnapshotCache, status *
 			http.Error(w, "snapshot: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		if err := snapshots.SetSnapshot(ctx, req.NodeID, snap); err != nil {
-			http.Error(w, "set snapshot: "+err.Error(), http.StatusInternalServerError)
-			return
+		for _, snapshots := range caches {
+			if err := snapshots.SetSnapshot(ctx, req.NodeID, snap); err != nil {
+				http.Error(w, "set snapshot: "+err.Error(), http.StatusInternalServerError)
+				return
+			}
 		}
-		logger.Printf("node %s: snapshot %s (%d listeners, %d clusters, %d routes, %d endpoints)", req.NodeID,
-			req.Version, len(req.Listeners), len(req.Clusters), len(req.Routes), len(req.Endpoints))
+		logger.Printf("node %s: snapshot %s (%d listeners, %d clusters, %d routes, %d endpoints, %d secrets)", req.NodeID,
+			req.Version, len(req.Listeners), len(req.Clusters), len(req.Routes), len(req.Endpoints), len(req.Secrets))
 		writeJSON(w, map[string]string{"node_id": req.NodeID, "version": req.Version})
 	})
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, map[string]any{"nodes": status.copy()})
+		nodes := map[string]NodeStatus{}
+		for _, status := range statuses {
+			for id, n := range status.copy() {
+				merged, ok := nodes[id]
+				if !ok {
+					nodes[id] = n
+					continue
+				}
+				merged.StreamsOpened += n.StreamsOpened
+				merged.StreamsOpen += n.StreamsOpen
+				for name, t := range n.Types {
+					if _, dup := merged.Types[name]; !dup || t.Requests > 0 {
+						merged.Types[name] = t
+					}
+				}
+				nodes[id] = merged
+			}
+		}
+		writeJSON(w, map[string]any{"nodes": nodes})
 	})
 	return mux
 }

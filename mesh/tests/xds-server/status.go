@@ -21,6 +21,7 @@ var typeNames = map[string]resource.Type{
 	"clusters":  resource.ClusterType,
 	"routes":    resource.RouteType,
 	"endpoints": resource.EndpointType,
+	"secrets":   resource.SecretType,
 }
 
 func shortType(typeURL string) string {

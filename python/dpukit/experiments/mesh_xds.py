@@ -114,14 +114,15 @@ class Snapshot:
     clusters: list[dict[str, Any]] = field(default_factory=list)
     routes: list[dict[str, Any]] = field(default_factory=list)
     endpoints: list[dict[str, Any]] = field(default_factory=list)
+    secrets: list[dict[str, Any]] = field(default_factory=list)  # SDS: over ADS, or StreamSecrets
 
     def body(self, node: str) -> dict[str, Any]:
         return {"version": self.version, "node_id": node, "listeners": self.listeners, "clusters": self.clusters,
-                "routes": self.routes, "endpoints": self.endpoints}
+                "routes": self.routes, "endpoints": self.endpoints, "secrets": self.secrets}
 
     def types(self) -> list[str]:
         """The resource types a proxy subscribes to for this snapshot (those it has resources of)."""
-        return [t for t in RESOURCE_TYPES if getattr(self, t)]
+        return [t for t in (*RESOURCE_TYPES, "secrets") if getattr(self, t)]
 
 
 # -- the control plane ------------------------------------------------------------------
@@ -135,15 +136,20 @@ class XdsServer:
 
     @classmethod
     def start(cls, group: Group, *, xds_port: int = 0, cpus: str | None = None,
-              keepalive_min_time: str | None = None) -> XdsServer:
+              keepalive_min_time: str | None = None, sds_unix: Path | None = None) -> XdsServer:
         """Start the server (``xds_port``: 0 for any free port; the same port to come back after a stop;
-        ``keepalive_min_time``: the shortest ping interval it permits, e.g. "1s", else its 15 s)."""
+        ``keepalive_min_time``: the shortest ping interval it permits, e.g. "1s", else its 15 s;
+        ``sds_unix``: also serve SecretDiscoveryService on that Unix socket, as istio-agent does)."""
         argv = [xds_server_path(), "--xds", f"{LOOPBACK}:{xds_port}", "--control", f"{LOOPBACK}:0"]
         if keepalive_min_time:
             argv += ["--keepalive-min-time", keepalive_min_time]
+        if sds_unix is not None:
+            argv += ["--sds-unix", sds_unix]
         proc = group.start(argv, name=f"xds-server-{len(group.procs)}", cpus=cpus, place="host")
         xds = int(proc.wait_line(r"^xds listening on [\d.]+:(\d+)$").group(1))
         control = int(proc.wait_line(r"^control listening on [\d.]+:(\d+)$").group(1))
+        if sds_unix is not None:
+            proc.wait_line(r"^sds listening on ")
         return cls(proc, xds, control)
 
     def _request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, str]:
