@@ -30,6 +30,7 @@ from dpukit import experiments as registered_experiments
 from dpukit.experiments import Context, Experiment, NotRebuildable
 from dpukit.paths import display_path, repo_root, tool_path
 from dpukit.report import Report, Section, section_from_json, section_to_json
+from dpukit.summary import summary_blocks
 
 
 @dataclass
@@ -184,7 +185,8 @@ META_SCHEMA = "dpukit.eval/1"
 
 def _entry(exp: Experiment, ctx: Context, section: Section, status: str) -> dict:
     return {"name": exp.name, "description": exp.description, "status": status, "runs": len(ctx.runs),
-            "seconds": ctx.elapsed(), "records": ctx.records, "section": section_to_json(section)}
+            "seconds": ctx.elapsed(), "records": ctx.records, "findings": ctx.findings, "skipped": ctx.skipped,
+            "section": section_to_json(section)}
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -203,7 +205,7 @@ def build_report(meta: dict, sections: Sequence[Section]) -> Report:
     failed = next((e["name"] for e in meta["experiments"] if e["status"] != "ok"), None)
     dpu = DpuSpeed(meta["dpu"]["name"], meta["dpu"]["factor"])
     report = Report("dpukit evaluation")
-    intro = Section("")
+    intro = Section("", summary_blocks(meta, [s.title for s in sections]))
     intro.paragraph(
         f"Generated {started.strftime('%Y-%m-%d %H:%M:%S')} UTC by dpukit {__version__} in "
         f"{'quick' if quick else 'full'} mode ({meta['wall_s']:.1f} s): `{shlex.join(['dpukit', *meta['argv']])}`.")
@@ -263,7 +265,9 @@ def rebuild_sections(run_dir: Path, meta: dict, *, plots_into: Path | None = Non
     measured values) without running anything; plots go to
     ``plots_into/plots`` (default: the eval's own directory). A section that
     cannot be rebuilt (failed, unknown experiment, or measured outside the
-    record) is kept as written."""
+    record) is kept as written. Each rebuilt experiment's findings (the
+    summary's figures) replace those in ``meta``'s entry; a section kept as
+    written keeps the findings the eval recorded."""
     registered = registered_experiments.registry()
     dpu = DpuSpeed(meta["dpu"]["name"], meta["dpu"]["factor"])
     sections = []
@@ -282,6 +286,7 @@ def rebuild_sections(run_dir: Path, meta: dict, *, plots_into: Path | None = Non
             with dpu_speed_environment(dpu), _no_processes(name):
                 section = exp.run(ctx)
             section.add_runs(ctx.runs)
+            entry.update(findings=ctx.findings, skipped=ctx.skipped)
             progress(f"[render {i}/{len(meta['experiments'])}] {name}: rebuilt from {len(ctx.runs)} runs")
         except NotRebuildable as e:
             progress(f"[render {i}/{len(meta['experiments'])}] {name}: kept as written ({e})")

@@ -129,6 +129,26 @@ def goal_rows(tops: Sequence[Topology | Described], wrk_runs: dict[str, list[dic
     return rows
 
 
+def flatproxy_findings(ctx: Context, proxy: str, speed: Any, wrk_runs: dict[str, list[dict[str, Any]]],
+                       fortio_runs: dict[str, list[dict[str, Any]]], qps: int) -> None:
+    """The summary's FlatProxy figures (dpukit.summary) for node-proxy topology ``proxy`` at ``speed``: its
+    max qps over the Envoy sidecar pair's, and its p50 at ``qps`` against theirs, medians of per-round ratios."""
+    side = "envoy-sidecars"
+    if proxy not in wrk_runs or side not in wrk_runs:
+        return
+    rounds = len(wrk_runs[proxy])
+    how = f", {rounds} paired rounds" if rounds > 1 else ""
+    x = [w["figures"]["qps"] / s["figures"]["qps"] for w, s in zip(wrk_runs[proxy], wrk_runs[side])
+         if s["figures"]["qps"]]
+    if x:
+        ctx.finding("flatproxy.qps", statistics.median(x), speed, f"{proxy} over {side}, wrk{how}")
+    lat = [f["figures"]["p50_ms"] / s["figures"]["p50_ms"] for f, s in zip(fortio_runs[proxy], fortio_runs[side])
+           if s["figures"]["p50_ms"]]
+    if lat:
+        ctx.finding("flatproxy.latency", 100 * (statistics.median(lat) - 1), speed,
+                    f"{proxy} against {side}, p50 at {qps} qps{how}")
+
+
 # -- the machine and its processes ----------------------------------------------------
 
 

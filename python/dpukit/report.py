@@ -16,16 +16,33 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence, Union
+from typing import Any, Iterable, Sequence, Union
 
 from dpukit.paths import display_path
 
-Cell = Union[str, int, float, None]
+@dataclass
+class Link:
+    """A table cell that links: ``href`` is an in-page anchor (``#section``)
+    or a path relative to the report."""
+
+    text: str
+    href: str
+
+
+# A list of links is a cell too (several sections explain one row).
+Cell = Union[str, int, float, None, Link, list[Link]]
 
 
 @dataclass
 class Paragraph:
     text: str
+
+
+@dataclass
+class Bullets:
+    """A list of plain-text items (each may mark ``code`` with backticks)."""
+
+    items: list[str]
 
 
 @dataclass
@@ -60,7 +77,7 @@ class Code:
     text: str
 
 
-Block = Union[Paragraph, Table, Image, Code]
+Block = Union[Paragraph, Bullets, Table, Image, Code]
 
 
 @dataclass
@@ -127,10 +144,10 @@ class Report:
             out.append("Contents:")
             out.append("")
             for i, s in enumerate(self.sections, 1):
-                out.append(f"{i}. [{_md_line(s.title)}](#{_anchor(s.title)})")
+                out.append(f"{i}. [{_md_line(s.title)}](#{anchor(s.title)})")
             out.append("")
         for s in self.sections:
-            out += [f'<a id="{_anchor(s.title)}"></a>', "", f"## {_md_line(s.title)}", ""]
+            out += [f'<a id="{anchor(s.title)}"></a>', "", f"## {_md_line(s.title)}", ""]
             for b in s.blocks:
                 out += _md_block(b)
             if s.commands:
@@ -148,10 +165,10 @@ class Report:
         if len(self.sections) > 1:
             body.append('<nav><ol class="toc">')
             for s in self.sections:
-                body.append(f'<li><a href="#{e(_anchor(s.title))}">{e(s.title)}</a></li>')
+                body.append(f'<li><a href="#{e(anchor(s.title))}">{e(s.title)}</a></li>')
             body.append("</ol></nav>")
         for s in self.sections:
-            body.append(f'<section id="{e(_anchor(s.title))}">')
+            body.append(f'<section id="{e(anchor(s.title))}">')
             body.append(f"<h2>{e(s.title)}</h2>")
             for b in s.blocks:
                 body.append(_html_block(b))
@@ -193,12 +210,16 @@ def _looks_numeric(cell: Cell) -> bool:
 def _cell_text(cell: Cell) -> str:
     if cell is None:
         return ""
+    if isinstance(cell, Link):
+        return cell.text
+    if isinstance(cell, list):
+        return ", ".join(_cell_text(c) for c in cell)
     if isinstance(cell, float):
         return f"{cell:.6g}"
     return str(cell)
 
 
-def _anchor(title: str) -> str:
+def anchor(title: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
     return slug or "section"
 
@@ -224,6 +245,11 @@ def _md_line_keep(text: str) -> str:
 
 
 def _md_cell(cell: Cell) -> str:
+    if isinstance(cell, Link):
+        text = _md_cell(cell.text).replace("[", "\\[").replace("]", "\\]")
+        return f"[{text}](<{cell.href}>)"
+    if isinstance(cell, list):
+        return ", ".join(_md_cell(c) for c in cell)
     text = " ".join(_cell_text(cell).split())
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -239,6 +265,8 @@ def _md_block(b: Block) -> list[str]:
         return [_md_inline(b.text), ""]
     if isinstance(b, Code):
         return _md_fence(b.text)
+    if isinstance(b, Bullets):
+        return [f"- {_md_inline(' '.join(i.split()))}" for i in b.items] + [""]
     if isinstance(b, Image):
         alt = b.alt.replace("[", "\\[").replace("]", "\\]")
         lines = [f"![{_md_line(alt)}](<{b.path}>)", ""]
@@ -268,11 +296,21 @@ def _html_inline(text: str) -> str:
     return "".join(out)
 
 
+def _html_cell(cell: Cell) -> str:
+    if isinstance(cell, Link):
+        return f'<a href="{_h(cell.href)}">{_h(cell.text)}</a>'
+    if isinstance(cell, list):
+        return ", ".join(_html_cell(c) for c in cell)
+    return _h(_cell_text(cell))
+
+
 def _html_block(b: Block) -> str:
     if isinstance(b, Paragraph):
         return f"<p>{_html_inline(b.text)}</p>"
     if isinstance(b, Code):
         return f"<pre><code>{_h(b.text)}</code></pre>"
+    if isinstance(b, Bullets):
+        return "<ul>\n" + "\n".join(f"<li>{_html_inline(i)}</li>" for i in b.items) + "\n</ul>"
     if isinstance(b, Image):
         cap = f"<figcaption>{_h(b.caption)}</figcaption>" if b.caption else ""
         return f'<figure><img src="{_h(b.path)}" alt="{_h(b.alt)}">{cap}</figure>'
@@ -286,7 +324,7 @@ def _html_block(b: Block) -> str:
         rows.append("<tbody>")
         for r in b.rows:
             rows.append("<tr>" + "".join(
-                f'<td class="{a}">{_h(_cell_text(c))}</td>' for c, a in zip(r, aligns)) + "</tr>")
+                f'<td class="{a}">{_html_cell(c)}</td>' for c, a in zip(r, aligns)) + "</tr>")
         rows.append("</tbody></table>")
         return "\n".join(rows)
     raise TypeError(f"unknown block {b!r}")
@@ -318,7 +356,7 @@ summary { cursor: pointer; color: #444; }
 # A section written as JSON and read back, for the eval's record
 # (runs/eval.meta.json): what a rebuild uses for a section it cannot rebuild.
 
-_BLOCKS = {"paragraph": Paragraph, "table": Table, "image": Image, "code": Code}
+_BLOCKS = {"paragraph": Paragraph, "bullets": Bullets, "table": Table, "image": Image, "code": Code}
 
 
 def section_to_json(s: Section) -> dict:
@@ -331,5 +369,15 @@ def section_from_json(data: dict) -> Section:
     blocks: list[Block] = []
     for b in data["blocks"]:
         fields = dict(b)
+        if fields["kind"] == "table":
+            fields["rows"] = [[_cell_from_json(c) for c in r] for r in fields["rows"]]
         blocks.append(_BLOCKS[fields.pop("kind")](**fields))
     return Section(data["title"], blocks, [list(c) for c in data["commands"]])
+
+
+def _cell_from_json(cell: Any) -> Cell:
+    if isinstance(cell, dict):
+        return Link(**cell)
+    if isinstance(cell, list):
+        return [Link(**c) for c in cell]
+    return cell

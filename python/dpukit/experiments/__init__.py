@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -133,6 +134,11 @@ class Context:
     records: dict[str, Any] = field(default_factory=dict)
     _key_counts: dict[str, int] = field(default_factory=dict)
     runs: list[dict[str, Any]] = field(default_factory=list)
+    # The figures the report's summary puts beside the papers' claims
+    # (dpukit.summary), computed from this experiment's runs; and why it
+    # measured nothing, if it skipped itself (quick mode).
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    skipped: str | None = None
     started: float = field(default_factory=time.monotonic)
     _seq: int = 0
 
@@ -197,6 +203,25 @@ class Context:
         self.records[key] = value
         return value
 
+    def finding(self, claim: str, value: float, at: dict[str, Any] | DpuSpeed | str, detail: str) -> None:
+        """One figure for the summary's claim ``claim`` (a key of
+        ``dpukit.summary.CLAIMS``), computed from this experiment's runs: the
+        summary puts it beside the paper's figure. ``at`` says at which dpu
+        speed it was measured: a run of the point (its recorded speed), the
+        speed, or a preset's name (whose factor is known here only for host
+        and the eval's own speed). ``detail`` says what it is (which runs,
+        which baseline). A NaN value (no rate, a zero divisor) is not recorded."""
+        if value is None or math.isnan(value):
+            return
+        if isinstance(at, str):
+            known = {"host": 1.0, self.dpu.name: self.dpu.factor}
+            speed = {"name": at, "factor": known.get(at)}
+        elif isinstance(at, DpuSpeed):
+            speed = {"name": at.name, "factor": at.factor}
+        else:
+            speed = {k: at["placement"]["dpu_speed"][k] for k in ("name", "factor")}
+        self.findings.append({"claim": claim, "value": float(value), "detail": detail, "dpu": speed})
+
     def next_key(self, prefix: str) -> str:
         """``prefix.N``, N counting this experiment's calls with ``prefix``: a
         key for :meth:`measured` where the same measurement repeats, the same
@@ -235,6 +260,7 @@ def skipped_in_quick_mode(ctx: Context, sec: Any, name: str, why: str = "") -> b
     report Section) and returns True."""
     if ctx.quick:
         sec.paragraph(f"Skipped in quick mode{why}; `dpukit eval --only {name}`.")
+        ctx.skipped = f"skipped in quick mode{why}"
     return ctx.quick
 
 

@@ -332,6 +332,8 @@ def render_peaks(ctx: Context, sec: Section, data: dict[str, Any], r: dict[str, 
                      fmt_sig(ratio12) if ratio12 else "-",
                      fmt_sig(bf / hp["mops"]) if bf and hp else "-",
                      paper_cell(name), peak_verdict(name, ratio12), basis])
+        if name in PAPER_ENGINE_OPS and ratio12:
+            ctx.finding(f"dpubench.{name}", ratio12, SPEED, f"{fmt_sig(bf)} against {fmt_sig(host12)} Mops, {big} B")
     sec.table(["operator", "best BlueField-2 place", f"BlueField-2 Mops at peak, {big} B", "engine's modelled Mops",
                "host Mops, 1 thread", f"host Mops, this machine's peak ({n} CPUs)",
                f"host Mops, 1 thread x {PAPER_HOST_CORES} cores (extrapolated)",
@@ -430,6 +432,12 @@ def render_ops(ctx: Context, data: dict[str, Any]) -> Section:
                   fmt_sig(statistics.median(p["dpu"])) if p["dpu"] else "-", paper_cell(name),
                   verdict(name, statistics.median(p["ratio"]) if p["ratio"] else None)]
         rows.append(cells)
+    cores = [statistics.median(r["points"][(n, big)]["ratio"]) for n in PAPER_OPS
+             if n not in PAPER_ENGINE_OPS and r["points"].get((n, big), {}).get("ratio")]
+    if cores:
+        slower = sum(x < 1 for x in cores)
+        ctx.finding("dpubench.slower", 100 * slower / len(cores), SPEED,
+                    f"{slower} of {len(cores)} operators, {big} B")
     sec.table(["operator", *[f"dpu / host, {s} B" for s in sizes], f"wall-clock dpu / host, {big} B",
                f"host Mops, {big} B", f"dpu Mops, {big} B",
                "paper (Fig. 12's text)", "against the paper"], rows,

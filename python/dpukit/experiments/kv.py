@@ -67,6 +67,22 @@ def run_modes(ctx: Context, modes: Sequence[str], workload: str, value: int, *, 
     return [(m, Point(runs[m], median_run(runs[m], "ops_per_sec"))) for m in modes]
 
 
+# The summary's figures (dpukit.summary): claim -> the run figure it compares with vanilla's.
+CLAIM_FIGURES = (("pulsedb.throughput", "ops_per_sec"), ("pulsedb.cpu", "host_whole_compaction_cpu_s"),
+                 ("pulsedb.p99", "write_p99_us"))
+
+
+def pulsedb_findings(ctx: Context, pulsedb: Sequence[dict[str, Any]], vanilla: Sequence[dict[str, Any]],
+                     what: str) -> None:
+    """PulseDB's change against vanilla of each claim's figure, in percent: the
+    median of the per-round ratios (runs of the same round are paired)."""
+    for claim, key in CLAIM_FIGURES:
+        ratios = [p["figures"][key] / v["figures"][key] for p, v in zip(pulsedb, vanilla) if v["figures"][key]]
+        if ratios:
+            rounds = f", {len(ratios)} paired rounds" if len(ratios) > 1 else ""
+            ctx.finding(claim, 100 * (median(ratios) - 1), pulsedb[0], what + rounds)
+
+
 def ratio(x: float, base: float) -> str:
     return fmt_sig(x / base) if base else "-"
 
@@ -116,6 +132,9 @@ def modes(ctx: Context) -> Section:
     steps = len(workloads) * len(MODES)
     for w, workload in enumerate(workloads):
         points = run_modes(ctx, MODES, workload, 1024, step0=w * len(MODES), steps=steps)
+        if workload == "fillrandom":
+            by_mode = dict(points)
+            pulsedb_findings(ctx, by_mode["pulsedb"].runs, by_mode["vanilla"].runs, "db_bench fillrandom")
         sec.table(MODE_HEADERS, mode_rows(points), caption=f"db_bench {workload}, 16-byte keys, 1024-byte values")
         path, rel = ctx.plot_path(f"modes-{workload}")
         base = points[0][1].figures
@@ -292,11 +311,12 @@ STALL_SETTINGS: list[Any] = ["--data", "4G", "--threads", 4, "--compaction-threa
 )
 def stall(ctx: Context) -> Section:
     sec = Section("kv.stall: every mode in a compaction-bound regime")
-    if ctx.quick:
-        sec.paragraph("Skipped in quick mode (4 GB per run); `dpukit eval --only kv.stall`.")
+    if skipped_in_quick_mode(ctx, sec, "kv.stall", " (4 GB per run)"):
         return sec
     points = run_modes(ctx, STALL_MODES, "fillrandom", 1024, driver="kvbench", settings=STALL_SETTINGS,
                        tag="-stall")
+    pulsedb_findings(ctx, dict(points)["pulsedb"].runs, dict(points)["vanilla"].runs,
+                     "kvbench fill, vanilla stalling")
     sec.table(MODE_HEADERS, mode_rows(points), caption="dpukit-kvbench fill --drain, 4 GB, 1024-byte values")
     base = points[0][1].figures
     path, rel = ctx.plot_path("stall")
@@ -598,5 +618,7 @@ def render_bluefield(runs: dict[str, list[dict[str, Any]]], quick: bool, plots: 
 def bluefield(ctx: Context) -> Section:
     runs = collect_bluefield(ctx)
     sec = render_bluefield(runs, ctx.quick, ctx.plot_path)
+    for speed in BLUEFIELD_SPEEDS:
+        pulsedb_findings(ctx, runs[f"pulsedb@{speed}"], runs["vanilla"], "kvbench fill, compaction-bound")
     sec.paragraph(placement_note(ctx.runs))
     return sec

@@ -60,6 +60,11 @@ def memory_arg(nbytes: int) -> str:
     return f"{nbytes // KB}KB" if nbytes % KB == 0 else str(nbytes)
 
 
+# The budget of the summary's accuracy figure (dpukit.summary): the paper's "600 KB is a small amount of
+# memory for a DPU" (EXP2), in both modes' sweeps.
+ACCURACY_CLAIM_MEMORY = 600 * KB
+
+
 def accuracy_memories(quick: bool) -> list[int]:
     kbs = [300, 600] if quick else [300, 400, 500, 600]
     return [k * KB for k in kbs]
@@ -277,6 +282,11 @@ def render_accuracy(ctx: Context, mems: Sequence[int], traces: Sequence[TraceFil
             sec.table(["algorithm"] + [fmt_bytes(m) for m in mems], rows,
                       caption=f"{preset}: {label} vs memory ({better})")
         sec.paragraph(accuracy_summary(preset, grid, algos, mems))
+        if preset == "backbone" and ("duet", ACCURACY_CLAIM_MEMORY) in grid and ("cms", ACCURACY_CLAIM_MEMORY) in grid:
+            duet_are = metric(grid[("duet", ACCURACY_CLAIM_MEMORY)], "are")
+            cms_are = metric(grid[("cms", ACCURACY_CLAIM_MEMORY)], "are")
+            ctx.finding("duet.accuracy", 100 * (1 - duet_are / cms_are) if cms_are else math.nan, res,
+                        f"ARE {fmt_sig(duet_are)} against {fmt_sig(cms_are)}")
 
         path, rel = ctx.plot_path(f"{preset}")
         panels = []
@@ -779,6 +789,7 @@ def render_throughput(ctx: Context, collected: ThroughputRuns) -> Section:
             f"seldom in the worker's caches, so a worker that is the bottleneck reaches at most "
             f"{fmt_ratio(cms_ns / duet_ns)} of the limit.")
     sec.paragraph(headline_text)
+    throughput_findings(ctx, points)
     nitro_um = "nitro-univmon p=0.01"
     if ("univmon", PACKET_SIZES[0]) in points and (nitro_um, PACKET_SIZES[0]) in points:
         um, num = mpps("univmon", PACKET_SIZES[0]), mpps(nitro_um, PACKET_SIZES[0])
@@ -833,6 +844,20 @@ def render_throughput(ctx: Context, collected: ThroughputRuns) -> Section:
               "The highest offered rate each algorithm takes with no drops, in packets (top) and bits (bottom) "
               "per second, at 64- and 1024-byte packets.")
     return sec
+
+
+def throughput_findings(ctx: Context, points: dict[tuple[str, int], Point]) -> None:
+    """The summary's figures (dpukit.summary): Duet over Count-Min in Gbps at 1024 B and in Mpps at 64 B,
+    and the slowest NitroSketch's Gbps at 1024 B."""
+    for size, claim, key in ((1024, "duet.throughput", "zero_loss_gbps"), (64, "duet.packet_rate", "zero_loss_mpps")):
+        if ("duet", size) in points and ("cms", size) in points:
+            duet, cms = points[("duet", size)].figures[key], points[("cms", size)].figures[key]
+            ctx.finding(claim, duet / cms if cms > 0 else math.nan, points[("duet", size)].median,
+                        f"{fmt_sig(duet)} against {fmt_sig(cms)} {key.rsplit('_', 1)[1].capitalize()}, {size} B")
+    nitro = [(points[(n, s)].figures["zero_loss_gbps"], n) for n, s in points if n.startswith("nitro-") and s == 1024]
+    if nitro:
+        gbps, name = min(nitro)
+        ctx.finding("nitrosketch.line_rate", gbps, points[(name, 1024)].median, f"{name}, 1024 B")
 
 
 # -- measure.bluefield ---------------------------------------------------------
@@ -1020,6 +1045,14 @@ def render_bluefield(ctx: Context, collected: BluefieldRuns) -> Section:
              for base in GAIN_OVER for sp in BLUEFIELD_SPEEDS if (base, sp) in runs and ("duet", sp) in runs}
     cap_gains = {(base, sp): median_and_range(paired_gains(capacity, "duet", base, sp, capacity_mpps))
                  for base in GAIN_OVER for sp in BLUEFIELD_SPEEDS if (base, sp) in capacity and ("duet", sp) in capacity}
+    for sp in BLUEFIELD_SPEEDS:
+        if ("cms", sp) in gains:
+            ctx.finding("duet.packet_rate", gains[("cms", sp)][0], points[("duet", sp)].median,
+                        f"{fmt_sig(mpps('duet', sp))} against {fmt_sig(mpps('cms', sp))} Mpps, 64 B, paired rounds")
+        nitro = [(points[(n, sp)].figures["zero_loss_gbps"], n) for n in names if n.startswith("nitro-")]
+        if nitro:
+            gbps, name = min(nitro)
+            ctx.finding("nitrosketch.line_rate", gbps, points[(name, sp)].median, f"{name}, 64 B")
     if ("cms", bf) in gains:
         parts = [f"{'Count-Min' if b == 'cms' else b} {fmt_ratio(gains[(b, bf)][0])}"
                  for b in GAIN_OVER if (b, bf) in gains]

@@ -23,7 +23,8 @@ import time
 from typing import Any
 
 from dpukit.errors import DpukitError
-from dpukit.experiment_support import add_chain_commands, error_note, fmt_mr, goal_rows, rss_kib
+from dpukit.experiment_support import (add_chain_commands, error_note, flatproxy_findings, fmt_mr, goal_rows,
+                                       rss_kib)
 from dpukit.experiments import Context, experiment, skipped_in_quick_mode
 from dpukit.mesh_harness import (JITTER_TOPOLOGIES, L4_TOPOLOGIES, LOOPBACK, TOOL, TOPOLOGIES, Chain,
                                  Phase, Sweep, Swept, Topology, access_log_lines, collect_sweep, collected,
@@ -125,6 +126,7 @@ def render_quick(ctx: Context, swept: Swept) -> Section:
     sec.image(rel, "Max qps, p99 latency and CPU per 1,000 requests per topology",
               f"Max qps (wrk), p99 at {fortio['qps']} qps (fortio), host and dpu CPU ms per 1,000 requests at max qps"
               + (" (medians)." if rounds > 1 else "."))
+    flatproxy_findings(ctx, "node-proxy", ctx.dpu, wrk_runs, fortio_runs, fortio["qps"])
     goals = goal_rows(swept.topologies, wrk_runs, fortio_runs)
     if goals:
         sec.table(["node proxy", "max qps × sidecars (goal ≥ 4)", "added p99 × sidecars' (goal ≤ 0.3)",

@@ -28,7 +28,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from dpukit.experiment_support import add_chain_commands, error_note, fmt_mr
+from dpukit.experiment_support import add_chain_commands, error_note, flatproxy_findings, fmt_mr
 from dpukit.experiments import Context, experiment
 from dpukit.mesh_harness import (DPU_CPU, HOST_CPU, TOOL, Phase, Sweep, Swept, Topology, collect_sweep, direct,
                                  envoy_sidecars, node_proxy)
@@ -171,6 +171,9 @@ def render(ctx: Context, swept: Swept) -> Section:
                      fmt_mr([per_cpu_qps(r) for r in wrk[n]]),
                      fmt_mr([proxy_cpu_ns(r) / r["figures"]["requests"] / 1e3 for r in wrk[n]])]
                     + [added_cell(n, q, key) for q in rates for key in ("p50_ms", "p99_ms")])
+    for r in proxy_runs():
+        if r.cpus == 1 and r.name in wrk:
+            flatproxy_findings(ctx, r.name, r.speed, wrk, {n: fortio[n][rates[0]] for n in names}, rates[0])
     sec.table(header, rows, caption="Max qps with the proxies' CPU at that rate (the sidecar pair's two Envoys on "
                                     "one host core, the node proxy's dpu CPUs), and added latency at fixed rates")
 
