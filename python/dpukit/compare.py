@@ -1,6 +1,7 @@
 """``dpukit eval --render A --compare B``: two evals' sections side by side.
 
-Both are rebuilt from their records (nothing is measured); tables that have
+The report opens with both evals' summaries (the papers' claims beside each
+eval's figures, ``dpukit.summary``) in one table. Both are rebuilt from their records (nothing is measured); tables that have
 the same columns become one table with a first column naming the eval, so
 e.g. the same experiment at ``--dpu host`` and ``--dpu bluefield3`` reads as
 one table; other blocks follow each other, labelled.
@@ -15,7 +16,8 @@ from typing import Callable
 
 from dpukit.evaluate import read_meta, rebuild_sections
 from dpukit.paths import display_path
-from dpukit.report import Block, Code, Image, Paragraph, Report, Section, Table
+from dpukit.report import Block, Code, Image, Paragraph, Report, Section, Table, anchor
+from dpukit.summary import side_by_side
 
 
 def compare_evals(a: Path, b: Path, *, progress: Callable[[str], None] = lambda line: None) -> tuple[Path, Path]:
@@ -51,7 +53,10 @@ def compare_evals(a: Path, b: Path, *, progress: Callable[[str], None] = lambda 
                        if m["machine"] else "")):
         rows.append([what, key(meta_a), key(meta_b)])
     intro.table(["", la, lb], rows, caption="The two evals")
-    report.intro = intro.blocks
+    titles = {**{e["name"]: s.title for e, s in zip(meta_b["experiments"], sb.values())},
+              **{e["name"]: s.title for e, s in zip(meta_a["experiments"], sa.values())}}
+    report.intro = [side_by_side(((la, meta_a), (lb, meta_b)), {n: anchor(t) for n, t in titles.items()}),
+                    *intro.blocks]
     for name in [*sa, *(n for n in sb if n not in sa)]:
         x, y = sa.get(name), sb.get(name)
         if x is None or y is None:

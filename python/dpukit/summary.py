@@ -65,7 +65,8 @@ class Claim:
 CLAIMS: tuple[Claim, ...] = (
     Claim("duet.throughput", "Duet",
           "throughput ≈ 7.1× traditional sketches (abstract; Fig. 5a, 1024-byte packets, over CMS, CS and ES)",
-          "Duet's zero-loss Gbps over Count-Min's, 1024-byte packets, one dpu worker", "×", 7.1,
+          "Duet's zero-loss Gbps over Count-Min's, 1024-byte packets, one dpu worker (the emulated wire does no "
+          "work per byte: Gbps is the packet rate × the size)", "×", 7.1,
           sources=("measure.throughput",),
           gaps=((SLOW, "measure.bluefield runs 64-byte packets only, and measure.throughput runs at the eval's "
                        "dpu speed (`dpukit eval --dpu bluefield2` measures it there)"),
@@ -84,7 +85,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("nitrosketch.line_rate", "NitroSketch",
           "with NitroSketch, all sketches achieve 10 Gbps and 40 Gbps line rates (OVS-DPDK, CAIDA and "
           "datacenter traces; Fig. 8a)",
-          "the slowest NitroSketch sketch's zero-loss Gbps, one dpu worker", "Gbps", 40.0,
+          "the slowest NitroSketch sketch's zero-loss Gbps, one dpu worker (the emulated wire does no work per "
+          "byte: Gbps is the packet rate × the size)", "Gbps", 40.0,
           sources=("measure.throughput", "measure.bluefield"),
           gaps=((SLOW, "measure.bluefield runs NitroSketch in full mode only (quick mode keeps Count-Min, UnivMon "
                        "and Duet)"),)),
@@ -268,3 +270,25 @@ def summary_blocks(meta: dict[str, Any], titles: Sequence[str]) -> list[Block]:
     else:
         blocks.append(Paragraph("This run measured every claim at both speeds."))
     return blocks
+
+
+def side_by_side(metas: Sequence[tuple[str, dict[str, Any]]], links: dict[str, str]) -> Table:
+    """Two (or more) evals' summaries as one table: each eval's figures at
+    both speeds and its verdict, claim by claim (``metas``: (label, record));
+    ``links``: experiment name -> the anchor of its section."""
+    per_eval = [(label, rows(meta)) for label, meta in metas]
+    columns = ["paper", "the paper's claim"]
+    for label, _ in per_eval:
+        columns += [f"{label}: {COLUMNS[FULL]}", f"{label}: {COLUMNS[SLOW]}", f"{label}: met?"]
+    columns.append("explained in")
+    body = []
+    for i, claim in enumerate(CLAIMS):
+        row: list[Any] = [claim.paper, claim.words]
+        used: list[Link] = []
+        for _, eval_rows in per_eval:
+            r = eval_rows[i]
+            row += [r.cells[FULL].text(claim), r.cells[SLOW].text(claim), r.verdict()]
+            used += [link for link in _explained_in(r, links) if link not in used]
+        body.append(row + [used])
+    return Table(columns, body, caption="The papers' headline claims and each eval's figures",
+                 align=["left"] * len(columns))
