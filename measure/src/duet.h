@@ -2,45 +2,9 @@
 // light flows by one Count-Min shared by every dpu worker with lock-free
 // atomic updates; a flow that reaches TOP in the sketch is promoted into the
 // hardware table with count TOP and its sketch counters are reset.
-//
-// Algorithm 1 (insertion) is on_sketch_path(), run by a dpu worker for each
-// packet that missed the hardware table; Algorithm 2 (query) is estimate().
-//
-// Beyond the paper, which does not say what happens while an insertion is in
-// flight: every promoted flow gets a record, touched only on the rare path
-// (a flow reaching TOP) and by the control path, so a packet on the sketch
-// path costs what a Count-Min update costs. Packets of a promoted flow that
-// still reach a worker — while its insertion is pending, or in flight in a
-// ring when it was installed — are counted in the sketch; when they bring
-// the flow to TOP again, that count moves into the record and the counters
-// are reset again, so nothing is lost or counted twice:
-//   estimate = sketch minimum + record base + (hw counter - TOP, if installed).
-// A promotion puts the flow's whole sketch count in base: TOP, as the paper
-// inserts it, or more for a flow that waited for a free record.
-//
-// Records are reclaimed, so a run of any length keeps promoting: when a
-// flow's insertion is refused, or its hardware entry ages out (Case 5), the
-// control path retires its record. It hands the flow's count held outside the
-// sketch (base + hw counter above TOP) to the caller (take_retired: the
-// measurer exports it, or sums it as a collector would) and frees the record
-// for the next promotion. The flow is back on the sketch path and is promoted
-// again, into a new record, at its next TOP. Over a run, a flow's count is
-//   sum of its retired counts + estimate().
-// The paper's alternative, folding the count back into the sketch (Algorithm
-// 2 then answers it), is not taken: a heavy flow's count in 16-bit counters
-// saturates at 65,535 and would inflate every light flow sharing them.
-//
-// A measurement epoch (DuetConfig::epoch_ns), beyond the paper: a light
-// flow never reaches TOP, so without one its packets stay in the sketch for
-// good, and the noise every counter carries grows with the stream
-// (Count-Min's additive error is about N/w) until every new flow reaches TOP
-// on its first packet. With an epoch, each counter is two halves side by
-// side, the current epoch's and the previous one's; a packet increments the
-// current half, and TOP is checked (and Algorithm 2 answers) on the sum of
-// both. rotate_epoch(), from the control path once an epoch has passed,
-// empties the older half and makes it the current one: the sketch holds the
-// light traffic of the last one to two epochs, and a flow is promoted when
-// it sends TOP packets within that window.
+// Algorithm 1 (insertion) is on_sketch_path(), Algorithm 2 (query) estimate().
+// Beyond the paper (records of promoted flows, their retirement, the
+// measurement epoch): docs/measure.md, "Duet: records, retirement and the epoch".
 #pragma once
 
 #include <atomic>

@@ -1,56 +1,8 @@
 // NitroSketch's counter-array sampling (Liu et al., SIGCOMM 2019) over the
-// d = 3 rows of a Count-Min or a Count Sketch.
-//
-// The packets of the stream form a stream of (packet, row) slots, d per
-// packet. Each slot is selected independently with probability p; a selected
-// slot adds the weight 1/p (Count-Min) or s_r(key)/p (Count Sketch) to the
-// packet's counter in that row. Instead of a coin per slot we draw the gap to
-// the next selected slot from a geometric distribution (GeometricSampler), so
-// a packet that touches no row costs one compare-and-subtract. The weight is
-// exactly 1/p, stored in float counters: every row read is an unbiased
-// estimate of the same row of the vanilla sketch (for Count Sketch, of the
-// flow's size).
-//
-// Modes (SketchOptions):
-//   AlwaysLineRate (always_correct = false): p = sample_p from the first packet.
-//   AlwaysCorrect (always_correct = true): p = 1 (every slot, weight 1: the
-//     vanilla sketch, exactly) until the switch, then p = sample_p. The switch:
-//     - always_correct_packets = N > 0: after exactly N packets (an update
-//       that straddles N is split: its first part is exact);
-//     - always_correct_packets = 0: the L2 rule. NitroSketch's guarantee for
-//       the sampled Count Sketch (its §4: with w = 8 eps^-2 p^-1 columns the
-//       error is at most eps * L2 once L2 >= 8 eps^-2 p^-1) needs the stream's
-//       L2 norm to reach the width: substituting the budget-given width w and
-//       the configured p into w = 8 eps^-2 p^-1 turns the bound into L2 >= w.
-//       (From first principles: the sampling noise of a flow of size f is
-//       f(1-p)/p in variance, which must stay below eps^2 L2^2, i.e.
-//       L2 >= eps^-2 p^-1 up to the constant.) L2 is unknown, so while exact
-//       we estimate F2 = L2^2 from the sketch itself: a Count Sketch row's sum
-//       of squared counters is an unbiased F2 estimate; for a Count-Min row
-//       E[S] = F2 + (F1^2 - F2)/w, so we use (w S - F1^2)/(w - 1). The median
-//       over the 3 rows is the estimate F2^. We switch as soon as, after an
-//       update,
-//           F2^ >= w^2 * (1 + 3 * sqrt(2 / w)),
-//       i.e. L2 >= w with a margin of 3 standard deviations of the single-row
-//       F2 estimator (relative std sqrt(2/w)), so that a noisy estimate does not
-//       switch early.
-//     The bound is the paper's Count Sketch theorem; nitro-cms applies the
-//     same rule (Count-Min's own guarantee is in terms of L1, and the paper
-//     gives no separate switching rule for it).
-//   A sketch can also be switched from outside (SwitchRule::kExternal):
-//   nitro-univmon uses it to switch all levels together on a packet count.
-//
-// Hashing: the rows' counters and signs come from one RowHash of the packet's
-// key (common.h), which the owner supplies. A packet that touches no row is
-// never hashed: the sampler decides which rows of which packets are updated
-// without looking at the key, so only the selected packets pay for the hash.
-//
-// Float counters (4 bytes, as the other sketches' counters, for equal
-// memory): a counter is a whole number of weights up to float rounding, which
-// is exact below 2^24 ~ 1.7e7 and drifts by at most half an ulp per addition
-// above it (relative 6e-8 per addition). Beyond ~2^24 * w, where the ulp
-// exceeds the weight, additions round systematically; at p = 0.1 that is a
-// single counter above ~1.7e8 packets.
+// d = 3 rows of a Count-Min or a Count Sketch: each (packet, row) slot is
+// selected with probability p (geometric gaps, so an untouched packet costs
+// a compare) and adds 1/p. The modes, the L2 switching rule, hashing and
+// float counters: docs/measure.md, "NitroSketch's counter-array sampling".
 #pragma once
 
 #include <algorithm>

@@ -1,59 +1,8 @@
-// UnivMon (Liu et al., SIGCOMM 2016) and NitroSketch-UnivMon.
-//
-// Levels j = 0..15. A flow belongs to level j when its sampling hash has at
-// least j trailing one bits (level 0 = every flow, level j ~ 2^-j of the
-// flows); the sub-streams are nested. Each level has a 3-row Count Sketch of
-// its sub-stream and a top-k heap of the level's largest flows by their
-// current Count Sketch estimate.
-//
-// Queries:
-//   estimate(f)      the level-0 Count Sketch.
-//   heavy_hitters    the level-0 heap, re-estimated.
-//   G-sums           Sum_f g(f) by the recursive estimator, from the deepest
-//                    level up:  Y_15 = Sum_{f in heap_15} g(f^_15),
-//                    Y_j = 2 Y_{j+1} + Sum_{f in heap_j} (1 - 2 h_{j+1}(f)) g(f^_j)
-//                    (h_{j+1}(f) = 1 when f belongs to level j+1); Y_0
-//                    estimates the G-sum. f^_j, the flow's size as seen at
-//                    level j: levels 0..j all count the flow with independent
-//                    hash functions, so f^_j is their inverse-variance-weighted
-//                    mean (each level's noise variance estimated from its own
-//                    counters), at least 1. It may not use levels below j:
-//                    E[(1 - 2 h_{j+1}(f)) g(f^_j)] = 0, which makes the
-//                    estimator unbiased, needs f^_j independent of h_{j+1}(f).
-//                    (Measured on Zipf streams of 2-4M packets at 300-500 KB,
-//                    this halves the entropy error of the plain per-level
-//                    estimate: mean |error| 3% instead of 6%, worst 13% vs 35%.)
-//   cardinality()    g(x) = x^0 = 1: the number of distinct flows.
-//   entropy()        g(x) = x log2 x: H = log2 m - (1/m) Y_0, in bits, with m the
-//                    number of packets (counted exactly).
-//
-// Memory (all of it out of the budget):
-//   heaps   level 0 keeps top_k entries (it answers heavy hitters); level j >= 1
-//           keeps max(K_f, top_k >> j). Cardinality needs the deep levels' heaps
-//           to hold every flow of their sub-stream (its error is about
-//           1/sqrt(K_f)), so K_f = min(top_k, 256), lowered (not below 16) until
-//           the heaps take at most 40% of the budget.
-//   sketch  the rest, as 3 rows of 4-byte counters per level: level 0 (which
-//           also answers per-flow queries) gets a quarter, levels 1..15 share
-//           the other three quarters equally (at least w_f = max(64, K_f)
-//           columns each). Level j's estimation error enters Y_0 multiplied by
-//           2^j, so the deeper levels must not be starved: with widths halving
-//           by level, as the sub-streams do, entropy came out 10-30% low at
-//           300-500 KB; equal widths (classic UnivMon) starve level 0; a level-0
-//           share of 1/4 was the best of 1/16, 0.15, 1/4, 0.35 and halving.
-// Hashing: one XXH3-128 per packet (RowHash, common.h). Level 0's rows and
-// signs are its words 0-2 and bits 0-2 of the fourth word; the flow's level
-// is the number of trailing one bits of the fourth word above bit 2 (the
-// sampling hash, independent of every level's rows); level j >= 1 hashes its
-// rows with RowHash::derived(j), which is independent of that word too.
-// NitroSketch-UnivMon samples inside every level's Count Sketch (nitro_rows.h);
-// a level's heap is offered the key when the packet touched at least one of
-// that level's rows. AlwaysCorrect: with always_correct_packets = N all levels
-// switch together after N packets; with the L2 rule each level switches on
-// its own sub-stream's L2 (deep levels, with little traffic, stay exact).
-// AlwaysLineRate (p < 1 from the start) undercounts cardinality: a flow enters
-// a heap only once one of its packets is sampled, so most single-packet flows
-// are never seen (the NitroSketch paper's point about AlwaysCorrect UnivMon).
+// UnivMon (Liu et al., SIGCOMM 2016) and NitroSketch-UnivMon: 16 nested
+// levels, each a 3-row Count Sketch of its sub-stream and a top-k heap;
+// G-sums (cardinality, entropy) by the recursive estimator. The queries,
+// the memory split, the hashing and the sampling: docs/measure.md,
+// "UnivMon: levels, heaps and the G-sum estimator".
 #pragma once
 
 #include <algorithm>

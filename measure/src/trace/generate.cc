@@ -1,54 +1,8 @@
-// generate_trace: synthetic pcap files (Ethernet + IPv4 + TCP/UDP).
-//
-// Every packet independently picks its flow from the preset's flow-size law
-// (so packets of all flows are interleaved in random order), and exactly
-// `packets` packets are written. Flows are numbered by rank 0..flows-1; a
-// flow's 5-tuple is a keyed bijection of its rank (distinct ranks give
-// distinct keys), so at most `flows` distinct flows appear. Same options and
-// seed -> byte-identical file.
-//
-// Presets (flow-size law | protocols | frame sizes | mean rate):
-//   backbone    CAIDA-like. Zipf over ranks with exponent 1.1 (`skew`
-//               overrides): P(rank r) ~ r^-1.1. At the defaults (100k
-//               flows, 2M packets) ~82k flows appear, ~62% of them with 1-3
-//               packets, and the top 1% carry ~74% of the packets (the
-//               mice share grows as packets per flow falls).
-//               85% of flows TCP (dst 443/80/other), 15% UDP (53/443/other);
-//               public-looking addresses.
-//               Frames: 40% 64-80 B (ACKs), 10% 570-600 B, 15% 81-1499 B,
-//               35% 1514 B (mean ~ 740 B). 1 Mpps (exponential gaps).
-//   datacenter  Duet's synthetic workload: the top 1% of flows (at least 1)
-//               get exactly 80% of the packets (rounded), shared among them
-//               by Zipf with exponent 1.0 (`skew` overrides); the other 99%
-//               share the remaining 20% uniformly (mice, ~4 packets each at
-//               the defaults; ~98k flows appear, top 1% carry ~80%).
-//               95% TCP; addresses in 10.0.0.0/8; service
-//               ports (11211, 6379, 3306, 9092, 443, other).
-//               Frames: heavy flows 90% 1514 B / 10% 66 B; mice 60% 64-512 B,
-//               40% 1514 B. 2 Mpps.
-//   zipf        Plain Zipf over ranks with exponent `skew` (default 1.0);
-//               otherwise as backbone (defaults: ~94k flows appear, ~46%
-//               with 1-3 packets, top 1% carry ~61%).
-//   churn       A wave of flows for a soak: the first tenth of the flows (at
-//               least 1) are heavy and carry `heavy_share` of the packets
-//               (default 0.9) in equal shares, their counts differing by at
-//               most one, so every heavy flow's true count is known; the other
-//               flows (mice) share the rest uniformly at random. Packets are
-//               interleaved at random (a shuffle), so every flow lasts about
-//               the whole wave and goes idle when it ends. Otherwise as
-//               backbone.
-//
-// `first_flow` numbers the flows from there instead of 0: traces with
-// disjoint ranges share no 5-tuple (the keyed bijection), so consecutive
-// waves written with first_flow = k * flows bring only new flows.
-//
-// Headers: Ethernet II (locally administered MACs derived from the
-// addresses), IPv4 (IHL 5, total length = frame - 14, DF, TTL 64, valid
-// checksum, ID incrementing per packet), TCP (data offset 5, ACK or PSH|ACK,
-// checksum 0) or UDP (length = total length - 20, checksum 0 = none).
-// Captured: the first 64 bytes (headers, zero payload); `len` = frame size.
-// Timestamps: nanosecond pcap, start 2023-11-14T22:13:20Z, strictly
-// increasing.
+// generate_trace: synthetic pcap files (Ethernet + IPv4 + TCP/UDP). Each
+// packet picks its flow from the preset's flow-size law; a flow's 5-tuple
+// is a keyed bijection of its rank; same options and seed, byte-identical
+// file. The presets, headers and timestamps: docs/measure.md, "The
+// synthetic traces (generate_trace)".
 #include <pcap/pcap.h>
 
 #include <algorithm>
