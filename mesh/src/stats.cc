@@ -145,6 +145,15 @@ void StatsStore::render(MetricsWriter& e, std::map<std::string, int64_t>* text,
   std::lock_guard lock(mu_);
   // Envoy's names (its /stats/prometheus and /stats), so that dashboards made
   // for Envoy read ours.
+  render_clusters(e, text, hosts);
+  render_http(e, text);
+  render_tcp_and_listeners(e, text);
+  render_tls(e, text);
+  render_dpukit(e, text);
+}
+
+void StatsStore::render_clusters(MetricsWriter& e, std::map<std::string, int64_t>* text,
+                                 const std::vector<HostStatsView>& hosts) const {
   using C = ClusterStats;
   for (const auto& [name, d] : clusters_) {
     const Summed<C> c(e, text, d, "envoy_cluster_", "cluster.<name>.", {{"envoy_cluster_name", name}},
@@ -187,6 +196,9 @@ void StatsStore::render(MetricsWriter& e, std::map<std::string, int64_t>* text,
       (*text)["cluster." + name + ".outlier_detection.ejections_enforced_total"] = static_cast<int64_t>(ejections[name]);
     }
   }
+}
+
+void StatsStore::render_http(MetricsWriter& e, std::map<std::string, int64_t>* text) const {
   using H = HttpStats;
   for (const auto& [prefix, d] : http_) {
     const Summed<H> h(e, text, d, "envoy_http_", "http.<stat_prefix>.", {{"envoy_http_conn_manager_prefix", prefix}},
@@ -221,6 +233,10 @@ void StatsStore::render(MetricsWriter& e, std::map<std::string, int64_t>* text,
       rbac.counter("shadow_denied", &H::rbac_shadow_denied);
     }
   }
+}
+
+// tcp_proxy's, the network RBAC filters' and the listeners' own.
+void StatsStore::render_tcp_and_listeners(MetricsWriter& e, std::map<std::string, int64_t>* text) const {
   using T = TcpStats;
   for (const auto& [prefix, d] : tcp_) {
     const Summed<T> t(e, text, d, "envoy_tcp_", "tcp.<stat_prefix>.", {{"envoy_tcp_prefix", prefix}},
@@ -247,6 +263,9 @@ void StatsStore::render(MetricsWriter& e, std::map<std::string, int64_t>* text,
                                   {{"envoy_listener_address", address}}, "listener." + address + ".");
     l.counter("no_filter_chain_match", &ListenerStats::no_filter_chain_match);
   }
+}
+
+void StatsStore::render_tls(MetricsWriter& e, std::map<std::string, int64_t>* text) const {
   // Envoy's names: envoy_listener_ssl_handshake{envoy_listener_address}, envoy_cluster_ssl_handshake{envoy_cluster_name}.
   for (const auto& [key, d] : tls_) {
     const auto& [scope, name] = key;
@@ -282,6 +301,10 @@ void StatsStore::render(MetricsWriter& e, std::map<std::string, int64_t>* text,
       }
     }
   }
+}
+
+// dpukit's own: time in each processing module, and the crypto engine's work.
+void StatsStore::render_dpukit(MetricsWriter& e, std::map<std::string, int64_t>* text) const {
   for (int m = 0; m < static_cast<int>(Module::kCount); ++m) {
     const MetricLabels l = {{"module", module_name(static_cast<Module>(m))}};
     const auto [ns, calls] = module_total(static_cast<Module>(m));

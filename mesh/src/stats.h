@@ -142,6 +142,13 @@ class StatsStore {
  private:
   // Both forms from one walk: Prometheus into `e`, the plain lines into `text` when given.
   void render(MetricsWriter& e, std::map<std::string, int64_t>* text, const std::vector<HostStatsView>& hosts) const;
+  // Its parts, with mu_ held.
+  void render_clusters(MetricsWriter& e, std::map<std::string, int64_t>* text,
+                       const std::vector<HostStatsView>& hosts) const;
+  void render_http(MetricsWriter& e, std::map<std::string, int64_t>* text) const;
+  void render_tcp_and_listeners(MetricsWriter& e, std::map<std::string, int64_t>* text) const;
+  void render_tls(MetricsWriter& e, std::map<std::string, int64_t>* text) const;
+  void render_dpukit(MetricsWriter& e, std::map<std::string, int64_t>* text) const;
   template <typename T>
   std::vector<T*> blocks(std::map<std::string, std::deque<T>>& m, const std::string& name);
 
