@@ -637,9 +637,11 @@ void SstPool::ready_free(uint32_t slot) {
 }
 
 // Decides slot `slot`'s state from its record: in use, free, freed now (shown
-// free: counted in reclaimed), or quarantined. At open, or (for a quarantined
-// slot) from recheck() with mu_ held.
-void SstPool::examine(uint32_t slot, bool at_open) {
+// free: counted in reclaimed), or quarantined. At open a slot shown free is
+// reset here; from recheck() (mu held) it is only marked busy, and the
+// reason returned: recheck() resets it outside the lock, since a reset
+// writes the slot's tail out (up to a whole slot).
+std::optional<std::string> SstPool::examine(uint32_t slot, bool at_open) {
   std::string path = slot_path(slot);
   struct stat st {};
   const uint64_t bytes = ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
@@ -658,10 +660,12 @@ void SstPool::examine(uint32_t slot, bool at_open) {
       }
       break;
     case PoolCheck::Verdict::kReclaimable:
+      if (!at_open) {
+        state_[slot] = State::kBusy;
+        return j.reason;
+      }
       reset_slot(slot);
-      state_[slot] = State::kFree;
-      ++stats_.reclaimed;
-      log_info(what(slot_name(slot) + " freed: " + j.reason));
+      freed(slot, j.reason);
       break;
     case PoolCheck::Verdict::kQuarantined:
       state_[slot] = State::kQuarantined;
@@ -672,20 +676,47 @@ void SstPool::examine(uint32_t slot, bool at_open) {
                       std::to_string(slot) + " --pool " + dir_ + "` frees it"));
       break;
   }
+  return std::nullopt;
 }
 
+// A slot shown free and reset; mu held, or at open.
+void SstPool::freed(uint32_t slot, const std::string& reason) {
+  state_[slot] = State::kFree;
+  ++stats_.reclaimed;
+  log_info(what(slot_name(slot) + " freed: " + reason));
+}
+
+// Examines the quarantined slots under the lock; the ones shown free are
+// kept busy meanwhile and reset after it, so that claims and releases never
+// wait for a write-out.
 size_t SstPool::recheck() {
-  std::lock_guard lock(mu_);
+  std::vector<std::pair<uint32_t, std::string>> shown_free;
   size_t left = 0;
-  for (uint32_t i = 0; i < state_.size(); ++i) {
-    if (state_[i] != State::kQuarantined) continue;
-    try {
-      examine(i, false);
-    } catch (const std::exception& e) {
-      state_[i] = State::kQuarantined;  // a reset that failed: still not accounted for
-      log_warn(e.what());
+  {
+    std::lock_guard lock(mu_);
+    for (uint32_t i = 0; i < state_.size(); ++i) {
+      if (state_[i] != State::kQuarantined) continue;
+      try {
+        if (auto reason = examine(i, false)) shown_free.emplace_back(i, std::move(*reason));
+      } catch (const std::exception& e) {
+        state_[i] = State::kQuarantined;  // cannot be examined: still not accounted for
+        log_warn(e.what());
+      }
+      left += state_[i] != State::kQuarantined && state_[i] != State::kBusy;
     }
-    left += state_[i] != State::kQuarantined;
+  }
+  for (const auto& [slot, reason] : shown_free) {
+    try {
+      reset_slot(slot);
+    } catch (const std::exception& e) {
+      std::lock_guard lock(mu_);
+      state_[slot] = State::kQuarantined;  // a reset that failed: still not accounted for
+      log_warn(e.what());
+      continue;
+    }
+    std::lock_guard lock(mu_);
+    freed(slot, reason);
+    ++left;
   }
   return left;
 }

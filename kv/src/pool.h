@@ -89,7 +89,9 @@ class SstPool {
   // The slot `path` refers to, if it is a symlink to one of this pool's slots.
   std::optional<uint32_t> slot_of(const std::string& path) const;
   // Looks again at the quarantined slots: one whose owner is back is in use
-  // again, one now shown free is freed. Returns how many left quarantine.
+  // again, one now shown free is written out and freed (outside the lock:
+  // meanwhile it is neither claimed nor released). Returns how many left
+  // quarantine.
   size_t recheck();
   std::vector<Quarantined> quarantined() const;
 
@@ -107,7 +109,8 @@ class SstPool {
   UniqueFd new_index(const std::string& tmp) const;
   void migrate_v1(const std::string& index_path);
   void open_slot(uint32_t slot);
-  void examine(uint32_t slot, bool at_open);
+  std::optional<std::string> examine(uint32_t slot, bool at_open);
+  void freed(uint32_t slot, const std::string& reason);
   // Preallocates the slot file (FALLOC_FL_KEEP_SIZE, or the whole slot if
   // `sized`); false on ENOSPC if `tolerate_no_space`, else throws.
   bool reserve(int fd, const std::string& path, bool tolerate_no_space, bool sized = false,

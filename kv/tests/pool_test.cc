@@ -19,6 +19,8 @@
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <future>
+#include <thread>
 #include <iterator>
 #include <optional>
 #include <string>
@@ -29,6 +31,7 @@ namespace dpukit::kv {
 namespace {
 
 namespace fs = std::filesystem;
+using namespace std::chrono_literals;
 
 constexpr uint64_t kSlotBytes = 1 << 20;
 
@@ -560,6 +563,50 @@ TEST(SstPool, AQuarantinedSlotWhoseOwnerComesBackAsAnotherFileIsFreed) {
   EXPECT_EQ(pool.stats().free, 4u);
   EXPECT_EQ(pool.stats().reclaimed, 1u);
   EXPECT_EQ(not_written_out(dir / slot_file_name(slot)), "");
+}
+
+// recheck() writes a slot it finds free out after it lets go of the pool's
+// lock: here the write-out waits (the slot file is a FIFO nobody reads, so
+// its open for writing blocks) and a claim is answered meanwhile. Under the
+// lock, the claim got no answer in 60 s.
+TEST(SstPool, AClaimIsAnsweredWhileARecheckWritesASlotOut) {
+  TempDir t;
+  fs::path dir = t.path / "pool", db = t.path / "db";
+  fs::create_directories(db);
+  const uint32_t slot = pool_with_one_file(dir, db / "000050.sst");
+  fs::rename(db, t.path / "away");
+  SstPool pool(options(dir));
+  ASSERT_EQ(pool.stats().quarantined, 1u);
+  fs::rename(t.path / "away", db);
+  ASSERT_EQ(::unlink((db / "000050.sst").c_str()), 0);  // deleted while away: shown free at the recheck
+  const fs::path slot_file = dir / slot_file_name(slot);
+  fs::remove(slot_file);
+  ASSERT_EQ(::mkfifo(slot_file.c_str(), 0600), 0);
+  auto recheck = std::async(std::launch::async, [&] { return pool.recheck(); });
+  size_t free_meanwhile = 0;
+  auto claim = std::async(std::launch::async, [&] {
+    // The recheck has the slot once it is not quarantined (busy: neither free nor quarantined).
+    for (auto deadline = std::chrono::steady_clock::now() + 60s;
+         pool.stats().quarantined == 1 && std::chrono::steady_clock::now() < deadline;)
+      std::this_thread::sleep_for(1ms);
+    free_meanwhile = pool.stats().free;
+    return pool.claim((t.path / "new.sst").string());
+  });
+  const bool answered = claim.wait_for(60s) == std::future_status::ready;
+  EXPECT_TRUE(answered) << "the claim waited for the recheck's write-out";
+  EXPECT_EQ(recheck.wait_for(0s), std::future_status::timeout) << "the write-out was still waiting";
+  const int rd = ::open(slot_file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // lets the write-out go on
+  ASSERT_GE(rd, 0);
+  EXPECT_EQ(recheck.get(), 0u) << "a FIFO cannot be written out: the slot stays quarantined";
+  ::close(rd);
+  auto c = claim.get();
+  ASSERT_TRUE(c);
+  EXPECT_NE(c->index, slot);
+  if (answered) {
+    EXPECT_EQ(free_meanwhile, 3u) << "the slot being written out was not free";
+  }
+  EXPECT_EQ(pool.stats().quarantined, 1u);
+  EXPECT_EQ(pool.stats().reclaimed, 0u);
 }
 
 // The pool directory moved: its owners' links name slots that are not this
