@@ -174,6 +174,14 @@ struct Request {
   std::shared_ptr<StagedWrite> staged;  // kWrite: the copied payload; kWriteFrom: its pull
 };
 
+// A slot release for the releaser thread: a kRecycle's, after its link is
+// gone.
+struct SlotReleaseJob {
+  uint32_t slot = 0;
+  ChannelCompletion c{};
+  std::string what;  // for the log: the recycled path
+};
+
 // One SQE's worth of work; its address is the SQE's user_data.
 struct IoOp {
   IoOp(Io io, FileCtx* file, uint64_t seq = 0, uint64_t offset = 0, uint64_t len = 0)
@@ -212,6 +220,10 @@ struct FileCtx {
   bool closing = false;      // fsync + close submitted, or the failed file closed
   unsigned close_cqes = 0;   // of fsync and close
   std::deque<std::shared_ptr<StagedWrite>> pulled;  // kWriteFroms not yet sequenced, in file order
+  // A kRecycle of this pool file that came while it was closing: its slot is
+  // released (and the recycle completed) once the close is done.
+  bool recycle_after_close = false;
+  ChannelCompletion recycle{};
   // O_DIRECT (the page cache bypassed: the kernel's work for these writes is
   // done in this process's threads, not in writeback kworkers). Writes go out
   // in aligned blocks; the bytes past the last block boundary wait in `tail`
@@ -311,6 +323,20 @@ struct WritePersistEngine::Impl {
   void wake_poller();
   void abandon(FileCtx& f);
   void release_slot(uint32_t slot);
+
+  // The releaser: pool slot releases (a release writes the slot's tail out:
+  // tens of milliseconds for a large slot) on a thread of their own, in
+  // order, so that the write thread's requests for other files never wait
+  // for one. Each completes its request. Started with a pool only.
+  void release_loop();
+  void queue_release(SlotReleaseJob job);
+  void run_release(SlotReleaseJob& job);
+  void stop_releaser();
+  std::mutex rel_mu;
+  std::condition_variable rel_cv;
+  std::deque<SlotReleaseJob> releases;
+  bool rel_stop = false;
+  std::thread releaser;
 
   SstPool* pool;
   EngineStats& stats;
@@ -443,6 +469,9 @@ void WritePersistEngine::Impl::serve(ChannelDpu& channel) {
   add(stats.queue_pairs);
   host_pid = channel.peer_pid() > 0 ? channel.peer_pid() : ::getpid();  // an in-process pair: this process
   dma_stop = false;
+  rel_stop = false;
+  releases.clear();
+  if (pool) releaser = std::thread([this] { release_loop(); });
   poller = std::thread([this] { poll_loop(); });
   dma = std::thread([this] { dma_loop(); });
   receiving_done = false;
@@ -832,39 +861,42 @@ void WritePersistEngine::Impl::on_sync_close(const ChannelRequest& r) {
   advance(f);
 }
 
+// The link goes here, in the queue pair's order; the slot's release goes to
+// the releaser, or, for a file of this queue pair still closing, waits for
+// its close (finish_file): its writes and fsync must be done before the slot
+// is written out and can be claimed again.
 void WritePersistEngine::Impl::on_recycle(Request& q) {
-  {
-    std::lock_guard lock(mu);
-    flush();  // unlink and release are synchronous
-  }
   add(stats.recycles);
   std::string path = std::move(q.text);
   ChannelCompletion c{q.r.id, 0, static_cast<uint32_t>(Op::kRecycle), 0, kNoSlot};
   std::optional<uint32_t> slot;
   if (pool) slot = pool->slot_of(path);
   std::string problem;
-  if (::unlink(path.c_str()) != 0) {
-    int err = errno;
-    c.status = -err;
-    problem = std::strerror(err);
-  } else if (slot) {
-    try {
-      pool->release(*slot);
-      c.result = 1;
-      c.arg = *slot;
-    } catch (const std::system_error& e) {
-      c.status = -e.code().value();
-      problem = e.what();
-    } catch (const std::exception& e) {
-      c.status = -EINVAL;
-      problem = e.what();
+  {
+    std::lock_guard lock(mu);
+    flush();
+    FileCtx* open = nullptr;
+    for (auto& [id, f] : files)
+      if (slot && f->slot == *slot) open = f.get();
+    if (open && !open->close_requested) {
+      c.status = -EBUSY;
+      problem = "it is still open for writing on this queue pair (no sync_close yet); nothing was removed";
+    } else if (::unlink(path.c_str()) != 0) {
+      const int err = errno;
+      c.status = -err;
+      problem = std::strerror(err);
+    } else if (slot && open) {
+      open->recycle_after_close = true;
+      open->recycle = c;
+      return;
     }
   }
   if (c.status) {
     add(stats.errors);
     log_warn("write-persist: cannot recycle " + path + ": " + problem);
   }
-  queue_completion(c);
+  if (!slot || c.status) return queue_completion(c);
+  queue_release({*slot, c, path});
 }
 
 // ------------------------------------------- file contexts and dependencies
@@ -941,6 +973,7 @@ void WritePersistEngine::Impl::start_close(FileCtx& f) {
 void WritePersistEngine::Impl::finish_file(FileCtx& f) {
   queue_completion(
       {f.id, static_cast<int64_t>(f.bytes_written), static_cast<uint32_t>(Op::kSyncClose), f.error, f.slot});
+  if (f.recycle_after_close) queue_release({static_cast<uint32_t>(f.slot), f.recycle, f.name});
   if (f.error) {
     std::lock_guard l(failed_mu);
     failed_files.erase(f.id);
@@ -1495,6 +1528,7 @@ void WritePersistEngine::Impl::drain() noexcept {
   stop_polling = true;
   wake_poller();
   poller.join();
+  stop_releaser();  // after the last close: a recycle may wait for one
   post_ready();
   decltype(files) left;
   {
@@ -1537,6 +1571,61 @@ void WritePersistEngine::Impl::abandon(FileCtx& f) {
   }
   if (pool->slot_of(f.name) == f.slot) ::unlink(f.name.c_str());  // only if it is still our symlink
   release_slot(static_cast<uint32_t>(f.slot));
+}
+
+void WritePersistEngine::Impl::queue_release(SlotReleaseJob job) {
+  {
+    std::lock_guard l(rel_mu);
+    releases.push_back(std::move(job));
+  }
+  rel_cv.notify_one();
+}
+
+void WritePersistEngine::Impl::release_loop() {
+  pthread_setname_np(pthread_self(), "pulsedb:release");
+  DpuThreadClock clock(options.dpu_speed, stats);
+  for (;;) {
+    SlotReleaseJob job;
+    {
+      std::unique_lock l(rel_mu);
+      rel_cv.wait(l, [&] { return !releases.empty() || rel_stop; });
+      if (releases.empty()) return;
+      job = std::move(releases.front());
+      releases.pop_front();
+    }
+    run_release(job);
+    clock.pay();  // its work at the dpu's speed before its completion leaves
+    post({job.c});
+  }
+}
+
+void WritePersistEngine::Impl::run_release(SlotReleaseJob& job) {
+  std::string problem;
+  try {
+    pool->release(job.slot);
+    job.c.result = 1;
+    job.c.arg = job.slot;
+  } catch (const std::system_error& e) {
+    job.c.status = -e.code().value();
+    problem = e.what();
+  } catch (const std::exception& e) {
+    job.c.status = -EINVAL;
+    problem = e.what();
+  }
+  if (job.c.status) {
+    add(stats.errors);
+    log_warn("write-persist: cannot release " + job.what + ": " + problem);
+  }
+}
+
+// Every release queued is done (and completed) first.
+void WritePersistEngine::Impl::stop_releaser() {
+  {
+    std::lock_guard l(rel_mu);
+    rel_stop = true;
+  }
+  rel_cv.notify_all();
+  if (releaser.joinable()) releaser.join();
 }
 
 void WritePersistEngine::Impl::release_slot(uint32_t slot) {

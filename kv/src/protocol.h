@@ -37,7 +37,11 @@ enum class Op : uint32_t {
   kSyncClose = 5,
   // id = request id; payload = a path. If it is a symlink into the pool, the
   // link is removed and its slot recycled; otherwise the file is unlinked.
-  // Completion: status 0 or -errno, result = 1 if a slot was recycled, else 0.
+  // The slot's release (writing its tail out) runs off the write thread, and
+  // for a file of this queue pair still closing, after its close. A pool file
+  // of this queue pair still open for writing is refused (-EBUSY, nothing
+  // done). Completion: status 0 or -errno, result = 1 if a slot was
+  // recycled, else 0.
   kRecycle = 6,
   // The DMA path (PulseDB §III-C): id = file id; args[0] = offset in the
   // file, args[1] = the address of the bytes in the host process, args[2] =

@@ -862,6 +862,119 @@ TEST(Engine, RecycleFreesThePoolSlotOrUnlinksTheFile) {
   EXPECT_EQ(run.stats.recycles, 3u);
 }
 
+// Replaces a pool slot's file by a FIFO nobody reads: a release of that slot
+// then waits in its open(O_WRONLY) until the test opens the FIFO
+// (unblock()), which makes "a release in progress" something the test
+// controls. The release fails after that (a FIFO cannot be preallocated):
+// the slot stays in use.
+struct StuckSlot {
+  fs::path path;
+  int rd = -1;
+  explicit StuckSlot(const fs::path& slot_file) : path(slot_file) {
+    fs::remove(path);
+    if (::mkfifo(path.c_str(), 0600) != 0) throw std::runtime_error("mkfifo failed");
+  }
+  void unblock() {
+    if (rd < 0) rd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  }
+  ~StuckSlot() {
+    unblock();  // a test that failed while the release waited must not hang in its teardown
+    if (rd >= 0) ::close(rd);
+  }
+};
+
+std::vector<uint8_t> write_pool_file(Host& h, uint64_t id, const fs::path& name, uint64_t seed) {
+  auto data = random_bytes(5000, seed);
+  h.open(id, name, true);
+  h.write(id, 0, data);
+  h.sync_close(id, data.size());
+  return data;
+}
+
+// A release writes the slot's tail out (tens of milliseconds in a large
+// slot): it runs beside the write thread, so a file written after the
+// recycle completes while the release still waits. With the release on the
+// write thread, file 2's sync_close did not complete in 60 s.
+TEST(Engine, WritesOfAnotherFileAreNotHeldBehindARelease) {
+  TempDir t;
+  SstPool pool(SstPool::Options{(t.path / "pool").string(), 4, 1 << 20});
+  EngineRun run(&pool);
+  Host h = run.host();
+  const fs::path first = t.path / "000010.sst", second = t.path / "000011.sst";
+  write_pool_file(h, 1, first, 31);
+  auto closed = h.collect(1);
+  ASSERT_EQ(closed.size(), 1u);
+  ASSERT_EQ(closed[0].status, 0);
+  StuckSlot stuck(fs::read_symlink(first));
+  h.recycle(100, first);
+  auto data = write_pool_file(h, 2, second, 32);
+  auto done = h.collect(1);
+  ASSERT_EQ(done.size(), 1u) << "file 2 waited behind file 1's release";
+  EXPECT_EQ(done[0].op, op(Op::kSyncClose));
+  EXPECT_EQ(done[0].id, 2u);
+  EXPECT_EQ(done[0].status, 0);
+  EXPECT_EQ(read_all(second), data);
+  EXPECT_FALSE(exists_at_all(first)) << "the link goes in the queue pair's order, before the release";
+  EXPECT_EQ(pool.stats().free, 2u) << "the slot being released is not free (nor claimable) yet";
+  stuck.unblock();
+  auto recycled = h.collect(1);
+  ASSERT_EQ(recycled.size(), 1u);
+  EXPECT_EQ(recycled[0].op, op(Op::kRecycle));
+  EXPECT_EQ(recycled[0].id, 100u);
+  EXPECT_NE(recycled[0].status, 0) << "a FIFO cannot be written out: the release fails and says so";
+  EXPECT_EQ(pool.stats().free, 2u) << "a failed release leaves the slot out of use";
+  run.finish();
+  EXPECT_EQ(run.error, "");
+}
+
+// The release of a slot waits for its file's own I/O: a recycle that comes
+// while the file's writes are in flight (its sync_close deferred behind
+// them) is completed after that sync_close, and one for a file still open
+// for writing is refused with nothing removed. (Before, the recycle
+// released the slot at once, under the file's writes.)
+TEST(Engine, ARecycleWaitsForItsFilesCloseAndIsRefusedWhileItIsOpen) {
+  TempDir t;
+  SstPool pool(SstPool::Options{(t.path / "pool").string(), 4, 1 << 20});
+  EngineRun run(&pool);
+  Host h = run.host();
+  const fs::path open_one = t.path / "000020.sst", closing = t.path / "000021.sst";
+  auto small = random_bytes(5000, 33);
+  h.open(1, open_one, true);
+  h.write(1, 0, small);
+  h.recycle(100, open_one);
+  auto refused = h.collect(1);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].op, op(Op::kRecycle));
+  EXPECT_EQ(refused[0].status, -EBUSY);
+  EXPECT_TRUE(fs::is_symlink(open_one)) << "nothing is removed";
+  h.sync_close(1, small.size());
+  ASSERT_EQ(h.collect(1).size(), 1u);
+  EXPECT_EQ(read_all(open_one), small) << "the refused recycle lost nothing";
+
+  // The next claim takes the first free slot: make it a FIFO, so that the
+  // file's writes stay in flight until the test reads them.
+  const fs::path next_slot = fs::path(pool.dir()) / "slot-000001";
+  ASSERT_NE(fs::read_symlink(open_one), next_slot);
+  fs::remove(next_slot);
+  Fifo fifo(next_slot);
+  auto big = random_bytes(256 << 10, 34);
+  h.open(2, closing, true);
+  h.write(2, 0, big);  // blocks: the pipe holds 64 KiB
+  h.sync_close(2, big.size());
+  h.recycle(101, closing);
+  EXPECT_TRUE(h.barrier().empty()) << "neither the sync_close nor the recycle completes while the writes wait";
+  EXPECT_FALSE(exists_at_all(closing)) << "the link goes in order";
+  EXPECT_EQ(fifo.read_exactly(big.size()), big);
+  auto after = h.collect(2);  // once the writes are out: the close, then the release behind it
+  ASSERT_EQ(after.size(), 2u);
+  std::sort(after.begin(), after.end(), [](auto& a, auto& b) { return a.op < b.op; });
+  EXPECT_EQ(after[0].op, op(Op::kSyncClose));
+  EXPECT_EQ(after[1].op, op(Op::kRecycle));
+  EXPECT_EQ(after[1].id, 101u);
+  run.finish();
+  EXPECT_EQ(run.error, "");
+}
+
 // Three files of a host that goes away: one finished by sync_close, one
 // pooled and one normal left unfinished.
 struct UnfinishedFiles {
