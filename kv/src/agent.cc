@@ -6,7 +6,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <list>
+#include <span>
+#include <system_error>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +20,7 @@
 #include "dpukit/core/results.h"
 #include "engine.h"
 #include "pool.h"
+#include "protocol.h"
 
 namespace dpukit::kv {
 
@@ -237,12 +242,59 @@ SlotRelease release_quarantined_slot(const std::string& dir, uint32_t slot) {
   SstPool pool(SstPool::Options{dir, 0, 0, true});
   SlotRelease r;
   r.slots = pool.slots();
-  for (const auto& q : pool.quarantined()) {
-    if (q.slot != slot) continue;
-    pool.release(slot);
-    r.released = q;
-    break;
+  r.released = pool.release_quarantined(slot);
+  return r;
+}
+
+namespace {
+
+// The one completion a control request gets, waited for up to `patience`.
+ChannelCompletion await_completion(ChannelHost& ch, Op op, uint64_t id, std::chrono::seconds patience,
+                                   const std::string& socket) {
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  while (std::chrono::steady_clock::now() < deadline) {
+    ChannelCompletion c{};
+    if (ch.wait_completions(&c, 1, 100ms) == 1 && c.op == static_cast<uint32_t>(op) && c.id == id) return c;
   }
+  throw std::runtime_error("the agent at " + socket + " did not answer within " + std::to_string(patience.count()) +
+                           " s");
+}
+
+}  // namespace
+
+SlotRelease release_quarantined_slot_through(const std::string& socket, const std::string& dir, uint32_t slot) {
+  PoolCheck before = check_pool(dir);
+  if (!before.usable) throw std::runtime_error("no usable pool: " + before.problem);
+  SlotRelease r;
+  r.slots = before.slots;
+  ChannelConfig small;
+  small.request_slots = small.completion_slots = 16;
+  small.payload_bytes = 64 << 10;
+  ChannelHost ch = ChannelHost::connect(socket, small);
+  ch.submit(static_cast<uint32_t>(Op::kHello), 0, {}, {kProtocolVersion});
+  ChannelCompletion hello = await_completion(ch, Op::kHello, 0, 10s, socket);
+  if (hello.status != 0 || hello.result < 3)
+    throw std::runtime_error("the agent at " + socket + " speaks protocol version " + std::to_string(hello.result) +
+                             ", which has no release through the agent: stop it, then release the slot without --agent");
+  const std::string& pool_dir = before.dir;  // canonical
+  ch.submit(static_cast<uint32_t>(Op::kReleaseSlot), 1,
+            std::span(reinterpret_cast<const uint8_t*>(pool_dir.data()), pool_dir.size()), {slot});
+  // A release writes at most one slot out.
+  ChannelCompletion c = await_completion(ch, Op::kReleaseSlot, 1, 300s, socket);
+  ch.close();
+  if (c.status == -ENXIO)
+    throw std::runtime_error("the agent at " + socket + " does not hold the pool " + pool_dir + "; nothing was released");
+  if (c.status == -EPERM) return r;  // not quarantined
+  if (c.status != 0)
+    throw std::system_error(static_cast<int>(-c.status), std::generic_category(),
+                            "the agent at " + socket + " could not release slot " + std::to_string(slot) +
+                                " (it stays quarantined)");
+  QuarantinedSlot q{slot, "", "", static_cast<uint64_t>(c.result)};
+  if (slot < before.reports.size()) {
+    q.owner = before.reports[slot].owner;
+    q.reason = before.reports[slot].reason;
+  }
+  r.released = q;
   return r;
 }
 

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -174,12 +175,13 @@ struct Request {
   std::shared_ptr<StagedWrite> staged;  // kWrite: the copied payload; kWriteFrom: its pull
 };
 
-// A slot release for the releaser thread: a kRecycle's, after its link is
-// gone.
+// A slot release for the releaser thread: a kRecycle's (after its link is
+// gone) or an operator's kReleaseSlot (only if the slot is quarantined).
 struct SlotReleaseJob {
   uint32_t slot = 0;
+  bool only_quarantined = false;
   ChannelCompletion c{};
-  std::string what;  // for the log: the recycled path
+  std::string what;  // for the log: the recycled path, or the slot
 };
 
 // One SQE's worth of work; its address is the SQE's user_data.
@@ -262,6 +264,7 @@ struct WritePersistEngine::Impl {
   void on_range_sync(const ChannelRequest& r);
   void on_sync_close(const ChannelRequest& r);
   void on_recycle(Request& q);
+  void on_release_slot(Request& q);
   void on_write_from(Request& q);
   // A write's two halves around filling its buffer (the copy or the pull);
   // mu held, in file order. begin_write returns null if nothing is to be
@@ -534,6 +537,7 @@ Request WritePersistEngine::Impl::take(const ChannelDpu::Message& m, uint64_t re
   switch (static_cast<Op>(r.op)) {
     case Op::kOpen:
     case Op::kRecycle:
+    case Op::kReleaseSlot:
       q.text.assign(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
       break;
     case Op::kWriteFrom: {
@@ -633,6 +637,7 @@ void WritePersistEngine::Impl::dispatch(Request& q) {
     case Op::kSyncClose: return on_sync_close(q.r);
     case Op::kRecycle: return on_recycle(q);
     case Op::kWriteFrom: return on_write_from(q);
+    case Op::kReleaseSlot: return on_release_slot(q);
   }
   add(stats.errors);
   log_warn("write-persist: ignored a request with unknown op " + std::to_string(q.r.op) + " (id " +
@@ -640,7 +645,7 @@ void WritePersistEngine::Impl::dispatch(Request& q) {
 }
 
 void WritePersistEngine::Impl::on_hello(const ChannelRequest& r) {
-  bool ok = r.args[0] == kProtocolVersion;
+  bool ok = r.args[0] >= kMinProtocolVersion && r.args[0] <= kProtocolVersion;
   if (!ok) {
     add(stats.errors);
     log_warn("write-persist: the host speaks protocol version " + std::to_string(r.args[0]) + ", this engine " +
@@ -896,7 +901,28 @@ void WritePersistEngine::Impl::on_recycle(Request& q) {
     log_warn("write-persist: cannot recycle " + path + ": " + problem);
   }
   if (!slot || c.status) return queue_completion(c);
-  queue_release({*slot, c, path});
+  queue_release({*slot, false, c, path});
+}
+
+// An operator's release through the running agent: only of this engine's
+// own pool (the directory the operator named must be it), and only of a
+// slot that is quarantined when the releaser gets to it.
+void WritePersistEngine::Impl::on_release_slot(Request& q) {
+  ChannelCompletion c{q.r.id, 0, static_cast<uint32_t>(Op::kReleaseSlot), 0, q.r.args[0]};
+  std::error_code ec;
+  const std::string named = q.text.empty() ? std::string() : std::filesystem::canonical(q.text, ec).string();
+  if (!pool || ec || named != pool->dir()) {
+    c.status = -ENXIO;
+    add(stats.errors);
+    log_warn("write-persist: refused to release slot " + std::to_string(q.r.args[0]) + " of the pool " + q.text +
+             ": " + (pool ? "this agent's pool is " + pool->dir() : std::string("this agent has no pool")));
+    return queue_completion(c);
+  }
+  if (q.r.args[0] > UINT32_MAX) {
+    c.status = -EPERM;
+    return queue_completion(c);
+  }
+  queue_release({static_cast<uint32_t>(q.r.args[0]), true, c, "slot " + std::to_string(q.r.args[0])});
 }
 
 // ------------------------------------------- file contexts and dependencies
@@ -973,7 +999,7 @@ void WritePersistEngine::Impl::start_close(FileCtx& f) {
 void WritePersistEngine::Impl::finish_file(FileCtx& f) {
   queue_completion(
       {f.id, static_cast<int64_t>(f.bytes_written), static_cast<uint32_t>(Op::kSyncClose), f.error, f.slot});
-  if (f.recycle_after_close) queue_release({static_cast<uint32_t>(f.slot), f.recycle, f.name});
+  if (f.recycle_after_close) queue_release({static_cast<uint32_t>(f.slot), false, f.recycle, f.name});
   if (f.error) {
     std::lock_guard l(failed_mu);
     failed_files.erase(f.id);
@@ -1602,9 +1628,18 @@ void WritePersistEngine::Impl::release_loop() {
 void WritePersistEngine::Impl::run_release(SlotReleaseJob& job) {
   std::string problem;
   try {
-    pool->release(job.slot);
-    job.c.result = 1;
-    job.c.arg = job.slot;
+    if (!job.only_quarantined) {
+      pool->release(job.slot);
+      job.c.result = 1;
+      job.c.arg = job.slot;
+    } else if (auto held = pool->release_quarantined(job.slot)) {
+      job.c.result = static_cast<int64_t>(held->bytes);
+    } else {
+      job.c.status = -EPERM;
+      log_warn("write-persist: refused to release " + job.what + " of " + pool->dir() +
+               ": it is not quarantined (free, in use, or no such slot)");
+      return;
+    }
   } catch (const std::system_error& e) {
     job.c.status = -e.code().value();
     problem = e.what();

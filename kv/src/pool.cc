@@ -865,13 +865,24 @@ std::optional<SstPool::Slot> SstPool::claim(const std::string& owner) {
   return Slot{slot, slot_path(slot)};
 }
 
-void SstPool::release(uint32_t slot) {
+void SstPool::release(uint32_t slot) { release_if(slot, false); }
+
+std::optional<SstPool::Quarantined> SstPool::release_quarantined(uint32_t slot) { return release_if(slot, true); }
+
+// The slot's state is checked and made busy under one lock, so that a
+// recheck bringing a quarantined slot's owner back and an operator's
+// release of it never both win.
+std::optional<SstPool::Quarantined> SstPool::release_if(uint32_t slot, bool only_quarantined) {
   State was;
+  Quarantined held{};
   {
     std::lock_guard lock(mu_);
-    if (slot >= state_.size() || (state_[slot] != State::kInUse && state_[slot] != State::kQuarantined))
+    const bool quarantined = slot < state_.size() && state_[slot] == State::kQuarantined;
+    if (only_quarantined && !quarantined) return std::nullopt;
+    if (slot >= state_.size() || (state_[slot] != State::kInUse && !quarantined))
       throw std::invalid_argument(what(slot_name(slot) + " is not in use, so it cannot be released"));
     was = state_[slot];
+    if (quarantined) held = quarantine_[slot];
     state_[slot] = State::kBusy;
   }
   try {
@@ -886,7 +897,9 @@ void SstPool::release(uint32_t slot) {
   std::lock_guard lock(mu_);
   state_[slot] = State::kFree;
   ++stats_.released;
-  if (was == State::kQuarantined) log_info(what(slot_name(slot) + " released from quarantine"));
+  if (was != State::kQuarantined) return std::nullopt;
+  log_info(what(slot_name(slot) + " released from quarantine"));
+  return held;
 }
 
 std::optional<uint32_t> SstPool::slot_of(const std::string& path) const {

@@ -88,6 +88,10 @@ class SstPool {
   void release(uint32_t slot);
   // The slot `path` refers to, if it is a symlink to one of this pool's slots.
   std::optional<uint32_t> slot_of(const std::string& path) const;
+  // Frees slot `slot` only if it is quarantined now (an operator decided its
+  // data may go), as release() does; what it held, or nullopt (and nothing
+  // done) if it is not quarantined. Thread-safe.
+  std::optional<Quarantined> release_quarantined(uint32_t slot);
   // Looks again at the quarantined slots: one whose owner is back is in use
   // again, one now shown free is written out and freed (outside the lock:
   // meanwhile it is neither claimed nor released). Returns how many left
@@ -111,6 +115,7 @@ class SstPool {
   void open_slot(uint32_t slot);
   std::optional<std::string> examine(uint32_t slot, bool at_open);
   void freed(uint32_t slot, const std::string& reason);
+  std::optional<Quarantined> release_if(uint32_t slot, bool only_quarantined);
   // Preallocates the slot file (FALLOC_FL_KEEP_SIZE, or the whole slot if
   // `sized`); false on ENOSPC if `tolerate_no_space`, else throws.
   bool reserve(int fd, const std::string& path, bool tolerate_no_space, bool sized = false,

@@ -5,20 +5,23 @@
 //
 // Per file the host sends, in order on ONE queue pair: kOpen, then kWrite or
 // kWriteFrom and kRangeSync in file order, then exactly one kSyncClose. Only
-// kHello, kWriteFrom, kSyncClose and kRecycle are completed; an error of any
-// write, open or range_sync of a file is kept by the engine and reported by
-// that file's kSyncClose completion (the first one wins).
+// kHello, kWriteFrom, kSyncClose, kRecycle and kReleaseSlot are completed; an
+// error of any write, open or range_sync of a file is kept by the engine and
+// reported by that file's kSyncClose completion (the first one wins).
 #pragma once
 
 #include <cstdint>
 
 namespace dpukit::kv {
 
-inline constexpr uint32_t kProtocolVersion = 2;  // 2: kWriteFrom
+inline constexpr uint32_t kProtocolVersion = 3;  // 2: kWriteFrom; 3: kReleaseSlot
+// The oldest version an engine still serves (a version-2 host sends no kReleaseSlot).
+inline constexpr uint32_t kMinProtocolVersion = 2;
 
 enum class Op : uint32_t {
   // args[0] = kProtocolVersion. Completion: result = the engine's version,
-  // status = 0, or -EPROTO if it does not speak the host's version.
+  // status = 0, or -EPROTO if it does not speak the host's version (older
+  // than kMinProtocolVersion, or newer than its own).
   kHello = 1,
   // id = file id (unique per queue pair for the life of the connection);
   // payload = RocksDB's absolute file name; args[0] = OpenFlags. The engine
@@ -53,6 +56,15 @@ enum class Op : uint32_t {
   // itself failed (EPERM: cross-memory attach refused): nothing of it was
   // written and the host may send the bytes again as a kWrite; arg = args[0].
   kWriteFrom = 7,
+  // An operator's `dpukit-agent pool release` through the running agent
+  // (version 3): id = request id; payload = the pool directory the operator
+  // named; args[0] = the slot. The slot is freed (its data dropped) only if
+  // it is quarantined now and the directory is the engine's own pool.
+  // Completion: arg = args[0]; status 0 and result = the bytes dropped;
+  // -ENXIO: the engine has no pool, or another one; -EPERM: the slot is not
+  // quarantined (free, in use or no such slot); else -errno of a release
+  // that failed (the slot stays quarantined). Nothing is freed but on 0.
+  kReleaseSlot = 8,
 };
 
 enum OpenFlags : uint64_t {

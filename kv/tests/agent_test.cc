@@ -486,7 +486,7 @@ TEST(Agent, AQuarantinedSlotIsReportedCheckedAndReleasedByAnOperator) {
     EXPECT_NE(clean.out.find("1 in use, 3 free"), std::string::npos) << clean.out;
     ToolRun busy = run_pool_command(t.path, "busy", {"release", "0", "--pool", pool.string()});
     EXPECT_EQ(busy.code, 1) << busy.out;
-    EXPECT_NE(busy.out.find("stop the agent"), std::string::npos) << busy.out;
+    EXPECT_NE(busy.out.find("--agent SOCKET"), std::string::npos) << busy.out;
     ch.close();
     agent.signal(SIGTERM);
     agent.wait_exit();
@@ -536,6 +536,70 @@ TEST(Agent, AQuarantinedSlotIsReportedCheckedAndReleasedByAnOperator) {
   EXPECT_EQ(run_pool_command(t.path, "noslot", {"release", "--pool", pool.string()}).code, 2);
   EXPECT_EQ(run_pool_command(t.path, "badslot", {"release", "x7", "--pool", pool.string()}).code, 2);
   EXPECT_EQ(run_pool_command(t.path, "unknown", {"frobnicate"}).code, 2);
+}
+
+// `pool release --agent`: the running agent that holds the pool frees a
+// quarantined slot (a queue pair of the operator's own); it refuses a slot in
+// use (the file stays whole) and a pool it does not hold, and a slot it
+// freed is not quarantined any more.
+TEST(Agent, AQuarantinedSlotIsReleasedThroughTheRunningAgent) {
+  TempDir t;
+  fs::path pool = t.path / "pool", db = t.path / "db", stats = t.path / "stats.json";
+  fs::create_directories(db);
+  const fs::path sst = db / "000009.sst", live = db / "000010.sst";
+  std::vector<std::string> args = {"--pool", pool.string(), "--slots", "4", "--slot-size", "1MiB", "--stats",
+                                   stats.string()};
+  {
+    AgentProcess agent(t.path, "first", args);
+    ChannelHost ch = agent.connect();
+    ASSERT_EQ(write_file(ch, 1, sst, random_bytes(50'000, 21), true).status, 0);
+    ch.close();
+    agent.signal(SIGTERM);
+    agent.wait_exit();
+  }
+  fs::rename(db, t.path / "db.away");  // slot 0's owner is gone with its directory: quarantined
+  fs::create_directories(db);
+  AgentProcess agent(t.path, "second", args);
+  ChannelHost ch = agent.connect();
+  const auto data = random_bytes(70'000, 22);
+  ASSERT_EQ(write_file(ch, 2, live, data, true).status, 0);
+  const std::string live_slot = fs::read_symlink(live).filename().string();
+  ASSERT_NE(live_slot, "slot-000000");
+  ASSERT_EQ(stats_after_sigusr1(agent, stats)["pool"]["quarantined"], 1);
+
+  AgentProcess other(t.path, "other", {"--pool", (t.path / "pool2").string(), "--slots", "2", "--slot-size", "1MiB"});
+  other.connect();
+  ToolRun wrong = run_pool_command(t.path, "wrong",
+                                   {"release", "0", "--pool", pool.string(), "--agent", other.socket.string()});
+  EXPECT_EQ(wrong.code, 1) << wrong.out;
+  EXPECT_NE(wrong.out.find("does not hold the pool"), std::string::npos) << wrong.out;
+
+  ToolRun in_use = run_pool_command(t.path, "in-use",
+                                    {"release", live_slot, "--pool", pool.string(), "--agent", agent.socket.string()});
+  EXPECT_EQ(in_use.code, 1) << in_use.out;
+  EXPECT_NE(in_use.out.find("is not quarantined"), std::string::npos) << in_use.out;
+  EXPECT_EQ(read_bytes(live), data) << "a slot in use is never released by hand";
+
+  ToolRun released = run_pool_command(t.path, "released",
+                                      {"release", "0", "--pool", pool.string(), "--agent", agent.socket.string()});
+  EXPECT_EQ(released.code, 0) << released.out;
+  EXPECT_NE(released.out.find("released slot-000000: 50000 bytes dropped (owner " + sst.string()), std::string::npos)
+      << released.out;
+  nlohmann::json j = stats_after_sigusr1(agent, stats);
+  EXPECT_EQ(j["pool"]["quarantined"], 0) << j.dump(2);
+  EXPECT_EQ(j["pool"]["released"], 1) << j.dump(2);
+  EXPECT_EQ(j["pool"]["free"], 3) << j.dump(2);
+  EXPECT_EQ(fs::file_size(pool / "slot-000000"), 1u << 20) << "written out again (1MiB slots)";
+  ToolRun again = run_pool_command(t.path, "again",
+                                   {"release", "0", "--pool", pool.string(), "--agent", agent.socket.string()});
+  EXPECT_EQ(again.code, 1) << again.out;
+  EXPECT_NE(again.out.find("is not quarantined"), std::string::npos) << again.out;
+  ToolRun check = run_pool_command(t.path, "check", {"check", "--pool", pool.string(), "--db", db.string()});
+  EXPECT_EQ(check.code, 0) << check.out;
+  EXPECT_NE(check.out.find("1 in use, 3 free"), std::string::npos) << check.out;
+  ch.close();
+  agent.signal(SIGTERM);
+  EXPECT_EQ(agent.wait_exit(), 0);
 }
 
 TEST(Agent, PoolProblemsExit1AndBadArgumentsExit2) {

@@ -32,7 +32,8 @@ AgentOptions parse_args(int argc, char** argv) {
   ArgParser p(kTool,
               "The dpu-side agent of PulseDB: serves write-persist queue pairs from RocksDB hosts over the channel,\n"
               "writing SST files into a pre-allocated file pool.\n"
-              "Also: `dpukit-agent pool check --pool DIR [--db DIR]` and `dpukit-agent pool release SLOT --pool DIR`.");
+              "Also: `dpukit-agent pool check --pool DIR [--db DIR]` and\n"
+              "`dpukit-agent pool release SLOT --pool DIR [--agent SOCKET]` (through this agent while it runs).");
   p.option("listen", "Unix socket path to listen at", "", true);
   p.option("pool", "directory of the SST file pool (created if missing: every slot is written out with zeros once, "
                    "slots x slot size, 4.5 GiB by default: 1.8-7.9 s on this project's VM, more on a slow disk; the "
@@ -171,14 +172,18 @@ int pool_check(int argc, char** argv) {
   return c.findings.empty() ? 0 : 1;
 }
 
-// `dpukit-agent pool release SLOT --pool DIR`: an operator frees a quarantined
-// slot (its data goes). Needs the pool: the agent must be stopped.
+// `dpukit-agent pool release SLOT --pool DIR [--agent SOCKET]`: an operator
+// frees a quarantined slot (its data goes): itself, with no agent running, or
+// through the running agent that holds the pool.
 int pool_release(int argc, char** argv) {
   ArgParser p("dpukit-agent pool release",
-              "usage: dpukit-agent pool release SLOT --pool DIR\n"
-              "Frees a quarantined slot of a pool no agent has open: its data is dropped and the slot reused.");
+              "usage: dpukit-agent pool release SLOT --pool DIR [--agent SOCKET]\n"
+              "Frees a quarantined slot of a pool: its data is dropped and the slot reused. With no agent running\n"
+              "it opens the pool itself; with --agent the running agent listening at SOCKET, which holds the\n"
+              "pool, does it (it checks that DIR is its pool and that the slot is quarantined).");
   p.option("pool", "directory of the SST file pool", "", true);
   p.option("slot", "the slot: its number, or its file name slot-NNNNNN");
+  p.option("agent", "the socket of the running agent that holds the pool (its --listen)");
   int first = 3;
   std::string slot_arg;
   if (argc > 3 && argv[3][0] != '-') {
@@ -196,11 +201,13 @@ int pool_release(int argc, char** argv) {
   const auto slot = static_cast<uint32_t>(n);
   SlotRelease r;
   try {
-    r = release_quarantined_slot(p.str("pool"), slot);
+    r = p.has("agent") ? release_quarantined_slot_through(p.str("agent"), p.str("pool"), slot)
+                       : release_quarantined_slot(p.str("pool"), slot);
   } catch (const std::exception& e) {
     std::string why = e.what();
     if (why.find("in use by another process") != std::string::npos)
-      why += ": stop the agent (SIGTERM) first; it keeps quarantined slots out of use meanwhile";
+      why += ": an agent holds it; give its socket with --agent SOCKET to release the slot through it, or stop "
+             "the agent (SIGTERM) first (it keeps quarantined slots out of use meanwhile)";
     std::fprintf(stderr, "dpukit-agent pool release: error: %s\n", why.c_str());
     return 1;
   }
@@ -228,7 +235,7 @@ int pool_command(int argc, char** argv) {
   }
   std::fprintf(stderr,
                "usage: dpukit-agent pool check --pool DIR [--db DIR] [--json]\n"
-               "       dpukit-agent pool release SLOT --pool DIR\n");
+               "       dpukit-agent pool release SLOT --pool DIR [--agent SOCKET]\n");
   return sub == "--help" || sub == "-h" ? 0 : 2;
 }
 

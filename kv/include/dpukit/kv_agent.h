@@ -119,11 +119,19 @@ const char* verdict_name(PoolCheck::Verdict v);
 // `dpukit-agent pool release`: an operator frees a quarantined slot of the
 // pool at `dir` (its data goes). Opens the pool, so no agent may hold it:
 // throws std::runtime_error (saying "in use by another process" when one
-// does).
+// does; release_quarantined_slot_through below goes through that agent).
 struct SlotRelease {
   std::optional<QuarantinedSlot> released;  // what the slot held; none: it was not quarantined
   size_t slots = 0;                         // the pool's slots (a larger number names no slot)
 };
 SlotRelease release_quarantined_slot(const std::string& dir, uint32_t slot);
+// The same through the running agent that holds the pool, listening at
+// `socket` (a queue pair of its own): the agent frees the slot only if it is
+// quarantined now and `dir` is its own pool. The owner and reason reported
+// are what the pool's index said just before (check_pool). Throws
+// std::runtime_error when the agent cannot be reached or does not speak the
+// request, holds another pool, or fails the release (the slot then stays
+// quarantined).
+SlotRelease release_quarantined_slot_through(const std::string& socket, const std::string& dir, uint32_t slot);
 
 }  // namespace dpukit::kv
