@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <filesystem>
 #include <list>
 #include <span>
 #include <system_error>
@@ -244,6 +245,29 @@ SlotRelease release_quarantined_slot(const std::string& dir, uint32_t slot) {
   r.slots = pool.slots();
   r.released = pool.release_quarantined(slot);
   return r;
+}
+
+size_t release_db_slots(const std::string& pool_dir, const std::string& db_dir, bool written_out) {
+  PoolCheck check = check_pool(pool_dir, db_dir);
+  if (!check.usable) throw std::runtime_error("no usable pool: " + check.problem);
+  if (check.in_use) throw std::runtime_error("pool " + check.dir + " is in use by another process");
+  std::error_code ec;
+  const std::string db = std::filesystem::absolute(db_dir, ec).lexically_normal().string();
+  SstPool::Options o;
+  o.dir = pool_dir;
+  o.existing_only = true;
+  o.write_out = written_out;
+  SstPool pool(o);
+  size_t released = 0;
+  for (const PoolCheck::SlotReport& r : check.reports) {
+    if (r.verdict != PoolCheck::Verdict::kInUse || std::filesystem::path(r.owner).parent_path() != db) continue;
+    if (pool.slot_of(r.owner) != r.slot) continue;  // changed since the check
+    if (::unlink(r.owner.c_str()) != 0)
+      throw std::system_error(errno, std::generic_category(), "cannot remove " + r.owner);
+    pool.release(r.slot);
+    ++released;
+  }
+  return released;
 }
 
 namespace {

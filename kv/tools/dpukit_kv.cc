@@ -24,7 +24,9 @@
 #include "dpukit/core/cli.h"
 #include "dpukit/core/process.h"
 #include "dpukit/core/results.h"
+#include "dpukit/core/log.h"
 #include "dpukit/core/thread_cpu.h"  // ThreadCpuSampler, KernelCpuSampler
+#include "dpukit/kv_agent.h"     // check_pool, release_db_slots
 #include "dpukit/kv_settings.h"
 
 namespace fs = std::filesystem;
@@ -222,9 +224,12 @@ void declare_bench_options(ArgParser& p) {
            "0: L0->L1 too)", "1");
   p.option("dcomp-share", "dcomp: the fraction of those sent to the worker, spread evenly (the rest on the host)",
            "1");
-  p.option("work-dir", "where the DB, the pool and the logs go (emptied first)", "build/kv-run");
-  p.flag("keep", "keep the DB and the pool afterwards (by default only the logs and stats stay: a pool is\n"
-                 "preallocated, slots x slot size, several GB at the default scale)");
+  p.option("work-dir", "where the DB and the logs go (emptied first)", "build/kv-run");
+  p.option("pool-dir", "where the SST pools are kept across runs, one per geometry (slots x slot size: several GB\n"
+                       "at the default scale, written out once; remove the directory when done) (default: kv-pools\n"
+                       "beside --work-dir)");
+  p.flag("keep", "keep the DB afterwards (by default only the logs and stats stay, and the DB's pool slots are\n"
+                 "freed for the next run)");
   p.option("json", "write the result here");
 }
 
@@ -284,15 +289,94 @@ std::string bench_driver(const ArgParser& p, const Settings& s) {
   return driver;
 }
 
-// The DB and the pool go, whatever happens, unless --keep.
+// The pool a run writes its SST files into (filepool, async-host, pulsedb):
+// one per geometry and layout under --pool-dir, kept across runs, since
+// making one writes every slot out (docs/kv.md, "What it costs"). A run
+// whose shared pool is held by another run, or has slots that are not free
+// (a run killed before it freed them: `dpukit-agent pool check` says what),
+// makes one of its own in its work directory instead, and says so.
+struct RunPool {
+  std::string dir;      // empty: the mode has no pool
+  bool written_out = true;  // the layout (filepool's slots are empty)
+  bool shared = false;  // under --pool-dir, kept; else the run's own, removed
+  bool reused = false;  // it was there before this run
+};
+
+bool uses_pool(const std::string& mode) { return mode == "filepool" || mode == "async-host" || mode == "pulsedb"; }
+
+std::string pool_name(uint64_t slots, uint64_t slot_bytes, bool written_out) {
+  return std::to_string(slots) + "x" + std::to_string(slot_bytes) + (written_out ? "" : "-empty");
+}
+
+// A DB left in `work` by an earlier run (--keep, or killed) gives its pool
+// slots back first: wiping the directory instead would leave them to the
+// pool's quarantine (their owners' directory gone).
+void free_earlier_db(const fs::path& pools, const fs::path& work) {
+  std::error_code ec;
+  if (!fs::is_directory(work / "db", ec) || !fs::is_directory(pools, ec)) return;
+  for (const auto& e : fs::directory_iterator(pools, ec)) {
+    if (!fs::exists(e.path() / "pool.index")) continue;
+    const bool written_out = e.path().filename().string().find("-empty") == std::string::npos;
+    try {
+      if (size_t n = release_db_slots(e.path().string(), (work / "db").string(), written_out))
+        log_info("freed " + std::to_string(n) + " slots of " + e.path().string() + " held by an earlier run's DB");
+    } catch (const std::exception& ex) {
+      log_warn(std::string("cannot free an earlier run's slots: ") + ex.what());
+    }
+  }
+}
+
+RunPool choose_pool(const Settings& s, const fs::path& pools, const fs::path& work, uint64_t slots,
+                    uint64_t slot_bytes) {
+  RunPool r;
+  if (!uses_pool(s.mode)) return r;
+  r.written_out = s.mode != "filepool";
+  const fs::path shared = pools / pool_name(slots, slot_bytes, r.written_out);
+  std::error_code ec;
+  std::string why_not;
+  if (fs::exists(shared / "pool.index", ec)) {
+    PoolCheck c = check_pool(shared.string());
+    size_t not_free = 0;
+    for (const auto& rep : c.reports) not_free += rep.verdict != PoolCheck::Verdict::kFree;
+    if (!c.usable) why_not = c.problem;
+    else if (c.in_use) why_not = "it is held by another run";
+    else if (not_free > 0) why_not = std::to_string(not_free) + " of its slots are not free (`dpukit-agent pool check --pool " +
+                                     shared.string() + "` says why)";
+    r.reused = why_not.empty();
+  } else if (fs::exists(shared, ec) && !fs::exists(shared / "pool.index.tmp", ec) && !fs::is_empty(shared, ec)) {
+    why_not = "it holds files but no pool.index";
+  }
+  if (why_not.empty()) {
+    fs::create_directories(pools);
+    r.dir = shared.string();
+    r.shared = true;
+    log_info("pool " + r.dir + (r.reused ? ": reused" : ": made for this geometry, kept for the next runs"));
+    return r;
+  }
+  r.dir = (work / "pool").string();
+  log_warn("pool " + shared.string() + " cannot be shared: " + why_not + "; this run makes its own at " + r.dir);
+  return r;
+}
+
+// The DB goes, whatever happens, unless --keep; so do its pool slots (freed
+// for the next run), or the run's own pool.
 struct RunFilesCleanup {
   const Settings& s;
+  const RunPool& pool;
   bool keep;
   ~RunFilesCleanup() {
     if (keep) return;
     std::error_code ec;
+    if (pool.shared) {
+      try {
+        release_db_slots(pool.dir, s.db, pool.written_out);
+      } catch (const std::exception& e) {
+        log_warn(std::string("cannot free the run's pool slots: ") + e.what());
+      }
+    } else if (!pool.dir.empty()) {
+      fs::remove_all(pool.dir, ec);
+    }
     fs::remove_all(s.db, ec);
-    fs::remove_all(s.pool, ec);
     fs::remove_all(s.db + ".dcomp", ec);
   }
 };
@@ -602,16 +686,21 @@ int bench_command(int argc, char** argv) {
 
   Settings s = bench_settings(p);
   const RocksDbSettings& rdb = s.rocksdb;
-  fs::path work = fs::absolute(p.str("work-dir"));
+  fs::path work = fs::absolute(p.str("work-dir")).lexically_normal();
+  if (work.filename().empty()) work = work.parent_path();
+  const fs::path pools = p.has("pool-dir") ? fs::absolute(p.str("pool-dir")) : work.parent_path() / "kv-pools";
+  free_earlier_db(pools, work);
   fs::remove_all(work);
   fs::create_directories(work);
-  s.db = (work / "db").string();
-  s.pool = (work / "pool").string();
-  s.sock = (work / "agent.sock").string();
-  RunFilesCleanup cleanup{s, p.has("keep")};
   Placement placement = Placement::plan(s.host_cpus, s.dpu_cpus);
   const uint64_t slots = pool_slots(p, rdb);
-  std::string slot_size = std::to_string(rdb.target_file_size + rdb.target_file_size / 8 + (1 << 20));
+  const uint64_t slot_bytes = rdb.target_file_size + rdb.target_file_size / 8 + (1 << 20);
+  const std::string slot_size = std::to_string(slot_bytes);
+  s.db = (work / "db").string();
+  s.sock = (work / "agent.sock").string();
+  const RunPool pool = choose_pool(s, pools, work, slots, slot_bytes);
+  s.pool = pool.dir;
+  RunFilesCleanup cleanup{s, pool, p.has("keep")};
 
   Result result(kTool, argc, argv);
   result.set_placement(placement);
@@ -635,6 +724,7 @@ int bench_command(int argc, char** argv) {
     whole_cpu_figures(f, kernel, placement, m, dpu);
     if (fs::exists(run.plugin_stats)) f["plugin"] = read_result(run.plugin_stats)["figures"];
     write_bench_parameters(result.parameters(), s, slots);
+    result.parameters()["pool_reused"] = pool.reused;  // false: made for this run (its slots written out first)
     CpuAccount cpu;
     cpu.add(Place::kHost, static_cast<uint64_t>(m.host_cpu_s * 1e9));
     cpu.add(Place::kDpu, static_cast<uint64_t>(dpu.dpu * 1e9));

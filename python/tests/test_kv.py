@@ -8,6 +8,7 @@ import json
 import subprocess
 
 from dpukit.native import load_result
+from dpukit.paths import tool_path
 
 SMALL = ["--data", "48M", "--write-buffer", "2M", "--target-file", "2M", "--level-base", "8M",
          "--value-size", "1024", "--threads", "1"]
@@ -48,6 +49,41 @@ def test_stock_db_bench_sends_compaction_output_through_the_agent(kv_tool, tmp_p
     assert agent["dma"]["pull_bytes"] == plugin["pull_bytes"] > 0
     assert f["hw_cpu_s"] > 0 and r["cpu_ns"]["hw"] > 0
     assert agent["direct_files"] > 0
+
+
+def test_bench_keeps_one_pool_per_geometry_across_runs(kv_tool, tmp_path):
+    """The pool is made once (its slots written out) and reused by the next
+    run of the same geometry; every run gives its DB's slots back, a DB kept
+    with --keep too, at the next run's start."""
+    work, pools = tmp_path / "w", tmp_path / "pools"
+
+    def run(n: int, *extra: str) -> tuple[dict, str]:
+        out = tmp_path / f"run{n}.json"
+        proc = subprocess.run([str(kv_tool), "bench", "--mode", "pulsedb", *SMALL, *extra, "--work-dir", str(work),
+                               "--pool-dir", str(pools), "--json", str(out)],
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr + proc.stdout
+        return load_result(out), (work / "agent.log").read_text()
+
+    def pool_check(*extra: str) -> subprocess.CompletedProcess:
+        [pool] = [p for p in pools.iterdir()]  # one pool: one geometry
+        return subprocess.run([str(tool_path("dpukit-agent")), "pool", "check", "--pool", str(pool), *extra],
+                              capture_output=True, text=True, timeout=60)
+
+    first, log = run(1, "--keep")
+    assert first["parameters"]["pool_reused"] is False
+    slots = first["parameters"]["slots"]
+    assert f"creating {slots} slots" in log and "GiB of zeros" in log, log
+    kept = pool_check("--db", str(work / "db"))
+    assert kept.returncode == 0 and " 0 in use" not in kept.stdout, kept.stdout  # the kept DB holds slots
+    second, log = run(2)
+    assert second["parameters"]["pool_reused"] is True
+    assert "creating" not in log and "quarantined" not in log.replace("0 quarantined", ""), log
+    f = second["figures"]
+    assert f["agent"]["pool"]["claims"] > 0 and f["plugin"]["files_fallback"] == 0
+    after = pool_check()  # the DB's slots are freed once the agent has stopped
+    assert after.returncode == 0 and f"0 in use, {slots} free" in after.stdout, after.stdout
+    assert not (work / "db").exists()
 
 
 def test_copy_payload_sends_every_append_through_the_ring(kv_tool, tmp_path):

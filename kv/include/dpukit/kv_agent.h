@@ -134,4 +134,14 @@ SlotRelease release_quarantined_slot(const std::string& dir, uint32_t slot);
 // quarantined).
 SlotRelease release_quarantined_slot_through(const std::string& socket, const std::string& dir, uint32_t slot);
 
+// Deletes the files of the DB directory `db_dir` that are slots of the pool
+// at `pool_dir`, as the agent does when RocksDB deletes them: each symlink in
+// it that is the recorded owner of a slot in use is removed and its slot
+// released (written out, if `written_out`: the pool's layout, false for
+// filepool's). Nothing else is touched: a link that is not its slot's owner,
+// other files, other slots. Opens the pool, so no agent may hold it (throws
+// std::runtime_error then, or if there is no pool). Returns the slots
+// released. `dpukit-kv bench` uses it to keep one pool across runs.
+size_t release_db_slots(const std::string& pool_dir, const std::string& db_dir, bool written_out = true);
+
 }  // namespace dpukit::kv

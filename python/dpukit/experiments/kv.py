@@ -1,14 +1,19 @@
 """Experiments on PulseDB (``dpukit-kv``): the stock db_bench on every kv mode.
 
-Each run starts from an empty work directory under ``<build>/kv-runs/``; the
+Each run starts from an empty work directory under ``<build>/kv-runs/``, and
+writes its SST files into a pool that ``dpukit-kv bench`` keeps across runs of
+the same geometry (``<build>/kv-runs/kv-pools/``, removed when each experiment
+ends: several GB each); the
 host side (db_bench and, in async-host, the in-process engine) is pinned to
 CPU 0 and the agent (the dpu side) to CPU 1, as the tool does by default.
 """
 
 from __future__ import annotations
 
+import functools
+import shutil
 from statistics import median
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from dpukit.experiment_support import parameters_note, placement_note
 from dpukit.experiments import Context, Point, experiment, median_run, skipped_in_quick_mode
@@ -31,6 +36,22 @@ MODE_ARGS: dict[str, list[Any]] = {
     "pulsedb-copy": ["--mode", "pulsedb", "--payload", "copy"],
     "dcomp": ["--mode", "dcomp"],
 }
+
+
+def pools_dir():
+    """Where ``dpukit-kv bench`` keeps its pools: ``kv-pools`` beside the work directories."""
+    return build_dir() / "kv-runs" / "kv-pools"
+
+
+def removing_pools(fn: Callable[[Context], Section]) -> Callable[[Context], Section]:
+    """The experiment, then the pools its runs shared go (slots x slot size each, written out)."""
+    @functools.wraps(fn)
+    def run(ctx: Context) -> Section:
+        try:
+            return fn(ctx)
+        finally:
+            shutil.rmtree(pools_dir(), ignore_errors=True)
+    return run
 
 
 def scale(quick: bool) -> list[str]:
@@ -126,6 +147,7 @@ CPU_NOTE = (
                 "ratio of db_bench fillrandom (and overwrite in full mode) at 1024-byte values.",
     tools=[TOOL, "dpukit-agent"],
 )
+@removing_pools
 def modes(ctx: Context) -> Section:
     workloads = ["fillrandom"] if ctx.quick else ["fillrandom", "overwrite"]
     sec = Section("kv.modes: db_bench on every mode, 1024-byte values")
@@ -163,6 +185,7 @@ def modes(ctx: Context) -> Section:
     description="db_bench fillrandom and overwrite at 128, 512, 1024 and 2048-byte values (full mode only).",
     tools=[TOOL, "dpukit-agent"],
 )
+@removing_pools
 def values(ctx: Context) -> Section:
     sec = Section("kv.values: vanilla against pulsedb across value sizes")
     if ctx.quick:
@@ -208,6 +231,7 @@ def values(ctx: Context) -> Section:
                 "512 MB, both payload paths (full mode only).",
     tools=[TOOL, "dpukit-agent"],
 )
+@removing_pools
 def queue(ctx: Context) -> Section:
     sec = Section("kv.queue: pulsedb across request queue sizes")
     if skipped_in_quick_mode(ctx, sec, "kv.queue"):
@@ -247,6 +271,7 @@ FILE_BUFFERS = ("64K", "256K", "1M", "4M")
                 "each SST writer appending 64 KB, 256 KB, 1 MB and 4 MB at a time (full mode only).",
     tools=[TOOL, "dpukit-agent"],
 )
+@removing_pools
 def buffer(ctx: Context) -> Section:
     sec = Section("kv.buffer: the payload paths across the file writer's buffer size")
     if skipped_in_quick_mode(ctx, sec, "kv.buffer"):
@@ -309,6 +334,7 @@ STALL_SETTINGS: list[Any] = ["--data", "4G", "--threads", 4, "--compaction-threa
                 "throughput, P99/P99.9, stall ratio, host CPU both ways, dpu and hw CPU (full mode only).",
     tools=[TOOL, "dpukit-agent", "dpukit-kvbench"],
 )
+@removing_pools
 def stall(ctx: Context) -> Section:
     sec = Section("kv.stall: every mode in a compaction-bound regime")
     if skipped_in_quick_mode(ctx, sec, "kv.stall", " (4 GB per run)"):
@@ -346,6 +372,7 @@ def stall(ctx: Context) -> Section:
                 "baseline needs RocksDB's CompactionService, which db_bench cannot install.",
     tools=[TOOL, "dpukit-agent", "dpukit-kvbench"],
 )
+@removing_pools
 def dcomp(ctx: Context) -> Section:
     modes = ("vanilla", "pulsedb", "dcomp")
     workloads = ["fillrandom"]  # an overwrite run (fill, drain, overwrite, drain) takes minutes per point
@@ -376,6 +403,7 @@ YCSB_PHASES = ("load", "a", "b", "c", "d", "e", "f")
     description="dpukit-kvbench ycsb: load, then workloads A-F on what it loaded (full mode only).",
     tools=[TOOL, "dpukit-agent", "dpukit-kvbench"],
 )
+@removing_pools
 def ycsb(ctx: Context) -> Section:
     sec = Section("kv.ycsb: YCSB Load and A-F, vanilla against pulsedb")
     if ctx.quick:
@@ -615,6 +643,7 @@ def render_bluefield(runs: dict[str, list[dict[str, Any]]], quick: bool, plots: 
                 "mode DComp with more compactions forced onto the slow dpu (Fig. 3).",
     tools=[TOOL, "dpukit-agent", "dpukit-kvbench"],
 )
+@removing_pools
 def bluefield(ctx: Context) -> Section:
     runs = collect_bluefield(ctx)
     sec = render_bluefield(runs, ctx.quick, ctx.plot_path)
