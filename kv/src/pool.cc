@@ -474,8 +474,8 @@ void SstPool::create(const std::string& index_path) {
       reserve(slot.get(), path, false, options_.write_out);
     }
     // Writing every slot out is most of a creation's time (4.5 GiB for the
-    // default 64 x 72 MiB: 1.8-7.9 s on this project's VM, 21.7 s in issue
-    // 34's run; docs/kv.md): say so, and how far it has got, so that an
+    // default 64 x 72 MiB: 1.8-7.9 s on this project's VM, 21.7 s on a
+    // slower disk; docs/kv.md): say so, and how far it has got, so that an
     // agent that has not begun to listen does not look hung.
     const auto began = std::chrono::steady_clock::now();
     const auto seconds = [&] {
@@ -493,8 +493,9 @@ void SstPool::create(const std::string& index_path) {
       if (!slot) throw_sys(errno, dir_, "cannot open", path);
       write_out(slot.get(), path, 0, false);
       if ((i + 1) % report_every == 0 || i + 1 == options_.slots)
-        log_info(what("written out " + std::to_string(i + 1) + " of " + std::to_string(options_.slots) +
-                      " slots in " + fixed(seconds(), 1) + " s"));
+        log_info(what("written out " + std::to_string(i + 1) + " of " + std::to_string(options_.slots) + " slots (" +
+                      fixed(gib * (i + 1) / options_.slots, 2) + " of " + fixed(gib, 2) + " GiB) in " +
+                      fixed(seconds(), 1) + " s"));
     }
     if (::rename(tmp.c_str(), index_path.c_str()) != 0) throw_sys(errno, dir_, "cannot rename", tmp);
   } catch (...) {

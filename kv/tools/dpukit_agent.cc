@@ -35,9 +35,10 @@ AgentOptions parse_args(int argc, char** argv) {
               "Also: `dpukit-agent pool check --pool DIR [--db DIR]` and\n"
               "`dpukit-agent pool release SLOT --pool DIR [--agent SOCKET]` (through this agent while it runs).");
   p.option("listen", "Unix socket path to listen at", "", true);
-  p.option("pool", "directory of the SST file pool (created if missing: every slot is written out with zeros once, "
-                   "slots x slot size, 4.5 GiB by default: 1.8-7.9 s on this project's VM, more on a slow disk; the "
-                   "agent prints its progress and listens when it is done)");
+  p.option("pool", "directory of the SST file pool. Created if missing: every slot is written out with zeros\n"
+                   "once (slots x slot size: 4.5 GiB by default, 1.8-7.9 s on this project's VM, about 20 s on a\n"
+                   "slower disk; docs/kv.md, \"What it costs\"); the agent prints its progress and listens when it\n"
+                   "is done. An existing pool is opened in well under a second");
   p.option("slots", "slot files in the pool", "64");
   p.option("slot-size", "bytes per slot file", "72MiB");
   p.cpus_option("cpus", "CPUs for the agent and all its threads, e.g. 1 or 1-3");

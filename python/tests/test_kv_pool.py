@@ -195,19 +195,13 @@ def assert_kept_in_quarantine(links: list[Path], pool: dict, log: str) -> None:
     assert "freed" not in log.replace("freed at start", ""), log
 
 
-# Issue 25: the agent's direct writes must land in written blocks, not in
-# unwritten (preallocated) extents, whose conversion at I/O completion the
-# host's kworkers do. After a fill through the agent, no slot has an unwritten
-# extent: neither the free ones (written out: the slot's size, no hole) nor
-# the ones holding the DB's files (nothing preallocated past their end), and
-# RocksDB finds the DB whole.
 def test_creating_a_pool_says_what_it_writes_and_how_far_it_got(start_agent, tmp_path):
     agent = start_agent("first")
     log = agent.log.read_text()
     agent.stop()
     assert "creating 32 slots of 2 MiB: writing 0.06 GiB of zeros" in log, log
-    progress = [line for line in log.splitlines() if "written out" in line and "slots in" in line]
-    assert len(progress) == 8 and "written out 32 of 32 slots" in progress[-1], log
+    progress = [line for line in log.splitlines() if "written out" in line and " GiB) in " in line]
+    assert len(progress) == 8 and "written out 32 of 32 slots (0.06 of 0.06 GiB)" in progress[-1], log
     assert log.index("written out 32 of 32") < log.index("listening at"), "progress comes before the agent listens"
     again = start_agent("second")  # the same pool: opened, not created
     log = again.log.read_text()
@@ -215,6 +209,12 @@ def test_creating_a_pool_says_what_it_writes_and_how_far_it_got(start_agent, tmp
     assert "creating 32 slots" not in log and "written out" not in log, log
 
 
+# Issue 25: the agent's direct writes must land in written blocks, not in
+# unwritten (preallocated) extents, whose conversion at I/O completion the
+# host's kworkers do. After a fill through the agent, no slot has an unwritten
+# extent: neither the free ones (written out: the slot's size, no hole) nor
+# the ones holding the DB's files (nothing preallocated past their end), and
+# RocksDB finds the DB whole.
 def test_the_agents_pool_slots_have_no_unwritten_extents(agent_exe, start_agent, tmp_path):
     db, pool = tmp_path / "db", tmp_path / "pool"
     probe = tmp_path / "probe"
