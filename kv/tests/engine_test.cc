@@ -883,6 +883,14 @@ struct StuckSlot {
   }
 };
 
+// An engine serving a pool of four 1 MiB slots, in a directory of its own.
+struct PooledEngine {
+  TempDir t;
+  SstPool pool{SstPool::Options{(t.path / "pool").string(), 4, 1 << 20}};
+  EngineRun run{&pool};
+  Host h = run.host();
+};
+
 std::vector<uint8_t> write_pool_file(Host& h, uint64_t id, const fs::path& name, uint64_t seed) {
   auto data = random_bytes(5000, seed);
   h.open(id, name, true);
@@ -896,10 +904,8 @@ std::vector<uint8_t> write_pool_file(Host& h, uint64_t id, const fs::path& name,
 // recycle completes while the release still waits. With the release on the
 // write thread, file 2's sync_close did not complete in 60 s.
 TEST(Engine, WritesOfAnotherFileAreNotHeldBehindARelease) {
-  TempDir t;
-  SstPool pool(SstPool::Options{(t.path / "pool").string(), 4, 1 << 20});
-  EngineRun run(&pool);
-  Host h = run.host();
+  PooledEngine e;
+  auto& [t, pool, run, h] = e;
   const fs::path first = t.path / "000010.sst", second = t.path / "000011.sst";
   write_pool_file(h, 1, first, 31);
   auto closed = h.collect(1);
@@ -933,10 +939,8 @@ TEST(Engine, WritesOfAnotherFileAreNotHeldBehindARelease) {
 // for writing is refused with nothing removed. (Before, the recycle
 // released the slot at once, under the file's writes.)
 TEST(Engine, ARecycleWaitsForItsFilesCloseAndIsRefusedWhileItIsOpen) {
-  TempDir t;
-  SstPool pool(SstPool::Options{(t.path / "pool").string(), 4, 1 << 20});
-  EngineRun run(&pool);
-  Host h = run.host();
+  PooledEngine e;
+  auto& [t, pool, run, h] = e;
   const fs::path open_one = t.path / "000020.sst", closing = t.path / "000021.sst";
   auto small = random_bytes(5000, 33);
   h.open(1, open_one, true);

@@ -22,6 +22,7 @@
 #include <future>
 #include <thread>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -545,24 +546,36 @@ TEST(SstPool, AQuarantinedSlotIsFreedOnlyByARelease) {
   EXPECT_THROW(pool.release(slot), std::invalid_argument);
 }
 
+// A pool whose one file's slot is quarantined (the owner's directory was
+// away when the pool was opened), the directory then back without the
+// owner (deleted meanwhile): the next recheck shows the slot free.
+struct OwnerDeletedWhileAway {
+  TempDir t;
+  fs::path dir = t.path / "pool", db = t.path / "db";
+  uint32_t slot = 0;
+  std::unique_ptr<SstPool> pool;
+  OwnerDeletedWhileAway() {
+    fs::create_directories(db);
+    slot = pool_with_one_file(dir, db / "000050.sst");
+    fs::rename(db, t.path / "away");
+    pool = std::make_unique<SstPool>(options(dir));
+    EXPECT_EQ(pool->stats().quarantined, 1u);
+    fs::rename(t.path / "away", db);
+    EXPECT_EQ(::unlink((db / "000050.sst").c_str()), 0);
+  }
+};
+
 // Back under its name as something else (RocksDB renamed a file over it):
 // shown free.
 TEST(SstPool, AQuarantinedSlotWhoseOwnerComesBackAsAnotherFileIsFreed) {
-  TempDir t;
-  fs::path dir = t.path / "pool", db = t.path / "db";
-  fs::create_directories(db);
-  const uint32_t slot = pool_with_one_file(dir, db / "000050.sst");
-  fs::rename(db, t.path / "away");
-  SstPool pool(options(dir));
-  ASSERT_EQ(pool.stats().quarantined, 1u);
-  fs::rename(t.path / "away", db);
-  ASSERT_EQ(::unlink((db / "000050.sst").c_str()), 0);
-  std::ofstream(db / "000050.sst") << "a normal file";
+  OwnerDeletedWhileAway q;
+  SstPool& pool = *q.pool;
+  std::ofstream(q.db / "000050.sst") << "a normal file";
   EXPECT_EQ(pool.recheck(), 1u);
   EXPECT_EQ(pool.stats().quarantined, 0u);
   EXPECT_EQ(pool.stats().free, 4u);
   EXPECT_EQ(pool.stats().reclaimed, 1u);
-  EXPECT_EQ(not_written_out(dir / slot_file_name(slot)), "");
+  EXPECT_EQ(not_written_out(q.dir / slot_file_name(q.slot)), "");
 }
 
 // recheck() writes a slot it finds free out after it lets go of the pool's
@@ -570,16 +583,11 @@ TEST(SstPool, AQuarantinedSlotWhoseOwnerComesBackAsAnotherFileIsFreed) {
 // its open for writing blocks) and a claim is answered meanwhile. Under the
 // lock, the claim got no answer in 60 s.
 TEST(SstPool, AClaimIsAnsweredWhileARecheckWritesASlotOut) {
-  TempDir t;
-  fs::path dir = t.path / "pool", db = t.path / "db";
-  fs::create_directories(db);
-  const uint32_t slot = pool_with_one_file(dir, db / "000050.sst");
-  fs::rename(db, t.path / "away");
-  SstPool pool(options(dir));
-  ASSERT_EQ(pool.stats().quarantined, 1u);
-  fs::rename(t.path / "away", db);
-  ASSERT_EQ(::unlink((db / "000050.sst").c_str()), 0);  // deleted while away: shown free at the recheck
-  const fs::path slot_file = dir / slot_file_name(slot);
+  OwnerDeletedWhileAway q;
+  SstPool& pool = *q.pool;
+  const TempDir& t = q.t;
+  const uint32_t slot = q.slot;
+  const fs::path slot_file = q.dir / slot_file_name(slot);
   fs::remove(slot_file);
   ASSERT_EQ(::mkfifo(slot_file.c_str(), 0600), 0);
   auto recheck = std::async(std::launch::async, [&] { return pool.recheck(); });
