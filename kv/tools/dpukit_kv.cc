@@ -340,8 +340,9 @@ RunPool choose_pool(const Settings& s, const fs::path& pools, const fs::path& wo
     for (const auto& rep : c.reports) not_free += rep.verdict != PoolCheck::Verdict::kFree;
     if (!c.usable) why_not = c.problem;
     else if (c.in_use) why_not = "it is held by another run";
-    else if (not_free > 0) why_not = std::to_string(not_free) + " of its slots are not free (`dpukit-agent pool check --pool " +
-                                     shared.string() + "` says why)";
+    else if (not_free > 0)
+      why_not = std::to_string(not_free) + " of its slots are not free (`dpukit-agent pool check --pool " +
+                shared.string() + "` says why)";
     r.reused = why_not.empty();
   } else if (fs::exists(shared, ec) && !fs::exists(shared / "pool.index.tmp", ec) && !fs::is_empty(shared, ec)) {
     why_not = "it holds files but no pool.index";
