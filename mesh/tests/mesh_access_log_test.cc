@@ -1,8 +1,16 @@
 // The access log's format language and lines: Envoy's operators read into
 // pieces, a request's facts rendered as text and as typed JSON, and the file
-// written out by the flusher and reopened by its path (logrotate).
+// written out by the flusher, reopened by its path (logrotate), and written
+// out by the flusher too when the last configuration naming it goes.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -175,6 +183,69 @@ TEST(AccessLogFile, WrittenOutByTheFlusherAndReopenedByItsPath) {
     EXPECT_EQ(read(path), "404\n");
   }
   set_access_log_flush_interval(10000ms);
+  std::filesystem::remove_all(dir);
+}
+
+// Whether the thread `tid` of this process is inside write(2) (its /proc syscall line starts with the number).
+bool writing(pid_t tid) {
+  return read("/proc/self/task/" + std::to_string(tid) + "/syscall").rfind(std::to_string(SYS_write) + " ", 0) == 0;
+}
+
+TEST(AccessLogFile, TheLastLoggerDroppedOnAWorkerLeavesTheWritingToTheFlusher) {
+  // A FIFO the test holds the reading end of and fills: whoever writes the
+  // buffered line out blocks until the test reads. The last configuration
+  // that names a file may be let go of on a data-plane worker, which must not
+  // be the one that waits: it used to flush in the file's destructor.
+  const auto dir = std::filesystem::temp_directory_path() / ("dpukit-access-fifo-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "access.fifo";
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  const int reader = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  set_access_log_flush_interval(10000ms);  // not due during the test: only the drop makes the line go out
+  config::AccessLog cfg;
+  cfg.path = path.string();
+  cfg.text_format = "%RESPONSE_CODE%\n";
+  auto log = std::make_unique<AccessLogger>(cfg);
+  const int filler = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+  ASSERT_GE(filler, 0);
+  size_t filled = 0;
+  for (size_t chunk : {size_t{4096}, size_t{1}}) {  // whole pages, then bytes, until the pipe takes no more
+    const std::string bytes(chunk, 'f');
+    while (::write(filler, bytes.data(), chunk) == static_cast<ssize_t>(chunk)) filled += chunk;
+  }
+  Request r;
+  log->log(r.info, 0);
+
+  std::atomic<pid_t> worker_tid{0};
+  std::atomic<bool> dropped{false};
+  std::thread worker([&] {
+    worker_tid = static_cast<pid_t>(::syscall(SYS_gettid));
+    log.reset();
+    dropped = true;
+  });
+  // Either the drop returns, or the worker is seen blocked writing to the full FIFO.
+  bool worker_wrote = false;
+  while (!dropped && !worker_wrote) {
+    const pid_t tid = worker_tid;
+    worker_wrote = tid != 0 && writing(tid);
+    std::this_thread::yield();
+  }
+  EXPECT_FALSE(worker_wrote) << "the thread that let go of the last logger wrote the file";
+  // Drained, the FIFO takes the line: from the flusher (or, wrongly, the worker).
+  std::string got;
+  char buf[65536];
+  while (got.size() < filled + 4) {
+    pollfd p{reader, POLLIN, 0};
+    ASSERT_GT(::poll(&p, 1, -1), 0);
+    ssize_t n = ::read(reader, buf, sizeof buf);
+    ASSERT_GT(n, 0);
+    got.append(buf, static_cast<size_t>(n));
+  }
+  worker.join();
+  EXPECT_EQ(got.substr(filled), "200\n");
+  ::close(filler);
+  ::close(reader);
   std::filesystem::remove_all(dir);
 }
 

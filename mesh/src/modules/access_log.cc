@@ -11,10 +11,12 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "dpukit/core/accounting.h"
 #include "dpukit/core/log.h"
@@ -68,6 +70,7 @@ std::string response_flags_text(uint32_t flags, bool long_names) {
 class AccessLogFile {
  public:
   AccessLogFile(std::string path, int fd, bool reopenable) : path_(std::move(path)), fd_(fd), reopenable_(reopenable) {}
+  // Runs on the flusher's thread (AccessLogFiles::retire), or at exit.
   ~AccessLogFile() {
     flush();
     if (reopenable_ && fd_ >= 0) ::close(fd_);
@@ -146,14 +149,15 @@ class AccessLogFiles {
                                                                            : std::string("<stderr>");
     if (auto it = files_.find(key); it != files_.end())
       if (auto f = it->second.lock()) return f;
-    std::shared_ptr<AccessLogFile> f;
+    AccessLogFile* made;
     if (cfg.sink == config::AccessLog::Sink::kFile) {
       int fd = ::open(cfg.path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
       if (fd < 0) throw std::runtime_error("access log " + cfg.path + ": cannot open: " + std::strerror(errno));
-      f = std::make_shared<AccessLogFile>(cfg.path, fd, true);
+      made = new AccessLogFile(cfg.path, fd, true);
     } else {
-      f = std::make_shared<AccessLogFile>(key, cfg.sink == config::AccessLog::Sink::kStdout ? 1 : 2, false);
+      made = new AccessLogFile(key, cfg.sink == config::AccessLog::Sink::kStdout ? 1 : 2, false);
     }
+    std::shared_ptr<AccessLogFile> f(made, [this](AccessLogFile* gone) { retire(gone); });
     files_[key] = f;
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
     return f;
@@ -168,6 +172,14 @@ class AccessLogFiles {
   }
 
   void flush_all(bool by_timer = false) {
+    std::vector<std::unique_ptr<AccessLogFile>> retired;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      retired.swap(retired_);
+    }
+    // Their lines are older than any a successor of the same path holds: written out first.
+    for (const auto& f : retired) (f->flush() ? write_completed_ : write_failed_).fetch_add(1, std::memory_order_relaxed);
+    retired.clear();
     for (const auto& f : live()) (f->flush() ? write_completed_ : write_failed_).fetch_add(1, std::memory_order_relaxed);
     if (by_timer) flushed_by_timer_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -182,6 +194,22 @@ class AccessLogFiles {
     interval_ = interval;
     retimed_ = true;
     cv_.notify_one();
+  }
+
+  // No configuration names `f` any more. The last one may be let go of on a
+  // worker, which must not wait for a disk: the flusher writes out what `f`
+  // holds and closes it.
+  void retire(AccessLogFile* f) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (thread_.joinable() && !stopping_) {
+        retired_.emplace_back(f);
+        urgent_ = true;
+        cv_.notify_one();
+        return;
+      }
+    }
+    delete f;  // at exit: the flusher has stopped
   }
 
   AccessLogCounters counters() const {
@@ -233,6 +261,7 @@ class AccessLogFiles {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::weak_ptr<AccessLogFile>> files_;
+  std::vector<std::unique_ptr<AccessLogFile>> retired_;  // for the flusher to write out and close
   std::chrono::milliseconds interval_{10000};  // Envoy's --file-flush-interval-msec default
   bool urgent_ = false, stopping_ = false, retimed_ = false;
   std::atomic<uint64_t> write_completed_{0}, write_failed_{0}, dropped_{0}, reopen_failed_{0}, flushed_by_timer_{0};
