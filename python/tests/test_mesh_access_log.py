@@ -383,3 +383,29 @@ def test_sigusr1_reopens_a_moved_log(kind: str, tmp_path: Path):
         exchange(port, get("/after"))
         assert wait_lines(log, 1) == ["/after"]
         assert (tmp_path / "access.log.1").read_text() == "/before\n"
+
+
+DIRECT_200 = "              - match: {prefix: /}\n                direct_response: {status: 200}\n"
+
+
+@pytest.mark.parametrize("kind", ["mesh", "mesh-pipelined"])
+def test_a_log_on_a_full_disk_loses_its_lines_and_the_proxy_serves_on(kind: str, tmp_path: Path):
+    """/dev/full opens and refuses every write with ENOSPC, as a full disk
+    does: the flusher loses those lines, says so in the proxy's own log, and
+    every request is still answered."""
+    port, admin = free_port(), free_port()
+    config = tls_bootstrap(admin=admin, listeners=[listener("http", port, [FilterChain(
+        hcm(file_log(Path("/dev/full"), "%REQ(:PATH)%\n", 10), DIRECT_200))])], clusters=[])
+    config = config.replace("  clusters:\n", "  clusters: []\n")
+    with Group(tmp_path / "procs") as group:
+        proxy = start_proxy(group, kind, config, tmp_path, port=port, admin=admin, extra=FLUSH)
+        for i in range(20):
+            assert exchange(port, get(f"/before/{i}")).startswith(b"HTTP/1.1 200 "), i
+        deadline = time.monotonic() + 10
+        while "write failed" not in proxy.proc.output() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "access log /dev/full: write failed (No space left on device)" in proxy.proc.output()
+        for i in range(20):
+            assert exchange(port, get(f"/after/{i}")).startswith(b"HTTP/1.1 200 "), i
+        proxy.proc.check_alive()
+
