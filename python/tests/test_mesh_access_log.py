@@ -409,3 +409,47 @@ def test_a_log_on_a_full_disk_loses_its_lines_and_the_proxy_serves_on(kind: str,
             assert exchange(port, get(f"/after/{i}")).startswith(b"HTTP/1.1 200 "), i
         proxy.proc.check_alive()
 
+
+def plain_tcp_listener(name: str, port: int, cluster: str, logs: str = "") -> str:
+    """A tcp_proxy listener with no RBAC filter, and ``logs`` (access_log items) if any."""
+    access = f"          access_log:\n{logs}" if logs else ""
+    return (f"  - name: {name}\n    address:\n      socket_address: {{address: 127.0.0.1, port_value: {port}}}\n"
+            "    filter_chains:\n    - filters:\n      - name: envoy.filters.network.tcp_proxy\n        typed_config:\n"
+            '          "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy\n'
+            f"          stat_prefix: {name}\n          cluster: {cluster}\n{access}")
+
+
+def test_a_tcp_proxy_reads_its_connections_facts_only_for_a_log_or_rbac(tmp_path: Path):
+    """A tcp_proxy connection's facts (its peer's address, and its identity
+    for RBAC) are read only where an access log or an RBAC filter wants them:
+    counted by strace, no getpeername for connections to a chain with
+    neither (each cost one before), one each on a chain with a log."""
+    from conftest import native_tool
+    from dpukit.mesh_harness import mesh_argv, wait_ready
+    native_tool("dpukit-mesh")
+    plain, logged, admin, dead = free_port(), free_port(), free_port(), free_port()
+    config = tls_bootstrap(admin=admin, listeners=[
+        plain_tcp_listener("plain", plain, "dead"),
+        plain_tcp_listener("logged", logged, "dead", file_log(tmp_path / "tcp.log", "%RESPONSE_FLAGS%\n", 10))],
+        clusters=[tls_cluster("dead", dead)])
+    (tmp_path / "mesh.yaml").write_text(config)
+    trace = tmp_path / "getpeername.trace"
+
+    def calls() -> int:
+        return trace.read_text().count("getpeername(") if trace.exists() else 0
+
+    def connect_and_close(port: int, n: int) -> None:
+        for _ in range(n):  # each answered by a close: the upstream refuses
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.settimeout(5)
+                assert s.recv(100) == b""
+
+    with Group(tmp_path / "procs") as group:
+        proc = group.start(["strace", "-f", "-qq", "-e", "trace=getpeername", "-o", str(trace),
+                            *mesh_argv(tmp_path / "mesh.yaml", dpu_cpus=None)], name="mesh-strace")
+        wait_ready(proc, plain, admin)
+        before = calls()
+        connect_and_close(plain, 5)
+        assert calls() == before, trace.read_text()
+        connect_and_close(logged, 5)
+        assert calls() - before >= 5, trace.read_text()

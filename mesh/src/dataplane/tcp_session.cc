@@ -47,8 +47,11 @@ class TcpSession : public std::enable_shared_from_this<TcpSession>, public Drain
   void start() {
     info_.start_ns = mono_ns();
     // Who it is and where it went: for the network RBAC filters and the access logs that name them.
-    facts_ = downstream_facts(down_, lr_->cfg->tls_inspector, tcp_->reads_identity);
-    info_.downstream = facts_.get();
+    // Neither here: no system calls for them (reads_identity covers the RBAC filters).
+    if (!tcp_->access_logs.empty() || tcp_->reads_identity) {
+      facts_ = downstream_facts(down_, lr_->cfg->tls_inspector, tcp_->reads_identity);
+      info_.downstream = facts_.get();
+    }
     cluster_ = snapshot_->clusters.at(tcp_->pick_cluster(w_.random())->name());
     connect_next();
   }
