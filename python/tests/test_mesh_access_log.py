@@ -3,8 +3,9 @@ Envoy 1.40 on the same YAML for the same requests, and compared line by line
 and field by field: successes (HTTP/1.1, HTTP/2, a POST, mTLS with the
 client's SPIFFE identity), a 404, an upstream that resets, one that refuses
 connections, a route timeout, retries used up, an RBAC denial, a direct
-response, a client that goes away, a malformed request, and tcp_proxy
-connections (relayed, refused by network RBAC, upstream refused). The lines
+response, a client that goes away, a malformed request, an HTTP/2
+upstream, and tcp_proxy connections (relayed, refused by network RBAC,
+upstream refused). The lines
 are Istio's default text format, Envoy's default format and a JSON format of
 Istio's fields. A log file moved away is reopened on SIGUSR1, as logrotate
 needs."""
@@ -103,6 +104,8 @@ def hcm(logs: str, routes: str, filters: str = "") -> str:
 
 
 ROUTES = """\
+              - match: {prefix: /h2/}
+                route: {cluster: h2up}
               - match: {prefix: /reset}
                 route: {cluster: reset}
               - match: {prefix: /dead}
@@ -186,9 +189,12 @@ def tcp_listener(name: str, port: int, cluster: str, logs: str) -> str:
 def nodes(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[dict[str, Node]]:
     work = tmp_path_factory.mktemp("access-log")
     resetter = Resetter()
-    dead = free_port()  # nothing listens here
+    dead, h2up = free_port(), free_port()  # nothing listens on `dead`
+    (work / "www" / "h2").mkdir(parents=True)
+    (work / "www" / "h2" / "hello.txt").write_text("hello over h2\n")
     with Group(work / "procs") as group:
         echo = Echoes(group).start("backend")
+        group.start(["nghttpd", "--no-tls", "-d", str(work / "www"), str(h2up)], name="nghttpd").wait_port(h2up)
         made: dict[str, Node] = {}
         for kind in TLS_KINDS:
             logs = work / kind
@@ -208,7 +214,8 @@ def nodes(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[dict[s
                     tcp_listener("tcp", ports["tcp"], "echo", tcp_logs),
                     tcp_listener("tcp-dead", ports["tcp-dead"], "dead", tcp_logs),
                 ],
-                clusters=[tls_cluster("echo", echo), tls_cluster("reset", resetter.port), tls_cluster("dead", dead)])
+                clusters=[tls_cluster("echo", echo), tls_cluster("reset", resetter.port), tls_cluster("dead", dead),
+                          tls_cluster("h2up", h2up, http2=True)])
             if kind == "envoy":
                 (work / "envoy.yaml").write_text(config)
                 checked = envoy_validate(work / "envoy.yaml")
@@ -257,6 +264,9 @@ HTTP_REQUESTS = [
     ("malformed", lambda p: exchange(p, b"GARBAGE\r\n\r\n")),
     ("HTTP/2", lambda p: nghttp(f"http://127.0.0.1:{p}/ok/h2", "-H", ":authority: backend.local", "-H", "x-request-id: rid-h2", "-H",
                                 "user-agent: probe/2")),
+    # %UPSTREAM_LOCAL_ADDRESS% of an HTTP/2 upstream's connection.
+    ("HTTP/2 upstream", lambda p: nghttp(f"http://127.0.0.1:{p}/h2/hello.txt", "-H", ":authority: backend.local", "-H",
+                                         "x-request-id: rid-h2up", "-H", "user-agent: probe/2")),
 ]
 
 
@@ -335,8 +345,9 @@ def compare_json(kind: str, what: str, want: dict[str, Any], got: dict[str, Any]
 
 def test_json_fields_are_envoys(logged: dict[str, dict[str, list[str]]]):
     reference = [json.loads(line) for line in logged["envoy"]["json"]]
-    assert [r["response_code"] for r in reference] == [200, 404, 503, 503, 403, 200, 504, 503, 0, 200, 400, 200]
+    assert [r["response_code"] for r in reference] == [200, 404, 503, 503, 403, 200, 504, 503, 0, 200, 400, 200, 200]
     assert reference[7]["response_flags"] == "URX" and reference[8]["response_flags"] == "DC"
+    assert reference[12]["upstream_local_address"] is not None
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", reference[0]["start_time"])
     for kind in ("mesh", "mesh-pipelined"):
         got = [json.loads(line) for line in logged[kind]["json"]]

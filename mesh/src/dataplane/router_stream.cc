@@ -410,6 +410,10 @@ void RouterStream::note_response_headers(const http::HeaderList& headers, bool t
       if (http::iequals(f.name, name)) kept->fields.push_back(f);
 }
 
+void RouterStream::note_upstream_local_address() {
+  if (up_ && !hcm_->access_logs.empty()) info_.upstream_local_address = up_->local_address();
+}
+
 void RouterStream::write_log() {
   if (logged_ || hcm_->access_logs.empty()) return;
   logged_ = true;
@@ -445,6 +449,7 @@ void RouterStream::upstream_head(http::ResponseHead& h, bool end_stream) {
   h.headers.set("x-envoy-upstream-service-time", std::to_string((now - start_ns_) / 1000000));
   info_.response_code = status;
   info_.response_code_details = "via_upstream";
+  note_upstream_local_address();  // an HTTP/2 upstream's connection is up once it answers
   if (!hcm_->access_logs.empty()) note_response_headers(h.headers);
   ds_->encode_headers(h, end_stream);
 }

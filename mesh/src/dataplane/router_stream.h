@@ -141,12 +141,11 @@ class RouterStream : public std::enable_shared_from_this<RouterStream>,
   void finish_response();
   void fail_attempt_log(const char* details, uint32_t flag, std::string failure_reason = {});
   void note_response_headers(const http::HeaderList& headers, bool trailers = false);
+  void note_upstream_local_address();  // the access log's %UPSTREAM_LOCAL_ADDRESS%, once connected
   void write_log();
 
   // UpstreamConn::User (HTTP/1.1 upstream)
-  void upstream_connected() override {  // the access log's %UPSTREAM_LOCAL_ADDRESS%
-    if (up_ && !hcm_->access_logs.empty()) info_.upstream_local_address = up_->local_address();
-  }
+  void upstream_connected() override { note_upstream_local_address(); }
   void upstream_failed(Failure f) override;
   void upstream_drained() override;
   void upstream_response_complete() override;

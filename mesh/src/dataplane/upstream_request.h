@@ -91,6 +91,7 @@ class H2UpstreamRequest : public UpstreamRequest {
   void response_dropped() override;
   void finish(bool keep_alive, bool request_ended) override;
   void drop() override;
+  std::string local_address() override { return conn_->local_address(); }
   bool http2() const override { return true; }
 
  private:

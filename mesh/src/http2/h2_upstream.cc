@@ -1,5 +1,6 @@
 #include "http2/h2_upstream.h"
 
+#include "dataplane/l7_chain.h"
 #include "dpukit/core/log.h"
 #include "http2/h2_headers.h"
 
@@ -54,6 +55,11 @@ void H2UpstreamConn::connect() {
       flush();
     }
   });
+}
+
+std::string H2UpstreamConn::local_address() {
+  if (local_address_.empty() && connected_) local_address_ = local_address_of(sock_.native_handle());
+  return local_address_;
 }
 
 int32_t H2UpstreamConn::open_stream(const http::RequestHead& head, bool end_stream, H2UpstreamUser* user) {

@@ -50,6 +50,8 @@ class H2UpstreamConn : public std::enable_shared_from_this<H2UpstreamConn> {
   // Takes new streams: not failed, no GOAWAY received.
   bool usable() const { return !closed_ && !goaway_; }
   Host& host() { return *host_; }
+  // The connection's local address once connected, for the access log ("" before).
+  std::string local_address();
 
  private:
   struct Stream {
@@ -81,6 +83,7 @@ class H2UpstreamConn : public std::enable_shared_from_this<H2UpstreamConn> {
   std::unordered_map<int32_t, Stream> streams_;
   ReadBuffer in_;
   WriteQueue out_;
+  std::string local_address_;  // read once, when first asked after connecting
   bool connected_ = false, closed_ = false, goaway_ = false, reading_ = false, flush_posted_ = false;
   bool in_ng_ = false;  // inside nghttp2 (mem_recv / mem_send): no re-entry
 };
