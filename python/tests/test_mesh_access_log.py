@@ -3,11 +3,11 @@ Envoy 1.40 on the same YAML for the same requests, and compared line by line
 and field by field: successes (HTTP/1.1, HTTP/2, a POST, mTLS with the
 client's SPIFFE identity), a 404, an upstream that resets, one that refuses
 connections, a route timeout, retries used up, an RBAC denial, a direct
-response, a client that goes away, a malformed request, an HTTP/2
-upstream, and tcp_proxy connections (relayed, refused by network RBAC,
-upstream refused). The lines
-are Istio's default text format, Envoy's default format and a JSON format of
-Istio's fields. A log file moved away is reopened on SIGUSR1, as logrotate
+response, a client that goes away, a malformed request, gRPC requests the
+proxy answers itself over HTTP/1.1 and HTTP/2, an HTTP/2 upstream, and
+tcp_proxy connections (relayed, refused by network RBAC, upstream refused).
+The lines are Istio's default text format, Envoy's default format and a
+JSON format of Istio's fields. A log file moved away is reopened on SIGUSR1, as logrotate
 needs."""
 
 from __future__ import annotations
@@ -264,6 +264,13 @@ HTTP_REQUESTS = [
     ("malformed", lambda p: exchange(p, b"GARBAGE\r\n\r\n")),
     ("HTTP/2", lambda p: nghttp(f"http://127.0.0.1:{p}/ok/h2", "-H", ":authority: backend.local", "-H", "x-request-id: rid-h2", "-H",
                                 "user-agent: probe/2")),
+    # Answered as gRPC (200, grpc-status 14, no body): the line says 200 and 0 bytes sent, as Envoy's.
+    ("gRPC over HTTP/1.1, upstream refused",
+     lambda p: exchange(p, b"POST /dead/grpc HTTP/1.1\r\nHost: backend.local\r\nx-request-id: rid-grpc1\r\n"
+                           b"content-type: application/grpc\r\nContent-Length: 5\r\nConnection: close\r\n\r\n\0\0\0\0\0")),
+    ("gRPC over HTTP/2, upstream refused",
+     lambda p: nghttp(f"http://127.0.0.1:{p}/dead/grpc2", "-H", ":authority: backend.local", "-H", "x-request-id: rid-grpc2",
+                      "-H", "content-type: application/grpc", "-H", "user-agent: probe/2", "-d", "/dev/null")),
     # %UPSTREAM_LOCAL_ADDRESS% of an HTTP/2 upstream's connection.
     ("HTTP/2 upstream", lambda p: nghttp(f"http://127.0.0.1:{p}/h2/hello.txt", "-H", ":authority: backend.local", "-H",
                                          "x-request-id: rid-h2up", "-H", "user-agent: probe/2")),
@@ -345,9 +352,11 @@ def compare_json(kind: str, what: str, want: dict[str, Any], got: dict[str, Any]
 
 def test_json_fields_are_envoys(logged: dict[str, dict[str, list[str]]]):
     reference = [json.loads(line) for line in logged["envoy"]["json"]]
-    assert [r["response_code"] for r in reference] == [200, 404, 503, 503, 403, 200, 504, 503, 0, 200, 400, 200, 200]
+    assert [r["response_code"] for r in reference] == [200, 404, 503, 503, 403, 200, 504, 503, 0, 200, 400, 200,
+                                                       200, 200, 200]
     assert reference[7]["response_flags"] == "URX" and reference[8]["response_flags"] == "DC"
-    assert reference[12]["upstream_local_address"] is not None
+    assert [(r["response_flags"], r["bytes_sent"]) for r in reference[12:14]] == [("UF", 0), ("UF", 0)]
+    assert reference[14]["upstream_local_address"] is not None
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", reference[0]["start_time"])
     for kind in ("mesh", "mesh-pipelined"):
         got = [json.loads(line) for line in logged[kind]["json"]]

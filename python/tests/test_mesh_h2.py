@@ -178,12 +178,17 @@ def test_grpc_unary_streaming_and_errors(h2: H2Setup) -> None:
 
 
 def test_grpc_local_replies(h2: H2Setup) -> None:
-    """The proxy's own answers to a gRPC client are gRPC statuses (as Envoy's)."""
+    """The proxy's own answers to a gRPC client are gRPC statuses (as Envoy's),
+    a direct response's too (Envoy maps its status as any local reply's)."""
     with grpc.insecure_channel(f"127.0.0.1:{h2.proxy.port}") as ch:
         with pytest.raises(grpc.RpcError) as err:  # nobody listens: 503 -> UNAVAILABLE
             ch.unary_unary("/dead.Svc/Call")(b"x", timeout=10)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         assert "connection failure" in err.value.details()
+        with pytest.raises(grpc.RpcError) as err:  # direct_response 418 -> UNKNOWN, its body the message
+            ch.unary_unary("/teapot.Svc/Call")(b"x", timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNKNOWN
+        assert err.value.details() == "short and stout"
 
 
 def test_grpc_concurrent_calls_share_one_upstream_connection(h2: H2Setup) -> None:

@@ -527,17 +527,21 @@ def test_uploads_are_not_kept_for_a_retry_the_route_cannot_make(kind, echoes: Ec
 # -- 2b. request_timeout falling while the head is on the stage threads (pipelined) ---------------
 
 
-def test_pipelined_request_timeout_that_falls_in_the_stages_still_fires(echoes: Echoes, servers, tmp_path: Path,
-                                                                         monkeypatch):
+@pytest.mark.parametrize("timeout,text", [("request_timeout", b"request timeout"),
+                                          ("stream_idle_timeout", b"stream timeout")])
+def test_pipelined_timeout_that_falls_in_the_stages_still_fires(timeout, text, echoes: Echoes, servers,
+                                                                tmp_path: Path, monkeypatch):
     """In the pipelined model a request's head goes round the stage threads.
     A request_timeout that fell while it was there returned without being
     armed again, so a request whose body never came waited for the 5-minute
-    stream idle timeout; HTTP/2 looked again 1 ms later. Now both do. The
+    stream idle timeout; HTTP/2 looked again 1 ms later. Now a timeout that
+    falls there (request_timeout or stream_idle_timeout, the connection
+    manager's for both codecs) is answered once the head is back. The
     stages are made slow (dpu speed 0.001: a stage's few microseconds of work
     take milliseconds) so that a 2 ms timeout falls in them."""
     monkeypatch.setenv("DPUKIT_DPU_SPEED", "0.001")
     up = python_upstream(servers, "tcp", tmp_path)
-    proxy = proxy_to(echoes, "mesh-pipelined", tmp_path, up, hcm_extra="          request_timeout: 0.002s\n")
+    proxy = proxy_to(echoes, "mesh-pipelined", tmp_path, up, hcm_extra=f"          {timeout}: 0.002s\n")
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as s:
         s.sendall(b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab")  # 8 body bytes never come
         s.settimeout(20)
@@ -546,7 +550,45 @@ def test_pipelined_request_timeout_that_falls_in_the_stages_still_fires(echoes: 
             while chunk := s.recv(4096):
                 answer += chunk
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
-    assert answer.endswith(b"request timeout"), answer
+    assert answer.endswith(text), answer
+
+
+# -- local replies to gRPC requests (issue 33 §6) ------------------------------------------------
+
+GRPC_ROUTES = """\
+            - name: default
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/dead.Svc/"}
+                route: {cluster: dead}
+              - match: {prefix: "/teapot.Svc/"}
+                direct_response: {status: 418, body: {inline_string: "short and stout"}}
+"""
+
+REFUSED = "upstream connect error or disconnect/reset before headers. reset reason: remote connection failure"
+
+
+@pytest.mark.parametrize("kind", ["envoy", "mesh", "mesh-pipelined"])
+def test_a_grpc_request_over_http11_gets_its_local_reply_in_grpc(kind, echoes: Echoes, tmp_path: Path):
+    """Envoy answers a gRPC request (content-type application/grpc, over
+    HTTP/1.1 too) that it answers itself as gRPC: 200, grpc-status mapped
+    from the HTTP status (503 -> 14 UNAVAILABLE, 404 -> 12 UNIMPLEMENTED,
+    418 -> 2 UNKNOWN), the text as grpc-message, and no body; a direct
+    response too. dpukit-mesh did so only over HTTP/2. A request that is not
+    gRPC keeps its text/plain answer."""
+    port, admin, dead = ports(3)  # nothing listens on `dead`
+    config = bootstrap(port=port, admin=admin, virtual_hosts=GRPC_ROUTES, clusters=cluster("dead", [dead]))
+    proxy = start_proxy(echoes.group, kind, config, tmp_path, port=port, admin=admin)
+    for path, grpc_status, message in [("/dead.Svc/Call", "14", REFUSED), ("/nothing.Svc/Call", "12", None),
+                                       ("/teapot.Svc/Call", "2", "short and stout")]:
+        r = request(proxy.port, "POST", path, headers={"content-type": "application/grpc", "te": "trailers"},
+                    body=b"\0\0\0\0\0")
+        assert (r.status, r.body) == (200, b""), (kind, path, r)
+        assert r.headers["content-type"] == "application/grpc" and r.headers["content-length"] == "0", (kind, path, r)
+        assert r.headers["grpc-status"] == grpc_status, (kind, path, r)
+        assert r.headers.get("grpc-message") == message, (kind, path, r)
+    plain = request(proxy.port, "POST", "/dead.Svc/Call", body=b"x")
+    assert (plain.status, plain.headers["content-type"], plain.body) == (503, "text/plain", REFUSED.encode()), plain
 
 
 # -- 6. idle connections hold little, and give it back ----------------------------------------------

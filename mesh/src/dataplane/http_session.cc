@@ -5,12 +5,14 @@
 // on a connection are served one at a time (pipelined requests wait in the
 // read buffer); bodies stream in both directions with back-pressure and are
 // never held whole. In the pipelined model the router stream's modules run
-// on the pipeline's stage threads.
+// on the pipeline's stage threads. A request's timers and local replies are
+// its ActiveStream's (dataplane/active_stream.h), as an HTTP/2 stream's are.
 #include <netinet/in.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "dataplane/active_stream.h"
 #include "dataplane/l7_chain.h"
 #include "dataplane/pipeline.h"
 #include "dataplane/router_stream.h"
@@ -32,12 +34,13 @@ constexpr size_t kReadChunk = 64 * 1024;
 class HttpSession : public std::enable_shared_from_this<HttpSession>,
                     public http::RequestEvents,
                     public RouterDownstream,
+                    public ActiveStreamCodec,
+                    public ConnectionIdleTimer::Connection,
                     public DrainableConnection {
  public:
   HttpSession(Worker& w, DownstreamStream sock, const ListenerRuntime& lr)
       : w_(w), sock_(std::move(sock)), snapshot_(w.snapshot()), lr_(&lr), hcm_(lr.hcm.get()),
-        stats_(hcm_->stats[w.id()]), parser_(hcm_->limits), in_(kSmallReadChunk), idle_timer_(w.io()),
-        request_timer_(w.io()) {
+        stats_(hcm_->stats[w.id()]), parser_(hcm_->limits), in_(kSmallReadChunk), idle_(w, *this) {
     stats_->downstream_cx_total.inc();
     stats_->downstream_cx_active.add(1);
     drain_id_ = w_.track(this);
@@ -45,6 +48,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   ~HttpSession() override {
     w_.untrack(drain_id_);
     if (stream_) stream_->router->detach();
+    if (active_) active_->detach();
     stats_->downstream_cx_active.add(-1);
   }
 
@@ -66,7 +70,6 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
 
   void start() {
     conn_ = downstream_facts(sock_, lr_->cfg->tls_inspector, hcm_->reads_identity);  // once per connection: x-forwarded-for, source_ip hashing, RBAC
-    last_activity_ns_ = mono_ns();
     h2_sniff_ = hcm_->cfg->codec_type != config::HttpConnectionManager::Codec::kHttp1;
     arm_idle_timer();
     do_read();
@@ -100,7 +103,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
                             self->in_.grow_if_filled(n, kReadChunk);
                             self->in_.wpos += n;
                             if (self->h2_sniff_ && self->handed_to_h2()) return;
-                            self->last_activity_ns_ = mono_ns();
+                            self->touch();
                             self->process_input();
                             self->do_read();
                           });
@@ -118,7 +121,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     h2_sniff_ = false;
     if (sniff == h2::Sniff::kHttp1 && !h2_only) return false;
     closed_ = true;
-    idle_timer_.cancel();
+    idle_.cancel();
     start_h2_session(w_, std::move(sock_), *lr_, in_.unread());
     return true;
   }
@@ -128,10 +131,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
       if (stream_ && stream_->request_complete) break;  // a pipelined request waits for this response
       // The parser is reset here, never inside its own callbacks (a stream may end within feed()).
       if (!stream_ && parser_.done()) parser_.reset();
-      if (!stream_ && !head_started_) {  // a request's first byte: its timeouts start
-        head_started_ = true;
-        request_start_ = std::chrono::steady_clock::now();
-        arm_request_timer();
+      if (!active_) {  // a request's first byte: its timeouts start
+        active_ = std::make_shared<ActiveStream>(w_, *hcm_, *stats_, *this, shared_from_this());
+        active_->start();
       }
       if (!stream_) feed_start_ns_ = mono_ns();
       size_t used = parser_.feed(in_.unread(), *this);
@@ -161,9 +163,6 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     if (head.version == 10 && !http10_allowed(head)) return;
     stream_.emplace();
     Stream& s = *stream_;
-    arm_idle_timer();  // now stream_idle_timeout, not the connection's idle_timeout
-    head_started_ = false;
-    arm_request_timer();  // the head is in: request_headers_timeout ends, request_timeout goes on
     // No upgrade is configured (the filter refuses it, 403): the bytes after
     // the request may be the other protocol's, so the connection closes after
     // the answer, as Envoy's does.
@@ -175,11 +174,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     if (!conn_->identity && hcm_->reads_identity) conn_ = downstream_facts(sock_, lr_->cfg->tls_inspector, true);
     const std::string_view protocol = head.version == 10 ? "HTTP/1.0" : "HTTP/1.1";
     s.router = std::make_shared<RouterStream>(w_, snapshot_, *lr_, *stats_, std::move(head), conn_, *this);
-    StreamInfo& info = s.router->info();  // the request began with its first byte, not with its parsed head
-    info.protocol = protocol;
-    const auto age = std::chrono::steady_clock::now() - request_start_;
-    info.start_ns -= std::chrono::duration_cast<std::chrono::nanoseconds>(age).count();
-    info.start_time -= std::chrono::duration_cast<std::chrono::system_clock::duration>(age);
+    s.router->info().protocol = protocol;
+    active_->headers_done(s.router, *hcm_, *stats_);
     // In the pipelined model the head goes round the stages (decided() when
     // back); the connection stays alive meanwhile.
     if (s.router->decide(w_.pipeline())) in_stage_self_ = shared_from_this();
@@ -233,6 +229,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
     if (!stream_) return;
     Stream& s = *stream_;
     s.request_complete = true;
+    active_->request_done();
     if (s.response_complete) {  // a local reply, or an upstream that answered before the body ended
       finish_stream();
       return;
@@ -250,7 +247,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
       refuse(f);
       return;
     }
-    stream_->router->act();
+    active_->decided();
     if (closed_ || !stream_) return;
     process_input();
     do_read();
@@ -328,22 +325,16 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   }
 
   // ---- local replies ----
-  void send_local_reply(unsigned status, std::string_view body, const http::HeaderList* extra,
-                        bool direct) override {
+  void send_local_reply(http::ResponseHead& h, std::string_view body) override {
     Stream& s = *stream_;
     const http::RequestHead& req = s.router->head();
-    http::ResponseHead h;
-    h.status = status;
-    if (extra) h.headers = *extra;
-    if (!body.empty()) h.headers.add("content-type", "text/plain");
-    h.content_length = body.size();
-    if (direct) apply_response_rules(s.router->decision(), *hcm_, h.headers);
+    if (!h.content_length) h.content_length = body.size();  // a gRPC reply: framed as having no body
     // A request whose body is still arriving cannot be followed by another on this connection.
     if (!s.request_complete && (req.content_length.value_or(0) > 0 || req.chunked)) s.keep_alive = false;
     if (!s.keep_alive) close_after_write_ = true;
     http::write_response_head(h, s.keep_alive, req.version, out_.pending);
-    if (req.method != "HEAD") out_.pending.append(body);
-    count_downstream_status(status);
+    out_.pending.append(body);
+    count_downstream_status(h.status);
     s.response_complete = true;
     flush();
     if (s.request_complete) finish_stream();
@@ -373,45 +364,43 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   // An answer that ends the stream, if any, and then the connection (a bad
   // request, a slow client); `details` and `flags` for the access log.
   void final_reply(unsigned status, std::string_view body, std::string_view details, uint32_t flags) {
+    LocalReply reply = local_reply(status, body, nullptr, false);
     if (stream_) {
       StreamInfo& info = stream_->router->info();
       info.response_code = status;
       info.response_code_details = details;
       info.response_flags |= flags;
-      info.bytes_sent += body.size();
+      info.bytes_sent += reply.body.size();
       release_stream();
       stream_.reset();
     } else {
-      int64_t start = head_started_ ? mono_ns() - std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                      std::chrono::steady_clock::now() - request_start_).count()
-                                    : 0;
-      log_codec_reply(*hcm_, conn_.get(), "HTTP/1.1", status, body.size(), details, flags, start);
+      log_codec_reply(*hcm_, conn_.get(), "HTTP/1.1", status, reply.body.size(), details, flags,
+                      active_ ? active_->start_ns() : 0);
+      end_active();
     }
-    http::ResponseHead h;
-    h.status = status;
-    h.headers.add("content-type", "text/plain");
-    h.content_length = body.size();
-    http::write_response_head(h, false, out_.pending);
-    out_.pending.append(body);
+    http::write_response_head(reply.head, false, out_.pending);
+    out_.pending.append(reply.body);
     count_downstream_status(status);
     close_after_write_ = true;
     read_paused_ = true;
-    request_timer_.cancel();  // answered: no 408 after it
     flush();
   }
 
-  // Gives back what the stream holds (the router stream's upstream and slots) and ends it.
+  // Gives back what the stream holds (the router stream's upstream and slots, its timers) and ends it.
   void release_stream() {
     stream_->router->detach();
     stats_->downstream_rq_active.add(-1);
-    request_timer_.cancel();
+    end_active();
+  }
+
+  void end_active() {
+    if (active_) std::exchange(active_, nullptr)->detach();
   }
 
   void finish_stream() {
     release_stream();
     bool keep = stream_->keep_alive;
     stream_.reset();
-    generation_++;
     if (!keep && w_.draining(drain_id_)) stats_->downstream_cx_drain_close.inc();
     if (!keep) {
       close_after_write_ = true;
@@ -420,83 +409,34 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
       return;
     }
     if (read_paused_ && !close_after_write_) read_paused_ = false;
+    arm_idle_timer();  // the connection's idle_timeout again
     read_more_soon();  // the next pipelined request, if it is already here
   }
 
-  // request_headers_timeout and request_timeout both run from a request's
-  // first byte, as Envoy's (more bytes do not re-arm them): the first bounds
-  // the head, the second the whole request, until it was all received or the
-  // response started. A slow client gets 408 and the connection closes.
-  void arm_request_timer() {
-    const auto& cfg = *hcm_->cfg;
-    std::optional<std::chrono::steady_clock::time_point> due;
-    bool head_due = false;  // request_headers_timeout comes first
-    if (!stream_ && cfg.request_headers_timeout.count() > 0) {
-      due = request_start_ + cfg.request_headers_timeout;
-      head_due = true;
-    }
-    if (cfg.request_timeout.count() > 0 && (!due || request_start_ + cfg.request_timeout < *due)) {
-      due = request_start_ + cfg.request_timeout;
-      head_due = false;
-    }
-    if (!due) {
-      request_timer_.cancel();
+  // ---- ActiveStreamCodec: what a request's timers decided ----
+  void timed_out_in_head(unsigned status, std::string_view body, std::string_view details) override {
+    final_reply(status, body, details, 0);
+  }
+  void timed_out(bool reset) override {
+    if (reset) {
+      close();
       return;
     }
-    request_timer_.expires_at(*due);
-    wait_request_timer(head_due);
+    close_after_write_ = true;  // the local reply that follows is the connection's last response
   }
 
-  void wait_request_timer(bool head_due) {
-    request_timer_.async_wait([self = shared_from_this(), gen = generation_, head_due](
-                                  const boost::system::error_code& ec) {
-      if (ec || self->closed_ || gen != self->generation_) return;
-      if (!self->stream_) {  // still in the head (Envoy's texts)
-        self->stats_->downstream_rq_timeout.inc();
-        self->final_reply(408, head_due ? "request header timeout" : "request timeout",
-                          head_due ? "request_header_timeout" : "request_overall_timeout", 0);
-        return;
-      }
-      RouterStream& r = *self->stream_->router;
-      if (self->stream_->request_complete || r.response_started()) return;
-      if (r.in_stage()) {  // the stages have the head: answer once it is back, as HTTP/2 does
-        self->request_timer_.expires_after(std::chrono::milliseconds(1));
-        self->wait_request_timer(head_due);
-        return;
-      }
-      self->stats_->downstream_rq_timeout.inc();
-      self->final_reply(408, "request timeout", "request_overall_timeout", 0);
-    });
+  void touch() {
+    idle_.touch();
+    if (active_) active_->touch();
   }
 
-  // Idle and stream-idle timeouts, checked lazily against the last activity.
-  void arm_idle_timer() {
-    auto timeout = stream_ ? hcm_->cfg->stream_idle_timeout : hcm_->cfg->idle_timeout;
-    if (timeout.count() == 0) timeout = std::chrono::milliseconds(3600 * 1000);
-    int64_t due = last_activity_ns_ + static_cast<int64_t>(timeout.count()) * 1000000;
-    idle_timer_.expires_after(std::chrono::nanoseconds(std::max<int64_t>(0, due - mono_ns())));
-    idle_timer_.async_wait([self = shared_from_this(), timeout](const boost::system::error_code& ec) {
-      if (ec || self->closed_) return;
-      auto now = mono_ns();
-      if (self->stream_ && self->stream_->router->in_stage()) {  // the stages have it: look again later
-        self->arm_idle_timer();
-        return;
-      }
-      if (now - self->last_activity_ns_ >= static_cast<int64_t>(timeout.count()) * 1000000 ) {
-        if (self->stream_ && !self->stream_->router->response_started()) {
-          self->stats_->downstream_rq_timeout.inc();
-          // As Envoy: 504 once the request was all received (the upstream is slow), else 408.
-          self->stream_->router->send_local_reply(self->stream_->request_complete ? 504 : 408, "stream timeout",
-                                                  "stream_idle_timeout", response_flag::kStreamIdleTimeout);
-          self->close_after_write_ = true;
-          return;
-        }
-        self->stats_->downstream_cx_idle_timeout.inc();
-        self->close();
-        return;
-      }
-      self->arm_idle_timer();
-    });
+  // ---- ConnectionIdleTimer::Connection ----
+  void arm_idle_timer() { idle_.arm(hcm_->cfg->idle_timeout, shared_from_this()); }
+  bool serving() const override { return stream_.has_value(); }  // a head in progress is not (as before)
+  bool closed() const override { return closed_; }
+  void idle_timed_out() override {
+    stats_->downstream_cx_idle_timeout.inc();
+    close();
   }
 
   // ---- downstream writing ----
@@ -512,7 +452,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
         self->on_downstream_closed();
         return;
       }
-      self->last_activity_ns_ = mono_ns();
+      self->touch();
       if (self->stream_ && self->out_.size() <= self->lr_->cfg->per_connection_buffer_limit_bytes) {
         Stream& s = *self->stream_;
         if (s.resp_unreported) s.router->response_sent(std::exchange(s.resp_unreported, 0));
@@ -530,8 +470,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
       release_stream();
       stream_.reset();
     }
-    idle_timer_.cancel();
-    request_timer_.cancel();
+    end_active();
+    idle_.cancel();
     boost::system::error_code ignored;
     sock_.shutdown(Socket::shutdown_both, ignored);
     sock_.close(ignored);
@@ -547,15 +487,13 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   ReadBuffer in_;
   WriteQueue out_;
   std::shared_ptr<const DownstreamFacts> conn_;
-  asio::steady_timer idle_timer_, request_timer_;
-  std::optional<Stream> stream_;
+  ConnectionIdleTimer idle_;
+  std::shared_ptr<ActiveStream> active_;  // from a request's first byte to its end
+  std::optional<Stream> stream_;          // from its head
   std::shared_ptr<HttpSession> in_stage_self_;
   std::optional<http::ParseFailure> refused_in_stage_;  // refuse() while the head was in the stages
-  uint64_t generation_ = 0;  // which stream a timer belongs to
-  int64_t feed_start_ns_ = 0, last_activity_ns_ = 0;
+  int64_t feed_start_ns_ = 0;
   bool reading_ = false, read_paused_ = false, closed_ = false, close_after_write_ = false;
-  bool head_started_ = false;  // a request's first byte came and its head did not end yet
-  std::chrono::steady_clock::time_point request_start_{};  // when it came
   bool h2_sniff_ = false;  // the first bytes may be the HTTP/2 preface
   uint64_t drain_id_ = 0;  // with the worker's drain manager
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "dataplane/active_stream.h"
 #include "http2/h2_headers.h"
 
 namespace dpukit::mesh {
@@ -33,6 +34,7 @@ RouterStream::RouterStream(Worker& w, std::shared_ptr<const Snapshot> snapshot, 
   // The body's framing is fixed by the head (routing never changes it): set
   // here, before any body arrives and before a stage thread sees the request.
   framing_ = http::request_body_encoder(head_);
+  grpc_ = h2::is_grpc(head_);
   info_.start_ns = start_ns_;
   info_.request = &head_;
   info_.downstream = conn_.get();
@@ -380,19 +382,21 @@ void RouterStream::send_local_reply(unsigned status, std::string_view body, std:
   auto keep = shared_from_this();
   local_reply_ = true;
   response_started_ = response_complete_ = true;
-  info_.response_code = status;
+  LocalReply reply = mesh::local_reply(status, body, extra, grpc_);
+  if (direct) apply_response_rules(decision_, *hcm_, reply.head.headers);
+  if (head_.method == "HEAD") reply.body = {};  // its content-length stays the body's
+  // The log says what the client was sent: a gRPC reply's 200 and no body, as Envoy's.
+  info_.response_code = reply.head.status;
   info_.response_code_details = details;
   info_.response_flags |= flags;
-  if (head_.method != "HEAD") info_.bytes_sent += body.size();
-  if (!hcm_->access_logs.empty()) {  // what the codec's reply carries, for %RESP(...)%
-    http::HeaderList h;
-    if (extra) h = *extra;
-    if (!body.empty()) h.add("content-type", "text/plain");
-    h.add("content-length", std::to_string(body.size()));
+  info_.bytes_sent += reply.body.size();
+  if (!hcm_->access_logs.empty()) {  // for %RESP(...)%
+    http::HeaderList h = reply.head.headers;
+    if (reply.head.content_length) h.add("content-length", std::to_string(*reply.head.content_length));
     note_response_headers(h);
   }
   release();
-  ds_->send_local_reply(status, body, extra, direct);
+  ds_->send_local_reply(reply.head, reply.body);
 }
 
 void RouterStream::downstream_disconnected() {

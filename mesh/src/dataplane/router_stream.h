@@ -30,9 +30,10 @@ struct RouterDownstream {
   virtual void encode_data(std::string_view data) = 0;
   virtual void encode_trailers(http::HeaderList& trailers) = 0;
   virtual void encode_end() = 0;
-  // An answer made here (`direct`: a direct_response, whose route's response header rules apply).
-  virtual void send_local_reply(unsigned status, std::string_view body, const http::HeaderList* extra,
-                                bool direct) = 0;
+  // An answer made here (dataplane/active_stream.h's local_reply, the
+  // route's response header rules applied to a direct_response): `head`,
+  // then `body` if it is not empty, and the response ends.
+  virtual void send_local_reply(http::ResponseHead& head, std::string_view body) = 0;
   // The response started and cannot be finished: the client can only see a reset.
   virtual void reset_stream() = 0;
   // The response ended and the upstream let go of the stream (its connection pooled or closed).
@@ -95,6 +96,7 @@ class RouterStream : public std::enable_shared_from_this<RouterStream>,
   void response_sent(size_t n);
 
   // An answer made here: the upstream and the circuit-breaker slots are given back first.
+  // A gRPC request gets it in gRPC (local_reply), over either codec, as from Envoy.
   // `details` and `flags`: what the access log says of it (%RESPONSE_CODE_DETAILS%, %RESPONSE_FLAGS%).
   void send_local_reply(unsigned status, std::string_view body, std::string_view details, uint32_t flags = 0,
                         const http::HeaderList* extra = nullptr, bool direct = false);
@@ -190,7 +192,7 @@ class RouterStream : public std::enable_shared_from_this<RouterStream>,
   bool replay_ok_ = true;  // false once the request outgrew the buffer, or where the route does not retry
   bool in_stage_ = false, acted_ = false, request_ended_ = false, response_started_ = false,
        response_complete_ = false, local_reply_ = false, holds_request_ = false, holds_retry_ = false,
-       retrying_ = false, resp_keep_alive_ = true, resp_paused_ = false, drain_posted_ = false, logged_ = false;
+       retrying_ = false, resp_keep_alive_ = true, grpc_ = false, resp_paused_ = false, drain_posted_ = false, logged_ = false;
 };
 
 }  // namespace dpukit::mesh

@@ -6,7 +6,8 @@
 // (the client's window reopens) only once the upstream took them; response
 // bytes wait in the stream's queue for nghttp2's data source, and the
 // upstream is paused (or, for HTTP/2, its window left closed) while the
-// client does not read.
+// client does not read. A stream's timers and local replies are its
+// ActiveStream's (dataplane/active_stream.h), as an HTTP/1.1 request's are.
 #include "http2/h2_session.h"
 
 #include <nghttp2/nghttp2.h>
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "dataplane/active_stream.h"
 #include "dataplane/l7_chain.h"
 #include "dataplane/router_stream.h"
 #include "dpukit/core/log.h"
@@ -40,11 +42,12 @@ class H2Session;
 constexpr size_t kGiveBackAfterStreams = 256;
 
 
-class H2Stream : public std::enable_shared_from_this<H2Stream>, public RouterDownstream {
+class H2Stream : public std::enable_shared_from_this<H2Stream>, public RouterDownstream, public ActiveStreamCodec {
  public:
   H2Stream(H2Session& session, int32_t id);
   ~H2Stream() override {
     if (router_) router_->detach();
+    if (active_) active_->detach();
   }
 
   // ---- from the session (nghttp2's events for this stream) ----
@@ -56,7 +59,7 @@ class H2Stream : public std::enable_shared_from_this<H2Stream>, public RouterDow
   void on_request_trailers();
   void on_request_end();
   void on_closed(uint32_t error_code);
-  void arm_headers_timer();  // once the stream is the session's: request_headers_timeout
+  void begin();  // once the stream is the session's: its timers start
   ssize_t read_response(uint8_t* buf, size_t length, uint32_t* flags);
   void on_end_stream_sent();
   void detach();  // the connection went away
@@ -69,24 +72,25 @@ class H2Stream : public std::enable_shared_from_this<H2Stream>, public RouterDow
   void response_data_ready();
   void reset(uint32_t code);
   void count_downstream_status(unsigned status) { stats_->downstream_rq_xx[status_class(status)].inc(); }
-  void arm_request_timer();
-  void wait_request_timer();
-  void arm_idle_timer();
-  void touch() { active_ns_ = mono_ns(); }  // stream activity, for stream_idle_timeout
+  void touch() { active_->touch(); }  // stream activity, for stream_idle_timeout
 
   // RouterDownstream
   void encode_headers(http::ResponseHead& h, bool end_stream) override;
   void encode_data(std::string_view d) override;
   void encode_trailers(http::HeaderList& trailers) override;
   void encode_end() override;
-  void send_local_reply(unsigned status, std::string_view body, const http::HeaderList* extra,
-                        bool direct) override;
+  void send_local_reply(http::ResponseHead& head, std::string_view body) override;
   void reset_stream() override { reset(NGHTTP2_INTERNAL_ERROR); }
   void response_done() override {}
   void decided() override;
   size_t request_buffer_limit() const override { return share(); }
   void request_sent(size_t n) override { consume_request(std::min(n, unconsumed_)); }
   void request_drained() override { consume_request(unconsumed_); }
+  // ActiveStreamCodec
+  void timed_out_in_head(unsigned status, std::string_view body, std::string_view details) override;
+  void timed_out(bool reset) override {
+    if (reset) this->reset(NGHTTP2_CANCEL);
+  }
 
   H2Session* c_;  // null once detached
   const int32_t id_;
@@ -94,20 +98,21 @@ class H2Stream : public std::enable_shared_from_this<H2Stream>, public RouterDow
   const ListenerRuntime* lr_;
   const HcmRuntime* hcm_;
   HttpStats* stats_;
+  std::shared_ptr<ActiveStream> active_;  // from the first HEADERS frame on
   std::shared_ptr<RouterStream> router_;  // from the request head on
   http::HeaderList trailers_;  // the request's
   size_t unconsumed_ = 0;      // request bytes received, not yet consumed (the upstream has not taken them)
   h2::BodyQueue resp_;
-  asio::steady_timer request_timer_, idle_timer_;
-  int64_t active_ns_ = 0;
-  bool counted_ = false, grpc_ = false, req_end_ = false, resp_paused_ = false, detached_ = false;
+  bool counted_ = false, req_end_ = false, resp_paused_ = false, detached_ = false;
 };
 
-class H2Session : public std::enable_shared_from_this<H2Session>, public DrainableConnection {
+class H2Session : public std::enable_shared_from_this<H2Session>,
+                  public ConnectionIdleTimer::Connection,
+                  public DrainableConnection {
  public:
   H2Session(Worker& w, DownstreamStream sock, const ListenerRuntime& lr)
       : w_(w), sock_(std::move(sock)), snapshot_(w.snapshot()), lr_(&lr), hcm_(lr.hcm.get()),
-        stats_(hcm_->stats[w.id()]), in_(kSmallReadChunk), idle_timer_(w.io()) {
+        stats_(hcm_->stats[w.id()]), in_(kSmallReadChunk), idle_(w, *this) {
     stats_->downstream_cx_active.add(1);  // (downstream_cx_total: counted by the HTTP/1.1 session that took the connection)
     nghttp2_session_callbacks* cbs;
     nghttp2_session_callbacks_new(&cbs);
@@ -156,7 +161,6 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
 
   void start(std::string_view first_bytes) {
     conn_ = downstream_facts(sock_, lr_->cfg->tls_inspector, hcm_->reads_identity);
-    last_activity_ns_ = mono_ns();
     arm_idle_timer();
     if (!first_bytes.empty() && !receive(first_bytes)) return;
     flush();
@@ -195,7 +199,7 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
       self->flush();
     });
   }
-  bool closed() const { return closed_; }
+  bool closed() const override { return closed_; }
 
  private:
   static H2Session& of(void* user_data) { return *static_cast<H2Session*>(user_data); }
@@ -221,7 +225,7 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
     if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
       auto st = std::make_shared<H2Stream>(s, frame->hd.stream_id);
       s.streams_[frame->hd.stream_id] = st;
-      st->arm_headers_timer();
+      st->begin();
       s.peak_streams_ = std::max(s.peak_streams_, s.streams_.size());
     }
     return 0;
@@ -279,9 +283,10 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
     auto st = std::move(it->second);
     s.streams_.erase(it);
     st->on_closed(error_code);
-    if (s.streams_.empty()) {
-      s.last_activity_ns_ = mono_ns();
-      s.maybe_give_back_memory();
+    if (s.streams_.empty()) s.maybe_give_back_memory();
+    if (!s.closed_ && !s.serving()) {  // the connection's idle_timeout, from now
+      s.idle_.touch();
+      s.arm_idle_timer();
     }
     return 0;
   }
@@ -323,7 +328,7 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
         self->close();
         return;
       }
-      self->last_activity_ns_ = mono_ns();
+      self->idle_.touch();
       if (!self->receive(std::string_view(self->in_.bytes.data(), n))) return;
       // Every read is taken whole (wpos stays 0).
       if (n < kSmallReadChunk) self->in_.shrink_if_empty(kSmallReadChunk);
@@ -354,31 +359,22 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
         self->close();
         return;
       }
-      self->last_activity_ns_ = mono_ns();
+      self->idle_.touch();
       self->flush();
     });
   }
 
-  // The connection's idle_timeout: no stream for that long ends it with GOAWAY(NO_ERROR).
-  void arm_idle_timer() {
-    auto timeout = hcm_->cfg->idle_timeout;
-    if (timeout.count() == 0) timeout = std::chrono::milliseconds(3600 * 1000);
-    int64_t due = last_activity_ns_ + static_cast<int64_t>(timeout.count()) * 1000000;
-    idle_timer_.expires_after(std::chrono::nanoseconds(std::max<int64_t>(0, due - mono_ns())));
-    idle_timer_.async_wait([self = shared_from_this(), timeout](const boost::system::error_code& ec) {
-      if (ec || self->closed_) return;
-      // A stream whose header block never ended does not keep the connection:
-      // nghttp2 takes no other frame meanwhile, so the client would hold it forever.
-      bool serving = std::any_of(self->streams_.begin(), self->streams_.end(),
-                                 [](const auto& kv) { return kv.second->head_done; });
-      if (!serving && mono_ns() - self->last_activity_ns_ >= static_cast<int64_t>(timeout.count()) * 1000000) {
-        self->stats_->downstream_cx_idle_timeout.inc();
-        nghttp2_session_terminate_session(self->ng_, NGHTTP2_NO_ERROR);
-        self->flush();
-        return;
-      }
-      self->arm_idle_timer();
-    });
+  // ---- ConnectionIdleTimer::Connection: idle_timeout ends the connection with GOAWAY(NO_ERROR) ----
+  void arm_idle_timer() { idle_.arm(hcm_->cfg->idle_timeout, shared_from_this()); }
+  // A stream whose header block never ended does not keep the connection:
+  // nghttp2 takes no other frame meanwhile, so the client would hold it forever.
+  bool serving() const override {
+    return std::any_of(streams_.begin(), streams_.end(), [](const auto& kv) { return kv.second->head_done; });
+  }
+  void idle_timed_out() override {
+    stats_->downstream_cx_idle_timeout.inc();
+    nghttp2_session_terminate_session(ng_, NGHTTP2_NO_ERROR);
+    flush();
   }
 
   void maybe_give_back_memory() {
@@ -394,7 +390,7 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
     streams_.clear();
     for (auto& [id, st] : streams) st->detach();
     maybe_give_back_memory();
-    idle_timer_.cancel();
+    idle_.cancel();
     boost::system::error_code ignored;
     sock_.shutdown(Socket::shutdown_both, ignored);
     sock_.close(ignored);
@@ -409,10 +405,9 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
   ReadBuffer in_;
   WriteQueue out_;
   std::shared_ptr<const DownstreamFacts> conn_;
-  asio::steady_timer idle_timer_;
+  ConnectionIdleTimer idle_;
   std::unordered_map<int32_t, std::shared_ptr<H2Stream>> streams_;
   h2::RequestStreamIds ids_;
-  int64_t last_activity_ns_ = 0;
   size_t peak_streams_ = 0;  // since the memory was last given back
   bool reading_ = false, closed_ = false, in_ng_ = false, flush_posted_ = false;
   uint64_t drain_id_ = 0;  // with the worker's drain manager
@@ -421,12 +416,17 @@ class H2Session : public std::enable_shared_from_this<H2Session>, public Drainab
 // ---- the stream ----
 
 H2Stream::H2Stream(H2Session& session, int32_t id)
-    : c_(&session), id_(id), request_timer_(session.w_.io()), idle_timer_(session.w_.io()) {
+    : c_(&session), id_(id) {
   session.current_config(snapshot_, lr_, hcm_, stats_);
   nghttp2_session_set_stream_user_data(session.ng_, id, this);
 }
 
 Worker& H2Stream::worker() { return c_->w_; }
+
+void H2Stream::begin() {
+  active_ = std::make_shared<ActiveStream>(worker(), *hcm_, *stats_, *this);
+  active_->start();
+}
 
 // What one stream may hold of the bytes its client or an HTTP/1.1 upstream
 // did not take yet: per_connection_buffer_limit_bytes split between the
@@ -446,6 +446,7 @@ void H2Stream::on_request_head(bool end_stream) {
   http::RequestHead head;
   std::string bad = h2::request_head_from_h2(block, end_stream, head);
   std::vector<http::Header>().swap(block);
+  if (resp_.ended) return;  // answered already: request_headers_timeout
   if (!bad.empty()) {
     log_debug("mesh: HTTP/2 stream " + std::to_string(id_) + " malformed: " + bad);
     reset(NGHTTP2_PROTOCOL_ERROR);
@@ -456,14 +457,13 @@ void H2Stream::on_request_head(bool end_stream) {
   stats_->downstream_rq_total.inc();
   stats_->downstream_rq_active.add(1);
   req_end_ = end_stream;
-  touch();
-  arm_idle_timer();
-  request_timer_.cancel();  // the head is here: request_headers_timeout is over
-  if (!req_end_) arm_request_timer();
-  grpc_ = h2::is_grpc(head);
   router_ = std::make_shared<RouterStream>(w, snapshot_, *lr_, *stats_, std::move(head), c_->conn(*hcm_), *this);
   router_->info().protocol = "HTTP/2";
-  if (req_end_) router_->decode_end(nullptr);
+  active_->headers_done(router_, *hcm_, *stats_);
+  if (req_end_) {
+    active_->request_done();
+    router_->decode_end(nullptr);
+  }
   // In the pipelined model the head goes round the stages (decided() when
   // back); the body that comes meanwhile waits in the router stream,
   // unconsumed, so the client's window bounds it.
@@ -471,7 +471,7 @@ void H2Stream::on_request_head(bool end_stream) {
 }
 
 void H2Stream::decided() {
-  if (!detached_) router_->act();
+  if (!detached_) active_->decided();
 }
 
 void H2Stream::on_request_data(std::string_view d) {
@@ -500,7 +500,7 @@ void H2Stream::on_request_trailers() {
 void H2Stream::on_request_end() {
   if (req_end_ || detached_) return;
   req_end_ = true;
-  request_timer_.cancel();
+  active_->request_done();
   if (router_) router_->decode_end(&trailers_);
 }
 
@@ -513,7 +513,6 @@ void H2Stream::consume_request(size_t n) {
 // ---- the response ----
 
 void H2Stream::encode_headers(http::ResponseHead& h, bool end_stream) {
-  request_timer_.cancel();  // request_timeout ends when the response starts
   touch();
   int64_t t0 = mono_ns();
   unsigned status = h.status;
@@ -595,30 +594,21 @@ void H2Stream::response_data_ready() {
 
 // ---- local replies, resets, the end ----
 
-void H2Stream::send_local_reply(unsigned status, std::string_view body, const http::HeaderList* extra, bool direct) {
+void H2Stream::send_local_reply(http::ResponseHead& h, std::string_view body) {
   if (detached_) return;
-  http::ResponseHead h;
-  h.status = status;
-  if (extra) h.headers = *extra;
-  bool no_body = body.empty() || (router_ && router_->head().method == "HEAD");  // no router before the head
-  if (grpc_ && !direct) {
-    // Envoy answers a gRPC request in gRPC: a trailers-only response with the mapped status.
-    h.status = 200;
-    h.headers.add("content-type", "application/grpc");
-    h.headers.add("grpc-status", std::to_string(h2::grpc_status_for_http(status)));
-    if (!body.empty()) h.headers.add("grpc-message", std::string(body));
-    no_body = true;
-  } else {
-    if (!body.empty()) h.headers.add("content-type", "text/plain");
-    h.content_length = body.size();
-  }
-  if (direct && router_) apply_response_rules(router_->decision(), *hcm_, h.headers);
-  if (!no_body) resp_.append(body);
+  if (!body.empty()) resp_.append(body);
   resp_.ended = true;
-  submit_response(h, no_body);
+  submit_response(h, body.empty());
   count_downstream_status(h.status);
   consume_request(unconsumed_);
-  request_timer_.cancel();
+}
+
+// The header block did not end in time: there is no router to answer, so the reply is made here.
+void H2Stream::timed_out_in_head(unsigned status, std::string_view body, std::string_view details) {
+  if (detached_) return;
+  LocalReply reply = local_reply(status, body, nullptr, false);
+  send_local_reply(reply.head, reply.body);
+  log_codec_reply(*hcm_, c_->conn(*hcm_).get(), "HTTP/2", status, reply.body.size(), details, 0, active_->start_ns());
 }
 
 void H2Stream::reset(uint32_t code) {
@@ -626,7 +616,7 @@ void H2Stream::reset(uint32_t code) {
   nghttp2_submit_rst_stream(c_->ng_, NGHTTP2_FLAG_NONE, id_, code);
   c_->want_flush();
   if (router_) router_->release();
-  request_timer_.cancel();
+  active_->detach();
 }
 
 // Our END_STREAM went out: a request still arriving is cut short with
@@ -648,8 +638,7 @@ void H2Stream::on_closed(uint32_t error_code) {
 void H2Stream::detach() {
   if (detached_) return;
   if (router_) router_->detach();
-  request_timer_.cancel();
-  idle_timer_.cancel();
+  active_->detach();
   if (counted_) stats_->downstream_rq_active.add(-1);
   // Request bytes the upstream never took go back to the client's connection
   // window (no automatic window updates): else every reset stream with bytes
@@ -657,72 +646,6 @@ void H2Stream::detach() {
   if (unconsumed_ && c_) c_->consume(id_, std::exchange(unconsumed_, 0));
   detached_ = true;
   c_ = nullptr;
-}
-
-// ---- the connection manager's timers: request_timeout and stream_idle_timeout,
-// as in the HTTP/1.1 codec (the route's timeouts are the router stream's) ----
-
-// request_headers_timeout: from the stream's first HEADERS frame until its
-// header block ends (a client may send HEADERS without END_HEADERS and then
-// no CONTINUATION); then 408, as Envoy answers.
-void H2Stream::arm_headers_timer() {
-  auto timeout = hcm_->cfg->request_headers_timeout;
-  if (timeout.count() == 0) return;
-  request_timer_.expires_after(timeout);
-  request_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-    if (ec || self->detached_ || self->head_done) return;
-    self->stats_->downstream_rq_timeout.inc();
-    self->send_local_reply(408, "request header timeout", nullptr, false);
-    log_codec_reply(*self->hcm_, self->c_ ? self->c_->conn(*self->hcm_).get() : nullptr, "HTTP/2", 408,
-                    std::string_view("request header timeout").size(), "request_header_timeout", 0, 0);
-  });
-}
-
-// request_timeout: from the head to the end of the request, unless the
-// response starts first; then 408 (the client is told to stop sending).
-void H2Stream::arm_request_timer() {
-  auto timeout = hcm_->cfg->request_timeout;
-  if (timeout.count() == 0) return;
-  request_timer_.expires_after(timeout);
-  wait_request_timer();
-}
-
-void H2Stream::wait_request_timer() {
-  request_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-    if (ec || self->detached_ || self->req_end_ || self->router_->response_started()) return;
-    if (self->router_->in_stage()) {  // the stages have the head: answer once it is back
-      self->request_timer_.expires_after(std::chrono::milliseconds(1));
-      self->wait_request_timer();
-      return;
-    }
-    self->stats_->downstream_rq_timeout.inc();
-    self->router_->send_local_reply(408, "request timeout", "request_overall_timeout");
-  });
-}
-
-// stream_idle_timeout: no bytes either way on this stream for that long:
-// before the response started, 504 if the request was complete, else 408; a reset after. Checked lazily against the last activity.
-void H2Stream::arm_idle_timer() {
-  auto timeout = hcm_->cfg->stream_idle_timeout;
-  if (timeout.count() == 0) return;
-  auto ns = static_cast<int64_t>(timeout.count()) * 1000000;
-  // While the stages have the head, look again a millisecond later at the earliest.
-  int64_t floor = router_ && router_->in_stage() ? 1000000 : 0;
-  idle_timer_.expires_after(std::chrono::nanoseconds(std::max<int64_t>(floor, active_ns_ + ns - mono_ns())));
-  idle_timer_.async_wait([self = shared_from_this(), ns](const boost::system::error_code& ec) {
-    if (ec || self->detached_) return;
-    if (mono_ns() - self->active_ns_ < ns || self->router_->in_stage()) {
-      self->arm_idle_timer();
-      return;
-    }
-    self->stats_->downstream_rq_timeout.inc();
-    if (self->router_->response_started()) {
-      self->reset(NGHTTP2_CANCEL);
-      return;
-    }
-    self->router_->send_local_reply(self->req_end_ ? 504 : 408, "stream timeout", "stream_idle_timeout",
-                                    response_flag::kStreamIdleTimeout);  // Envoy's maybeRequestTimeoutCode
-  });
 }
 
 }  // namespace
