@@ -175,6 +175,9 @@ void StatsStore::render_clusters(MetricsWriter& e, std::map<std::string, int64_t
     c.code_classes("upstream_rq", &C::upstream_rq_xx);
     c.gauge("upstream_cx_active", &C::upstream_cx_active);
     c.gauge("upstream_rq_active", &C::upstream_rq_active);
+    const Summed<C> h2(e, text, d, "envoy_cluster_http2_", "cluster.<name>.http2.", {{"envoy_cluster_name", name}},
+                       "cluster." + name + ".http2.");
+    h2.counter("keepalive_timeout", &C::http2_keepalive_timeout);
   }
   std::map<std::string, std::pair<uint64_t, uint64_t>> membership;  // cluster -> {healthy, total}
   std::map<std::string, uint64_t> ejections;

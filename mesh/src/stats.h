@@ -70,6 +70,7 @@ struct ClusterStats {
       upstream_rq_retry, upstream_rq_retry_overflow, upstream_rq_timeout, upstream_rq_per_try_timeout,
       upstream_rq_pending_overflow, upstream_cx_overflow, upstream_rq_rx_reset, upstream_cx_destroy,
       upstream_cx_protocol_error, upstream_rq_completed;
+  Counter http2_keepalive_timeout;        // cluster.<name>.http2.keepalive_timeout: a PING unanswered in time
   std::array<Counter, 5> upstream_rq_xx;  // 1xx..5xx
   Gauge upstream_cx_active, upstream_rq_active;
 };

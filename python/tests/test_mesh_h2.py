@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import os
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -493,3 +495,32 @@ def test_retry_replays_the_request_body(proxy_kind: str, echoes: Echoes, tmp_pat
         assert r.status == 200, r.frames[-2000:]
         assert int(r.headers["x-echo-body-bytes"]) == body.stat().st_size
         assert r.headers["x-echo-body-hash"] == f"{zlib.crc32(body.read_bytes()):08x}"
+
+
+def test_upstream_connection_keepalive_closes_a_silent_host(proxy_kind: str, echoes: Echoes, tmp_path: Path) -> None:
+    """connection_keepalive on an HTTP/2 cluster, as Envoy's codec keeps it:
+    a PING every interval; when the host stops answering without a reset
+    (nghttpd stopped with SIGSTOP, its kernel still ACKing TCP) the PING goes
+    unanswered, and after the timeout the connection is closed and counted
+    in cluster.files.http2.keepalive_timeout; once the host answers again a
+    request opens a new connection."""
+    from tls_support import counter, wait_for
+
+    port, admin, files_port = ports(3)
+    start_nghttpd(echoes, tmp_path, files_port)
+    keepalive = H2_UPSTREAM.replace("http2_protocol_options: {}",
+                                    "http2_protocol_options: {connection_keepalive: {interval: 1s, timeout: 1s}}")
+    config = bootstrap(port=port, admin=admin, virtual_hosts=all_to("files"), clusters=cluster("files", [files_port], keepalive))
+    start_proxy(echoes.group, proxy_kind, config, tmp_path, port=port, admin=admin)
+    assert request(port, path="/files/hello.txt").status == 200
+    pid = next(p.pid for p in echoes.group.procs if p.name == "nghttpd")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for("the unanswered PING closes the upstream connection",
+                 lambda: counter(admin, "envoy_cluster_http2_keepalive_timeout", envoy_cluster_name="files") >= 1,
+                 timeout=15)
+        assert counter(admin, "envoy_cluster_upstream_cx_destroy", envoy_cluster_name="files") >= 1
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert request(port, path="/files/hello.txt").status == 200
+    assert counter(admin, "envoy_cluster_upstream_cx_total", envoy_cluster_name="files") == 2

@@ -1081,15 +1081,6 @@ Bootstrap parse_root(const At& root) {
       for (const At& item : sr["clusters"].items()) b.clusters.push_back(parse_cluster(item));
   }
   if (f.has("dynamic_resources")) b.dynamic_resources = parse_dynamic_resources(f["dynamic_resources"]);
-  for (size_t i = 0; i < b.clusters.size(); ++i) {
-    const Cluster& c = b.clusters[i];
-    if (c.http2 && c.http2_protocol_options.connection_keepalive &&
-        !(b.dynamic_resources && c.name == b.dynamic_resources->ads_cluster))
-      throw ConfigError("static_resources.clusters[" + std::to_string(i) +
-                            "].typed_extension_protocol_options.envoy.extensions.upstreams.http.v3."
-                            "HttpProtocolOptions.explicit_http_config.http2_protocol_options.connection_keepalive",
-                        "not supported on cluster '" + c.name + "' (dpukit-mesh honours it on the ADS cluster only)");
-  }
   cross_check(b);
   check_pushed_secrets(b);
   if (b.dynamic_resources) check_dynamic_resources(b);

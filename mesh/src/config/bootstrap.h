@@ -250,8 +250,8 @@ struct Http2ProtocolOptions {
   uint32_t initial_connection_window_size = 24 * 1024 * 1024;  // 65535 .. 2^31-1
   // connection_keepalive (envoy.config.core.v3.KeepaliveSettings): a PING
   // every `interval`, the connection dropped when one goes unanswered for
-  // `timeout`. Honoured on the ADS cluster's connection only, and refused
-  // elsewhere (parse_bootstrap).
+  // `timeout`. Honoured on an upstream cluster's connections (the data
+  // plane's, the ADS and SDS streams'); refused on a listener.
   struct Keepalive {
     Duration interval{0};
     Duration timeout{0};

@@ -1,5 +1,7 @@
 #include "http2/h2_upstream.h"
 
+#include <random>
+
 #include "dataplane/l7_chain.h"
 #include "dpukit/core/log.h"
 #include "http2/h2_headers.h"
@@ -14,7 +16,7 @@ H2UpstreamConn* self_of(void* user_data) { return static_cast<H2UpstreamConn*>(u
 }  // namespace
 
 H2UpstreamConn::H2UpstreamConn(Worker& w, std::shared_ptr<ClusterRuntime> cluster, std::shared_ptr<Host> host)
-    : w_(w), cluster_(std::move(cluster)), host_(std::move(host)), sock_(w.io().get_executor()), timer_(w.io()), in_(kReadChunk) {
+    : w_(w), cluster_(std::move(cluster)), host_(std::move(host)), sock_(w.io().get_executor()), timer_(w.io()), keepalive_(w.io()), in_(kReadChunk) {
   cluster_->stats(w_.id()).upstream_cx_total.inc();
   cluster_->stats(w_.id()).upstream_cx_active.add(1);
   nghttp2_session_callbacks* cbs;
@@ -51,6 +53,7 @@ void H2UpstreamConn::connect() {
       fail(H2UpstreamUser::Failure::kConnect);
     } else {
       connected_ = true;
+      arm_keepalive();
       do_read();
       flush();
     }
@@ -144,8 +147,37 @@ int H2UpstreamConn::on_header(nghttp2_session*, const nghttp2_frame* frame, cons
   return 0;
 }
 
+void H2UpstreamConn::arm_keepalive() {
+  const auto& ka = cluster_->config().http2_protocol_options.connection_keepalive;
+  if (!ka || closed_) return;
+  // Envoy's default interval_jitter: up to 15 % more, so that a worker's connections do not ping together.
+  thread_local std::mt19937 rng(std::random_device{}());
+  const auto interval = ka->interval + std::chrono::milliseconds(std::uniform_int_distribution<int64_t>(
+                                           0, ka->interval.count() * 15 / 100)(rng));
+  keepalive_.expires_after(awaiting_ping_ack_ ? ka->timeout : interval);
+  keepalive_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+    auto self = weak.lock();
+    if (ec || !self || self->closed_) return;
+    if (self->awaiting_ping_ack_) {  // no ACK within the timeout: the host is gone without a reset
+      self->cluster_->stats(self->w_.id()).http2_keepalive_timeout.inc();
+      log_warn("mesh: HTTP/2 upstream " + self->host_->label + ": no PING ACK within connection_keepalive.timeout, closing");
+      self->fail(H2UpstreamUser::Failure::kReset);
+      return;
+    }
+    self->awaiting_ping_ack_ = true;
+    nghttp2_submit_ping(self->ng_, NGHTTP2_FLAG_NONE, nullptr);
+    self->want_flush();
+    self->arm_keepalive();
+  });
+}
+
 int H2UpstreamConn::on_frame_recv(nghttp2_session*, const nghttp2_frame* frame, void* user_data) {
   auto* self = self_of(user_data);
+  if (frame->hd.type == NGHTTP2_PING && (frame->hd.flags & NGHTTP2_FLAG_ACK) && self->awaiting_ping_ack_) {
+    self->awaiting_ping_ack_ = false;
+    self->arm_keepalive();  // the next PING after the interval
+    return 0;
+  }
   if (frame->hd.type == NGHTTP2_GOAWAY) {
     self->goaway_ = true;  // streams above last_stream_id close with REFUSED_STREAM; no new ones here
     h2_upstream_pool(self->w_).forget(self);
@@ -304,6 +336,7 @@ void H2UpstreamConn::close() {
   closed_ = true;
   h2_upstream_pool(w_).forget(this);
   timer_.cancel();
+  keepalive_.cancel();
   sock_.close();
 }
 

@@ -73,12 +73,17 @@ class H2UpstreamConn : public std::enable_shared_from_this<H2UpstreamConn> {
   void want_flush();
   void fail(H2UpstreamUser::Failure f);
   void close();
+  // connection_keepalive: a PING after `interval` (jittered), the connection
+  // failed when its ACK has not come within `timeout`, as Envoy's codec.
+  void arm_keepalive();
 
   Worker& w_;
   std::shared_ptr<ClusterRuntime> cluster_;
   std::shared_ptr<Host> host_;
   ServiceStream sock_;  // TCP, a Unix socket, or shared-memory rings
   asio::steady_timer timer_;
+  asio::steady_timer keepalive_;
+  bool awaiting_ping_ack_ = false;
   nghttp2_session* ng_ = nullptr;
   std::unordered_map<int32_t, Stream> streams_;
   ReadBuffer in_;
