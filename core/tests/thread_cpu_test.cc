@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <csignal>
 #include <thread>
 
@@ -18,37 +20,69 @@ namespace {
 
 using test::burn;
 
-// schedstat counts nanoseconds; the fallback counts 10 ms ticks.
-uint64_t slack(const ThreadCpuSampler& s) { return std::string(s.clock()) == "schedstat" ? 5'000'000 : 30'000'000; }
+// The bounds below are exact on schedstat's clock, the same sum as a
+// thread's own CPU clock once the thread is blocked: what a thread used
+// between the sampler's start and stop is at least what it measured itself
+// in that span and at most its whole CPU time. No bound depends on how busy
+// the machine is: each thread waits on a condition (no CPU) while the
+// sampler's start or stop needs it still. The fallback clock counts 10 ms
+// ticks, and gets their rounding.
+uint64_t slack(const ThreadCpuSampler& s) { return std::string(s.clock()) == "schedstat" ? 0 : 30'000'000; }
+
+// A one-shot flag a thread waits on without spending CPU.
+class Gate {
+ public:
+  void open() {
+    std::lock_guard<std::mutex> l(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return open_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
 
 TEST(ThreadCpuSampler, GroupsThreadsByNamePrefix) {
   ThreadCpuSampler s({{"burner", "cpu-test-burn"}, {"sleeper", "cpu-test-sleep"}}, 20);
-  s.start();
-  std::atomic<uint64_t> used{0};
-  std::atomic<bool> release{false};
-  auto hold = [&] {
-    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  };
+  Gate named_b, named_z, go, burnt, release;
+  uint64_t used = 0, burner_total = 0, sleeper_total = 0;
   std::thread b([&] {
     pthread_setname_np(pthread_self(), "cpu-test-burn1");
+    named_b.open();
+    go.wait();
     used = burn(150'000'000);
-    hold();
+    burnt.open();
+    release.wait();
+    burner_total = thread_cpu_ns();
   });
   std::thread z([&] {
     pthread_setname_np(pthread_self(), "cpu-test-sleep");
-    hold();
+    named_z.open();
+    release.wait();
+    sleeper_total = thread_cpu_ns();
   });
-  // Stopped while both still exist, so the last sample sees their totals.
-  while (used == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  s.stop();
-  release = true;
+  named_b.wait();
+  named_z.wait();
+  s.start();  // both named (a thread is grouped by the name it has when first seen)
+  go.open();
+  burnt.wait();
+  s.stop();  // while both still exist, blocked: the last sample sees their totals
+  release.open();
   b.join();
   z.join();
   auto cpu = s.cpu_ns();
-  EXPECT_NEAR(double(cpu["burner"]), double(used), double(slack(s))) << "clock " << s.clock();
-  EXPECT_LT(cpu["sleeper"], slack(s));
+  EXPECT_GE(cpu["burner"] + slack(s), used) << "clock " << s.clock();
+  EXPECT_LE(cpu["burner"], burner_total + slack(s)) << "clock " << s.clock();
+  EXPECT_LE(cpu["sleeper"], sleeper_total + slack(s)) << "clock " << s.clock();
   EXPECT_TRUE(cpu.count("other")) << "threads matching no prefix are summed under other";
   EXPECT_EQ(s.threads_seen()["burner"], 1u);
+  EXPECT_EQ(s.threads_seen()["sleeper"], 1u);
 }
 
 // The kernel-threads scope sees kernel threads (kthreadd's children, such
@@ -56,23 +90,29 @@ TEST(ThreadCpuSampler, GroupsThreadsByNamePrefix) {
 TEST(ThreadCpuSampler, KernelThreadsScopeSeesKernelThreadsOnly) {
   ThreadCpuSampler kernel(ThreadCpuSampler::KernelThreads{}, {{"kworker", "kworker"}, {"mine", "cpu-test-kern"}}, 20);
   ThreadCpuSampler mine({{"mine", "cpu-test-kern"}}, 20);
-  kernel.start();
-  mine.start();
-  std::atomic<bool> done{false};
+  Gate named, go, burnt, release;
+  uint64_t used = 0;
   std::thread b([&] {
     pthread_setname_np(pthread_self(), "cpu-test-kern");
-    burn(100'000'000);
-    while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    named.open();
+    go.wait();
+    used = burn(100'000'000);
+    burnt.open();
+    release.wait();
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  named.wait();
+  kernel.start();
+  mine.start();
+  go.open();
+  burnt.wait();
   kernel.stop();
   mine.stop();
-  done = true;
+  release.open();
   b.join();
   EXPECT_GT(kernel.threads_seen()["kworker"], 0u) << "every Linux has kworkers";
   EXPECT_EQ(kernel.threads_seen()["mine"], 0u) << "a process's thread is not a kernel thread";
   EXPECT_EQ(kernel.cpu_ns()["mine"], 0u);
-  EXPECT_GT(mine.cpu_ns()["mine"], 50'000'000u) << "while the process scope sees it";
+  EXPECT_GE(mine.cpu_ns()["mine"] + slack(mine), used) << "while the process scope sees it";
 }
 
 TEST(KernelCpuSampler, ReportsEachKindAndIrqTimeOfTheCpusAsked) {
@@ -102,42 +142,61 @@ TEST(IrqTimes, OneEntryPerCpuNeverDecreasing) {
 }
 
 // A thread that ends between samples keeps what it used up to its last
-// sample; here it idles for several periods first, so that is all of it.
+// sample: it ends only once a sample has seen all it burnt, and stop()'s
+// last sample, which no longer finds it, must keep that.
 TEST(ThreadCpuSampler, KeepsTheTimeOfAThreadThatExited) {
   ThreadCpuSampler s({{"burner", "cpu-test-gone"}}, 20);
-  s.start();
-  uint64_t used = 0;
-  std::thread([&] {
+  Gate named, go, burnt, release;
+  uint64_t used = 0, total = 0;
+  std::thread t([&] {
     pthread_setname_np(pthread_self(), "cpu-test-gone");
+    named.open();
+    go.wait();
     used = burn(100'000'000);
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
-  }).join();
+    burnt.open();
+    release.wait();
+    total = thread_cpu_ns();
+  });
+  named.wait();
+  s.start();
+  go.open();
+  burnt.wait();
+  // Until a periodic sample has seen it all (a sampler that never samples fails here, after a minute).
+  const uint64_t deadline = now_ns() + 60'000'000'000ull;
+  while (s.cpu_ns()["burner"] + slack(s) < used && now_ns() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  release.open();
+  t.join();
   s.stop();
-  EXPECT_NEAR(double(s.cpu_ns()["burner"]), double(used), double(slack(s)));
+  EXPECT_GE(s.cpu_ns()["burner"] + slack(s), used);
+  EXPECT_LE(s.cpu_ns()["burner"], total + slack(s));
 }
 
 TEST(ThreadCpuSampler, TimeBeforeStartIsNotCounted) {
-  std::atomic<bool> go{false}, done{false};
-  uint64_t before = 0;
+  Gate burnt, release;
+  uint64_t before = 0, at_start = 0, total = 0;
   std::thread t([&] {
     pthread_setname_np(pthread_self(), "cpu-test-early");
     before = burn(120'000'000);
-    go = true;
-    while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    at_start = thread_cpu_ns();
+    burnt.open();
+    release.wait();
+    total = thread_cpu_ns();
   });
-  while (!go) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  burnt.wait();
   ThreadCpuSampler s({{"early", "cpu-test-early"}}, 20);
   s.start();
   std::this_thread::sleep_for(std::chrono::milliseconds(60));
   s.stop();
-  done = true;
+  release.open();
   t.join();
   EXPECT_GE(before, 120'000'000u);
-  EXPECT_LT(s.cpu_ns()["early"], slack(s)) << "the thread's time before start() was counted";
+  // Only what it used after start(), blocked all along: its CPU after it burnt, at most.
+  EXPECT_LE(s.cpu_ns()["early"], total - at_start + slack(s)) << "the thread's time before start() was counted";
 }
 
 // Another process's threads: a child names itself and burns a known amount
-// after the sampler took its baseline.
+// after the sampler took its baseline, then tells its whole CPU time.
 TEST(ThreadCpuSampler, ReadsAnotherProcess) {
   int go[2], done[2];
   ASSERT_EQ(::pipe(go), 0);
@@ -146,25 +205,32 @@ TEST(ThreadCpuSampler, ReadsAnotherProcess) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     ::prctl(PR_SET_NAME, "cpu-test-child");
-    char c;
+    char c = 'n';
+    if (::write(done[1], &c, 1) != 1) ::_exit(1);  // named
     if (::read(go[0], &c, 1) != 1) ::_exit(1);
     uint64_t used = burn(150'000'000);
-    [[maybe_unused]] ssize_t w = ::write(done[1], &used, sizeof(used));
+    if (::write(done[1], &used, sizeof(used)) != sizeof(used)) ::_exit(1);
+    if (::read(go[0], &c, 1) != 1) ::_exit(1);  // sampled: now its total
+    uint64_t total = thread_cpu_ns();
+    [[maybe_unused]] ssize_t w = ::write(done[1], &total, sizeof(total));
     ::pause();
     ::_exit(0);
   }
+  char c = 0;
+  ASSERT_EQ(::read(done[0], &c, 1), 1);  // the child has its name: the sampler groups it by that
   ThreadCpuSampler s({{"child", "cpu-test-child"}}, 20, child);
-  // The child may not have renamed itself yet: wait until it has.
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   s.start();
   ASSERT_EQ(::write(go[1], "x", 1), 1);
-  uint64_t used = 0;
+  uint64_t used = 0, total = 0;
   ASSERT_EQ(::read(done[0], &used, sizeof(used)), static_cast<ssize_t>(sizeof(used)));
-  s.stop();
+  s.stop();  // the child blocked in read()
+  ASSERT_EQ(::write(go[1], "x", 1), 1);
+  ASSERT_EQ(::read(done[0], &total, sizeof(total)), static_cast<ssize_t>(sizeof(total)));
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   for (int fd : {go[0], go[1], done[0], done[1]}) ::close(fd);
-  EXPECT_NEAR(double(s.cpu_ns()["child"]), double(used), double(slack(s)));
+  EXPECT_GE(s.cpu_ns()["child"] + slack(s), used);
+  EXPECT_LE(s.cpu_ns()["child"], total + slack(s));
 }
 
 }  // namespace
