@@ -47,6 +47,9 @@ HOST_CPU = "0"  # load generator and services
 DPU_CPU = "1"   # every proxy
 LOOPBACK = "127.0.0.1"
 TOPOLOGIES_ENV = "DPUKIT_MESH_TOPOLOGIES"
+# Every load phase's length in seconds, overriding the sweep's (the tests run
+# whole experiments with 1-second phases; an eval leaves it unset).
+SECONDS_ENV = "DPUKIT_MESH_SECONDS"
 
 
 # -- external programs ---------------------------------------------------------
@@ -929,9 +932,24 @@ class Swept:
         return {pt: self.runs(topology, phase, pt) for pt in self.points(phase)}
 
 
+def with_phase_seconds(sweep: Sweep) -> Sweep:
+    """``sweep`` with every phase's ``seconds`` set to $DPUKIT_MESH_SECONDS
+    where that is set (the sweep itself where not)."""
+    seconds = os.environ.get(SECONDS_ENV)
+    if not seconds:
+        return sweep
+    if not seconds.isdigit() or int(seconds) < 1:
+        raise DpukitError(f"${SECONDS_ENV} must be a whole number of seconds >= 1, not {seconds!r}")
+    phases = tuple(Phase(p.load, {**p.fixed, "seconds": int(seconds)} if "seconds" in p.fixed else p.fixed,
+                         p.vary, p.points) for p in sweep.phases)
+    return Sweep(sweep.topologies, phases, sweep.rounds)
+
+
 def collect_sweep(ctx: Context, sweep: Sweep) -> Swept:
     """The collect step of a sweep: runs it (or, rebuilding a report, reads
-    it back from the eval's record and runs/)."""
+    it back from the eval's record and runs/). $DPUKIT_MESH_SECONDS
+    shortens its phases; the record keeps the lengths it ran with."""
+    sweep = with_phase_seconds(sweep)
 
     def walk() -> dict[str, Any]:
         tops, left_out = sweep.topologies(ctx.quick)

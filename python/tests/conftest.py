@@ -47,10 +47,12 @@ def _run_dpukit(*args: str, env: dict | None = None, timeout: float = 60) -> sub
     )
 
 
-def quick_eval(only: str, out: Path, *, timeout: float, args: tuple[str, ...] = ()) -> tuple[Path, str]:
-    """``dpukit eval --quick --only ONLY --out OUT`` in a child process, which
-    must succeed: (the result directory, its report.md)."""
-    proc = _run_dpukit("eval", "--quick", "--only", only, *args, "--out", str(out), timeout=timeout)
+def quick_eval(only: str, out: Path, *, timeout: float, args: tuple[str, ...] = (),
+               env: dict | None = None) -> tuple[Path, str]:
+    """``dpukit eval --quick --only ONLY --out OUT`` in a child process (with
+    ``env`` added to its environment), which must succeed: (the result
+    directory, its report.md)."""
+    proc = _run_dpukit("eval", "--quick", "--only", only, *args, "--out", str(out), timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = (out / "latest").resolve()
     return run_dir, (run_dir / "report.md").read_text()

@@ -115,7 +115,8 @@ def test_bootstrap_is_valid_for_envoy(tmp_path: Path, kind: str):
 @pytest.mark.slow
 def test_eval_quick_mesh(tmp_path: Path, run_dpukit):
     native_tool("dpukit-mesh")
-    run_dir, md = quick_eval("mesh.quick", tmp_path / "results", timeout=180)
+    # 1-second load phases (the eval's are 3 s): every topology still carries both loads, errorless.
+    run_dir, md = quick_eval("mesh.quick", tmp_path / "results", timeout=180, env={harness.SECONDS_ENV: "1"})
     assert "## mesh.quick" in md
     names = [t.name for t in harness.TOPOLOGIES if t.in_quick]
     assert {"direct", "envoy-sidecars", "envoy-sockmap", "node-proxy", "node-proxy-uds", "node-proxy-shm",
@@ -123,6 +124,7 @@ def test_eval_quick_mesh(tmp_path: Path, run_dpukit):
     for name in names:
         assert re.search(rf"^\| {name} \| [\d,]+ \|", md, re.M), name  # a row with a measured max qps
     assert "host CPU ms / 1k req" in md and "p99.9 ms" in md
+    assert "`wrk -t1 -c16 -d1s`" in md and "-t 1s`" in md  # the lengths it ran with, kept for the rebuild
     assert "0 errors and 0 non-2xx" in md
     pngs = list((run_dir / "plots").glob("mesh.quick-*.png"))
     assert len(pngs) == 1 and pngs[0].stat().st_size > 5000
@@ -169,3 +171,22 @@ def test_parse_sockperf():
     assert f["messages"] == 7749 and f["lost"] == 3  # 2 unanswered + 1 dropped
     with pytest.raises(Exception, match="no statistics"):
         harness.parse_sockperf("sockperf: error: connection refused")
+
+
+def test_phase_seconds_from_the_environment(monkeypatch):
+    """$DPUKIT_MESH_SECONDS sets every load phase's length (the tests' short
+    runs), leaves phases without one alone, and refuses what is not a
+    whole number of seconds."""
+    sweep = harness.Sweep(lambda quick: ([], {}), (harness.Phase("wrk", {"connections": 16, "seconds": 3}),
+                                                   harness.Phase("other", {"rate": 5}, "x", (1, 2))), rounds=2)
+    monkeypatch.delenv(harness.SECONDS_ENV, raising=False)
+    assert harness.with_phase_seconds(sweep) is sweep
+    monkeypatch.setenv(harness.SECONDS_ENV, "1")
+    short = harness.with_phase_seconds(sweep)
+    assert [p.fixed for p in short.phases] == [{"connections": 16, "seconds": 1}, {"rate": 5}]
+    assert (short.phases[1].vary, short.phases[1].points, short.rounds) == ("x", (1, 2), 2)
+    assert sweep.phases[0].fixed["seconds"] == 3  # the sweep itself unchanged
+    for bad in ("0", "1.5", "soon"):
+        monkeypatch.setenv(harness.SECONDS_ENV, bad)
+        with pytest.raises(harness.DpukitError, match="DPUKIT_MESH_SECONDS"):
+            harness.with_phase_seconds(sweep)

@@ -17,7 +17,7 @@ import pytest
 from conftest import native_tool, quick_eval
 from mesh_support import *  # noqa: F401,F403
 from mesh_support import Echoes, all_to, bootstrap, cluster, ports
-from dpukit.mesh_harness import mesh_argv, wait_ready
+from dpukit.mesh_harness import SECONDS_ENV, mesh_argv, wait_ready
 from dpukit.procs import Group
 from eval_support import rebuilt_byte_for_byte
 
@@ -133,7 +133,8 @@ def test_eval_quick_bluefield(tmp_path: Path, run_dpukit):
     from dpukit import native
 
     native_tool("dpukit-mesh")
-    run_dir, md = quick_eval("mesh.bluefield", tmp_path / "results", timeout=300)
+    # 1-second load phases (the eval's are 3 s).
+    run_dir, md = quick_eval("mesh.bluefield", tmp_path / "results", timeout=300, env={SECONDS_ENV: "1"})
     for name in ("envoy-sidecars", "node-proxy-host", "node-proxy-bluefield3"):
         assert re.search(rf"^\| {name} \| [\d,]+ \|", md, re.M), name
     assert "dpu CPUs at BlueField-3 speed to match the Envoy sidecar pair" in md
