@@ -1,11 +1,13 @@
 // The dpu speed model on the node proxy's real loop (issue 31 §1): one
 // worker of an in-process proxy (the same ControlPlane, worker and run_loop
 // as dpukit-mesh run) answers a direct_response route under a pipelined
-// HTTP/1.1 load, at F = 0.5 against F = 1, paired and interleaved (core's
-// paired_speed_check_with_retry): throughput 0.47-0.53x and the worker
-// thread's CPU per request 1.9-2.1x. With the model's own cost put back (its
-// clock reads billed as work and dilated, and so a payment at every write)
-// the worker spends 2.2-2.6x its full-speed CPU per request and is outside.
+// HTTP/1.1 load, at F = 1 and at F = 0.5: every response whole, and the
+// worker's loop paying its dilation at F = 0.5 and nothing at F = 1. Whether
+// it pays what the model promises (throughput F x, CPU per request 1/F x) is
+// a timing figure, measured in paired rounds by `dpukit eval --only
+// mesh.bluefield` (the node proxy at bluefield3 against host speed, its
+// "model's promise" line, met or missed; docs/core.md): on this shared
+// 2-CPU VM a unit test with those bounds failed whenever another tenant ran.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -16,8 +18,6 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,7 +26,6 @@
 #include "config/bootstrap.h"
 #include "control/control_plane.h"
 #include "dpukit/core/accounting.h"
-#include "dpukit/core/speed_check.h"
 
 namespace dpukit::mesh {
 namespace {
@@ -43,10 +42,6 @@ namespace {
 // touches the sockets the worker writes rarely.
 constexpr int kConnections = 32, kDepth = 64;
 constexpr auto kIdlePoll = std::chrono::microseconds(50);
-// Nine short pairs, not three long ones: on this shared 2-CPU VM another
-// tenant's spell moves a run's throughput by more than the 6 % bound, and
-// the median of nine pairs outlasts more of them.
-constexpr int kPairs = 9;
 constexpr auto kWarmup = std::chrono::milliseconds(40), kMeasured = std::chrono::milliseconds(150);
 const std::string kRequest = "GET /speed HTTP/1.1\r\nHost: test.local\r\n\r\n";
 
@@ -77,21 +72,6 @@ static_resources:
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
 )";
-}
-
-// A thread of this process by name: its CPU time on the kernel's schedstat clock (ns).
-uint64_t thread_cpu_by_name(const std::string& comm) {
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream c(e.path() / "comm");
-    std::string name;
-    std::getline(c, name);
-    if (name != comm) continue;
-    std::ifstream s(e.path() / "schedstat");
-    uint64_t ns = 0;
-    s >> ns;
-    return ns;
-  }
-  return 0;
 }
 
 int connect_to(uint16_t port) {
@@ -144,10 +124,16 @@ size_t response_size(int fd) {
   }
 }
 
+// What one run saw: requests answered after the warm-up (at least every
+// request in flight once), and the data plane's dilation counters at the end.
+struct SpeedRun {
+  uint64_t answered = 0;
+  uint64_t work_ns = 0, dilated_ns = 0, batches = 0;
+};
+
 // The proxy at `factor` (one worker on the last CPU of this process, the
-// client on the first) under the load: requests answered per wall second and
-// the worker thread's CPU per request, over kMeasured after kWarmup.
-SpeedSample run_at(double factor) {
+// client on the first) under the load, for kMeasured after kWarmup or longer.
+SpeedRun run_at(double factor) {
   const CpuSet cpus = available_cpus();
   const uint16_t port = testing::free_port();
   ProxyOptions options;
@@ -156,7 +142,7 @@ SpeedSample run_at(double factor) {
   cp.start(config::parse_bootstrap(bootstrap(port)));
   std::thread control([&] { cp.run(); });
 
-  SpeedSample sample;
+  SpeedRun run;
   std::thread client([&] {
     if (cpus.cpus.size() > 1) pin_current_thread(CpuSet{{cpus.cpus.front()}});
     std::vector<int> fds;
@@ -172,7 +158,7 @@ SpeedSample run_at(double factor) {
       ASSERT_TRUE(write_all(fd, batch));
     }
     std::vector<size_t> got(fds.size(), 0);
-    uint64_t answered = 0, answered0 = 0, cpu0 = 0;
+    uint64_t answered = 0, answered0 = 0;
     const auto begin = std::chrono::steady_clock::now();
     auto t0 = begin, now = begin;
     bool measuring = false;
@@ -183,9 +169,10 @@ SpeedSample run_at(double factor) {
         measuring = true;
         t0 = now;
         answered0 = answered;
-        cpu0 = thread_cpu_by_name("mesh:w0");
       }
-      if (measuring && now - t0 >= kMeasured) break;
+      // At least every request in flight answered once after the warm-up, however busy the machine.
+      if (measuring && now - t0 >= kMeasured && answered - answered0 >= uint64_t(kConnections) * kDepth) break;
+      if (now - begin > std::chrono::seconds(60)) FAIL() << "the proxy answered " << answered << " in 60 s";
       bool read_any = false;
       for (size_t i = 0; i < fds.size(); ++i) {
         const ssize_t r = ::read(fds[i], buf, sizeof buf);
@@ -201,31 +188,28 @@ SpeedSample run_at(double factor) {
       }
       if (!read_any) std::this_thread::sleep_for(kIdlePoll);
     }
-    const uint64_t cpu = thread_cpu_by_name("mesh:w0") - cpu0;
-    const double seconds = std::chrono::duration<double>(now - t0).count();
-    const uint64_t n = answered - answered0;
-    sample.units_per_s = double(n) / seconds;
-    sample.dpu_ns_per_unit = n ? double(cpu) / double(n) : 0;
+    run.answered = answered - answered0;
     for (int fd : fds) ::close(fd);
   });
   client.join();
   cp.stop();
   control.join();
-  return sample;
+  const DilationCounters& d = cp.data_plane_dilation();
+  run.work_ns = d.work_ns.load();
+  run.dilated_ns = d.dilated_ns.load();
+  run.batches = d.batches.load();
+  return run;
 }
 
-// Five attempts, as measure's: another tenant's busy spell costs the run at
-// F = 0.5 more per request than the one at F = 1 (it spans twice the wall
-// time, so twice the preemptions and cache refills a request, each dilated):
-// with a CPU hog beside it, attempts gave 2.07-2.77x CPU per request while
-// the quiet machine gives 2.02-2.03x. Such attempts are marked "the machine
-// was busy" (SpeedCheck::quiet) and the next one waits a second.
-TEST(MeshDpuSpeed, TheWorkerAtHalfSpeedKeepsTheModelsPromise) {
+TEST(MeshDpuSpeed, TheWorkerAtHalfSpeedPaysItsDilationAndAtFullSpeedNone) {
   if (available_cpus().cpus.size() < 2) GTEST_SKIP() << "needs two CPUs: the client and the worker apart";
-  const SpeedCheck c = paired_speed_check_with_retry(run_at, 0.5, kPairs, 5);
-  RecordProperty("throughput_ratio", std::to_string(c.median_throughput_ratio()));
-  RecordProperty("cpu_ratio", std::to_string(c.median_cpu_ratio()));
-  EXPECT_TRUE(c.within()) << c.describe();
+  const SpeedRun full = run_at(1.0), half = run_at(0.5);
+  EXPECT_GT(full.answered, 0u);
+  EXPECT_GT(half.answered, 0u);
+  EXPECT_EQ(full.dilated_ns, 0u) << "a worker at full speed paid dilation";
+  EXPECT_GT(half.batches, 0u) << "the worker at F = 0.5 paid no batch";
+  EXPECT_GT(half.work_ns, 0u);
+  EXPECT_GT(half.dilated_ns, 0u) << "the worker at F = 0.5 was not dilated";
 }
 
 }  // namespace

@@ -110,3 +110,23 @@ def test_end_to_end_dpu_side_is_dilated_and_labelled(bench_tool, tmp_path):
     sec = bd.render_e2e(ctx, recs)
     rows = table_rows(sec, "Fig. 16")
     assert [row[1] for row in rows] == [label for label, _ in modes]
+
+
+def test_the_models_promise_on_the_runner_is_shown_met_or_missed():
+    """bench.bluefield.ops's line for the model's promise (sha256's paired
+    rounds: throughput F x, CPU per unit 1/F x, issue 31's bounds): met
+    within them, missed outside, and absent without sha256's pairs."""
+    from dpukit.report import Section
+
+    def line(wall: list[float], per_cpu: list[float]) -> str:
+        sec = Section("t")
+        bd.promise_paragraph(sec, {"factor": 0.45, "points": {("sha256", 1024): {"wall": wall, "ratio": per_cpu}}},
+                             1024)
+        return sec.blocks[0].text if sec.blocks else ""
+
+    met = line([0.44, 0.45, 0.47], [0.45, 0.46, 0.44])
+    assert "throughput dpu / host 0.450 [0.440-0.470] against F = 0.450 ± 6% (goal): met" in met, met
+    assert "CPU per unit of work dpu / host 2.22 [2.17-2.27] against 1/F = 2.22 ± 5% (goal): met" in met, met
+    missed = line([0.40, 0.41, 0.45], [0.40, 0.41, 0.42])
+    assert missed.count("(goal): missed") == 2, missed
+    assert line([], []) == ""

@@ -139,6 +139,9 @@ def test_eval_quick_bluefield(tmp_path: Path, run_dpukit):
         assert re.search(rf"^\| {name} \| [\d,]+ \|", md, re.M), name
     assert "dpu CPUs at BlueField-3 speed to match the Envoy sidecar pair" in md
     assert "0 errors and 0 non-2xx" in md
+    # The model's promise on the node proxy, with its goal (a timing figure: met or missed, not asserted).
+    assert re.search(r"proxy CPU per request at `bluefield3` / at host speed, paired by round, at 1,000 qps: "
+                     r"[\d.]+ against 1/F = 2\.2\d* ± 5% \(goal\): (met|missed)\. At max qps [\d.]+ ", md), md
     assert len(list((run_dir / "plots").glob("mesh.bluefield-*.png"))) == 1
     per_request: dict[str, float] = {}
     for p in sorted((run_dir / "runs").glob("mesh.bluefield-*-wrk*.json")):

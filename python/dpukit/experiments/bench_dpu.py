@@ -394,6 +394,31 @@ def render_peaks(ctx: Context, sec: Section, data: dict[str, Any], r: dict[str, 
                   "is bound by its own rate, not by the cores that feed it.")
 
 
+# The dpu speed model's promise on the runner's loop (core's speed_check.h,
+# issue 31's bounds): on a compute-bound operator, throughput F × the host's
+# within 6 %, dpu CPU per unit of work 1/F within 5 %.
+PROMISE_OP = "sha256"
+PROMISE_THROUGHPUT_TOLERANCE, PROMISE_CPU_TOLERANCE = 0.06, 0.05
+
+
+def promise_paragraph(sec: Section, r: dict[str, Any], size: int) -> None:
+    """The model's promise on bench's runner, from PROMISE_OP's paired rounds
+    (it was a unit test, BenchDpuSpeed.TheRunnerAtHalfSpeedKeepsTheModelsPromise:
+    a timing figure, measured here)."""
+    p, factor = r["points"].get((PROMISE_OP, size)), r["factor"]
+    if not p or not p["wall"] or not factor:
+        return
+    cpu = [1 / x for x in p["ratio"]]  # dpu CPU per unit / host's: the inverse of the per-CPU-second ratio
+    qps_ok = abs(statistics.median(p["wall"]) / factor - 1) <= PROMISE_THROUGHPUT_TOLERANCE
+    cpu_ok = abs(statistics.median(cpu) * factor - 1) <= PROMISE_CPU_TOLERANCE
+    sec.paragraph(
+        f"**The model's promise on the runner** ({PROMISE_OP}, compute-bound, {size} B, the pairs above): "
+        f"throughput dpu / host {_range(p['wall'])} against F = {fmt_sig(factor)} ± "
+        f"{PROMISE_THROUGHPUT_TOLERANCE:.0%} (goal): {'met' if qps_ok else 'missed'}; CPU per unit of work dpu / "
+        f"host {_range(cpu)} against 1/F = {fmt_sig(1 / factor)} ± {PROMISE_CPU_TOLERANCE:.0%} (goal): "
+        f"{'met' if cpu_ok else 'missed'}.")
+
+
 def render_ops(ctx: Context, data: dict[str, Any]) -> Section:
     sec = Section(OPS_TITLE)
     r = ops_ratios(data)
@@ -449,6 +474,7 @@ def render_ops(ctx: Context, data: dict[str, Any]) -> Section:
             f"{_range(dil)} against 1/F - 1 = {fmt_sig(1 / factor - 1)}. Per CPU second the ratio is F up to the "
             "runner's own loop and what other threads do to the caches; the wall-clock ratio also carries the "
             "machine's other load, which differs between the two runs of a pair.")
+    promise_paragraph(sec, r, big)
     names = [op["name"] + (" *" if op["name"] in ENGINES else "") for op in data["ops"]]
     values = {f"emulated, {s} B": [statistics.median(r["points"][(op["name"], s)]["ratio"])
                                    if r["points"][(op["name"], s)]["ratio"] else float("nan") for op in data["ops"]]
