@@ -63,10 +63,13 @@ def test_compare_prints_plots_and_refuses_other_versions(bench_tool, tmp_path, r
 
 def test_quick_experiment_end_to_end(bench_tool, tmp_path, run_dpukit):
     out = tmp_path / "results"
-    proc = run_dpukit("eval", "--quick", "--only", "bench.quick", "--out", str(out), timeout=300)
+    # 10 ms timed repetitions (the eval's are 50 ms): every operator still runs on each backend, checked first.
+    proc = run_dpukit("eval", "--quick", "--only", "bench.quick", "--out", str(out), timeout=300,
+                      env={bench_exp.MIN_TIME_ENV: "0.01"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     md = (out / "latest" / "report.md").read_text()
     assert "bench.quick" in md and "| aes | security | lib |" in md
+    assert "timed repetitions of at least 0.01 s each" in md
     assert "unavailable: no regexdev" in md  # said, not faked
     runs = sorted((out / "latest" / "runs").glob("bench.quick-*.json"))  # not eval.meta.json, the eval's record
     assert runs
@@ -76,6 +79,19 @@ def test_quick_experiment_end_to_end(bench_tool, tmp_path, run_dpukit):
             if pt["backend"] != "ref":
                 assert pt["checked_inputs"] >= 16  # checked against ref before timing
     assert os.path.isfile(out / "latest" / "plots" / "bench.quick-throughput.png")
+
+
+def test_quick_timing_from_the_environment(monkeypatch):
+    """$DPUKIT_BENCH_MIN_TIME sets quick mode's repetition length; full mode keeps its own; nonsense is refused."""
+    monkeypatch.delenv(bench_exp.MIN_TIME_ENV, raising=False)
+    assert bench_exp.timing_args(True) == ["--warmup", 0.02, "--min-time", 0.05, "--repetitions", 3]
+    monkeypatch.setenv(bench_exp.MIN_TIME_ENV, "0.01")
+    assert bench_exp.timing_args(True) == ["--warmup", 0.02, "--min-time", 0.01, "--repetitions", 3]
+    assert bench_exp.timing_args(False) == ["--warmup", 0.1, "--min-time", 0.2, "--repetitions", 5]
+    for bad in ("0", "-1", "soon", "nan"):
+        monkeypatch.setenv(bench_exp.MIN_TIME_ENV, bad)
+        with pytest.raises(Exception, match="DPUKIT_BENCH_MIN_TIME"):
+            bench_exp.timing_args(True)
 
 
 def test_lpm_perf_autotest_output_is_parsed_and_a_missing_loop_is_not_invented():

@@ -22,6 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
+from dpukit.errors import DpukitError
 from dpukit.experiments import Context, experiment, skipped_in_quick_mode
 from dpukit.machine_load import background_busy
 from dpukit.paths import tool_path
@@ -68,9 +69,21 @@ def run_bench(ctx: Context, args: Sequence[Any], label: str) -> dict[str, Any]:
     return ctx.run_native(TOOL, ["run", *args, "--quiet"], label=label)
 
 
+# Quick mode's seconds per timed repetition (default 0.05): the tests run
+# bench.quick with less, to see every operator run and be checked, not to time it.
+MIN_TIME_ENV = "DPUKIT_BENCH_MIN_TIME"
+
+
 def timing_args(quick: bool) -> list[Any]:
     if quick:
-        return ["--warmup", 0.02, "--min-time", 0.05, "--repetitions", 3]
+        seconds = os.environ.get(MIN_TIME_ENV) or "0.05"
+        try:
+            min_time = float(seconds)
+        except ValueError:
+            min_time = 0.0
+        if not min_time > 0:
+            raise DpukitError(f"${MIN_TIME_ENV} must be a number of seconds above 0, not {seconds!r}")
+        return ["--warmup", 0.02, "--min-time", min_time, "--repetitions", 3]
     return ["--warmup", 0.1, "--min-time", 0.2, "--repetitions", 5]
 
 
