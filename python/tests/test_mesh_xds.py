@@ -403,9 +403,12 @@ def dials(port: int, seconds: float) -> list[float]:
 @pytest.mark.parametrize("kind", KINDS)
 def test_control_plane_gone_then_back(pair: Pair, kind: str):
     """The server killed: the proxy serves its last good configuration and
-    dials the control plane again with backoff (a few times in 4 s, not a
+    dials the control plane again with backoff (a few times in 2 s, not a
     loop); restarted on the same port: the proxy reconnects and takes the
-    next snapshot."""
+    next snapshot. (2 s, not 4: the Envoy case took 2.4-6.1 s instead of
+    5.0-10.5 in three runs each. The dpukit-mesh case took 12-19 s either
+    way: after a 2 s window it waited 12.3 s for the reconnect, likely its
+    gRPC channel's reconnect backoff stacked on the stream's.)"""
     for other in [k for k in pair.proxies if k != kind]:
         pair.proxies.pop(other).proc.stop()  # only this proxy dials (the next test starts the other again)
     last = pair.next_plan()
@@ -413,7 +416,7 @@ def test_control_plane_gone_then_back(pair: Pair, kind: str):
     pair.xds.proc.popen.send_signal(signal.SIGKILL)
     pair.xds.proc.popen.wait(timeout=10)
     attempts: list[float] = []
-    dialer = threading.Thread(target=lambda: attempts.extend(dials(pair.xds.xds_port, 4.0)))
+    dialer = threading.Thread(target=lambda: attempts.extend(dials(pair.xds.xds_port, 2.0)))
     dialer.start()
     while dialer.is_alive():
         assert pair.table(kind, last) == expected(last)
