@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 import socket
-import statistics
 import subprocess
 import sys
 import threading
@@ -271,28 +270,16 @@ def test_the_engine_node_to_openssl_s_server(group: Group, pki: Pki, tmp_path: P
 # -- where the CPU goes ------------------------------------------------------------------------
 
 
-def schedstat_ns(pid: int) -> int:
-    """Time on CPU of every live thread of ``pid``, in ns (/proc/PID/task/*/schedstat; /proc/PID/stat counts
-    in 10 ms ticks, too coarse for a transfer of a tenth of a second)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, IndexError, ValueError):
-            pass  # a thread that ended meanwhile
-    return total
-
-
-def test_bulk_dpu_cpu_is_lower_with_the_engine(group: Group, pki: Pki, tmp_path: Path):
-    """Node B at bluefield3 (F = 0.455, pinned to the dpu CPU) opening 64 MiB
-    of records and relaying them to a sink, its records on the cores or on
-    the engine, in four interleaved pairs (ABBA): with the engine its dpu
-    CPU (the process's CPU less the engine's hw time) per byte is lower. (That the dilation excludes the
-    engine's time is tested exactly in mesh_tests
-    EngineCrypto.TheLoopsDilationExcludesTheEnginesTime: here the relay's own
-    CPU varies by more than the dilated crypto on a busy machine.)"""
-    # The sink and the sender are processes of their own: in this one they would share its GIL and vary the
-    # proxy's reads and writes from run to run.
+def test_bulk_records_on_the_engine_count_as_hw_and_on_the_cores_not(group: Group, pki: Pki, tmp_path: Path):
+    """Node B at bluefield3 (pinned to the dpu CPU) opening 16 MiB of records
+    and relaying them to a sink, once with its records on the cores and once
+    on the engine: the engine node counts every byte and hw time; the cores
+    node's engine counters stay at 0. (That the engine lowers the dpu CPU per
+    byte is a timing figure, not asserted here: `dpukit eval --dpu bluefield3
+    --only mesh.tls` measures it in paired rounds with its goal, < 0.95 of
+    the cores'; that the dilation excludes the engine's time is
+    EngineCrypto.TheLoopsDilationExcludesTheEnginesTime in mesh_tests.)"""
+    # The sink and the sender are processes of their own: in this one they would share its GIL.
     sink_port = free_port()
     group.start([sys.executable, "-c", SINK, str(sink_port)], name="sink")
     deadline = time.monotonic() + 10
@@ -302,36 +289,25 @@ def test_bulk_dpu_cpu_is_lower_with_the_engine(group: Group, pki: Pki, tmp_path:
             break
         except OSError:
             time.sleep(0.05)
-    nodes = {}
+    data = tmp_path / "data.bin"
+    size = 16 << 20
+    data.write_bytes(body(size, seed=9))
     for rc in ("CORES", "ENGINE"):
         listen, admin = free_port(), free_port()
-        nodes[rc] = start_mesh(group, server_node(pki, listen=listen, admin=admin, upstream=sink_port,
-                                                  record_crypto=rc), tmp_path / rc, port=listen, admin=admin,
-                               dpu_cpus=DPU_CPU)
-    data = tmp_path / "data.bin"
-    size = 64 << 20
-    data.write_bytes(body(size, seed=9))
-    per_byte: dict[str, list[float]] = {"CORES": [], "ENGINE": []}
-    hw: list[int] = []
-    for order in ("CORES", "ENGINE"), ("ENGINE", "CORES"), ("CORES", "ENGINE"), ("ENGINE", "CORES"):
-        for rc in order:
-            node = nodes[rc]
-            cpu0, hw0, bytes0 = schedstat_ns(node.proc.pid), engine_hw_ns(node.admin), engine_bytes(node.admin)
-            run = subprocess.run([sys.executable, "-c", SENDER, str(node.port), str(data), str(pki.mesh.ca.cert),
-                                  str(pki.mesh.frontend.cert), str(pki.mesh.frontend.key)],
-                                 capture_output=True, text=True, timeout=60)
-            assert run.returncode == 0, run.stderr[-2000:]
-            time.sleep(0.3)  # the relay's last writes
-            spent_hw = engine_hw_ns(node.admin) - hw0
-            per_byte[rc].append((schedstat_ns(node.proc.pid) - cpu0 - spent_hw) / size)
-            if rc == "ENGINE":
-                hw.append(spent_hw)
-                assert engine_bytes(node.admin) - bytes0 >= size
-    ratio = statistics.median(e / c for e, c in zip(per_byte["ENGINE"], per_byte["CORES"]))
-    print(f"dpu CPU ns / byte, cores {per_byte['CORES']}, engine {per_byte['ENGINE']}; engine / cores {ratio:.3f}; "
-          f"hw ns / byte {[h / size for h in hw]}")
-    assert min(hw) > 0
-    assert ratio < 0.95, f"dpu CPU per byte with the engine / on the cores: {ratio:.3f} ({per_byte})"
+        node = start_mesh(group, server_node(pki, listen=listen, admin=admin, upstream=sink_port, record_crypto=rc),
+                          tmp_path / rc, port=listen, admin=admin, dpu_cpus=DPU_CPU)
+        run = subprocess.run([sys.executable, "-c", SENDER, str(node.port), str(data), str(pki.mesh.ca.cert),
+                              str(pki.mesh.frontend.cert), str(pki.mesh.frontend.key)],
+                             capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr[-2000:]
+        if rc == "ENGINE":
+            deadline = time.monotonic() + 10  # the counters as the admin's next scrape sums them
+            while engine_bytes(node.admin) < size and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert engine_bytes(node.admin) >= size
+            assert engine_hw_ns(node.admin) > 0
+        else:
+            assert engine_bytes(node.admin) == 0 and engine_hw_ns(node.admin) == 0
 
 
 # -- refusals --------------------------------------------------------------------------------

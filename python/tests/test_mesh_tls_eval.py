@@ -143,7 +143,9 @@ def test_eval_mesh_tls(tmp_path: Path, run_dpukit):
     for name in ("node-proxy-pair", "node-proxy-pair-engine"):
         assert re.search(rf"^\| {name} \| {num} \| {num} \| {num} \| {num} \| {num} \|$", md, re.M), name
     assert re.search(rf"^\| engine / cores \(paired\) \| {num} \|", md, re.M)
-    assert "dpu CPU per GB with the engine / on the cores" in md
+    # The engine's dpu CPU per byte against the cores' (a timing figure: its goal shown met or missed, not asserted).
+    assert re.search(r"dpu CPU per GB with the engine / on the cores [\d.]+(?: \([\d.–]+\))? \(paired; goal below 0\.95: "
+                     r"(met|missed)\)", md), md[md.find("Bulk ("):][:600]
     engine = [r for r in runs if r["parameters"]["topology"] == "node-proxy-pair-engine"]
     assert len(engine) == 2 + 2, [r["parameters"] for r in engine]
     for r in engine:
