@@ -12,6 +12,7 @@ import pytest
 
 from dpukit import native
 from dpukit.experiments import measure as m
+from dpukit.paths import display_path
 
 from conftest import native_tool
 from live_support import live_over, make_pcap, veth  # noqa: F401  (veth: the fixture, for the live test)
@@ -112,7 +113,8 @@ def test_eval_quick_bluefield_end_to_end_and_rebuilt(tmp_path, run_dpukit):
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = (out / "latest").resolve()
     md = (run_dir / "report.md").read_text()
-    assert "## measure.bluefield:" in md
+    assert "## measure.bluefield:" in md and "measure.bluefield" in (run_dir / "report.html").read_text()
+    assert "FAILED" not in md
     assert "Zero-loss rate, 64-byte packets, one polling dpu worker" in md
     assert "| Duet over | zero-loss gain at host |" in md and "28.9×" in md and "7.1×" in md
     results = [native.load_result(p) for p in sorted((run_dir / "runs").glob("measure.bluefield-*.json"))]
@@ -125,6 +127,11 @@ def test_eval_quick_bluefield_end_to_end_and_rebuilt(tmp_path, run_dpukit):
         assert 0.0 in paths and len(paths) == 3, paths  # host and F only; the preset's; the XDP_TX figure
     assert "Mpps per dpu CPU" in md and "per dpu CPU at bluefield2" in md
     assert "zero-loss, bluefield2, XDP_TX packet path" in md and "On the paper's 8 Arm cores" in md
+    # Every run's command line is in the report (as test_measure.py checks for the other measure experiments).
+    assert len(results) >= 6  # 3 algorithms x 2 speeds, and the NIC variants
+    for r in results:
+        shown = [display_path(Path(a)) if a.startswith("/") else a for a in r["command_line"]]
+        assert " ".join(shown) in md
     png = run_dir / "plots" / "measure.bluefield-bluefield.png"
     assert png.is_file()
     written = {p: p.read_bytes() for p in (run_dir / "report.md", png)}
