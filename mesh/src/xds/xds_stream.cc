@@ -1,5 +1,6 @@
 #include "xds/xds_stream.h"
 
+#include <grpcpp/channel.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
@@ -30,7 +31,7 @@ namespace {
 
 using Stream = grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
 
-// Envoy's defaults for an xDS stream's retry: 500 ms doubling to 30 s, jittered.
+// Envoy's defaults for an xDS stream's retry: 500 ms doubling to 30 s, fully jittered.
 constexpr std::chrono::milliseconds kBackoffBase{500};
 constexpr std::chrono::milliseconds kBackoffMax{30000};
 
@@ -122,14 +123,19 @@ void XdsStream::run() {
   while (!stopping_) {
     if (stream_once(channel)) backoff = kBackoffBase;  // a stream that worked starts the backoff over
     if (stopping_) break;
-    // Jittered: between half and one and a half times the step, so that many nodes do not come back at once.
-    std::uniform_real_distribution<double> jitter(0.5, 1.5);
-    const auto delay = std::chrono::milliseconds(static_cast<int64_t>(backoff.count() * jitter(rng)));
+    // Fully jittered, as Envoy's JitteredExponentialBackOffStrategy: uniform
+    // below the step, so that many nodes do not come back at once.
+    std::uniform_int_distribution<int64_t> jitter(0, backoff.count() - 1);
+    const auto delay = std::chrono::milliseconds(jitter(rng));
     log_warn("mesh xDS: serving the last good configuration; reconnecting " + what_ + " to " + target_ + " in " +
              std::to_string(delay.count()) + " ms");
     std::unique_lock lock(mu_);
     cv_.wait_for(lock, delay, [this] { return stopping_.load(); });
     backoff = std::min(backoff * 2, kBackoffMax);
+    // The stream's backoff is the one that counts (Envoy's): gRPC's own
+    // reconnect backoff would stack on it and hold a redial for seconds
+    // after the control plane is back.
+    grpc::experimental::ChannelResetConnectionBackoff(channel.get());
   }
 }
 
