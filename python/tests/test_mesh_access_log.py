@@ -290,9 +290,10 @@ def wait_lines(path: Path, n: int, timeout: float = 10) -> list[str]:
 def logged(nodes: dict[str, Node], pki: Pki) -> dict[str, dict[str, list[str]]]:
     """Every proxy's log files after the same requests."""
     for node in nodes.values():
-        for _, send in HTTP_REQUESTS:
+        for i, (_, send) in enumerate(HTTP_REQUESTS):
             send(node.ports["http"])
-            time.sleep(0.35)  # the request that went away ends before the next starts, at every proxy
+            # Each request ends (its line is out) before the next starts, at every proxy: the lines keep one order.
+            wait_lines(node.logs / "istio.log", i + 1, timeout=5)
         ctx = client_context(ca=pki.mesh.ca.cert, cert=pki.mesh.frontend)
         with tls_connect(node.ports["tls"], ctx, sni=BACKEND_DNS) as s:
             s.sendall(get("/ok/tls"))
