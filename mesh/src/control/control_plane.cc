@@ -316,7 +316,7 @@ class ControlPlane::HealthChecker : public std::enable_shared_from_this<ControlP
 
 ControlPlane::ControlPlane(ProxyOptions options, std::vector<int> dpu_cpus, unsigned workers)
     : options_(std::move(options)), dpu_cpus_(std::move(dpu_cpus)), stats_(workers), signals_(io_),
-      watch_timer_(io_), dns_timer_(io_), xds_init_timer_(io_), secrets_init_timer_(io_) {
+      watch_timer_(io_), dns_timer_(io_), secrets_init_timer_(io_), xds_init_timer_(io_) {
   for (unsigned i = 0; i < workers; ++i)
     workers_.push_back(std::make_unique<Worker>(i, stats_, options_.model, std::chrono::seconds(options_.drain_time_s),
                                                 options_.dpu_speed, data_dilation_));
