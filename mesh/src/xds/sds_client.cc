@@ -44,19 +44,18 @@ void SdsClient::subscribe(std::set<std::string> names) {
   stream_->write({request()});  // no stream open: the next one asks
 }
 
-json SdsClient::on_response(const json& response) {
-  const std::string version = response.value("version_info", "");
-  std::string error;
-  if (response.value("type_url", "") != kSecretType) {
-    error = "type " + response.value("type_url", "") + " on a SecretDiscoveryService stream";
-  } else {
-    try {
-      error = apply_(stream_name_, read_secrets(response.value("resources", json::array()), false));
-    } catch (const config::ConfigError& e) {
-      error = e.what();
-    }
+std::string SdsClient::take(const json& response) {
+  if (response.value("type_url", "") != kSecretType)
+    return "type " + response.value("type_url", "") + " on a SecretDiscoveryService stream";
+  try {
+    return apply_(stream_name_, read_secrets(response.value("resources", json::array()), false));
+  } catch (const config::ConfigError& e) {
+    return e.what();
   }
-  std::lock_guard lock(mu_);
+}
+
+json SdsClient::answer(const json& response, const std::string& error) {
+  const std::string version = response.value("version_info", "");
   nonce_ = response.value("nonce", "");
   if (!error.empty()) {
     ++nacks_;
@@ -71,6 +70,12 @@ json SdsClient::on_response(const json& response) {
   return request();
 }
 
+json SdsClient::on_response(const json& response) {
+  const std::string error = take(response);  // waits for the control plane's thread: without mu_
+  std::lock_guard lock(mu_);
+  return answer(response, error);
+}
+
 bool SdsClient::on_message(const std::string& bytes) {
   json response;
   try {
@@ -79,12 +84,11 @@ bool SdsClient::on_message(const std::string& bytes) {
     log_warn(std::string("mesh SDS: a response that does not parse: ") + e.what());
     return true;
   }
-  const json answer = on_response(response);
-  // The answer goes out with the names as they are now: a subscription
-  // changed meanwhile went out already and this one repeats it.
+  const std::string error = take(response);
+  // Answered and written under mu_: a subscription changed meanwhile went out
+  // already, and this answer carries the same names, not older ones.
   std::lock_guard lock(mu_);
-  json current = request(answer.contains("error_detail") ? answer["error_detail"]["message"].get<std::string>() : "");
-  return stream_->write({current});
+  return stream_->write({answer(response, error)});
 }
 
 }  // namespace dpukit::mesh::xds

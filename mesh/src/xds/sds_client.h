@@ -46,6 +46,10 @@ class SdsClient {
  private:
   nlohmann::json request(const std::string& error = "") const;  // with mu_ held
   bool on_message(const std::string& bytes);
+  // A response's secrets checked and handed over: "" or why not.
+  std::string take(const nlohmann::json& response);
+  // The ACK or NACK of `response` (with mu_ held: the names are today's).
+  nlohmann::json answer(const nlohmann::json& response, const std::string& error);
 
   std::string stream_name_;  // "grpc:<cluster>", as SdsSecret::stream()
   config::Node node_;
