@@ -252,3 +252,34 @@ def test_certificate_files_an_sds_file_names_are_watched(kind: str, pki: Pki, tm
                  lambda: tls_get(port, ctx).peer_serial == rotated.serial)
         assert os.stat(sds).st_mtime_ns == sds_stamp  # the SDS file itself never changed
         proxy.proc.check_alive()
+
+
+def test_the_sds_server_killed_and_restarted(kind: str, pki: Pki, tmp_path: Path):
+    """istio-agent killed (SIGKILL, its socket file left behind) and started
+    again on the same path with a new certificate: meanwhile the proxy
+    serves with the secret it has; then it reconnects and takes the new one."""
+    node = f"sds-restart-{kind}"
+    sock = tmp_path / "sds.sock"
+    port, admin = free_port(), free_port()
+    with Group(tmp_path / "logs") as group:
+        echo = Echoes(group).start("backend")
+        xds = XdsServer.start(group, sds_unix=sock)
+        first = Snapshot("1", secrets=[certificate_secret(pki.mesh.backend), root_secret(pki)])
+        xds.post(node, first)
+        bootstrap = istio_agent_bootstrap(node, admin=admin, port=port, echo=echo, sock=sock)
+        proxy = start_proxy(group, kind, json.dumps(bootstrap, indent=1), tmp_path, port=port, admin=admin)
+        xds.wait_acked(node, first, types=["secrets"])
+        xds.proc.popen.kill()
+        xds.proc.popen.wait(timeout=10)
+        ctx = client_context(ca=pki.mesh.ca.cert, cert=pki.mesh.frontend)
+        for _ in range(3):
+            assert tls_get(port, ctx).peer_serial == pki.mesh.backend.serial
+        sock.unlink()  # the dead server's socket file: a new server must bind anew, as istio-agent does
+        xds = XdsServer.start(group, sds_unix=sock)
+        rotated = pki.factory.issue(f"backend-{node}", pki.mesh.ca, uris=[BACKEND], dns=[BACKEND_DNS])
+        second = Snapshot("2", secrets=[certificate_secret(rotated), root_secret(pki)])
+        xds.post(node, second)
+        xds.wait_acked(node, second, types=["secrets"], timeout=60)
+        wait_for("a new handshake presents the certificate from the restarted server",
+                 lambda: tls_get(port, ctx).peer_serial == rotated.serial)
+        proxy.proc.check_alive()
