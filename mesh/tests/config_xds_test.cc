@@ -7,6 +7,7 @@
 #include <string>
 
 #include "config/bootstrap.h"
+#include "config/xds_assembly.h"
 #include "xds_bootstrap.h"
 
 namespace dpukit::mesh::config {
@@ -155,8 +156,22 @@ json load_assignment(const std::string& name, int port) {
               {{{"endpoint", {{"address", {{"socket_address", {{"address", "127.0.0.1"}, {"port_value", port}}}}}}}}}}}}}};
 }
 
-XdsResources full_set() {
+// A test's resources, as JSON to edit; shared() is what an assembly takes.
+struct JsonSet {
+  std::map<std::string, std::map<std::string, json>> by_type;
+};
+
+XdsResources shared(const JsonSet& set) {
   XdsResources r;
+  for (const auto& [type, resources] : set.by_type)
+    for (const auto& [name, resource] : resources) r.by_type[type][name] = std::make_shared<const json>(resource);
+  return r;
+}
+
+XdsAssembly assemble(const JsonSet& set) { return XdsAssembler(YAML::Load(kXdsBootstrap)).assemble(shared(set)); }
+
+JsonSet full_set() {
+  JsonSet r;
   r.by_type[std::string(kListenerType)]["web"] = listener("web", 10000, rds("web-routes"));
   r.by_type[std::string(kRouteType)]["web-routes"] = route_config("web-routes", "backend");
   r.by_type[std::string(kClusterType)]["backend"] = eds_cluster("backend");
@@ -164,9 +179,9 @@ XdsResources full_set() {
   return r;
 }
 
-std::string xds_fault(const XdsResources& r) {
+std::string xds_fault(const JsonSet& r) {
   try {
-    parse_xds_assembly(assemble_xds(YAML::Load(kXdsBootstrap), r));
+    (void)assemble(r);
   } catch (const ConfigError& e) {
     return e.what();
   }
@@ -174,11 +189,11 @@ std::string xds_fault(const XdsResources& r) {
 }
 
 TEST(ConfigXds, ResourcesAssembleIntoTheBootstrap) {
-  const XdsAssembly a = assemble_xds(YAML::Load(kXdsBootstrap), full_set());
+  const XdsAssembly a = assemble(full_set());
   EXPECT_TRUE(a.complete());
   EXPECT_EQ(a.endpoint_names, std::set<std::string>{"backend"});
   EXPECT_EQ(a.route_names, std::set<std::string>{"web-routes"});
-  const Bootstrap b = parse_xds_assembly(a);
+  const Bootstrap b = a.bootstrap;
   ASSERT_EQ(b.listeners.size(), 1u);
   EXPECT_EQ(b.listeners[0].name, "web");
   EXPECT_EQ(b.listeners[0].address.port, 10000);
@@ -197,22 +212,22 @@ TEST(ConfigXds, ResourcesAssembleIntoTheBootstrap) {
 }
 
 TEST(ConfigXds, WhatIsNamedButNotDeliveredIsWaitedFor) {
-  XdsResources r = full_set();
+  JsonSet r = full_set();
   r.by_type[std::string(kEndpointType)].clear();
   r.by_type[std::string(kRouteType)].clear();
-  XdsAssembly a = assemble_xds(YAML::Load(kXdsBootstrap), r);
+  XdsAssembly a = assemble(r);
   EXPECT_FALSE(a.complete());
   EXPECT_EQ(a.missing_endpoints, std::set<std::string>{"backend"});
   EXPECT_EQ(a.missing_routes, std::set<std::string>{"web-routes"});
-  EXPECT_NO_THROW(parse_xds_assembly(a));  // the stand-ins parse: nothing is wrong yet
+  // (The stand-ins parsed: nothing is wrong yet.)
   // A route to a cluster CDS did not deliver is taken, as Envoy takes it
   // (and answers 503): a cluster without endpoints stands in.
   r = full_set();
   r.by_type[std::string(kRouteType)]["web-routes"] = route_config("web-routes", "elsewhere");
-  a = assemble_xds(YAML::Load(kXdsBootstrap), r);
+  a = assemble(r);
   EXPECT_EQ(a.missing_clusters, std::set<std::string>{"elsewhere"});
   EXPECT_TRUE(a.complete());
-  const Bootstrap b = parse_xds_assembly(a);
+  const Bootstrap b = a.bootstrap;
   ASSERT_EQ(b.clusters.size(), 3u);
   EXPECT_EQ(b.clusters[2].name, "elsewhere");
   EXPECT_TRUE(b.clusters[2].endpoints.empty());
@@ -225,13 +240,13 @@ TEST(ConfigXds, WhatIsNamedButNotDeliveredIsWaitedFor) {
                           {"weighted_clusters", weighted}};
   tcp["filter_chains"][0]["filters"][0] = {{"name", "envoy.filters.network.tcp_proxy"}, {"typed_config", tcp_proxy}};
   r.by_type[std::string(kListenerType)]["tcp"] = tcp;
-  a = assemble_xds(YAML::Load(kXdsBootstrap), r);
+  a = assemble(r);
   EXPECT_EQ(a.missing_clusters, std::set<std::string>{"spare"});
-  EXPECT_EQ(parse_xds_assembly(a).listeners.size(), 2u);
+  EXPECT_EQ(a.bootstrap.listeners.size(), 2u);
 }
 
 TEST(ConfigXds, FaultsNameTheResourceAndThePath) {
-  XdsResources r = full_set();
+  JsonSet r = full_set();
   r.by_type[std::string(kRouteType)]["web-routes"]["virtual_hosts"][0]["routes"][0]["match"] = {
       {"safe_regex", {{"regex", "(unclosed"}}}};
   const std::string regex = xds_fault(r);
@@ -276,15 +291,97 @@ TEST(ConfigXds, FaultsNameTheResourceAndThePath) {
   EXPECT_EQ(xds_fault(r), "Cluster 'xds_cluster': name: duplicate cluster name 'xds_cluster'");
 }
 
+TEST(ConfigXds, OnlyWhatChangedIsParsedAgain) {
+  XdsAssembler assembler(YAML::Load(kXdsBootstrap));
+  XdsResources r = shared(full_set());
+  const XdsAssembly first = assembler.assemble(r);
+  EXPECT_EQ(first.parsed, 2u);  // the cluster "backend" and the listener "web"
+  EXPECT_EQ(first.parsed_routes, 1u);
+  EXPECT_EQ(first.bootstrap.clusters[0].revision, 0u);  // the bootstrap file's
+  const uint64_t backend = first.bootstrap.clusters[1].revision;
+  EXPECT_NE(backend, 0u);
+  // The same resources again: nothing is parsed, the revision stays.
+  const XdsAssembly same = assembler.assemble(r);
+  EXPECT_EQ(same.parsed, 0u);
+  EXPECT_EQ(same.bootstrap.clusters[1].revision, backend);
+  EXPECT_EQ(same.parsed_routes, 0u);
+  // A new route configuration: only its route that changed is parsed, the listener and the cluster are not.
+  r.by_type[std::string(kRouteType)]["web-routes"] = std::make_shared<const json>(route_config("web-routes", "elsewhere"));
+  const XdsAssembly routes = assembler.assemble(r);
+  EXPECT_EQ(routes.parsed, 0u);
+  EXPECT_EQ(routes.parsed_routes, 1u);
+  EXPECT_EQ(routes.bootstrap.clusters[1].revision, backend);
+  EXPECT_EQ(routes.missing_clusters, std::set<std::string>{"elsewhere"});
+  EXPECT_EQ(to_json(routes.bootstrap)["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+                                    ["typed_config"]["route_config"]["virtual_hosts"][0]["routes"][0]["route"]["cluster"],
+            "elsewhere");
+  // New endpoints: the EDS cluster that takes them is parsed, with a new revision.
+  r.by_type[std::string(kEndpointType)]["backend"] = std::make_shared<const json>(load_assignment("backend", 18081));
+  const XdsAssembly endpoints = assembler.assemble(r);
+  EXPECT_EQ(endpoints.parsed, 1u);
+  EXPECT_NE(endpoints.bootstrap.clusters[1].revision, backend);
+  ASSERT_EQ(endpoints.bootstrap.clusters[1].endpoints.size(), 1u);
+  EXPECT_EQ(endpoints.bootstrap.clusters[1].endpoints[0].address.port, 18081);
+  // A fault is named as by a whole parse, and the next good set assembles.
+  json maglev = eds_cluster("backend");
+  maglev["lb_policy"] = "MAGLEV";
+  XdsResources bad = r;
+  bad.by_type[std::string(kClusterType)]["backend"] = std::make_shared<const json>(maglev);
+  try {
+    assembler.assemble(bad);
+    ADD_FAILURE() << "a MAGLEV cluster was taken";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "Cluster 'backend': lb_policy: MAGLEV is not supported by dpukit-mesh");
+  }
+  EXPECT_EQ(assembler.assemble(r).bootstrap.clusters[1].endpoints[0].address.port, 18081);
+  // Three routes, then the middle one changed: it alone is parsed; a fault in it names its place.
+  json three = route_config("web-routes", "backend");
+  json& list = three["virtual_hosts"][0]["routes"];
+  list = json::array({list[0], list[0], list[0]});
+  list[0]["match"] = {{"prefix", "/a"}};
+  list[1]["match"] = {{"prefix", "/b"}};
+  r.by_type[std::string(kRouteType)]["web-routes"] = std::make_shared<const json>(three);
+  EXPECT_EQ(assembler.assemble(r).parsed_routes, 3u);
+  list[1]["match"] = {{"prefix", "/c"}};
+  r.by_type[std::string(kRouteType)]["web-routes"] = std::make_shared<const json>(three);
+  const XdsAssembly middle = assembler.assemble(r);
+  EXPECT_EQ(middle.parsed_routes, 1u);
+  const auto& parsed_routes = middle.bootstrap.listeners[0].filter_chains[0].filters[0].hcm->route_config.virtual_hosts[0].routes;
+  ASSERT_EQ(parsed_routes.size(), 3u);
+  EXPECT_EQ(parsed_routes[0].match.value, "/a");
+  EXPECT_EQ(parsed_routes[1].match.value, "/c");
+  EXPECT_EQ(parsed_routes[2].match.value, "/");
+  list[2]["match"] = {{"safe_regex", {{"regex", "(unclosed"}}}};
+  r.by_type[std::string(kRouteType)]["web-routes"] = std::make_shared<const json>(three);
+  try {
+    assembler.assemble(r);
+    ADD_FAILURE() << "an invalid regex was taken";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(std::string(e.what()).starts_with(
+        "RouteConfiguration 'web-routes': virtual_hosts[0].routes[2].match.safe_regex.regex: invalid regex '(unclosed'"))
+        << e.what();
+  }
+  list[2]["match"] = {{"prefix", "/"}};
+  r.by_type[std::string(kRouteType)]["web-routes"] = std::make_shared<const json>(three);
+  // A listener that comes later is named by its place in the cross-checks too.
+  r.by_type[std::string(kListenerType)]["other"] = std::make_shared<const json>(listener("other", 10000, rds("web-routes")));
+  try {
+    assembler.assemble(r);
+    ADD_FAILURE() << "two listeners on one address were taken";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "Listener 'web': address: duplicate address '127.0.0.1:10000': listeners[0] is there already");
+  }
+}
+
 TEST(ConfigXds, ProtoJsonStringsStayStrings) {
   // A name that looks like a number is a string in proto-JSON; so it stays.
-  XdsResources r = full_set();
+  JsonSet r = full_set();
   r.by_type[std::string(kClusterType)]["backend"]["name"] = "8080";
   r.by_type[std::string(kClusterType)]["8080"] = r.by_type[std::string(kClusterType)]["backend"];
   r.by_type[std::string(kClusterType)].erase("backend");
   r.by_type[std::string(kClusterType)]["8080"]["eds_cluster_config"]["service_name"] = "backend";
   r.by_type[std::string(kRouteType)]["web-routes"] = route_config("web-routes", "8080");
-  const Bootstrap b = parse_xds_assembly(assemble_xds(YAML::Load(kXdsBootstrap), r));
+  const Bootstrap b = assemble(r).bootstrap;
   EXPECT_EQ(b.clusters[1].name, "8080");
   EXPECT_EQ(b.clusters[1].endpoints.size(), 1u);
 }

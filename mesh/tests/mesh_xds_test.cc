@@ -23,6 +23,7 @@
 
 #include "config/bootstrap.h"
 #include "control/control_plane.h"
+#include "dataplane/snapshot.h"
 #include "admin_client.h"
 #include "xds_bootstrap.h"
 #include "config_refusal.h"
@@ -152,6 +153,40 @@ std::vector<std::string> summary(const std::vector<json>& requests) {
     out.push_back(s);
   }
   return out;
+}
+
+// An update that changes a route leaves the clusters' runtimes as they are
+// (their hosts, breakers and TLS contexts); one that changes a cluster's
+// endpoints gives it a new runtime whose unchanged hosts keep their state.
+TEST(MeshXds, AnUnchangedClusterKeepsItsRuntime) {
+  Exchange x;
+  x.client.on_stream_start();
+  x.client.on_response(response(config::kClusterType, "1", "c1", {cluster()}));
+  x.client.on_response(response(config::kEndpointType, "1", "e1", {load_assignment(18080)}));
+  x.client.on_response(response(config::kListenerType, "1", "l1", {listener()}));
+  x.client.on_response(response(config::kRouteType, "1", "r1", {route_config("/")}));
+  ASSERT_EQ(x.installed.size(), 1u);
+  StatsStore stats(1);
+  const auto first = Snapshot::build(x.installed.back(), stats, nullptr, 1, 0);
+  const std::shared_ptr<Host> host = first->clusters.at("backend")->hosts()->hosts.at(0);
+
+  x.client.on_response(response(config::kRouteType, "2", "r2", {route_config("/api")}));
+  ASSERT_EQ(x.installed.size(), 2u);
+  const auto routes = Snapshot::build(x.installed.back(), stats, first.get(), 2, 0);
+  EXPECT_EQ(routes->clusters.at("backend"), first->clusters.at("backend"));
+  EXPECT_NE(routes->clusters.at("xds_cluster"), first->clusters.at("xds_cluster"));  // the file's: built again
+
+  // The same endpoints resent (a state-of-the-world snapshot): nothing to install.
+  x.client.on_response(response(config::kEndpointType, "3", "e3", {load_assignment(18080)}));
+  EXPECT_EQ(x.installed.size(), 2u);
+  json two = load_assignment(18080);
+  two["endpoints"][0]["lb_endpoints"].push_back(load_assignment(18081)["endpoints"][0]["lb_endpoints"][0]);
+  x.client.on_response(response(config::kEndpointType, "5", "e5", {two}));
+  ASSERT_EQ(x.installed.size(), 3u);
+  const auto endpoints = Snapshot::build(x.installed.back(), stats, routes.get(), 3, 0);
+  EXPECT_NE(endpoints->clusters.at("backend"), routes->clusters.at("backend"));
+  ASSERT_EQ(endpoints->clusters.at("backend")->hosts()->hosts.size(), 2u);
+  EXPECT_EQ(endpoints->clusters.at("backend")->hosts()->hosts[0], host);
 }
 
 TEST(MeshXds, AckWarmInstallNack) {

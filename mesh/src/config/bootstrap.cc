@@ -2,6 +2,7 @@
 // one Envoy message through Fields, which refuses keys we do not implement;
 // the cross-checks (names, references) run once everything is read.
 #include "config/bootstrap.h"
+#include "config/xds_assembly.h"
 
 #include <arpa/inet.h>
 
@@ -1060,6 +1061,12 @@ void check_pushed_secrets(const Bootstrap& b) {
   });
 }
 
+void check_whole(Bootstrap& b) {
+  cross_check(b);
+  check_pushed_secrets(b);
+  if (b.dynamic_resources) check_dynamic_resources(b);
+}
+
 Bootstrap parse_root(const At& root) {
   const Fields f =
       root.fields("envoy.config.bootstrap.v3.Bootstrap", {"node", "admin", "static_resources", "dynamic_resources"});
@@ -1081,9 +1088,7 @@ Bootstrap parse_root(const At& root) {
       for (const At& item : sr["clusters"].items()) b.clusters.push_back(parse_cluster(item));
   }
   if (f.has("dynamic_resources")) b.dynamic_resources = parse_dynamic_resources(f["dynamic_resources"]);
-  cross_check(b);
-  check_pushed_secrets(b);
-  if (b.dynamic_resources) check_dynamic_resources(b);
+  check_whole(b);
   return b;
 }
 
@@ -1144,6 +1149,12 @@ Bootstrap parse_bootstrap(const std::string& yaml_text) {
 }
 
 Bootstrap parse_bootstrap_node(const YAML::Node& root) { return parse_root(At(root, "", 0)); }
+
+Cluster parse_cluster_resource(const At& at) { return parse_cluster(at); }
+Listener parse_listener_resource(const At& at) { return parse_listener(at); }
+RouteConfiguration parse_route_config_resource(const At& at) { return parse_route_config(at); }
+Route parse_route_resource(const At& at) { return parse_route(at); }
+void check_bootstrap(Bootstrap& b) { check_whole(b); }
 
 void for_each_tls(const Bootstrap& b, const std::function<void(const CommonTlsContext&)>& fn) {
   for (const Listener& l : b.listeners)

@@ -383,6 +383,10 @@ struct Cluster {
   bool http2 = false;  // typed_extension_protocol_options ... explicit_http_config.http2_protocol_options
   Http2ProtocolOptions http2_protocol_options;  // its fields, when http2
   std::optional<UpstreamTlsContext> tls;  // transport_socket: envoy.transport_sockets.tls
+  // Which parse this is: an xDS cluster keeps its revision while its
+  // resources are unchanged (config/xds_assembly.h), so the data plane keeps
+  // its runtime; 0 (a file's) is never the same as another.
+  uint64_t revision = 0;
 };
 
 struct Admin {

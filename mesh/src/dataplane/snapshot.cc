@@ -60,6 +60,14 @@ std::shared_ptr<const Snapshot> Snapshot::build(config::Bootstrap bootstrap, Sta
   s->bootstrap = std::move(bootstrap);
   s->version = version;
   for (const auto& c : s->bootstrap.clusters) {
+    if (previous && c.revision != 0) {
+      // The same parse of the same resources (an xDS update that did not change it): its runtime stays, with its
+      // hosts, connection pools' breakers and TLS context, as an unchanged cluster stays in Envoy.
+      if (auto it = previous->clusters.find(c.name); it != previous->clusters.end() && it->second->config().revision == c.revision) {
+        s->clusters.emplace(c.name, it->second);
+        continue;
+      }
+    }
     auto rt = std::make_shared<ClusterRuntime>(c, stats.cluster(c.name));
     if (c.tls) rt->tls = TlsContext::client(*c.tls, stats.tls("cluster", c.name), stats.tls_named("cluster", c.name));
     if (previous) {

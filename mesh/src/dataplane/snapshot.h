@@ -81,8 +81,9 @@ struct Snapshot {
   std::vector<ListenerRuntime> listeners;
   uint64_t version = 0;
 
-  // Compiles `bootstrap`. Hosts of a same-named cluster in `previous` keep
-  // their health and ejection state.
+  // Compiles `bootstrap`. A cluster of the same revision in `previous` (an
+  // xDS cluster whose resources did not change) is kept as it is; hosts of
+  // another same-named cluster keep their health and ejection state.
   static std::shared_ptr<const Snapshot> build(config::Bootstrap bootstrap, StatsStore& stats,
                                                const Snapshot* previous, uint64_t version, int64_t now_ns);
   const ListenerRuntime* listener(const std::string& name) const;

@@ -44,6 +44,13 @@ std::string resource_name(const std::string& type, const json& resource) {
   return name.is_string() ? name.get<std::string>() : "";
 }
 
+const json& member(const json& j, const char* key) {
+  static const json kNull;
+  if (!j.is_object()) return kNull;
+  auto it = j.find(key);
+  return it == j.end() ? kNull : *it;
+}
+
 std::string short_type(const std::string& type) {
   if (type == kListenerType) return "LDS";
   if (type == kClusterType) return "CDS";
@@ -74,12 +81,26 @@ std::map<std::string, config::Secret> read_secrets(const json& resources, bool d
   return out;
 }
 
+DeliveredResource read_resource(const json& element, bool delta) {
+  DeliveredResource d;
+  const json& resource = delta ? member(element, "resource") : element;
+  if (delta) {
+    d.name = member(element, "name").is_string() ? member(element, "name").get<std::string>() : "";
+    d.version = member(element, "version").is_string() ? member(element, "version").get<std::string>() : "";
+  }
+  if (member(resource, "@type").is_string()) d.type_url = resource["@type"].get<std::string>();
+  json copy = resource;
+  if (copy.is_object()) copy.erase("@type");
+  d.resource = std::make_shared<const json>(std::move(copy));
+  return d;
+}
+
 AdsClient::AdsClient(YAML::Node base, const config::Bootstrap& bootstrap, Apply apply, ApplySecrets apply_secrets)
-    : base_(std::move(base)),
-      node_(bootstrap.node),
+    : node_(bootstrap.node),
       dynamic_(*bootstrap.dynamic_resources),
       apply_(std::move(apply)),
-      apply_secrets_(std::move(apply_secrets)) {
+      apply_secrets_(std::move(apply_secrets)),
+      assembler_(std::make_unique<config::XdsAssembler>(base)) {
   // The ADS connection's HTTP/2 PINGs: the ADS cluster's connection_keepalive, else these.
   config::Http2ProtocolOptions::Keepalive keepalive{std::chrono::seconds(30), std::chrono::seconds(10)};
   std::string target;
@@ -147,7 +168,7 @@ std::vector<json> AdsClient::on_stream_start() {
       // Delta: no names is the wildcard (LDS, CDS); what is held is said with its versions.
       json versions = json::object();
       std::lock_guard lock(mu_);
-      for (const auto& [name, record] : records_[it->first]) versions[name] = record.version;
+      for (const auto& [name, record] : records_of(records_, it->first)) versions[name] = record.version;
       r["initial_resource_versions"] = versions;
     }
     out.push_back(r);
@@ -169,6 +190,17 @@ json AdsClient::nack(const std::string& type, const std::string& version, const 
 }
 
 std::vector<json> AdsClient::on_response(const json& response) {
+  if (response.value("type_url", "") == kSecretType && apply_secrets_) {
+    types_[std::string(kSecretType)].nonce = response.value("nonce", "");
+    return on_secrets(response, response.value(dynamic_.delta ? "system_version_info" : "version_info", ""));
+  }
+  std::vector<DeliveredResource> resources;
+  for (const json& element : response.value("resources", json::array()))
+    resources.push_back(read_resource(element, dynamic_.delta));
+  return on_resources(response, resources);
+}
+
+std::vector<json> AdsClient::on_resources(const json& response, const std::vector<DeliveredResource>& resources) {
   const std::string type = response.value("type_url", "");
   const std::string version = response.value(dynamic_.delta ? "system_version_info" : "version_info", "");
   TypeState& st = types_[type];
@@ -178,37 +210,37 @@ std::vector<json> AdsClient::on_response(const json& response) {
     out.push_back(this->nack(type, version, why));
     return out;
   };
-  if (type == kSecretType && apply_secrets_) return on_secrets(response, version);
   if (type != kListenerType && type != kClusterType && type != kRouteType && type != kEndpointType)
     return nack("type " + type + " is not supported by dpukit-mesh (LDS, CDS, RDS, EDS and SDS are)");
 
   // The new set of this type: state of the world replaces the last one;
   // delta changes and removes resources of it by name.
-  std::map<std::string, json> set = dynamic_.delta ? accepted_.of(type) : std::map<std::string, json>();
+  const std::map<std::string, config::XdsResource>& accepted = accepted_.of(type);
+  std::map<std::string, config::XdsResource> set = dynamic_.delta ? accepted : std::map<std::string, config::XdsResource>();
   std::map<std::string, std::string> versions;  // delta: each resource's own version
   std::set<std::string> seen;
-  const json& resources = response.value("resources", json::array());
   for (std::size_t i = 0; i < resources.size(); ++i) {
     const std::string at = "resources[" + std::to_string(i) + "]";
-    json resource = dynamic_.delta ? resources[i].value("resource", json()) : resources[i];
-    if (resource.value("@type", "") != type)
-      return nack(at + ": a " + resource.value("@type", "resource without @type") + " in a " + type + " response");
-    resource.erase("@type");
-    const std::string name = resource_name(type, resource);
+    const DeliveredResource& d = resources[i];
+    if (d.type_url != type)
+      return nack(at + ": a " + (d.type_url.empty() ? std::string("resource without @type") : d.type_url) + " in a " +
+                  type + " response");
+    const std::string name = resource_name(type, *d.resource);
     if (name.empty()) return nack(at + ": the resource has no name");
     if (!seen.insert(name).second) return nack(at + ": duplicate resource name '" + name + "'");
     if (dynamic_.delta) {
-      if (resources[i].value("name", "") != name)
-        return nack(at + ".name: '" + resources[i].value("name", "") + "' but the resource is named '" + name + "'");
-      versions[name] = resources[i].value("version", "");
+      if (d.name != name) return nack(at + ".name: '" + d.name + "' but the resource is named '" + name + "'");
+      versions[name] = d.version;
     }
-    set[name] = std::move(resource);
+    // A resource equal to the one accepted is that one (the assembly knows it unchanged by its pointer).
+    auto it = accepted.find(name);
+    set[name] = it != accepted.end() && (it->second == d.resource || *it->second == *d.resource) ? it->second : d.resource;
   }
   for (const json& removed : response.value("removed_resources", json::array()))
     if (removed.is_string()) set.erase(removed.get<std::string>());
   // A control plane resends every type of a new snapshot: a set equal to the
   // one accepted changes nothing (no assembly, no parse, no install).
-  if (st.received && set == accepted_.of(type)) {
+  if (st.received && set == accepted) {
     ++acks_;
     st.version = version;
     {
@@ -220,21 +252,20 @@ std::vector<json> AdsClient::on_response(const json& response) {
   }
   // The set is tried in place (the other types are not copied), and put back
   // when it is refused.
-  std::map<std::string, json>& slot = accepted_.by_type[type];
-  std::map<std::string, json> previous = std::exchange(slot, std::move(set));
+  std::map<std::string, config::XdsResource>& slot = accepted_.by_type[type];
+  std::map<std::string, config::XdsResource> previous = std::exchange(slot, std::move(set));
   const auto refuse = [&](const std::string& why) {
     slot = std::move(previous);
     return nack(why);
   };
   const auto t0 = thread_cpu();
   config::XdsAssembly assembly;
-  config::Bootstrap bootstrap;
   try {
-    assembly = config::assemble_xds(base_, accepted_);
-    bootstrap = config::parse_xds_assembly(assembly);
+    assembly = assembler_->assemble(accepted_);
   } catch (const config::ConfigError& e) {
     return refuse(e.what());
   }
+  config::Bootstrap& bootstrap = assembly.bootstrap;
   const auto t1 = thread_cpu();
   std::set<std::string> secret_names = config::pushed_secret_names(bootstrap)["ads"];
   const auto install_start = std::chrono::steady_clock::now();
@@ -255,21 +286,18 @@ std::vector<json> AdsClient::on_response(const json& response) {
   {
     std::lock_guard lock(mu_);
     if (apply) stand_ins_ = assembly.missing_clusters;
-    auto& records = records_[type];
-    std::map<std::string, ResourceRecord> next;
+    const Records& records = records_of(records_, type);
+    Records next;
     const std::string now = now_rfc3339();
     for (const auto& [name, resource] : slot) {
-      json with_type = resource;
-      with_type["@type"] = type;
       auto it = records.find(name);
-      if (it != records.end() && *it->second.resource == with_type) {
+      if (it != records.end() && it->second.resource == resource) {
         next.emplace(name, it->second);  // unchanged: its version and time stay
         continue;
       }
-      next.emplace(name, ResourceRecord{std::make_shared<const json>(std::move(with_type)),
-                                        versions.contains(name) ? versions[name] : version, now});
+      next.emplace(name, ResourceRecord{resource, versions.contains(name) ? versions[name] : version, now});
     }
-    records = std::move(next);
+    records_[type] = std::make_shared<const Records>(std::move(next));
     if (apply) {
       active_ = records_;  // the records share their resources
       for (const auto& [t, s] : types_)
@@ -277,7 +305,8 @@ std::vector<json> AdsClient::on_response(const json& response) {
     }
   }
   log_info("mesh xDS: " + short_type(type) + " version " + version + " accepted (" + std::to_string(slot.size()) +
-           " resources)" + (apply ? ", installed" : ", warming: waiting for what it names") + " (checks: " +
+           " resources, " + std::to_string(assembly.parsed) + " clusters and listeners parsed)" +
+           (apply ? ", installed" : ", warming: waiting for what it names") + " (checks: " +
            std::to_string((t1 - t0) / 1000000) + " ms of CPU" +
            (apply ? ", install: " + std::to_string(install_ms) + " ms" : "") + ")");
   out.push_back(request(type));
@@ -320,40 +349,76 @@ std::vector<json> AdsClient::on_secrets(const json& response, const std::string&
   return {request(type)};
 }
 
+std::vector<DeliveredResource> AdsClient::read_resources(const std::string& type,
+                                                         const std::vector<std::string_view>& items) {
+  const Messages& m = messages();
+  const char* element_type = dynamic_.delta ? "envoy.service.discovery.v3.Resource" : "google.protobuf.Any";
+  std::unordered_map<std::string, DeliveredResource>& last = last_read_[type];
+  std::unordered_map<std::string, DeliveredResource> now;
+  std::vector<DeliveredResource> out;
+  out.reserve(items.size());
+  for (std::string_view item : items) {
+    std::string bytes(item);
+    auto it = last.find(bytes);
+    DeliveredResource d = it != last.end() ? it->second : read_resource(m.to_json(element_type, bytes), dynamic_.delta);
+    out.push_back(d);
+    now.emplace(std::move(bytes), std::move(d));
+  }
+  last = std::move(now);
+  return out;
+}
+
 bool AdsClient::on_message(const std::string& bytes) {
   const Messages& m = messages();
   const char* response_type = dynamic_.delta ? kDeltaAdsMethod.response_type : kAdsMethod.response_type;
   std::vector<json> requests;
   try {
-    requests = on_response(m.to_json(response_type, bytes));
-  } catch (const std::exception& e) {
-    // A resource that does not convert (a typed_config whose type is not in
-    // the descriptor set): NACK the response with protobuf's reason.
-    try {
-      requests = on_unreadable(m.to_json_without(response_type, bytes, "resources"),
-                               std::string("a resource cannot be read (dpukit-mesh implements none of its type): ") +
-                                   e.what());
-    } catch (const std::exception& e2) {
-      log_warn(std::string("mesh xDS: a response that does not parse: ") + e2.what());
-      return true;
+    // The resources apart from the rest: only those not in the type's last response are converted.
+    Messages::Split split = m.split(response_type, bytes, "resources");
+    json envelope = m.to_json(response_type, split.rest);
+    const std::string type = envelope.value("type_url", "");
+    if (type == kSecretType && apply_secrets_) {
+      requests = on_response(m.to_json(response_type, bytes));
+    } else {
+      std::vector<DeliveredResource> resources;
+      try {
+        resources = read_resources(type, split.items);
+      } catch (const std::exception& e) {
+        // A resource that does not convert (a typed_config whose type is not in
+        // the descriptor set): NACK the response with protobuf's reason.
+        requests = on_unreadable(envelope, std::string("a resource cannot be read (dpukit-mesh implements none of its "
+                                                       "type): ") + e.what());
+        return stream_->write(requests);
+      }
+      requests = on_resources(envelope, resources);
     }
+  } catch (const std::exception& e) {
+    log_warn(std::string("mesh xDS: a response that does not parse: ") + e.what());
+    return true;
   }
   return stream_->write(requests);
 }
 
+const AdsClient::Records& AdsClient::records_of(const std::map<std::string, std::shared_ptr<const Records>>& by_type,
+                                                std::string_view type) {
+  static const Records kNone;
+  auto it = by_type.find(std::string(type));
+  return it == by_type.end() || !it->second ? kNone : *it->second;
+}
+
 json AdsClient::config_dump(const json& running) const {
-  std::lock_guard lock(mu_);
-  const auto records = [&](std::string_view type) -> const std::map<std::string, ResourceRecord>& {
-    static const std::map<std::string, ResourceRecord> kNone;
-    auto it = active_.find(std::string(type));
-    return it == active_.end() ? kNone : it->second;
+  // A resource as the control plane sent it: with its "@type".
+  const auto typed = [](std::string_view type, const ResourceRecord& r) {
+    json j = {{"@type", type}};
+    j.update(*r.resource);
+    return j;
   };
+  std::lock_guard lock(mu_);
+  const auto records = [&](std::string_view type) -> const Records& { return records_of(active_, type); };
   const auto warming = [&](std::string_view type) {
     std::vector<const ResourceRecord*> out;
-    auto it = records_.find(std::string(type));
-    if (it == records_.end()) return out;
     const auto& active = records(type);
-    for (const auto& [name, r] : it->second) {
+    for (const auto& [name, r] : records_of(records_, type)) {
       auto a = active.find(name);
       if (a == active.end() || a->second.version != r.version) out.push_back(&r);
     }
@@ -391,10 +456,10 @@ json AdsClient::config_dump(const json& running) const {
       clusters["static_clusters"].push_back({{"cluster", c}});
   for (const auto& [name, r] : records(kClusterType))
     clusters["dynamic_active_clusters"].push_back(
-        {{"version_info", r.version}, {"cluster", *r.resource}, {"last_updated", r.last_updated}});
+        {{"version_info", r.version}, {"cluster", typed(kClusterType, r)}, {"last_updated", r.last_updated}});
   for (const ResourceRecord* r : warming(kClusterType))
     clusters["dynamic_warming_clusters"].push_back(
-        {{"version_info", r->version}, {"cluster", *r->resource}, {"last_updated", r->last_updated}});
+        {{"version_info", r->version}, {"cluster", typed(kClusterType, *r)}, {"last_updated", r->last_updated}});
 
   json listeners = {{"@type", "type.googleapis.com/envoy.admin.v3.ListenersConfigDump"},
                     {"version_info", version(kListenerType)},
@@ -405,10 +470,10 @@ json AdsClient::config_dump(const json& running) const {
   std::map<std::string, json> dynamic_listeners;
   for (const auto& [name, r] : records(kListenerType))
     dynamic_listeners[name]["active_state"] = {
-        {"version_info", r.version}, {"listener", *r.resource}, {"last_updated", r.last_updated}};
+        {"version_info", r.version}, {"listener", typed(kListenerType, r)}, {"last_updated", r.last_updated}};
   for (const ResourceRecord* r : warming(kListenerType))
     dynamic_listeners[resource_name(std::string(kListenerType), *r->resource)]["warming_state"] = {
-        {"version_info", r->version}, {"listener", *r->resource}, {"last_updated", r->last_updated}};
+        {"version_info", r->version}, {"listener", typed(kListenerType, *r)}, {"last_updated", r->last_updated}};
   for (auto& [name, l] : dynamic_listeners) {
     l["name"] = name;
     listeners["dynamic_listeners"].push_back(l);
@@ -417,12 +482,12 @@ json AdsClient::config_dump(const json& running) const {
   json routes = {{"@type", "type.googleapis.com/envoy.admin.v3.RoutesConfigDump"}, {"dynamic_route_configs", json::array()}};
   for (const auto& [name, r] : records(kRouteType))
     routes["dynamic_route_configs"].push_back(
-        {{"version_info", r.version}, {"route_config", *r.resource}, {"last_updated", r.last_updated}});
+        {{"version_info", r.version}, {"route_config", typed(kRouteType, r)}, {"last_updated", r.last_updated}});
   json endpoints = {{"@type", "type.googleapis.com/envoy.admin.v3.EndpointsConfigDump"},
                     {"dynamic_endpoint_configs", json::array()}};
   for (const auto& [name, r] : records(kEndpointType))
     endpoints["dynamic_endpoint_configs"].push_back(
-        {{"version_info", r.version}, {"endpoint_config", *r.resource}, {"last_updated", r.last_updated}});
+        {{"version_info", r.version}, {"endpoint_config", typed(kEndpointType, r)}, {"last_updated", r.last_updated}});
 
   return {{"configs",
            {{{"@type", "type.googleapis.com/envoy.admin.v3.BootstrapConfigDump"}, {"bootstrap", bootstrap}},

@@ -1,8 +1,10 @@
 // The xDS client: one ADS stream (gRPC, v3, state of the world or delta) to the
 // control plane that the bootstrap's dynamic_resources names, on a thread of
 // its own (never a data-plane worker). Each response's resources are turned
-// into proto-JSON, assembled with the bootstrap file into one bootstrap and
-// checked by the same parser as a file (config/xds_config.h); a good set is
+// into proto-JSON (a resource whose bytes are those of the last response is
+// not converted again: a state-of-the-world control plane resends them all),
+// assembled with the bootstrap file into one bootstrap and checked by the
+// same parser as a file, resource by resource (config/xds_assembly.h); a good set is
 // installed through the control plane's reload path and ACKed, a bad one is
 // NACKed with the parser's words and the last good one keeps running. When
 // the control plane goes away the proxy keeps serving and reconnects with a
@@ -22,11 +24,14 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include "config/bootstrap.h"
+#include "config/xds_assembly.h"
 #include "dataplane/loop_dilation.h"
 #include "xds/xds_stream.h"
 
@@ -51,9 +56,18 @@ struct TypeState {
   bool received = false;        // a response was accepted
 };
 
+// One resource of a response, as read from it.
+struct DeliveredResource {
+  std::string type_url;          // its "@type" ("" when it has none)
+  std::string name, version;     // delta: those of its Resource wrapper
+  config::XdsResource resource;  // proto-JSON without "@type"
+};
+// A response's resource (proto-JSON: a google.protobuf.Any's; delta: a Resource's) as delivered.
+DeliveredResource read_resource(const nlohmann::json& element, bool delta);
+
 // A resource as accepted: what /config_dump shows.
 struct ResourceRecord {
-  std::shared_ptr<const nlohmann::json> resource;  // proto-JSON with "@type" (shared by the running copy)
+  config::XdsResource resource;  // proto-JSON without "@type" (shared with the running copy)
   std::string version;      // version_info of the response that last changed it
   std::string last_updated;  // RFC 3339, UTC
 };
@@ -94,6 +108,11 @@ class AdsClient {
  private:
   // A response's bytes: decoded, taken or refused, answered.
   bool on_message(const std::string& bytes);
+  // on_response of a response whose resources are read apart (`envelope`: the rest of it).
+  std::vector<nlohmann::json> on_resources(const nlohmann::json& envelope, const std::vector<DeliveredResource>& resources);
+  // A response's resources from their bytes: those seen in the type's last
+  // response are taken as read then. Throws (protobuf's reason) when one does not convert.
+  std::vector<DeliveredResource> read_resources(const std::string& type, const std::vector<std::string_view>& items);
   // A response of secrets: handed to apply_secrets_, ACKed or NACKed.
   std::vector<nlohmann::json> on_secrets(const nlohmann::json& response, const std::string& version);
   // An ACK (or, with `error`, a NACK) of the type's last response.
@@ -103,7 +122,6 @@ class AdsClient {
   // Counts and logs a rejected response; the NACK to send.
   nlohmann::json nack(const std::string& type, const std::string& version, const std::string& why);
 
-  YAML::Node base_;
   config::Node node_;
   config::DynamicResources dynamic_;
   Apply apply_;
@@ -111,10 +129,16 @@ class AdsClient {
 
   std::map<std::string, TypeState> types_;
   config::XdsResources accepted_;  // the last good set (what a NACK keeps)
+  std::unique_ptr<config::XdsAssembler> assembler_;
+  std::map<std::string, std::unordered_map<std::string, DeliveredResource>> last_read_;  // per type: by bytes
 
   mutable std::mutex mu_;  // guards what config_dump reads
-  std::map<std::string, std::map<std::string, ResourceRecord>> records_;  // accepted, by type and name
-  std::map<std::string, std::map<std::string, ResourceRecord>> active_;   // running (installed)
+  // Accepted, and running (installed), by type and name; shared, so that an
+  // install copies four pointers, not every record.
+  using Records = std::map<std::string, ResourceRecord>;
+  std::map<std::string, std::shared_ptr<const Records>> records_, active_;
+  static const Records& records_of(const std::map<std::string, std::shared_ptr<const Records>>& by_type,
+                                    std::string_view type);
   std::map<std::string, std::string> active_versions_;                    // per type, of what runs
   std::set<std::string> stand_ins_;  // clusters routes name that CDS did not deliver (not shown as static)
 

@@ -4,6 +4,8 @@
 #include <google/protobuf/descriptor.pb.h>
 #include <google/protobuf/descriptor_database.h>
 #include <google/protobuf/dynamic_message.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
 #include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/type_resolver.h>
 #include <google/protobuf/util/type_resolver_util.h>
@@ -77,6 +79,36 @@ nlohmann::json Messages::to_json_without(std::string_view type, const std::strin
   if (const pb::FieldDescriptor* f = descriptor->FindFieldByName(std::string(field)))
     message->GetReflection()->ClearField(message.get(), f);
   return to_json(type, message->SerializeAsString());
+}
+
+Messages::Split Messages::split(std::string_view type, const std::string& binary, std::string_view field) const {
+  using pb::internal::WireFormatLite;
+  const pb::Descriptor* descriptor = impl_->pool.FindMessageTypeByName(std::string(type));
+  const pb::FieldDescriptor* f = descriptor ? descriptor->FindFieldByName(std::string(field)) : nullptr;
+  if (f == nullptr || !f->is_repeated() || f->type() != pb::FieldDescriptor::TYPE_MESSAGE)
+    throw std::runtime_error("no repeated message field " + std::string(field) + " in " + std::string(type));
+  Split out;
+  pb::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(binary.data()), static_cast<int>(binary.size()));
+  in.SetRecursionLimit(100);
+  for (;;) {
+    const int start = in.CurrentPosition();
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) break;
+    if (WireFormatLite::GetTagFieldNumber(tag) == f->number() &&
+        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t length = 0;
+      if (!in.ReadVarint32(&length)) throw std::runtime_error("a " + std::string(type) + " that does not parse");
+      const int at = in.CurrentPosition();
+      if (!in.Skip(static_cast<int>(length))) throw std::runtime_error("a " + std::string(type) + " that does not parse");
+      out.items.emplace_back(binary.data() + at, length);
+      continue;
+    }
+    if (!WireFormatLite::SkipField(&in, tag)) throw std::runtime_error("a " + std::string(type) + " that does not parse");
+    out.rest.append(binary, static_cast<size_t>(start), static_cast<size_t>(in.CurrentPosition() - start));
+  }
+  if (!in.ConsumedEntireMessage() || in.CurrentPosition() != static_cast<int>(binary.size()))
+    throw std::runtime_error("a " + std::string(type) + " that does not parse");
+  return out;
 }
 
 bool Messages::has_message(std::string_view type) const {

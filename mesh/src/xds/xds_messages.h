@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -40,6 +41,15 @@ class Messages {
   // to_json of the message with one (repeated) field cleared: what a
   // response says about itself when a resource in it cannot be read.
   nlohmann::json to_json_without(std::string_view type, const std::string& binary, std::string_view field) const;
+  // A message's one repeated message field taken out: `rest` is the message
+  // without it (binary), `items` each element's bytes (views into `binary`),
+  // so that elements seen before need not be converted again. Throws
+  // std::runtime_error when the bytes do not parse.
+  struct Split {
+    std::string rest;
+    std::vector<std::string_view> items;
+  };
+  Split split(std::string_view type, const std::string& binary, std::string_view field) const;
   // The message is in the pool (as a resource of an Any must be to be read).
   bool has_message(std::string_view type) const;
   size_t file_count() const;

@@ -1,0 +1,310 @@
+// The assembly of ADS resources into a bootstrap, resource by resource.
+#include "config/xds_assembly.h"
+
+#include <atomic>
+
+#include "config/checked_yaml.h"
+#include "config/xds_config.h"
+
+namespace dpukit::mesh::config {
+namespace {
+
+using json = nlohmann::json;
+using Labels = std::vector<std::pair<std::string, std::string>>;  // (path prefix, what a fault there is called)
+
+constexpr std::string_view kHcmName = "envoy.filters.network.http_connection_manager";
+constexpr std::string_view kTcpProxyName = "envoy.filters.network.tcp_proxy";
+
+std::atomic<uint64_t> next_revision{1};
+
+std::string quoted(std::string_view kind, const std::string& name) { return std::string(kind) + " '" + name + "'"; }
+
+// The members of a JSON object or array, or nothing when it is not one (the
+// parser reports the wrong shape with its path).
+const json& member(const json& j, const char* key) {
+  static const json kNull;
+  if (!j.is_object()) return kNull;
+  auto it = j.find(key);
+  return it == j.end() ? kNull : *it;
+}
+
+void add_name(const json& j, std::set<std::string>& out) {
+  if (j.is_string()) out.insert(j.get<std::string>());
+}
+
+void add_weighted(const json& weighted, std::set<std::string>& out) {
+  const json& clusters = member(weighted, "clusters");
+  if (clusters.is_array())
+    for (const json& c : clusters) add_name(member(c, "name"), out);
+}
+
+// The clusters a route configuration names.
+void route_references(const json& route_config, std::set<std::string>& out) {
+  const json& vhosts = member(route_config, "virtual_hosts");
+  if (!vhosts.is_array()) return;
+  for (const json& vh : vhosts) {
+    const json& routes = member(vh, "routes");
+    if (!routes.is_array()) continue;
+    for (const json& r : routes) {
+      add_name(member(member(r, "route"), "cluster"), out);
+      add_weighted(member(member(r, "route"), "weighted_clusters"), out);
+    }
+  }
+}
+
+// The clusters an HCM's inline route configuration or a tcp_proxy names.
+void cluster_references(const json& typed_config, std::set<std::string>& out) {
+  add_name(member(typed_config, "cluster"), out);  // tcp_proxy
+  add_weighted(member(typed_config, "weighted_clusters"), out);
+  route_references(member(typed_config, "route_config"), out);
+}
+
+// A route configuration without its virtual hosts' routes (those that are a
+// list of objects: anything else stays, for the parser to refuse).
+json without_routes(const json& route_config) {
+  json out = json::object();
+  for (const auto& [key, value] : route_config.items()) {
+    if (key != "virtual_hosts" || !value.is_array()) {
+      out[key] = value;
+      continue;
+    }
+    json& vhosts = out[key] = json::array();
+    for (const json& vh : value) {
+      if (!vh.is_object() || !member(vh, "routes").is_array()) {
+        vhosts.push_back(vh);
+        continue;
+      }
+      json bare = json::object();
+      for (const auto& [k, v] : vh.items())
+        if (k != "routes") bare[k] = v;
+      vhosts.push_back(std::move(bare));
+    }
+  }
+  return out;
+}
+
+// `e` again, named by the longest label whose path is where the fault is or
+// contains it ("Listener 'web': filter_chains[0]...: reason"); unchanged when none is.
+[[noreturn]] void relabel(const ConfigError& e, const Labels& labels) {
+  const std::string& path = e.path();
+  const std::pair<std::string, std::string>* best = nullptr;
+  for (const auto& label : labels) {
+    const std::string& prefix = label.first;
+    const bool inside = path == prefix || (path.starts_with(prefix) && (path[prefix.size()] == '.' || path[prefix.size()] == '['));
+    if (inside && (!best || prefix.size() > best->first.size())) best = &label;
+  }
+  if (!best) throw e;
+  const std::string what = e.what();
+  const std::string head = e.line() > 0 ? path + " (line " + std::to_string(e.line()) + "): " : path + ": ";
+  const std::string reason = what.starts_with(head) ? what.substr(head.size()) : what;
+  std::string rest = path.substr(best->first.size());
+  if (!rest.empty() && rest[0] == '.') rest.erase(0, 1);
+  throw ConfigError(rest.empty() ? best->second : best->second + ": " + rest, reason);
+}
+
+// A resource parsed at the path `label` (so what its parse keeps, a secret's
+// path say, names it wherever it lands), its faults named by `labels`.
+template <typename Parse>
+auto parse_labelled(const json& resource, const std::string& label, const Labels& labels, Parse parse) {
+  try {
+    return parse(At(yaml_from_json(resource), label, 0));
+  } catch (const ConfigError& e) {
+    relabel(e, labels);
+  }
+}
+
+}  // namespace
+
+const std::map<std::string, XdsResource>& XdsResources::of(std::string_view type_url) const {
+  static const std::map<std::string, XdsResource> kNone;
+  auto it = by_type.find(std::string(type_url));
+  return it == by_type.end() ? kNone : it->second;
+}
+
+XdsAssembler::XdsAssembler(const YAML::Node& base) : base_(parse_bootstrap_node(base)) {}
+
+XdsAssembler::ClusterParse& XdsAssembler::cluster(const std::string& name, const XdsResource& resource,
+                                                  const XdsResources& r, const std::string& label,
+                                                  size_t& parsed) {
+  const auto& endpoints = r.of(kEndpointType);
+  const auto endpoints_of = [&](const std::string& service) {
+    auto it = endpoints.find(service);
+    return it == endpoints.end() ? XdsResource() : it->second;
+  };
+  ClusterParse& p = clusters_[name];
+  if (p.cluster == resource && (!p.eds || p.endpoints == endpoints_of(p.service))) return p;
+  ClusterParse next;
+  next.cluster = resource;
+  json c = *resource;
+  Labels labels{{label, label}};
+  if (member(c, "type") == "EDS") {
+    // EDS: the endpoints come as a ClusterLoadAssignment named by
+    // service_name (default: the cluster's name); it becomes load_assignment.
+    const Fields eds = At(yaml_from_json(member(c, "eds_cluster_config")), label + ": eds_cluster_config", 0)
+                           .fields("envoy.config.cluster.v3.Cluster.EdsClusterConfig", {"eds_config", "service_name"});
+    parse_ads_source(eds.required("eds_config"));
+    next.eds = true;
+    next.service = eds.has("service_name") ? eds["service_name"].nonempty_str() : name;
+    next.endpoints = endpoints_of(next.service);
+    c.erase("type");
+    c.erase("eds_cluster_config");
+    c["load_assignment"] = next.endpoints ? *next.endpoints : json{{"cluster_name", next.service}};
+    labels.emplace_back(label + ".load_assignment", quoted("ClusterLoadAssignment", next.service));
+  }
+  next.parsed = parse_labelled(c, label, labels, parse_cluster_resource);
+  next.parsed.revision = next_revision++;
+  ++parsed;
+  p = std::move(next);
+  return p;
+}
+
+XdsAssembler::ListenerParse& XdsAssembler::listener(const std::string& name, const XdsResource& resource,
+                                                    const std::string& label, size_t& parsed) {
+  ListenerParse& p = listeners_[name];
+  if (p.listener == resource) return p;
+  ListenerParse next;
+  next.listener = resource;
+  json l = *resource;
+  Labels labels{{label, label}};
+  json& chains = l["filter_chains"];
+  for (std::size_t ci = 0; chains.is_array() && ci < chains.size(); ++ci) {
+    json& filters = chains[ci]["filters"];
+    for (std::size_t fi = 0; filters.is_array() && fi < filters.size(); ++fi) {
+      json& filter = filters[fi];
+      if (!filter.is_object() || !filter["typed_config"].is_object()) continue;
+      json& tc = filter["typed_config"];
+      const std::string where = "filter_chains[" + std::to_string(ci) + "].filters[" + std::to_string(fi) + "].typed_config";
+      if (member(filter, "name") == kHcmName && tc.contains("rds")) {
+        // RDS: a stand-in where the HCM names its route configuration, which
+        // is parsed apart (route_config) and put in its place.
+        const Fields rds = At(yaml_from_json(tc["rds"]), label + ": " + where + ".rds", 0)
+                               .fields("envoy.extensions.filters.network.http_connection_manager.v3.Rds",
+                                       {"config_source", "route_config_name"});
+        parse_ads_source(rds.required("config_source"));
+        const std::string route = rds.required("route_config_name").nonempty_str();
+        if (tc.contains("route_config"))
+          throw ConfigError(label + ": " + where, "rds and route_config both given (only one is allowed)");
+        tc.erase("rds");
+        tc["route_config"] = json{{"name", route}};
+        next.rds.push_back({ci, route, where + ".route_config", quoted("RouteConfiguration", route)});
+        labels.emplace_back(label + "." + next.rds.back().where, next.rds.back().label);
+      }
+      if (member(filter, "name") == kHcmName || member(filter, "name") == kTcpProxyName)
+        cluster_references(tc, next.referenced);
+    }
+  }
+  next.parsed = parse_labelled(l, label, labels, parse_listener_resource);
+  ++parsed;
+  p = std::move(next);
+  return p;
+}
+
+XdsAssembler::RouteParse& XdsAssembler::route_config(const std::string& name, const XdsResource& resource,
+                                                     size_t& parsed_routes) {
+  RouteParse& p = routes_[name];
+  if (p.resource == resource) return p;
+  const std::string label = quoted("RouteConfiguration", name);
+  const Labels labels{{label, label}};
+  RouteParse next;
+  next.resource = resource;
+  next.parsed = parse_labelled(without_routes(*resource), label, labels, parse_route_config_resource);
+  // Each route: the one at the same place in the last parse where it is the
+  // same, else parsed at its own path (so a fault names where it is).
+  const json& vhosts = member(*resource, "virtual_hosts");
+  const json& was = p.resource ? member(*p.resource, "virtual_hosts") : json();
+  for (std::size_t v = 0; v < next.parsed.virtual_hosts.size(); ++v) {
+    const json& routes = member(vhosts[v], "routes");
+    if (!routes.is_array()) continue;
+    const json& old = was.is_array() && v < was.size() ? member(was[v], "routes") : json();
+    const std::vector<Route>* old_parsed =
+        v < p.parsed.virtual_hosts.size() ? &p.parsed.virtual_hosts[v].routes : nullptr;
+    std::vector<Route>& out = next.parsed.virtual_hosts[v].routes;
+    out.reserve(routes.size());
+    for (std::size_t i = 0; i < routes.size(); ++i) {
+      if (old_parsed && old.is_array() && i < old.size() && i < old_parsed->size() && old[i] == routes[i]) {
+        out.push_back((*old_parsed)[i]);
+        continue;
+      }
+      const std::string at = label + ".virtual_hosts[" + std::to_string(v) + "].routes[" + std::to_string(i) + "]";
+      out.push_back(parse_labelled(routes[i], at, labels, parse_route_resource));
+      ++parsed_routes;
+    }
+  }
+  route_references(*resource, next.referenced);
+  p = std::move(next);
+  return p;
+}
+
+XdsAssembly XdsAssembler::assemble(const XdsResources& r) {
+  // What is no longer delivered is forgotten.
+  std::erase_if(clusters_, [&](const auto& c) { return !r.of(kClusterType).contains(c.first); });
+  std::erase_if(listeners_, [&](const auto& l) { return !r.of(kListenerType).contains(l.first); });
+  XdsAssembly a;
+  Bootstrap& b = a.bootstrap;
+  b = base_;
+  // The cross-checks name resources by their place in the bootstrap; a
+  // resource's own parse by its label.
+  Labels labels;
+  std::set<std::string> known;
+  for (const Cluster& c : b.clusters) known.insert(c.name);
+
+  const auto& endpoints = r.of(kEndpointType);
+  for (const auto& [name, resource] : r.of(kClusterType)) {
+    const std::string label = quoted("Cluster", name);
+    const std::string at = "static_resources.clusters[" + std::to_string(b.clusters.size()) + "]";
+    const ClusterParse& p = cluster(name, resource, r, label, a.parsed);
+    if (p.eds) {
+      a.endpoint_names.insert(p.service);
+      if (!endpoints.contains(p.service)) a.missing_endpoints.insert(p.service);
+      labels.emplace_back(at + ".load_assignment", quoted("ClusterLoadAssignment", p.service));
+    }
+    labels.emplace_back(at, label);
+    labels.emplace_back(label, label);
+    b.clusters.push_back(p.parsed);
+    known.insert(name);
+  }
+
+  std::set<std::string> referenced;
+  const auto& routes = r.of(kRouteType);
+  std::erase_if(routes_, [&](const auto& rc) { return !routes.contains(rc.first); });
+  for (const auto& [name, resource] : r.of(kListenerType)) {
+    const std::string label = quoted("Listener", name);
+    const std::string at = "static_resources.listeners[" + std::to_string(b.listeners.size()) + "]";
+    const ListenerParse& p = listener(name, resource, label, a.parsed);
+    b.listeners.push_back(p.parsed);
+    referenced.insert(p.referenced.begin(), p.referenced.end());
+    for (const ListenerParse::Rds& rds : p.rds) {
+      a.route_names.insert(rds.route);
+      labels.emplace_back(at + "." + rds.where, rds.label);
+      labels.emplace_back(label + "." + rds.where, rds.label);
+      auto delivered = routes.find(rds.route);
+      if (delivered == routes.end()) {
+        a.missing_routes.insert(rds.route);  // the stand-in stays
+        continue;
+      }
+      const RouteParse& rc = route_config(rds.route, delivered->second, a.parsed_routes);
+      referenced.insert(rc.referenced.begin(), rc.referenced.end());
+      for (NetworkFilter& f : b.listeners.back().filter_chains.at(rds.chain).filters)
+        if (f.hcm) f.hcm->route_config = rc.parsed;
+    }
+    labels.emplace_back(at, label);
+    labels.emplace_back(label, label);
+  }
+  // Routes to clusters not delivered: a cluster without endpoints stands in,
+  // so the route answers 503 as Envoy's does (cluster not found).
+  for (const std::string& name : referenced) {
+    if (known.contains(name)) continue;
+    a.missing_clusters.insert(name);
+    const std::string label = quoted("Cluster", name) + " (named by a route, not delivered)";
+    labels.emplace_back("static_resources.clusters[" + std::to_string(b.clusters.size()) + "]", label);
+    b.clusters.push_back(parse_labelled(json{{"name", name}}, label, {{label, label}}, parse_cluster_resource));
+  }
+  try {
+    check_bootstrap(b);
+  } catch (const ConfigError& e) {
+    relabel(e, labels);
+  }
+  return a;
+}
+
+}  // namespace dpukit::mesh::config
