@@ -18,6 +18,7 @@ constexpr std::string_view kTcpProxyName = "envoy.filters.network.tcp_proxy";
 std::atomic<uint64_t> next_revision{1};
 
 std::string quoted(std::string_view kind, const std::string& name) { return std::string(kind) + " '" + name + "'"; }
+std::string stand_in_label(const std::string& name) { return quoted("Cluster", name) + " (named by a route, not delivered)"; }
 
 // The members of a JSON object or array, or nothing when it is not one (the
 // parser reports the wrong shape with its path).
@@ -124,8 +125,7 @@ const std::map<std::string, XdsResource>& XdsResources::of(std::string_view type
 XdsAssembler::XdsAssembler(const YAML::Node& base) : base_(parse_bootstrap_node(base)) {}
 
 XdsAssembler::ClusterParse& XdsAssembler::cluster(const std::string& name, const XdsResource& resource,
-                                                  const XdsResources& r, const std::string& label,
-                                                  size_t& parsed) {
+                                                  const XdsResources& r, size_t& parsed) {
   const auto& endpoints = r.of(kEndpointType);
   const auto endpoints_of = [&](const std::string& service) {
     auto it = endpoints.find(service);
@@ -133,6 +133,7 @@ XdsAssembler::ClusterParse& XdsAssembler::cluster(const std::string& name, const
   };
   ClusterParse& p = clusters_[name];
   if (p.cluster == resource && (!p.eds || p.endpoints == endpoints_of(p.service))) return p;
+  const std::string label = quoted("Cluster", name);
   ClusterParse next;
   next.cluster = resource;
   json c = *resource;
@@ -159,9 +160,10 @@ XdsAssembler::ClusterParse& XdsAssembler::cluster(const std::string& name, const
 }
 
 XdsAssembler::ListenerParse& XdsAssembler::listener(const std::string& name, const XdsResource& resource,
-                                                    const std::string& label, size_t& parsed) {
+                                                    size_t& parsed) {
   ListenerParse& p = listeners_[name];
   if (p.listener == resource) return p;
+  const std::string label = quoted("Listener", name);
   ListenerParse next;
   next.listener = resource;
   json l = *resource;
@@ -236,47 +238,34 @@ XdsAssembler::RouteParse& XdsAssembler::route_config(const std::string& name, co
 }
 
 XdsAssembly XdsAssembler::assemble(const XdsResources& r) {
+  const auto& clusters = r.of(kClusterType);
+  const auto& endpoints = r.of(kEndpointType);
+  const auto& listeners = r.of(kListenerType);
+  const auto& routes = r.of(kRouteType);
   // What is no longer delivered is forgotten.
-  std::erase_if(clusters_, [&](const auto& c) { return !r.of(kClusterType).contains(c.first); });
-  std::erase_if(listeners_, [&](const auto& l) { return !r.of(kListenerType).contains(l.first); });
+  std::erase_if(clusters_, [&](const auto& c) { return !clusters.contains(c.first); });
+  std::erase_if(listeners_, [&](const auto& l) { return !listeners.contains(l.first); });
+  std::erase_if(routes_, [&](const auto& rc) { return !routes.contains(rc.first); });
   XdsAssembly a;
   Bootstrap& b = a.bootstrap;
   b = base_;
-  // The cross-checks name resources by their place in the bootstrap; a
-  // resource's own parse by its label.
-  Labels labels;
-  std::set<std::string> known;
-  for (const Cluster& c : b.clusters) known.insert(c.name);
-
-  const auto& endpoints = r.of(kEndpointType);
-  for (const auto& [name, resource] : r.of(kClusterType)) {
-    const std::string label = quoted("Cluster", name);
-    const std::string at = "static_resources.clusters[" + std::to_string(b.clusters.size()) + "]";
-    const ClusterParse& p = cluster(name, resource, r, label, a.parsed);
+  b.clusters.reserve(base_.clusters.size() + clusters.size());
+  b.listeners.reserve(base_.listeners.size() + listeners.size());
+  for (const auto& [name, resource] : clusters) {
+    const ClusterParse& p = cluster(name, resource, r, a.parsed);
     if (p.eds) {
       a.endpoint_names.insert(p.service);
       if (!endpoints.contains(p.service)) a.missing_endpoints.insert(p.service);
-      labels.emplace_back(at + ".load_assignment", quoted("ClusterLoadAssignment", p.service));
     }
-    labels.emplace_back(at, label);
-    labels.emplace_back(label, label);
     b.clusters.push_back(p.parsed);
-    known.insert(name);
   }
-
   std::set<std::string> referenced;
-  const auto& routes = r.of(kRouteType);
-  std::erase_if(routes_, [&](const auto& rc) { return !routes.contains(rc.first); });
-  for (const auto& [name, resource] : r.of(kListenerType)) {
-    const std::string label = quoted("Listener", name);
-    const std::string at = "static_resources.listeners[" + std::to_string(b.listeners.size()) + "]";
-    const ListenerParse& p = listener(name, resource, label, a.parsed);
+  for (const auto& [name, resource] : listeners) {
+    const ListenerParse& p = listener(name, resource, a.parsed);
     b.listeners.push_back(p.parsed);
     referenced.insert(p.referenced.begin(), p.referenced.end());
     for (const ListenerParse::Rds& rds : p.rds) {
       a.route_names.insert(rds.route);
-      labels.emplace_back(at + "." + rds.where, rds.label);
-      labels.emplace_back(label + "." + rds.where, rds.label);
       auto delivered = routes.find(rds.route);
       if (delivered == routes.end()) {
         a.missing_routes.insert(rds.route);  // the stand-in stays
@@ -287,24 +276,54 @@ XdsAssembly XdsAssembler::assemble(const XdsResources& r) {
       for (NetworkFilter& f : b.listeners.back().filter_chains.at(rds.chain).filters)
         if (f.hcm) f.hcm->route_config = rc.parsed;
     }
-    labels.emplace_back(at, label);
-    labels.emplace_back(label, label);
   }
   // Routes to clusters not delivered: a cluster without endpoints stands in,
   // so the route answers 503 as Envoy's does (cluster not found).
+  const auto is_static = [&](const std::string& name) {
+    for (const Cluster& c : base_.clusters)
+      if (c.name == name) return true;
+    return false;
+  };
   for (const std::string& name : referenced) {
-    if (known.contains(name)) continue;
+    if (clusters.contains(name) || is_static(name)) continue;
     a.missing_clusters.insert(name);
-    const std::string label = quoted("Cluster", name) + " (named by a route, not delivered)";
-    labels.emplace_back("static_resources.clusters[" + std::to_string(b.clusters.size()) + "]", label);
+    const std::string label = stand_in_label(name);
     b.clusters.push_back(parse_labelled(json{{"name", name}}, label, {{label, label}}, parse_cluster_resource));
   }
   try {
     check_bootstrap(b);
   } catch (const ConfigError& e) {
-    relabel(e, labels);
+    relabel(e, labels(r, a));
   }
   return a;
+}
+
+std::vector<std::pair<std::string, std::string>> XdsAssembler::labels(const XdsResources& r, const XdsAssembly& a) const {
+  // The cross-checks name a resource by its place in the bootstrap; what a
+  // resource's parse keeps (a secret's path) by its label.
+  Labels out;
+  size_t index = base_.clusters.size();
+  for (const auto& [name, resource] : r.of(kClusterType)) {
+    const std::string at = "static_resources.clusters[" + std::to_string(index++) + "]", label = quoted("Cluster", name);
+    if (auto p = clusters_.find(name); p != clusters_.end() && p->second.eds)
+      out.emplace_back(at + ".load_assignment", quoted("ClusterLoadAssignment", p->second.service));
+    out.emplace_back(at, label);
+    out.emplace_back(label, label);
+  }
+  for (const std::string& name : a.missing_clusters)
+    out.emplace_back("static_resources.clusters[" + std::to_string(index++) + "]", stand_in_label(name));
+  index = base_.listeners.size();
+  for (const auto& [name, resource] : r.of(kListenerType)) {
+    const std::string at = "static_resources.listeners[" + std::to_string(index++) + "]", label = quoted("Listener", name);
+    if (auto p = listeners_.find(name); p != listeners_.end())
+      for (const ListenerParse::Rds& rds : p->second.rds) {
+        out.emplace_back(at + "." + rds.where, rds.label);
+        out.emplace_back(label + "." + rds.where, rds.label);
+      }
+    out.emplace_back(at, label);
+    out.emplace_back(label, label);
+  }
+  return out;
 }
 
 }  // namespace dpukit::mesh::config

@@ -81,17 +81,21 @@ std::map<std::string, config::Secret> read_secrets(const json& resources, bool d
   return out;
 }
 
-DeliveredResource read_resource(const json& element, bool delta) {
+DeliveredResource read_resource(json element, bool delta) {
   DeliveredResource d;
-  const json& resource = delta ? member(element, "resource") : element;
+  json resource;
   if (delta) {
     d.name = member(element, "name").is_string() ? member(element, "name").get<std::string>() : "";
     d.version = member(element, "version").is_string() ? member(element, "version").get<std::string>() : "";
+    if (element.is_object() && element.contains("resource")) resource = std::move(element["resource"]);
+  } else {
+    resource = std::move(element);
   }
-  if (member(resource, "@type").is_string()) d.type_url = resource["@type"].get<std::string>();
-  json copy = resource;
-  if (copy.is_object()) copy.erase("@type");
-  d.resource = std::make_shared<const json>(std::move(copy));
+  if (member(resource, "@type").is_string()) {
+    d.type_url = resource["@type"].get<std::string>();
+    resource.erase("@type");
+  }
+  d.resource = std::make_shared<const json>(std::move(resource));
   return d;
 }
 

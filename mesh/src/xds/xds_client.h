@@ -63,7 +63,7 @@ struct DeliveredResource {
   config::XdsResource resource;  // proto-JSON without "@type"
 };
 // A response's resource (proto-JSON: a google.protobuf.Any's; delta: a Resource's) as delivered.
-DeliveredResource read_resource(const nlohmann::json& element, bool delta);
+DeliveredResource read_resource(nlohmann::json element, bool delta);
 
 // A resource as accepted: what /config_dump shows.
 struct ResourceRecord {
