@@ -3,9 +3,10 @@
 ``dpukit-xds-server`` (mesh/tests/xds-server; go-control-plane's snapshot
 cache and ADS server, built by scripts/setup.sh into .tools/bin) drives
 dpukit-mesh and Envoy 1.40 side by side, each its own node id, over ADS
-(state of the world, v3). Measured: the time from a snapshot update to the
-first request served by the new route, and the proxy's CPU per update at 100
-and 1,000 clusters. The experiment is a ``collect`` step (runs the proxies,
+(state of the world and delta, v3). Measured: the time from a snapshot
+update to the first request served by the new route, and the proxy's CPU per
+update at 100, 1,000 and 10,000 clusters (10 and 100 quick), against the goal
+of at most Envoy's. The experiment is a ``collect`` step (runs the proxies,
 keeps one result per proxy, protocol, size and round) and a pure ``render``
 step (results -> section), so that ``dpukit eval --render`` rebuilds it.
 
@@ -27,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from dpukit import __version__
 from dpukit.errors import DpukitError
@@ -38,6 +39,7 @@ from dpukit.mesh_harness import (DPU_CPU, HOST_CPU, LOOPBACK, TOOL, Chain, colle
                                  keep_run, machine, start_service)
 from dpukit.machine_load import background_busy
 from dpukit.paths import tool_path
+from dpukit.plots import Series, line_plot
 from dpukit.procs import Group, Proc, free_port, http_get
 from dpukit.report import Section
 from dpukit.units import fmt_int, fmt_sig
@@ -456,7 +458,7 @@ def collect(ctx: Context) -> dict[str, Any]:
     needs besides the runs: the sizes and counts, how busy the machine was
     before and after, and per size, proxy and protocol the indices of its
     runs among the experiment's, round by round."""
-    sizes = (10, 100) if ctx.quick else (100, 1000)
+    sizes = (10, 100) if ctx.quick else (100, 1000, 10000)
     rounds = 2 if ctx.quick else 3
     updates, cpu_updates = (5, 20) if ctx.quick else (10, 30)
     busy = [background_busy()]
@@ -516,19 +518,28 @@ def collect(ctx: Context) -> dict[str, Any]:
     title="mesh.xds: configuration from an xDS control plane",
     description="dpukit-mesh and Envoy 1.40 driven by one go-control-plane server over ADS (state of the world and "
                 "delta): time from a snapshot update to the first request served by the new route, and the "
-                "proxy's CPU per update at 100 and 1,000 clusters.",
+                "proxy's CPU per update at 100, 1,000 and 10,000 clusters.",
     tools=[TOOL],
 )
 def xds_updates(ctx: Context) -> Section:
     data, records = collected(ctx, lambda: collect(ctx))
-    return render(data, records)
+    return render(data, records, ctx.plot_path)
 
 
 # -- render ---------------------------------------------------------------------------------
 
 
-def render(data: dict[str, Any], records: Sequence[dict[str, Any]]) -> Section:
-    """The section from the collected data and the runs alone (nothing runs)."""
+GOAL = 1.0  # issue 33: CPU per update and first request at most Envoy's
+
+
+def met(ratios: Sequence[float]) -> str:
+    return "met" if statistics.median(ratios) <= GOAL else "missed"
+
+
+def render(data: dict[str, Any], records: Sequence[dict[str, Any]],
+           plot_path: Callable[[str], tuple[Path, str]] | None = None) -> Section:
+    """The section from the collected data and the runs alone (nothing runs);
+    with ``plot_path`` (the context's), the curves over the sizes too."""
     sizes, rounds, updates, cpu_updates, busy = (data[k] for k in ("sizes", "rounds", "updates", "cpu_updates",
                                                                     "busy"))
     results = {(size, kind, proto): [records[i] for i in data["results"][str(size)][kind][proto]]
@@ -563,18 +574,31 @@ def render(data: dict[str, Any], records: Sequence[dict[str, Any]]) -> Section:
                              + fmt_sig(max(max(r["figures"]["first_request_ms"]) for r in runs)),
                              fmt_mr([r["figures"]["cpu_ms_per_update"] for r in runs])])
             pairs = list(zip(results[(size, "dpukit", proto)], results[(size, "envoy", proto)]))
-            ratio_rows.append([fmt_int(size), proto,
-                               fmt_mr([d["figures"]["first_request_ms_median"]
-                                       / e["figures"]["first_request_ms_median"] for d, e in pairs]),
-                               fmt_mr([d["figures"]["cpu_ms_per_update"] / max(e["figures"]["cpu_ms_per_update"],
-                                                                              data["cpu_tick_ms"] / cpu_updates)
-                                       for d, e in pairs])])
+            first = [d["figures"]["first_request_ms_median"] / e["figures"]["first_request_ms_median"]
+                     for d, e in pairs]
+            cpu = [d["figures"]["cpu_ms_per_update"] / max(e["figures"]["cpu_ms_per_update"],
+                                                           data["cpu_tick_ms"] / cpu_updates) for d, e in pairs]
+            ratio_rows.append([fmt_int(size), proto, fmt_mr(first), met(first), fmt_mr(cpu), met(cpu)])
     sec.table(["clusters", "xDS", "proxy", "first request after an update, ms", "every update's, ms (min–max)",
                "proxy CPU ms per update"], rows,
               caption="Time from a snapshot update to the first request served by the new route, and the proxy's "
                       "CPU per update")
-    sec.table(["clusters", "xDS", "first request × Envoy's", "CPU per update × Envoy's"], ratio_rows,
-              caption="dpukit-mesh against Envoy, paired by round (median, range)")
+    sec.table(["clusters", "xDS", "first request × Envoy's", f"goal ≤ {GOAL:g}×", "CPU per update × Envoy's",
+               f"goal ≤ {GOAL:g}×"], ratio_rows,
+              caption="dpukit-mesh against Envoy, paired by round (median, range); the goals are issue 33's")
+    if plot_path is not None and len(sizes) > 1:
+        for stem, key, what in (("cpu", "cpu_ms_per_update", "proxy CPU per update, ms"),
+                                ("first-request", "first_request_ms_median", "first request after an update, ms")):
+            path, rel = plot_path(f"xds-{stem}")
+            series = [Series(f"{kind} {proto}", sizes,
+                             [max(statistics.median(r["figures"][key] for r in results[(size, kind, proto)]), 1e-3)
+                              for size in sizes], "o-" if kind == "dpukit" else "s--")
+                      for proto, _, _ in PROTOCOLS for kind in KINDS]
+            line_plot(path, series, title=f"mesh.xds: {what}", xlabel="clusters", ylabel=what, logx=True, logy=True,
+                      xticks=sizes, xtick_format=lambda v: fmt_int(int(v)))
+            sec.image(rel, f"{what} against clusters",
+                      f"{what[0].upper()}{what[1:]} against the number of clusters (medians over the rounds; "
+                      "both axes logarithmic).")
     sec.paragraph(f"A CPU figure of 0 means less than one 10 ms tick over the {cpu_updates} updates; a ratio to it "
                   "is taken against one tick (so it is then a lower bound).")
     return sec
