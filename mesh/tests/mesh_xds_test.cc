@@ -189,6 +189,38 @@ TEST(MeshXds, AnUnchangedClusterKeepsItsRuntime) {
   EXPECT_EQ(endpoints->clusters.at("backend")->hosts()->hosts[0], host);
 }
 
+// Connections follow their listener into an update that gives it new routes;
+// one that changes the listener in place (its filter chain, or the listener
+// itself) has no successor for them: they drain, as Envoy's do.
+TEST(MeshXds, AListenerChangedInPlaceDrainsItsConnections) {
+  Exchange x;
+  x.client.on_stream_start();
+  x.client.on_response(response(config::kClusterType, "1", "c1", {cluster()}));
+  x.client.on_response(response(config::kEndpointType, "1", "e1", {load_assignment(18080)}));
+  x.client.on_response(response(config::kListenerType, "1", "l1", {listener()}));
+  x.client.on_response(response(config::kRouteType, "1", "r1", {route_config("/")}));
+  StatsStore stats(1);
+  const auto first = Snapshot::build(x.installed.back(), stats, nullptr, 1, 0);
+
+  x.client.on_response(response(config::kRouteType, "2", "r2", {route_config("/api")}));
+  const auto routes = Snapshot::build(x.installed.back(), stats, first.get(), 2, 0);
+  EXPECT_EQ(routes->successor(*first->listener("web")), routes->listener("web"));
+
+  json chain = listener();
+  chain["filter_chains"][0]["filters"][0]["typed_config"]["stat_prefix"] = "changed";
+  x.client.on_response(response(config::kListenerType, "3", "l3", {chain}));
+  const auto chain_changed = Snapshot::build(x.installed.back(), stats, routes.get(), 3, 0);
+  ASSERT_NE(chain_changed->listener("web"), nullptr);
+  EXPECT_EQ(chain_changed->successor(*routes->listener("web")), nullptr);
+
+  json whole = chain;
+  whole["per_connection_buffer_limit_bytes"] = 65536;
+  x.client.on_response(response(config::kListenerType, "4", "l4", {whole}));
+  const auto listener_changed = Snapshot::build(x.installed.back(), stats, chain_changed.get(), 4, 0);
+  EXPECT_EQ(listener_changed->successor(*chain_changed->listener("web")), nullptr);
+  EXPECT_EQ(listener_changed->successor(*listener_changed->listener("web")), listener_changed->listener("web"));
+}
+
 TEST(MeshXds, AckWarmInstallNack) {
   Exchange x;
   // The stream opens with CDS alone (clusters warm first), with the node.

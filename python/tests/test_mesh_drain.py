@@ -4,7 +4,9 @@ request in flight (or its next request) answered in full with
 ``Connection: close`` and is closed after it, and one that stays idle is
 closed when the drain time ends; an HTTP/2 connection gets GOAWAY and
 its stream in flight completes; a TCP proxy connection stays open until the
-drain time ends and is closed then.
+drain time ends and is closed then. A listener whose filter chain an update
+changes in place drains that chain's connections too, while a listener that
+only gets new routes keeps its connections, and they take the routes.
 
 Envoy 1.40 and dpukit-mesh on the same resources from the go-control-plane
 server (mesh/tests/xds-server), and dpukit-mesh on a bootstrap file that a
@@ -13,6 +15,7 @@ SIGHUP reload changes; dpukit-mesh in both execution models.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -43,7 +46,11 @@ def tcp_listener(name: str, port: int, cluster: str) -> dict[str, Any]:
                 "@type": TCP_PROXY_TYPE, "stat_prefix": name, "cluster": cluster}}]}]}
 
 
-ROUTES = route_config("all", [virtual_host("all", ["*"], [to_cluster({"prefix": "/"}, "echo")])])
+def routes(name: str, **action: Any) -> dict[str, Any]:
+    return route_config(name, [virtual_host("all", ["*"], [to_cluster({"prefix": "/"}, "echo", **action)])])
+
+
+ROUTES = routes("all")
 
 
 @dataclass
@@ -58,6 +65,8 @@ class Rig:
     kept: int
     admin: int
     remove: Callable[[], None] = field(repr=False)
+    # The listeners and route configurations of an update (http, tcp and kept on their ports).
+    update: Callable[[list[dict[str, Any]], list[dict[str, Any]]], None] = field(repr=False)
 
 
 def wait_accepting(proc: Proc, *ports: int) -> None:
@@ -77,28 +86,29 @@ def xds_rig(group: Group, work: Path, kind: str, echo: int) -> Rig:
         native_tool("dpukit-mesh")  # skips when not built
         argv = [*mesh_argv(config, model="pipelined" if kind == "dpukit-pipelined" else "rtc", dpu_cpus=None), *drain]
     proc = group.start(argv, name=kind)
-    common = dict(clusters=[eds_cluster("echo")], routes=[ROUTES], endpoints=[load_assignment("echo", [echo])])
-    first = Snapshot("1", listeners=[http_listener("http", http, "all"), tcp_listener("tcp", tcp, "echo"),
-                                     http_listener("kept", kept, "all")], **common)
-    xds.post(NODE, first)
-    xds.wait_acked(NODE, first, proxy=proc)
+    common = dict(clusters=[eds_cluster("echo")], endpoints=[load_assignment("echo", [echo])])
+    versions = iter(range(1, 100))
+
+    def update(listeners: list[dict[str, Any]], route_configs: list[dict[str, Any]]) -> None:
+        snap = Snapshot(str(next(versions)), listeners=listeners, routes=route_configs, **common)
+        xds.post(NODE, snap)
+        xds.wait_acked(NODE, snap, proxy=proc)
+
+    update([http_listener("http", http, "all"), tcp_listener("tcp", tcp, "echo"), http_listener("kept", kept, "all")],
+           [ROUTES])
     wait_accepting(proc, http, tcp, kept)
-
-    def remove() -> None:
-        second = Snapshot("2", listeners=[http_listener("kept", kept, "all")], **common)
-        xds.post(NODE, second)
-        xds.wait_acked(NODE, second, proxy=proc)
-
-    return Rig(kind, proc, http, tcp, kept, admin, remove)
+    return Rig(kind, proc, http, tcp, kept, admin, lambda: update([http_listener("kept", kept, "all")], [ROUTES]), update)
 
 
-def static_bootstrap(admin: int, echo: int, listeners: list[dict[str, Any]]) -> str:
-    """The same resources inline in a bootstrap file (JSON is YAML): route_config instead of RDS, a STATIC cluster."""
+def static_bootstrap(admin: int, echo: int, listeners: list[dict[str, Any]],
+                     route_configs: list[dict[str, Any]] = (ROUTES,)) -> str:
+    """The same resources inline in a bootstrap file (JSON is YAML): the route
+    configuration an HCM names inline instead of RDS, a STATIC cluster."""
+    by_name = {rc["name"]: rc for rc in route_configs}
     for listener in listeners:
         for f in listener["filter_chains"][0]["filters"]:
             if f["typed_config"]["@type"] == HCM_TYPE:
-                f["typed_config"].pop("rds")
-                f["typed_config"]["route_config"] = ROUTES
+                f["typed_config"]["route_config"] = by_name[f["typed_config"].pop("rds")["route_config_name"]]
     cluster = {"name": "echo", "type": "STATIC", "connect_timeout": "0.5s",
                "load_assignment": load_assignment("echo", [echo])}
     return json.dumps({"admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin}}},
@@ -115,16 +125,19 @@ def sighup_rig(group: Group, work: Path, echo: int) -> Rig:
     proc = group.start([*mesh_argv(config, dpu_cpus=None), "--drain-time-s", str(DRAIN_S)], name="dpukit-sighup")
     wait_accepting(proc, http, tcp, kept)
 
-    def remove() -> None:
-        config.write_text(static_bootstrap(admin, echo, [http_listener("kept", kept, "all")]))
+    def update(listeners: list[dict[str, Any]], route_configs: list[dict[str, Any]]) -> None:
+        config.write_text(static_bootstrap(admin, echo, listeners, route_configs))
         os.kill(proc.popen.pid, signal.SIGHUP)
+
+    def remove() -> None:
+        update([http_listener("kept", kept, "all")], [ROUTES])
         deadline = time.monotonic() + 10
         while not refused(http):  # the reload is in once the removed listener's socket is closed
             proc.check_alive()
             assert time.monotonic() < deadline, "the SIGHUP reload did not remove the listener"
             time.sleep(0.01)
 
-    return Rig("dpukit-sighup", proc, http, tcp, kept, admin, remove)
+    return Rig("dpukit-sighup", proc, http, tcp, kept, admin, remove, update)
 
 
 def refused(port: int) -> bool:
@@ -247,6 +260,51 @@ def test_removed_listener_drains_its_connections(rig: Rig):
         if h2.poll() is None:
             h2.kill()
             h2.wait()
+
+
+def echo_path(port: int) -> str | None:
+    """x-echo-path of a request on a new connection (None: no answer)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+    try:
+        conn.request("GET", "/probe")
+        r = conn.getresponse()
+        r.read()
+        return r.getheader("x-echo-path") if r.status == 200 else None
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+def test_listener_changed_in_place_drains_its_connections(rig: Rig):
+    """An update that changes the HTTP listener's filter chain (another
+    stat_prefix and route configuration) drains the connections it holds:
+    their next response says Connection: close. The kept listener only gets
+    new routes: its connection stays open and takes them."""
+    changed, changed_f = keep_alive(rig.http)
+    kept, kept_f = keep_alive(rig.kept)
+    try:
+        http = http_listener("http", rig.http, "other")
+        http["filter_chains"][0]["filters"][0]["typed_config"]["stat_prefix"] = "changed"
+        rig.update([http, tcp_listener("tcp", rig.tcp, "echo"), http_listener("kept", rig.kept, "all")],
+                   [routes("all", prefix_rewrite="/v3/"), routes("other", prefix_rewrite="/v2/")])
+        deadline = time.monotonic() + 10
+        while not ((echo_path(rig.http) or "").startswith("/v2/") and (echo_path(rig.kept) or "").startswith("/v3/")):
+            rig.proc.check_alive()
+            assert time.monotonic() < deadline, f"{rig.kind}: the update did not take effect within 10 s"
+            time.sleep(0.05)
+        changed.sendall(get("/after"))
+        r = read_response(changed_f)
+        assert r is not None and r.status == 200 and r.header("connection") == "close", \
+            f"{rig.kind}: a connection of a chain changed in place was not drained: {r}"
+        kept.sendall(get("/after"))
+        r = read_response(kept_f)
+        assert r is not None and r.status == 200 and r.header("connection") != "close", \
+            f"{rig.kind}: a connection of a listener that only got new routes was drained: {r}"
+        assert r.header("x-echo-path") == "/v3/after", f"{rig.kind}: the kept connection did not take the new routes: {r}"
+    finally:
+        changed.close()
+        kept.close()
 
 
 # -- a control plane that vanishes without a reset ---------------------------------------------------

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -731,6 +732,19 @@ NetworkFilter parse_network_filter(const At& at) {
   return filter;
 }
 
+// A hash of what `node` says, without the members `drop` names (`drop`
+// also removes each filter's typed_config.route_config: routes are taken in place).
+size_t fingerprint(const YAML::Node& node, std::string_view drop, bool routes_aside) {
+  YAML::Node copy = YAML::Clone(node);
+  if (copy.IsMap() && !drop.empty()) copy.remove(std::string(drop));
+  if (routes_aside && copy.IsMap() && copy["filters"].IsSequence())
+    for (YAML::Node filter : copy["filters"])
+      if (filter.IsMap() && filter["typed_config"].IsMap()) filter["typed_config"].remove("route_config");
+  YAML::Emitter out;
+  out << copy;
+  return std::hash<std::string_view>()(std::string_view(out.c_str(), out.size()));
+}
+
 FilterChain parse_filter_chain(const At& at) {
   const Fields chain =
       at.fields("envoy.config.listener.v3.FilterChain",
@@ -758,6 +772,7 @@ FilterChain parse_filter_chain(const At& at) {
                 "(envoy.filters.http.rbac does the same per request)");
   }
   if (c.filters.empty()) filters.fail("the filter chain must end with http_connection_manager or tcp_proxy");
+  c.fingerprint = fingerprint(at.node(), "", true);
   return c;
 }
 
@@ -785,6 +800,7 @@ Listener parse_listener(const At& at) {
         item.fail("the same filter_chain_match as filter_chains[" + std::to_string(i) + "]");
   }
   l.per_connection_buffer_limit_bytes = f["per_connection_buffer_limit_bytes"].u32_or(l.per_connection_buffer_limit_bytes);
+  l.fingerprint = fingerprint(at.node(), "filter_chains", false);
   return l;
 }
 

@@ -322,6 +322,10 @@ struct FilterChain {
   // none by default; here 15 s, so that a client that stops mid-handshake
   // does not hold a connection for ever.
   Duration transport_socket_connect_timeout{15000};
+  // What was written for it, routes aside (a hash): a connection whose chain
+  // a reload or an xDS update changes otherwise drains, as Envoy's do; one
+  // whose chain only got new routes takes them (inline or by RDS).
+  size_t fingerprint = 0;
 };
 
 struct Listener {
@@ -332,6 +336,9 @@ struct Listener {
   Duration listener_filters_timeout{15000};        // Envoy's default; 0: no bound
   bool continue_on_listener_filters_timeout = false;  // on the timeout: a chain as for plaintext, else close
   uint32_t per_connection_buffer_limit_bytes = 1024 * 1024;
+  // What was written for it besides its filter chains (a hash): when that
+  // changes, every connection of the listener drains.
+  size_t fingerprint = 0;
 };
 
 struct Endpoint {

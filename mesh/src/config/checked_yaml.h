@@ -30,6 +30,7 @@ class At {
 
   const std::string& path() const { return path_; }
   int line() const { return line_; }
+  const YAML::Node& node() const { return node_; }  // as written (for a fingerprint of it)
   bool present() const { return node_.IsDefined() && !node_.IsNull(); }
   bool is_map() const { return node_.IsMap(); }
   // A typed_config's "@type" before its fields are checked ("" when there is none).

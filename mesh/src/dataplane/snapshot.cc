@@ -35,23 +35,29 @@ const ListenerRuntime* Snapshot::listener(const std::string& name) const {
 
 const ListenerRuntime* Snapshot::successor(const ListenerRuntime& served) const {
   const ListenerRuntime* l = listener(served.cfg->name);
+  // A listener changed in place (other than its chains) drains every connection, as Envoy's does.
+  if (l && l->cfg->fingerprint != served.cfg->fingerprint) return nullptr;
   if (!l || !served.chain) return l;
+  // A chain changed (other than its routes) drains its connections; an unchanged one's take the new routes.
+  const auto same_chain = [&](const ListenerRuntime* next) {
+    return next && next->chain && next->chain->fingerprint == served.chain->fingerprint ? next : nullptr;
+  };
   if (l->chains.empty()) {
     // One chain now: the successor of a connection's chain if it was the only one, or has that chain's name
     // (unnamed chains among several cannot be told apart: those connections drain).
     bool same = l->chain && (served.cfg->filter_chains.size() == 1 ||
                              (!served.chain->name.empty() && served.chain->name == l->chain->name));
-    return same ? l : nullptr;
+    return same ? same_chain(l) : nullptr;
   }
   if (!served.chain->name.empty()) {
     for (const auto& c : l->chains)
-      if (c->chain->name == served.chain->name) return c.get();
+      if (c->chain->name == served.chain->name) return same_chain(c.get());
     return nullptr;
   }
   const auto& old_chains = served.cfg->filter_chains;
   size_t index = static_cast<size_t>(served.chain - old_chains.data());
   if (old_chains.size() != l->chains.size() || index >= l->chains.size()) return nullptr;
-  return l->chains[index]->chain->name.empty() ? l->chains[index].get() : nullptr;
+  return l->chains[index]->chain->name.empty() ? same_chain(l->chains[index].get()) : nullptr;
 }
 
 std::shared_ptr<const Snapshot> Snapshot::build(config::Bootstrap bootstrap, StatsStore& stats,

@@ -90,7 +90,8 @@ struct Snapshot {
   // What serves, in this snapshot, the connections that `served` (a listener
   // or one of its filter chains, from an older snapshot) served: the same
   // listener's same chain — by name, or by position where chains are unnamed
-  // and their number is unchanged. nullptr when it is gone.
+  // and their number is unchanged. nullptr when it is gone, or changed other
+  // than in its routes (config::FilterChain::fingerprint): its connections drain.
   const ListenerRuntime* successor(const ListenerRuntime& served) const;
 };
 
