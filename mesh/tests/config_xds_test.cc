@@ -164,7 +164,7 @@ struct JsonSet {
 XdsResources shared(const JsonSet& set) {
   XdsResources r;
   for (const auto& [type, resources] : set.by_type)
-    for (const auto& [name, resource] : resources) r.by_type[type][name] = std::make_shared<const json>(resource);
+    for (const auto& [name, resource] : resources) r.by_type[type][name] = xds_resource(resource);
   return r;
 }
 
@@ -306,7 +306,7 @@ TEST(ConfigXds, OnlyWhatChangedIsParsedAgain) {
   EXPECT_EQ(same.bootstrap.clusters[1].revision, backend);
   EXPECT_EQ(same.parsed_routes, 0u);
   // A new route configuration: only its route that changed is parsed, the listener and the cluster are not.
-  r.by_type[std::string(kRouteType)]["web-routes"] = std::make_shared<const json>(route_config("web-routes", "elsewhere"));
+  r.by_type[std::string(kRouteType)]["web-routes"] = xds_resource(route_config("web-routes", "elsewhere"));
   const XdsAssembly routes = assembler.assemble(r);
   EXPECT_EQ(routes.parsed, 0u);
   EXPECT_EQ(routes.parsed_routes, 1u);
@@ -316,7 +316,7 @@ TEST(ConfigXds, OnlyWhatChangedIsParsedAgain) {
                                     ["typed_config"]["route_config"]["virtual_hosts"][0]["routes"][0]["route"]["cluster"],
             "elsewhere");
   // New endpoints: the EDS cluster that takes them is parsed, with a new revision.
-  r.by_type[std::string(kEndpointType)]["backend"] = std::make_shared<const json>(load_assignment("backend", 18081));
+  r.by_type[std::string(kEndpointType)]["backend"] = xds_resource(load_assignment("backend", 18081));
   const XdsAssembly endpoints = assembler.assemble(r);
   EXPECT_EQ(endpoints.parsed, 1u);
   EXPECT_NE(endpoints.bootstrap.clusters[1].revision, backend);
@@ -326,7 +326,7 @@ TEST(ConfigXds, OnlyWhatChangedIsParsedAgain) {
   json maglev = eds_cluster("backend");
   maglev["lb_policy"] = "MAGLEV";
   XdsResources bad = r;
-  bad.by_type[std::string(kClusterType)]["backend"] = std::make_shared<const json>(maglev);
+  bad.by_type[std::string(kClusterType)]["backend"] = xds_resource(maglev);
   try {
     assembler.assemble(bad);
     ADD_FAILURE() << "a MAGLEV cluster was taken";
@@ -340,10 +340,10 @@ TEST(ConfigXds, OnlyWhatChangedIsParsedAgain) {
   list = json::array({list[0], list[0], list[0]});
   list[0]["match"] = {{"prefix", "/a"}};
   list[1]["match"] = {{"prefix", "/b"}};
-  r.by_type[std::string(kRouteType)]["web-routes"] = std::make_shared<const json>(three);
+  r.by_type[std::string(kRouteType)]["web-routes"] = xds_resource(three);
   EXPECT_EQ(assembler.assemble(r).parsed_routes, 3u);
   list[1]["match"] = {{"prefix", "/c"}};
-  r.by_type[std::string(kRouteType)]["web-routes"] = std::make_shared<const json>(three);
+  r.by_type[std::string(kRouteType)]["web-routes"] = xds_resource(three);
   const XdsAssembly middle = assembler.assemble(r);
   EXPECT_EQ(middle.parsed_routes, 1u);
   const auto& parsed_routes = middle.bootstrap.listeners[0].filter_chains[0].filters[0].hcm->route_config.virtual_hosts[0].routes;
@@ -352,7 +352,7 @@ TEST(ConfigXds, OnlyWhatChangedIsParsedAgain) {
   EXPECT_EQ(parsed_routes[1].match.value, "/c");
   EXPECT_EQ(parsed_routes[2].match.value, "/");
   list[2]["match"] = {{"safe_regex", {{"regex", "(unclosed"}}}};
-  r.by_type[std::string(kRouteType)]["web-routes"] = std::make_shared<const json>(three);
+  r.by_type[std::string(kRouteType)]["web-routes"] = xds_resource(three);
   try {
     assembler.assemble(r);
     ADD_FAILURE() << "an invalid regex was taken";
@@ -362,9 +362,9 @@ TEST(ConfigXds, OnlyWhatChangedIsParsedAgain) {
         << e.what();
   }
   list[2]["match"] = {{"prefix", "/"}};
-  r.by_type[std::string(kRouteType)]["web-routes"] = std::make_shared<const json>(three);
+  r.by_type[std::string(kRouteType)]["web-routes"] = xds_resource(three);
   // A listener that comes later is named by its place in the cross-checks too.
-  r.by_type[std::string(kListenerType)]["other"] = std::make_shared<const json>(listener("other", 10000, rds("web-routes")));
+  r.by_type[std::string(kListenerType)]["other"] = xds_resource(listener("other", 10000, rds("web-routes")));
   try {
     assembler.assemble(r);
     ADD_FAILURE() << "two listeners on one address were taken";

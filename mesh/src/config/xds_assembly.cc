@@ -39,6 +39,12 @@ void add_weighted(const json& weighted, std::set<std::string>& out) {
     for (const json& c : clusters) add_name(member(c, "name"), out);
 }
 
+// The clusters a route names.
+void route_clusters(const json& route, std::set<std::string>& out) {
+  add_name(member(member(route, "route"), "cluster"), out);
+  add_weighted(member(member(route, "route"), "weighted_clusters"), out);
+}
+
 // The clusters a route configuration names.
 void route_references(const json& route_config, std::set<std::string>& out) {
   const json& vhosts = member(route_config, "virtual_hosts");
@@ -46,10 +52,7 @@ void route_references(const json& route_config, std::set<std::string>& out) {
   for (const json& vh : vhosts) {
     const json& routes = member(vh, "routes");
     if (!routes.is_array()) continue;
-    for (const json& r : routes) {
-      add_name(member(member(r, "route"), "cluster"), out);
-      add_weighted(member(member(r, "route"), "weighted_clusters"), out);
-    }
+    for (const json& r : routes) route_clusters(r, out);
   }
 }
 
@@ -60,17 +63,21 @@ void cluster_references(const json& typed_config, std::set<std::string>& out) {
   route_references(member(typed_config, "route_config"), out);
 }
 
-// A route configuration without its virtual hosts' routes (those that are a
-// list of objects: anything else stays, for the parser to refuse).
-json without_routes(const json& route_config) {
-  json out = json::object();
+// A route configuration read whole, apart as one read route by route is: its
+// virtual hosts' routes (those that are a list: anything else stays, for
+// the parser to refuse) taken out.
+XdsResourceValue routes_apart(const json& route_config) {
+  XdsResourceValue out;
+  out.routes.emplace();
+  out.json = json::object();
   for (const auto& [key, value] : route_config.items()) {
     if (key != "virtual_hosts" || !value.is_array()) {
-      out[key] = value;
+      out.json[key] = value;
       continue;
     }
-    json& vhosts = out[key] = json::array();
+    json& vhosts = out.json[key] = json::array();
     for (const json& vh : value) {
+      out.routes->emplace_back();
       if (!vh.is_object() || !member(vh, "routes").is_array()) {
         vhosts.push_back(vh);
         continue;
@@ -79,6 +86,7 @@ json without_routes(const json& route_config) {
       for (const auto& [k, v] : vh.items())
         if (k != "routes") bare[k] = v;
       vhosts.push_back(std::move(bare));
+      for (const json& route : vh["routes"]) out.routes->back().push_back(std::make_shared<const json>(route));
     }
   }
   return out;
@@ -122,6 +130,36 @@ const std::map<std::string, XdsResource>& XdsResources::of(std::string_view type
   return it == by_type.end() ? kNone : it->second;
 }
 
+nlohmann::json XdsResourceValue::whole() const {
+  if (!routes) return json;
+  nlohmann::json out = json;
+  nlohmann::json& vhosts = out["virtual_hosts"];
+  for (std::size_t v = 0; v < routes->size() && vhosts.is_array() && v < vhosts.size(); ++v) {
+    if ((*routes)[v].empty()) continue;
+    nlohmann::json& list = vhosts[v]["routes"] = nlohmann::json::array();
+    for (const auto& route : (*routes)[v]) list.push_back(*route);
+  }
+  return out;
+}
+
+bool XdsResourceValue::operator==(const XdsResourceValue& other) const {
+  if (!routes || !other.routes) return whole() == other.whole();
+  if (json != other.json || routes->size() != other.routes->size()) return false;
+  for (std::size_t v = 0; v < routes->size(); ++v) {
+    const auto &a = (*routes)[v], &b = (*other.routes)[v];
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (a[i] != b[i] && *a[i] != *b[i]) return false;
+  }
+  return true;
+}
+
+XdsResource xds_resource(json j) {
+  auto v = std::make_shared<XdsResourceValue>();
+  v->json = std::move(j);
+  return v;
+}
+
 XdsAssembler::XdsAssembler(const YAML::Node& base) : base_(parse_bootstrap_node(base)) {}
 
 XdsAssembler::ClusterParse& XdsAssembler::cluster(const std::string& name, const XdsResource& resource,
@@ -136,7 +174,7 @@ XdsAssembler::ClusterParse& XdsAssembler::cluster(const std::string& name, const
   const std::string label = quoted("Cluster", name);
   ClusterParse next;
   next.cluster = resource;
-  json c = *resource;
+  json c = resource->json;
   Labels labels{{label, label}};
   if (member(c, "type") == "EDS") {
     // EDS: the endpoints come as a ClusterLoadAssignment named by
@@ -149,7 +187,7 @@ XdsAssembler::ClusterParse& XdsAssembler::cluster(const std::string& name, const
     next.endpoints = endpoints_of(next.service);
     c.erase("type");
     c.erase("eds_cluster_config");
-    c["load_assignment"] = next.endpoints ? *next.endpoints : json{{"cluster_name", next.service}};
+    c["load_assignment"] = next.endpoints ? next.endpoints->json : json{{"cluster_name", next.service}};
     labels.emplace_back(label + ".load_assignment", quoted("ClusterLoadAssignment", next.service));
   }
   next.parsed = parse_labelled(c, label, labels, parse_cluster_resource);
@@ -166,7 +204,7 @@ XdsAssembler::ListenerParse& XdsAssembler::listener(const std::string& name, con
   const std::string label = quoted("Listener", name);
   ListenerParse next;
   next.listener = resource;
-  json l = *resource;
+  json l = resource->json;
   Labels labels{{label, label}};
   json& chains = l["filter_chains"];
   for (std::size_t ci = 0; chains.is_array() && ci < chains.size(); ++ci) {
@@ -207,32 +245,39 @@ XdsAssembler::RouteParse& XdsAssembler::route_config(const std::string& name, co
   if (p.resource == resource) return p;
   const std::string label = quoted("RouteConfiguration", name);
   const Labels labels{{label, label}};
+  // Apart: the skeleton parsed as a whole, each route by itself.
+  std::optional<XdsResourceValue> taken_apart;
+  if (!resource->routes) taken_apart = routes_apart(resource->json);
+  const XdsResourceValue& apart = taken_apart ? *taken_apart : *resource;
   RouteParse next;
   next.resource = resource;
-  next.parsed = parse_labelled(without_routes(*resource), label, labels, parse_route_config_resource);
+  next.parsed = parse_labelled(apart.json, label, labels, parse_route_config_resource);
   // Each route: the one at the same place in the last parse where it is the
   // same, else parsed at its own path (so a fault names where it is).
-  const json& vhosts = member(*resource, "virtual_hosts");
-  const json& was = p.resource ? member(*p.resource, "virtual_hosts") : json();
   for (std::size_t v = 0; v < next.parsed.virtual_hosts.size(); ++v) {
-    const json& routes = member(vhosts[v], "routes");
-    if (!routes.is_array()) continue;
-    const json& old = was.is_array() && v < was.size() ? member(was[v], "routes") : json();
-    const std::vector<Route>* old_parsed =
-        v < p.parsed.virtual_hosts.size() ? &p.parsed.virtual_hosts[v].routes : nullptr;
+    next.parts.emplace_back();
+    if (v >= apart.routes->size()) continue;
+    const auto& routes = (*apart.routes)[v];
+    const std::vector<RouteParse::Part>* old = v < p.parts.size() ? &p.parts[v] : nullptr;
+    const std::vector<Route>* old_parsed = v < p.parsed.virtual_hosts.size() ? &p.parsed.virtual_hosts[v].routes : nullptr;
     std::vector<Route>& out = next.parsed.virtual_hosts[v].routes;
     out.reserve(routes.size());
+    next.parts.back().reserve(routes.size());
     for (std::size_t i = 0; i < routes.size(); ++i) {
-      if (old_parsed && old.is_array() && i < old.size() && i < old_parsed->size() && old[i] == routes[i]) {
+      if (old && old_parsed && i < old->size() && i < old_parsed->size() &&
+          ((*old)[i].route == routes[i] || *(*old)[i].route == *routes[i])) {
         out.push_back((*old_parsed)[i]);
+        next.parts.back().push_back((*old)[i]);
         continue;
       }
       const std::string at = label + ".virtual_hosts[" + std::to_string(v) + "].routes[" + std::to_string(i) + "]";
-      out.push_back(parse_labelled(routes[i], at, labels, parse_route_resource));
+      out.push_back(parse_labelled(*routes[i], at, labels, parse_route_resource));
+      std::set<std::string> clusters;
+      route_clusters(*routes[i], clusters);
+      next.parts.back().push_back({routes[i], {clusters.begin(), clusters.end()}});
       ++parsed_routes;
     }
   }
-  route_references(*resource, next.referenced);
   p = std::move(next);
   return p;
 }
@@ -272,7 +317,10 @@ XdsAssembly XdsAssembler::assemble(const XdsResources& r) {
         continue;
       }
       const RouteParse& rc = route_config(rds.route, delivered->second, a.parsed_routes);
-      referenced.insert(rc.referenced.begin(), rc.referenced.end());
+      for (const auto& vhost : rc.parts)
+        for (const RouteParse::Part& part : vhost)
+          for (const std::string& cluster : part.clusters)
+            if (!clusters.contains(cluster)) referenced.insert(cluster);  // a stand-in, unless static
       for (NetworkFilter& f : b.listeners.back().filter_chains.at(rds.chain).filters)
         if (f.hcm) f.hcm->route_config = rc.parsed;
     }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -28,10 +29,22 @@ namespace dpukit::mesh::config {
 
 class At;
 
-// One resource as delivered: proto-JSON without "@type". Shared (by the xDS
-// client's records and this assembly's parses): the same pointer is the same
-// resource, which is how an unchanged one is known without comparing it.
-using XdsResource = std::shared_ptr<const nlohmann::json>;
+// One resource as delivered: proto-JSON without "@type". A
+// RouteConfiguration may come read route by route: `json` without its
+// virtual hosts' routes, and `routes` each virtual host's, each shared with
+// the last response's where its bytes are the same (xds/xds_client.h).
+struct XdsResourceValue {
+  nlohmann::json json;
+  using Routes = std::vector<std::vector<std::shared_ptr<const nlohmann::json>>>;
+  std::optional<Routes> routes;
+  nlohmann::json whole() const;  // with the routes put back
+  bool operator==(const XdsResourceValue& other) const;
+};
+// Shared (by the xDS client's records and this assembly's parses): the same
+// pointer is the same resource, which is how an unchanged one is known
+// without comparing it.
+using XdsResource = std::shared_ptr<const XdsResourceValue>;
+XdsResource xds_resource(nlohmann::json json);  // a whole one
 
 // The resources last accepted, per type URL, by name.
 struct XdsResources {
@@ -97,7 +110,12 @@ class XdsAssembler {
   struct RouteParse {
     XdsResource resource;
     RouteConfiguration parsed;
-    std::set<std::string> referenced;  // the clusters its routes name
+    // Each virtual host's routes as parsed from, with the clusters each names.
+    struct Part {
+      std::shared_ptr<const nlohmann::json> route;
+      std::vector<std::string> clusters;
+    };
+    std::vector<std::vector<Part>> parts;
   };
   // The parse of a delivered resource: the last one while it is unchanged
   // (a cluster: with its ClusterLoadAssignment), else a new one (counted in `parsed`).

@@ -81,7 +81,7 @@ std::map<std::string, config::Secret> read_secrets(const json& resources, bool d
   return out;
 }
 
-DeliveredResource read_resource(json element, bool delta) {
+DeliveredResource read_resource(json element, bool delta, std::optional<config::XdsResourceValue::Routes> routes) {
   DeliveredResource d;
   json resource;
   if (delta) {
@@ -95,9 +95,56 @@ DeliveredResource read_resource(json element, bool delta) {
     d.type_url = resource["@type"].get<std::string>();
     resource.erase("@type");
   }
-  d.resource = std::make_shared<const json>(std::move(resource));
+  auto value = std::make_shared<config::XdsResourceValue>();
+  value->json = std::move(resource);
+  value->routes = std::move(routes);
+  d.resource = std::move(value);
   return d;
 }
+
+namespace {
+
+// A RouteConfiguration resource (an Any; delta: a Resource around one)
+// without its virtual hosts' routes, and those routes' bytes; the element
+// as it is when it holds something else (its type is refused later).
+struct RouteSplit {
+  std::string element;
+  std::vector<std::vector<std::string>> routes;
+  bool split = false;
+};
+
+RouteSplit split_routes(const Messages& m, const std::string& element, bool delta) {
+  constexpr const char* kAny = "google.protobuf.Any";
+  constexpr const char* kResource = "envoy.service.discovery.v3.Resource";
+  constexpr const char* kRouteConfiguration = "envoy.config.route.v3.RouteConfiguration";
+  constexpr const char* kVirtualHost = "envoy.config.route.v3.VirtualHost";
+  RouteSplit out{element, {}, false};
+  Messages::Split resource;
+  if (delta) {
+    resource = m.split(kResource, element, "resource");
+    if (resource.items.size() != 1) return out;
+  }
+  const std::string any(delta ? resource.items[0] : std::string_view(element));
+  if (const auto url = m.split(kAny, any, "type_url").items; url.size() != 1 || url[0] != kRouteType) return out;
+  const Messages::Split value = m.split(kAny, any, "value");
+  if (value.items.size() != 1) return out;
+  const std::string route_config(value.items[0]);
+  const Messages::Split vhosts = m.split(kRouteConfiguration, route_config, "virtual_hosts");
+  std::string bare = vhosts.rest;
+  const int vhosts_number = m.field_number(kRouteConfiguration, "virtual_hosts");
+  for (std::string_view vhost_bytes : vhosts.items) {
+    const std::string vhost(vhost_bytes);
+    const Messages::Split routes = m.split(kVirtualHost, vhost, "routes");
+    bare += length_delimited(vhosts_number, routes.rest);
+    out.routes.emplace_back(routes.items.begin(), routes.items.end());
+  }
+  std::string any_bare = value.rest + length_delimited(m.field_number(kAny, "value"), bare);
+  out.element = delta ? resource.rest + length_delimited(m.field_number(kResource, "resource"), any_bare) : std::move(any_bare);
+  out.split = true;
+  return out;
+}
+
+}  // namespace
 
 AdsClient::AdsClient(YAML::Node base, const config::Bootstrap& bootstrap, Apply apply, ApplySecrets apply_secrets)
     : node_(bootstrap.node),
@@ -229,7 +276,7 @@ std::vector<json> AdsClient::on_resources(const json& response, const std::vecto
     if (d.type_url != type)
       return nack(at + ": a " + (d.type_url.empty() ? std::string("resource without @type") : d.type_url) + " in a " +
                   type + " response");
-    const std::string name = resource_name(type, *d.resource);
+    const std::string name = resource_name(type, d.resource->json);
     if (name.empty()) return nack(at + ": the resource has no name");
     if (!seen.insert(name).second) return nack(at + ": duplicate resource name '" + name + "'");
     if (dynamic_.delta) {
@@ -359,48 +406,82 @@ std::vector<DeliveredResource> AdsClient::read_resources(const std::string& type
   const char* element_type = dynamic_.delta ? "envoy.service.discovery.v3.Resource" : "google.protobuf.Any";
   std::unordered_map<std::string, DeliveredResource>& last = last_read_[type];
   std::unordered_map<std::string, DeliveredResource> now;
+  std::unordered_map<std::string, std::shared_ptr<const json>> routes_now;
   std::vector<DeliveredResource> out;
   out.reserve(items.size());
   for (std::string_view item : items) {
     std::string bytes(item);
     auto it = last.find(bytes);
-    DeliveredResource d = it != last.end() ? it->second : read_resource(m.to_json(element_type, bytes), dynamic_.delta);
+    DeliveredResource d;
+    if (it != last.end()) {
+      d = it->second;
+    } else if (type == kRouteType) {
+      d = read_route_configuration(bytes, routes_now);
+    } else {
+      d = read_resource(m.to_json(element_type, bytes), dynamic_.delta);
+    }
     out.push_back(d);
     now.emplace(std::move(bytes), std::move(d));
   }
   last = std::move(now);
+  if (type == kRouteType) last_routes_ = std::move(routes_now);
   return out;
 }
 
-bool AdsClient::on_message(const std::string& bytes) {
+DeliveredResource AdsClient::read_route_configuration(const std::string& bytes,
+                                                      std::unordered_map<std::string, std::shared_ptr<const json>>& routes_now) {
+  const Messages& m = messages();
+  const char* element_type = dynamic_.delta ? "envoy.service.discovery.v3.Resource" : "google.protobuf.Any";
+  RouteSplit split = split_routes(m, bytes, dynamic_.delta);
+  if (!split.split) return read_resource(m.to_json(element_type, bytes), dynamic_.delta);
+  config::XdsResourceValue::Routes routes;
+  for (std::vector<std::string>& vhost : split.routes) {
+    routes.emplace_back();
+    for (std::string& route : vhost) {
+      std::shared_ptr<const json> read;
+      if (auto seen = routes_now.find(route); seen != routes_now.end()) {
+        read = seen->second;
+      } else if (auto last = last_routes_.find(route); last != last_routes_.end()) {
+        read = last->second;
+      } else {
+        read = std::make_shared<const json>(m.to_json("envoy.config.route.v3.Route", route));
+        ++routes_read_;
+      }
+      routes.back().push_back(read);
+      routes_now.emplace(std::move(route), std::move(read));
+    }
+  }
+  return read_resource(m.to_json(element_type, split.element), dynamic_.delta, std::move(routes));
+}
+
+std::vector<json> AdsClient::on_response_bytes(const std::string& bytes) {
   const Messages& m = messages();
   const char* response_type = dynamic_.delta ? kDeltaAdsMethod.response_type : kAdsMethod.response_type;
-  std::vector<json> requests;
   try {
     // The resources apart from the rest: only those not in the type's last response are converted.
     Messages::Split split = m.split(response_type, bytes, "resources");
     json envelope = m.to_json(response_type, split.rest);
     const std::string type = envelope.value("type_url", "");
-    if (type == kSecretType && apply_secrets_) {
-      requests = on_response(m.to_json(response_type, bytes));
-    } else {
-      std::vector<DeliveredResource> resources;
-      try {
-        resources = read_resources(type, split.items);
-      } catch (const std::exception& e) {
-        // A resource that does not convert (a typed_config whose type is not in
-        // the descriptor set): NACK the response with protobuf's reason.
-        requests = on_unreadable(envelope, std::string("a resource cannot be read (dpukit-mesh implements none of its "
-                                                       "type): ") + e.what());
-        return stream_->write(requests);
-      }
-      requests = on_resources(envelope, resources);
+    if (type == kSecretType && apply_secrets_) return on_response(m.to_json(response_type, bytes));
+    std::vector<DeliveredResource> resources;
+    try {
+      resources = read_resources(type, split.items);
+    } catch (const std::exception& e) {
+      // A resource that does not convert (a typed_config whose type is not in
+      // the descriptor set): NACK the response with protobuf's reason.
+      return on_unreadable(envelope, std::string("a resource cannot be read (dpukit-mesh implements none of its "
+                                                 "type): ") + e.what());
     }
+    return on_resources(envelope, resources);
   } catch (const std::exception& e) {
     log_warn(std::string("mesh xDS: a response that does not parse: ") + e.what());
-    return true;
+    return {};
   }
-  return stream_->write(requests);
+}
+
+bool AdsClient::on_message(const std::string& bytes) {
+  const std::vector<json> requests = on_response_bytes(bytes);
+  return requests.empty() || stream_->write(requests);
 }
 
 const AdsClient::Records& AdsClient::records_of(const std::map<std::string, std::shared_ptr<const Records>>& by_type,
@@ -414,7 +495,7 @@ json AdsClient::config_dump(const json& running) const {
   // A resource as the control plane sent it: with its "@type".
   const auto typed = [](std::string_view type, const ResourceRecord& r) {
     json j = {{"@type", type}};
-    j.update(*r.resource);
+    j.update(r.resource->whole());
     return j;
   };
   std::lock_guard lock(mu_);
@@ -476,7 +557,7 @@ json AdsClient::config_dump(const json& running) const {
     dynamic_listeners[name]["active_state"] = {
         {"version_info", r.version}, {"listener", typed(kListenerType, r)}, {"last_updated", r.last_updated}};
   for (const ResourceRecord* r : warming(kListenerType))
-    dynamic_listeners[resource_name(std::string(kListenerType), *r->resource)]["warming_state"] = {
+    dynamic_listeners[resource_name(std::string(kListenerType), r->resource->json)]["warming_state"] = {
         {"version_info", r->version}, {"listener", typed(kListenerType, *r)}, {"last_updated", r->last_updated}};
   for (auto& [name, l] : dynamic_listeners) {
     l["name"] = name;

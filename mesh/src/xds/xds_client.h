@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -62,8 +63,10 @@ struct DeliveredResource {
   std::string name, version;     // delta: those of its Resource wrapper
   config::XdsResource resource;  // proto-JSON without "@type"
 };
-// A response's resource (proto-JSON: a google.protobuf.Any's; delta: a Resource's) as delivered.
-DeliveredResource read_resource(nlohmann::json element, bool delta);
+// A response's resource (proto-JSON: a google.protobuf.Any's; delta: a
+// Resource's) as delivered; a RouteConfiguration's routes apart where given.
+DeliveredResource read_resource(nlohmann::json element, bool delta,
+                                std::optional<config::XdsResourceValue::Routes> routes = std::nullopt);
 
 // A resource as accepted: what /config_dump shows.
 struct ResourceRecord {
@@ -95,11 +98,16 @@ class AdsClient {
   // Counters (read by tests and /stats): responses ACKed and NACKed, streams opened.
   uint64_t acks() const { return acks_.load(); }
   uint64_t nacks() const { return nacks_.load(); }
+  // Routes converted from their bytes (a route the last RDS response had is not).
+  uint64_t routes_read() const { return routes_read_.load(); }
 
   // One response (proto-JSON of a DiscoveryResponse): the requests to send
   // next (proto-JSON of DiscoveryRequests). Public for the unit tests, which
   // drive it without a stream.
   std::vector<nlohmann::json> on_response(const nlohmann::json& response);
+  // on_response of a response's bytes, as the stream delivers it: what
+  // on_message sends (nothing for bytes that do not parse).
+  std::vector<nlohmann::json> on_response_bytes(const std::string& bytes);
   // A response whose resources do not convert (`why`): NACK it.
   std::vector<nlohmann::json> on_unreadable(const nlohmann::json& envelope, const std::string& why);
   // The requests that open a stream (every subscription, CDS first).
@@ -113,6 +121,10 @@ class AdsClient {
   // A response's resources from their bytes: those seen in the type's last
   // response are taken as read then. Throws (protobuf's reason) when one does not convert.
   std::vector<DeliveredResource> read_resources(const std::string& type, const std::vector<std::string_view>& items);
+  // A RouteConfiguration read route by route: routes seen in this response
+  // (`routes_now`, by bytes) or the last one are not converted again.
+  DeliveredResource read_route_configuration(const std::string& bytes,
+                                             std::unordered_map<std::string, std::shared_ptr<const nlohmann::json>>& routes_now);
   // A response of secrets: handed to apply_secrets_, ACKed or NACKed.
   std::vector<nlohmann::json> on_secrets(const nlohmann::json& response, const std::string& version);
   // An ACK (or, with `error`, a NACK) of the type's last response.
@@ -131,6 +143,8 @@ class AdsClient {
   config::XdsResources accepted_;  // the last good set (what a NACK keeps)
   std::unique_ptr<config::XdsAssembler> assembler_;
   std::map<std::string, std::unordered_map<std::string, DeliveredResource>> last_read_;  // per type: by bytes
+  std::unordered_map<std::string, std::shared_ptr<const nlohmann::json>> last_routes_;     // the last RDS response's routes, by bytes
+  std::atomic<uint64_t> routes_read_{0};
 
   mutable std::mutex mu_;  // guards what config_dump reads
   // Accepted, and running (installed), by type and name; shared, so that an

@@ -85,8 +85,9 @@ Messages::Split Messages::split(std::string_view type, const std::string& binary
   using pb::internal::WireFormatLite;
   const pb::Descriptor* descriptor = impl_->pool.FindMessageTypeByName(std::string(type));
   const pb::FieldDescriptor* f = descriptor ? descriptor->FindFieldByName(std::string(field)) : nullptr;
-  if (f == nullptr || !f->is_repeated() || f->type() != pb::FieldDescriptor::TYPE_MESSAGE)
-    throw std::runtime_error("no repeated message field " + std::string(field) + " in " + std::string(type));
+  if (f == nullptr || (f->type() != pb::FieldDescriptor::TYPE_MESSAGE && f->type() != pb::FieldDescriptor::TYPE_BYTES &&
+                       f->type() != pb::FieldDescriptor::TYPE_STRING))
+    throw std::runtime_error("no message, bytes or string field " + std::string(field) + " in " + std::string(type));
   Split out;
   pb::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(binary.data()), static_cast<int>(binary.size()));
   in.SetRecursionLimit(100);
@@ -108,6 +109,28 @@ Messages::Split Messages::split(std::string_view type, const std::string& binary
   }
   if (!in.ConsumedEntireMessage() || in.CurrentPosition() != static_cast<int>(binary.size()))
     throw std::runtime_error("a " + std::string(type) + " that does not parse");
+  return out;
+}
+
+int Messages::field_number(std::string_view type, std::string_view field) const {
+  const pb::Descriptor* descriptor = impl_->pool.FindMessageTypeByName(std::string(type));
+  const pb::FieldDescriptor* f = descriptor ? descriptor->FindFieldByName(std::string(field)) : nullptr;
+  if (f == nullptr) throw std::runtime_error("no field " + std::string(field) + " in " + std::string(type));
+  return f->number();
+}
+
+std::string length_delimited(int number, std::string_view bytes) {
+  std::string out;
+  const auto varint = [&](uint64_t v) {
+    while (v >= 0x80) {
+      out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+      v >>= 7;
+    }
+    out.push_back(static_cast<char>(v));
+  };
+  varint((static_cast<uint64_t>(number) << 3) | 2);  // wire type 2: length-delimited
+  varint(bytes.size());
+  out.append(bytes);
   return out;
 }
 

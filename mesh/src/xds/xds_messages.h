@@ -23,6 +23,10 @@ namespace dpukit::mesh::xds {
 grpc::ByteBuffer to_byte_buffer(const std::string& bytes);
 std::string from_byte_buffer(const grpc::ByteBuffer& buffer);
 
+// A length-delimited field (a message, bytes, a string) in protobuf's wire
+// form: appended to a message's bytes, it sets (or, repeated, adds) the field.
+std::string length_delimited(int number, std::string_view bytes);
+
 // The embedded FileDescriptorSet (binary).
 std::string_view descriptor_set();
 
@@ -41,15 +45,17 @@ class Messages {
   // to_json of the message with one (repeated) field cleared: what a
   // response says about itself when a resource in it cannot be read.
   nlohmann::json to_json_without(std::string_view type, const std::string& binary, std::string_view field) const;
-  // A message's one repeated message field taken out: `rest` is the message
-  // without it (binary), `items` each element's bytes (views into `binary`),
-  // so that elements seen before need not be converted again. Throws
+  // A message's field (of messages, bytes or strings) taken out: `rest` is
+  // the message without it (binary), `items` each occurrence's bytes (views
+  // into `binary`; one, or none, for a field that is not repeated), so that
+  // elements seen before need not be converted again. Throws
   // std::runtime_error when the bytes do not parse.
   struct Split {
     std::string rest;
     std::vector<std::string_view> items;
   };
   Split split(std::string_view type, const std::string& binary, std::string_view field) const;
+  int field_number(std::string_view type, std::string_view field) const;
   // The message is in the pool (as a resource of an Any must be to be read).
   bool has_message(std::string_view type) const;
   size_t file_count() const;
