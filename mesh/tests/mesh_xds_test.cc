@@ -155,16 +155,22 @@ std::vector<std::string> summary(const std::vector<json>& requests) {
   return out;
 }
 
+// The stream opened and one whole set (a cluster, its endpoints, a listener,
+// its routes) accepted at `version`: one install.
+void install_first_set(Exchange& x, const std::string& version) {
+  x.client.on_stream_start();
+  x.client.on_response(response(config::kClusterType, version, "c" + version, {cluster()}));
+  x.client.on_response(response(config::kEndpointType, version, "e" + version, {load_assignment(18080)}));
+  x.client.on_response(response(config::kListenerType, version, "l" + version, {listener()}));
+  x.client.on_response(response(config::kRouteType, version, "r" + version, {route_config("/")}));
+}
+
 // An update that changes a route leaves the clusters' runtimes as they are
 // (their hosts, breakers and TLS contexts); one that changes a cluster's
 // endpoints gives it a new runtime whose unchanged hosts keep their state.
 TEST(MeshXds, AnUnchangedClusterKeepsItsRuntime) {
   Exchange x;
-  x.client.on_stream_start();
-  x.client.on_response(response(config::kClusterType, "1", "c1", {cluster()}));
-  x.client.on_response(response(config::kEndpointType, "1", "e1", {load_assignment(18080)}));
-  x.client.on_response(response(config::kListenerType, "1", "l1", {listener()}));
-  x.client.on_response(response(config::kRouteType, "1", "r1", {route_config("/")}));
+  install_first_set(x, "1");
   ASSERT_EQ(x.installed.size(), 1u);
   StatsStore stats(1);
   const auto first = Snapshot::build(x.installed.back(), stats, nullptr, 1, 0);
@@ -194,11 +200,7 @@ TEST(MeshXds, AnUnchangedClusterKeepsItsRuntime) {
 // itself) has no successor for them: they drain, as Envoy's do.
 TEST(MeshXds, AListenerChangedInPlaceDrainsItsConnections) {
   Exchange x;
-  x.client.on_stream_start();
-  x.client.on_response(response(config::kClusterType, "1", "c1", {cluster()}));
-  x.client.on_response(response(config::kEndpointType, "1", "e1", {load_assignment(18080)}));
-  x.client.on_response(response(config::kListenerType, "1", "l1", {listener()}));
-  x.client.on_response(response(config::kRouteType, "1", "r1", {route_config("/")}));
+  install_first_set(x, "1");
   StatsStore stats(1);
   const auto first = Snapshot::build(x.installed.back(), stats, nullptr, 1, 0);
 
@@ -498,11 +500,7 @@ TEST(MeshXds, DeltaXds) {
 
 TEST(MeshXds, ConfigDumpShowsDynamicResourcesWithVersions) {
   Exchange x;
-  x.client.on_stream_start();
-  x.client.on_response(response(config::kClusterType, "7", "c", {cluster()}));
-  x.client.on_response(response(config::kEndpointType, "7", "e", {load_assignment(18080)}));
-  x.client.on_response(response(config::kListenerType, "7", "l", {listener()}));
-  x.client.on_response(response(config::kRouteType, "7", "r", {route_config("/")}));
+  install_first_set(x, "7");
   ASSERT_EQ(x.installed.size(), 1u);
   const json dump = x.client.config_dump(config::to_json(x.installed[0]));
   const json& configs = dump["configs"];
