@@ -443,16 +443,24 @@ TEST(MeshXds, RoutesAreReadRouteByRoute) {
     json dumped = x.client.config_dump(config::to_json(x.installed.back()))["configs"][3]["dynamic_route_configs"][0]["route_config"];
     EXPECT_EQ(dumped, three_routes("/c")) << dumped.dump();
 
+    // Resent unchanged (a state-of-the-world control plane does, for another type's change), then changed again:
+    // the one route that changed is read.
+    x.client.on_response_bytes(bytes(config::kRouteType, "3", three_routes("/c")));
+    x.client.on_response_bytes(bytes(config::kRouteType, "4", three_routes("/d")));
+    EXPECT_EQ(x.client.routes_read(), 5u);
+    EXPECT_EQ(installed_prefixes(x), (std::vector<std::string>{"/a", "/d", "/"}));
+
     // A fault in a route read apart is named where it is, and the last good set stays.
-    json bad = three_routes("/c");
+    json bad = three_routes("/d");
     bad["virtual_hosts"][0]["routes"][2]["match"] = {{"safe_regex", {{"regex", "(x"}}}};
-    const std::vector<json> nack = x.client.on_response_bytes(bytes(config::kRouteType, "3", bad));
+    const size_t installs = x.installed.size();
+    const std::vector<json> nack = x.client.on_response_bytes(bytes(config::kRouteType, "5", bad));
     ASSERT_EQ(nack.size(), 1u);
     EXPECT_NE(nack[0]["error_detail"]["message"].get<std::string>().find(
                   "RouteConfiguration 'web-routes': virtual_hosts[0].routes[2].match.safe_regex.regex"),
               std::string::npos)
         << nack[0];
-    EXPECT_EQ(x.installed.size(), 2u);
+    EXPECT_EQ(x.installed.size(), installs);
     EXPECT_EQ(x.client.nacks(), 1u);
   }
 }

@@ -406,7 +406,6 @@ std::vector<DeliveredResource> AdsClient::read_resources(const std::string& type
   const char* element_type = dynamic_.delta ? "envoy.service.discovery.v3.Resource" : "google.protobuf.Any";
   std::unordered_map<std::string, DeliveredResource>& last = last_read_[type];
   std::unordered_map<std::string, DeliveredResource> now;
-  std::unordered_map<std::string, std::shared_ptr<const json>> routes_now;
   std::vector<DeliveredResource> out;
   out.reserve(items.size());
   for (std::string_view item : items) {
@@ -416,7 +415,7 @@ std::vector<DeliveredResource> AdsClient::read_resources(const std::string& type
     if (it != last.end()) {
       d = it->second;
     } else if (type == kRouteType) {
-      d = read_route_configuration(bytes, routes_now);
+      d = read_route_configuration(bytes);
     } else {
       d = read_resource(m.to_json(element_type, bytes), dynamic_.delta);
     }
@@ -424,34 +423,46 @@ std::vector<DeliveredResource> AdsClient::read_resources(const std::string& type
     now.emplace(std::move(bytes), std::move(d));
   }
   last = std::move(now);
-  if (type == kRouteType) last_routes_ = std::move(routes_now);
+  if (type == kRouteType) {
+    // The routes of configurations no longer held are forgotten (delta: held until a response leaves them out).
+    std::set<std::string> held;
+    for (const DeliveredResource& d : out) held.insert(resource_name(type, d.resource->json));
+    if (dynamic_.delta)
+      for (const auto& [name, resource] : accepted_.of(type)) held.insert(name);
+    std::erase_if(last_routes_, [&](const auto& e) { return !held.contains(e.first); });
+  }
   return out;
 }
 
-DeliveredResource AdsClient::read_route_configuration(const std::string& bytes,
-                                                      std::unordered_map<std::string, std::shared_ptr<const json>>& routes_now) {
+DeliveredResource AdsClient::read_route_configuration(const std::string& bytes) {
   const Messages& m = messages();
   const char* element_type = dynamic_.delta ? "envoy.service.discovery.v3.Resource" : "google.protobuf.Any";
   RouteSplit split = split_routes(m, bytes, dynamic_.delta);
   if (!split.split) return read_resource(m.to_json(element_type, bytes), dynamic_.delta);
+  json skeleton = m.to_json(element_type, split.element);
+  const json& resource = dynamic_.delta ? member(skeleton, "resource") : skeleton;
+  // Its routes: those of the last configuration of this name whose bytes are the same are taken as read.
+  auto& last = last_routes_[member(resource, "name").is_string() ? resource["name"].get<std::string>() : ""];
+  std::unordered_map<std::string, std::shared_ptr<const json>> now;
   config::XdsResourceValue::Routes routes;
   for (std::vector<std::string>& vhost : split.routes) {
     routes.emplace_back();
     for (std::string& route : vhost) {
-      std::shared_ptr<const json> read;
-      if (auto seen = routes_now.find(route); seen != routes_now.end()) {
-        read = seen->second;
-      } else if (auto last = last_routes_.find(route); last != last_routes_.end()) {
-        read = last->second;
+      if (auto seen = now.find(route); seen != now.end()) {
+        routes.back().push_back(seen->second);
+      } else if (auto was = last.find(route); was != last.end()) {
+        routes.back().push_back(was->second);
+        now.insert(last.extract(was));  // moved over, not copied
       } else {
-        read = std::make_shared<const json>(m.to_json("envoy.config.route.v3.Route", route));
+        auto read = std::make_shared<const json>(m.to_json("envoy.config.route.v3.Route", route));
         ++routes_read_;
+        routes.back().push_back(read);
+        now.emplace(std::move(route), std::move(read));
       }
-      routes.back().push_back(read);
-      routes_now.emplace(std::move(route), std::move(read));
     }
   }
-  return read_resource(m.to_json(element_type, split.element), dynamic_.delta, std::move(routes));
+  last = std::move(now);
+  return read_resource(std::move(skeleton), dynamic_.delta, std::move(routes));
 }
 
 std::vector<json> AdsClient::on_response_bytes(const std::string& bytes) {

@@ -121,10 +121,9 @@ class AdsClient {
   // A response's resources from their bytes: those seen in the type's last
   // response are taken as read then. Throws (protobuf's reason) when one does not convert.
   std::vector<DeliveredResource> read_resources(const std::string& type, const std::vector<std::string_view>& items);
-  // A RouteConfiguration read route by route: routes seen in this response
-  // (`routes_now`, by bytes) or the last one are not converted again.
-  DeliveredResource read_route_configuration(const std::string& bytes,
-                                             std::unordered_map<std::string, std::shared_ptr<const nlohmann::json>>& routes_now);
+  // A RouteConfiguration read route by route: a route whose bytes the last
+  // configuration of its name had is not converted again.
+  DeliveredResource read_route_configuration(const std::string& bytes);
   // A response of secrets: handed to apply_secrets_, ACKed or NACKed.
   std::vector<nlohmann::json> on_secrets(const nlohmann::json& response, const std::string& version);
   // An ACK (or, with `error`, a NACK) of the type's last response.
@@ -143,7 +142,8 @@ class AdsClient {
   config::XdsResources accepted_;  // the last good set (what a NACK keeps)
   std::unique_ptr<config::XdsAssembler> assembler_;
   std::map<std::string, std::unordered_map<std::string, DeliveredResource>> last_read_;  // per type: by bytes
-  std::unordered_map<std::string, std::shared_ptr<const nlohmann::json>> last_routes_;     // the last RDS response's routes, by bytes
+  // Each route configuration's routes as last read, by its name and their bytes.
+  std::map<std::string, std::unordered_map<std::string, std::shared_ptr<const nlohmann::json>>> last_routes_;
   std::atomic<uint64_t> routes_read_{0};
 
   mutable std::mutex mu_;  // guards what config_dump reads
