@@ -6,7 +6,8 @@ closed when the drain time ends; an HTTP/2 connection gets GOAWAY and
 its stream in flight completes; a TCP proxy connection stays open until the
 drain time ends and is closed then. A listener whose filter chain an update
 changes in place drains that chain's connections too, while a listener that
-only gets new routes keeps its connections, and they take the routes.
+only gets new routes keeps its connections, and they take the routes; its
+local rate limit keeps the tokens it had.
 
 Envoy 1.40 and dpukit-mesh on the same resources from the go-control-plane
 server (mesh/tests/xds-server), and dpukit-mesh on a bootstrap file that a
@@ -15,6 +16,7 @@ SIGHUP reload changes; dpukit-mesh in both execution models.
 
 from __future__ import annotations
 
+import copy
 import http.client
 import json
 import os
@@ -105,6 +107,7 @@ def static_bootstrap(admin: int, echo: int, listeners: list[dict[str, Any]],
     """The same resources inline in a bootstrap file (JSON is YAML): the route
     configuration an HCM names inline instead of RDS, a STATIC cluster."""
     by_name = {rc["name"]: rc for rc in route_configs}
+    listeners = copy.deepcopy(listeners)  # the caller's stay as given (with rds)
     for listener in listeners:
         for f in listener["filter_chains"][0]["filters"]:
             if f["typed_config"]["@type"] == HCM_TYPE:
@@ -305,6 +308,42 @@ def test_listener_changed_in_place_drains_its_connections(rig: Rig):
     finally:
         changed.close()
         kept.close()
+
+
+LOCAL_RATELIMIT = {
+    "name": "envoy.filters.http.local_ratelimit",
+    "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
+        "stat_prefix": "limited",
+        "token_bucket": {"max_tokens": 2, "tokens_per_fill": 2, "fill_interval": "60s"},
+        "filter_enabled": {"default_value": {"numerator": 100, "denominator": "HUNDRED"}},
+        "filter_enforced": {"default_value": {"numerator": 100, "denominator": "HUNDRED"}}}}
+
+
+def test_rate_limit_keeps_its_tokens_through_an_update(rig: Rig):
+    """A listener whose update only brings new routes keeps its filters as
+    they were: its local rate limit, spent, stays spent (Envoy keeps an
+    unchanged filter chain; a new bucket would hand every client new tokens
+    at each update)."""
+    limited = http_listener("http", rig.http, "all")
+    limited["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"].insert(0, LOCAL_RATELIMIT)
+    listeners = [limited, tcp_listener("tcp", rig.tcp, "echo"), http_listener("kept", rig.kept, "all")]
+    rig.update(listeners, [routes("all", prefix_rewrite="/v1/")])
+    deadline = time.monotonic() + 10
+    while not (echo_path(rig.kept) or "").startswith("/v1/"):
+        assert time.monotonic() < deadline, f"{rig.kind}: the rate-limited listener did not come within 10 s"
+        time.sleep(0.05)
+    statuses = []
+    for _ in range(3):
+        status, _ = http_get(f"http://127.0.0.1:{rig.http}/spent", timeout=2)
+        statuses.append(status)
+    assert statuses == [200, 200, 429], f"{rig.kind}: {statuses}"
+    rig.update(listeners, [routes("all", prefix_rewrite="/v2/")])
+    while not (echo_path(rig.kept) or "").startswith("/v2/"):
+        assert time.monotonic() < deadline + 10, f"{rig.kind}: the new routes did not come within 10 s"
+        time.sleep(0.05)
+    status, _ = http_get(f"http://127.0.0.1:{rig.http}/after", timeout=2)
+    assert status == 429, f"{rig.kind}: after an update that only changed routes, the spent bucket answered {status}"
 
 
 # -- a control plane that vanishes without a reset ---------------------------------------------------

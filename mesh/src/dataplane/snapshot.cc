@@ -14,6 +14,25 @@ void log_to(const std::vector<std::unique_ptr<AccessLogger>>& logs, const Stream
   const auto end = static_cast<int64_t>(now_ns());
   for (const auto& l : logs) l->log(info, end);
 }
+// The runtime of `previous` that served chain `index` of `l` unchanged (the
+// listener by name, the chain by name or by place, their fingerprints the
+// same): what it holds between requests (a rate limit's tokens) carries over.
+const ListenerRuntime* unchanged_chain(const Snapshot* previous, const config::Listener& l, size_t index) {
+  const ListenerRuntime* old = previous ? previous->listener(l.name) : nullptr;
+  if (!old || old->cfg->fingerprint != l.fingerprint) return nullptr;
+  const config::FilterChain& fc = l.filter_chains[index];
+  const ListenerRuntime* found = nullptr;
+  if (old->chains.empty()) {
+    if (l.filter_chains.size() == 1 || (!fc.name.empty() && old->chain && old->chain->name == fc.name)) found = old;
+  } else if (!fc.name.empty()) {
+    for (const auto& c : old->chains)
+      if (c->chain->name == fc.name) found = c.get();
+  } else if (old->chains.size() == l.filter_chains.size()) {
+    found = old->chains[index].get();
+  }
+  return found && found->chain && found->chain->fingerprint == fc.fingerprint ? found : nullptr;
+}
+
 }  // namespace
 
 void HcmRuntime::log(const StreamInfo& info) const { log_to(access_logs, info); }
@@ -86,7 +105,10 @@ std::shared_ptr<const Snapshot> Snapshot::build(config::Bootstrap bootstrap, Sta
   }
   auto cluster = [&](const std::string& name) { return s->clusters.at(name).get(); };
   // One filter chain's modules: its connection manager or TCP proxy, and its TLS context.
-  const auto build_chain = [&](ListenerRuntime& lr, const config::FilterChain& fc, const std::string& stat_address) {
+  const auto build_chain = [&](ListenerRuntime& lr, const config::Listener& l, size_t index,
+                               const std::string& stat_address) {
+    const config::FilterChain& fc = l.filter_chains[index];
+    const ListenerRuntime* before = unchanged_chain(previous, l, index);
     lr.chain = &fc;
     if (fc.tls)
       lr.tls = TlsContext::server(*fc.tls, stats.tls("listener", stat_address), stats.tls_named("listener", stat_address));
@@ -100,7 +122,11 @@ std::shared_ptr<const Snapshot> Snapshot::build(config::Bootstrap bootstrap, Sta
         for (const auto& hf : f.hcm->http_filters) {
           if (hf.local_ratelimit) {
             h->filters.push_back({false, h->rate_limits.size()});
-            h->rate_limits.push_back(std::make_unique<LocalRateLimit>(*hf.local_ratelimit, now_ns));
+            // An unchanged chain keeps its buckets (an update elsewhere does not give every client new tokens).
+            const size_t i = h->rate_limits.size();
+            h->rate_limits.push_back(before && before->hcm && i < before->hcm->rate_limits.size()
+                                         ? before->hcm->rate_limits[i]
+                                         : std::make_shared<LocalRateLimit>(*hf.local_ratelimit, now_ns));
           } else if (hf.rbac) {
             h->filters.push_back({true, h->rbacs.size()});
             h->rbacs.push_back(std::make_unique<RbacFilter>(*hf.rbac));
@@ -151,14 +177,14 @@ std::shared_ptr<const Snapshot> Snapshot::build(config::Bootstrap bootstrap, Sta
     std::replace(stat_address.begin(), stat_address.end(), ':', '_');
     lr.stats = stats.listener(stat_address);
     if (l.filter_chains.size() == 1) {
-      build_chain(lr, l.filter_chains[0], stat_address);
+      build_chain(lr, l, 0, stat_address);
     } else {
-      for (const auto& fc : l.filter_chains) {
+      for (size_t i = 0; i < l.filter_chains.size(); ++i) {
         auto chain = std::make_unique<ListenerRuntime>();
         chain->cfg = &l;
         chain->address_key = lr.address_key;
         chain->stats = lr.stats;
-        build_chain(*chain, fc, stat_address);
+        build_chain(*chain, l, i, stat_address);
         lr.chains.push_back(std::move(chain));
       }
     }

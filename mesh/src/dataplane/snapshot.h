@@ -24,7 +24,7 @@ namespace dpukit::mesh {
 struct HcmRuntime {
   const config::HttpConnectionManager* cfg = nullptr;
   std::unique_ptr<RouteTable> routes;
-  std::vector<std::unique_ptr<LocalRateLimit>> rate_limits;  // in filter order
+  std::vector<std::shared_ptr<LocalRateLimit>> rate_limits;  // in filter order; an unchanged chain's carry over
   std::vector<std::unique_ptr<RbacFilter>> rbacs;              // in filter order
   // The filters before the router, in the configured order: an RBAC filter
   // (rbacs[index]) or a local rate limit (rate_limits[index]).
@@ -83,7 +83,8 @@ struct Snapshot {
 
   // Compiles `bootstrap`. A cluster of the same revision in `previous` (an
   // xDS cluster whose resources did not change) is kept as it is; hosts of
-  // another same-named cluster keep their health and ejection state.
+  // another same-named cluster keep their health and ejection state; a
+  // filter chain unchanged but for its routes keeps its rate limits' tokens.
   static std::shared_ptr<const Snapshot> build(config::Bootstrap bootstrap, StatsStore& stats,
                                                const Snapshot* previous, uint64_t version, int64_t now_ns);
   const ListenerRuntime* listener(const std::string& name) const;
