@@ -115,8 +115,10 @@ class LiveQueuesRun:
         return self.sent / self.send_seconds if self.send_seconds > 0 else 0.0
 
 
-def _wait_started(live: subprocess.Popen, timeout: float = 30) -> None:
-    """Until `live` says it measures (its program is attached); LiveUnavailable if the kernel refused."""
+def wait_live_line(live: subprocess.Popen, pattern: str, timeout: float = 30) -> re.Match | None:
+    """The first match of ``pattern`` in a starting `dpukit-measure live`'s
+    stderr (text mode), or None when its stderr closed or ``timeout`` passed
+    first. LiveUnavailable, `live` killed, if the kernel refused (XDP or AF_XDP)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         line = live.stderr.readline()
@@ -125,10 +127,17 @@ def _wait_started(live: subprocess.Popen, timeout: float = 30) -> None:
         if "refuse" in line or "EPERM" in line or "error" in line:
             live.kill()
             raise LiveUnavailable(f"the kernel refused live measurement here: {line.strip()}")
-        if "live: measuring" in line:
-            return
-    live.kill()
-    raise LiveUnavailable("dpukit-measure live did not start")
+        m = re.search(pattern, line)
+        if m:
+            return m
+    return None
+
+
+def _wait_started(live: subprocess.Popen, timeout: float = 30) -> None:
+    """Until `live` says it measures (its program is attached); LiveUnavailable if the kernel refused."""
+    if wait_live_line(live, r"live: measuring", timeout) is None:
+        live.kill()
+        raise LiveUnavailable("dpukit-measure live did not start")
 
 
 def run_live_queues(exe: Path, pcap: Path, work: Path, *, queues: int, algo: str, loops: int = 1,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -15,6 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from dpukit.measure_queues import LiveUnavailable, wait_live_line
 
 RATE = 20000  # packets/s, live and offline
 
@@ -58,18 +59,13 @@ def replay(veth, pcap: Path) -> None:
 def wait_attached(live: subprocess.Popen) -> int:
     """Waits until `live --metrics HOST:0` says it serves /metrics, which it does once its
     program is attached; its port. Skips the test if the kernel refused."""
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        line = live.stderr.readline()
-        if not line:
-            break
-        if "refuse" in line or "EPERM" in line or "error" in line:
-            live.kill()
-            pytest.skip(f"the kernel refused live measurement here: {line.strip()}")
-        m = re.search(r"/metrics on port (\d+)", line)
-        if m:
-            return int(m.group(1))
-    raise AssertionError("live did not start")
+    try:
+        m = wait_live_line(live, r"/metrics on port (\d+)")
+    except LiveUnavailable as e:
+        pytest.skip(str(e))
+    if m is None:
+        raise AssertionError("live did not start")
+    return int(m.group(1))
 
 
 def stop(live: subprocess.Popen) -> str:
