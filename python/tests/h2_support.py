@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 import socket
 import subprocess
-import threading
 import time
 from dataclasses import dataclass
+
+from mesh_support import TcpUpstream
 
 H2_UPSTREAM = """\
     typed_extension_protocol_options:
@@ -36,7 +37,7 @@ def nghttp(url: str, *extra: str, timeout: float = 60) -> H2Response:
     return H2Response(int(headers[":status"]), headers, out)
 
 
-class FaultyUpstream:
+class FaultyUpstream(TcpUpstream):
     """A TCP server on 127.0.0.1 in a thread. Each connection reads the client
     preface and frames until a HEADERS frame, then does ``mode``: "hang" (never
     answers), "die" (closes), "die-mid-body" (SETTINGS, a 200 head and part of
@@ -44,20 +45,12 @@ class FaultyUpstream:
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
         self.conns: list[socket.socket] = []
         self.heads = 0
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            self.conns.append(c)
-            threading.Thread(target=self._conn, args=(c,), daemon=True).start()
+    def _accepted(self, conn: socket.socket) -> None:
+        self.conns.append(conn)
 
     def _conn(self, c: socket.socket) -> None:
         buf = b""
@@ -89,6 +82,6 @@ class FaultyUpstream:
             c.close()
 
     def close(self) -> None:
-        self.sock.close()
+        super().close()
         for c in self.conns:
             c.close()

@@ -114,6 +114,39 @@ def start_attached(echoes: Echoes, name: str, path: Path, *extra: str) -> None:
     echoes.procs[name], _ = start_echo(echoes.group, name, listen=f"shm:{path}", extra=extra, proc_name=f"echo-{name}")
 
 
+# -- upstreams written in the test ---------------------------------------------------------------
+
+
+class TcpUpstream:
+    """A TCP server on 127.0.0.1 (a free port) in a thread: each connection it
+    accepts goes to ``_conn`` (what a subclass serves) on a thread of its own.
+    A subclass sets what ``_conn`` reads before calling this ``__init__``:
+    connections may come as soon as it returns."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            self._accepted(conn)
+            threading.Thread(target=self._conn, args=(conn,), daemon=True).start()
+
+    def _accepted(self, conn: socket.socket) -> None:
+        """A connection just accepted, before ``_conn`` runs on it."""
+
+    def _conn(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 
 
 

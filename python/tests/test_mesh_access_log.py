@@ -17,7 +17,6 @@ import os
 import re
 import signal
 import socket
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any, Iterator
 import pytest
 
 from h2_support import nghttp
-from mesh_support import Echoes, envoy_validate, start_proxy
+from mesh_support import Echoes, TcpUpstream, envoy_validate, start_proxy
 from tls_support import *  # noqa: F401,F403
 from tls_support import (BACKEND_DNS, TLS_KINDS, FilterChain, Pki, client_context, downstream_tls, listener,
                          read_http, tls_bootstrap, tls_cluster, tls_connect)
@@ -155,22 +154,12 @@ def tcp_chain(cluster: str, logs: str) -> str:
 {logs}"""
 
 
-class Resetter:
+class Resetter(TcpUpstream):
     """An upstream that reads a request and closes the connection without answering."""
 
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self.serve, daemon=True).start()
-
-    def serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                conn.recv(65536)
+    def _conn(self, conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
 
 
 @dataclass

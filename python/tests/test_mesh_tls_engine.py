@@ -23,7 +23,7 @@ from typing import Iterator
 import pytest
 
 from conftest import native_tool
-from mesh_support import Proxy, start_proxy
+from mesh_support import Proxy, TcpUpstream, start_proxy
 from tls_support import (BACKEND_DNS, FilterChain, Pki, client_context, counter, downstream_tls, listener,  # noqa: F401
                          pki, spiffe_id, tcp_proxy_filter, tls_bootstrap, tls_cluster, upstream_tls)
 from dpukit.mesh_harness import DPU_CPU, mesh_argv, wait_ready
@@ -67,26 +67,16 @@ def engine_hw_ns(admin: int) -> int:
     return counter(admin, "dpukit_mesh_record_crypto_engine_hw_ns_total")
 
 
-class EchoServer:
+class EchoServer(TcpUpstream):
     """A TCP service that sends back what it receives and closes once it has
     sent ``close_after`` bytes (so that a client that never half-closes, as
     ``s_client -quiet``, still sees the end)."""
 
     def __init__(self, close_after: int):
         self.close_after = close_after
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
-
-    def _echo(self, conn: socket.socket) -> None:
+    def _conn(self, conn: socket.socket) -> None:
         sent = 0
         with conn:
             while sent < self.close_after:
@@ -95,9 +85,6 @@ class EchoServer:
                     break
                 conn.sendall(data)
                 sent += len(data)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def body(n: int, seed: int = 1) -> bytes:
@@ -281,14 +268,7 @@ def test_bulk_records_on_the_engine_count_as_hw_and_on_the_cores_not(group: Grou
     EngineCrypto.TheLoopsDilationExcludesTheEnginesTime in mesh_tests.)"""
     # The sink and the sender are processes of their own: in this one they would share its GIL.
     sink_port = free_port()
-    group.start([sys.executable, "-c", SINK, str(sink_port)], name="sink")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", sink_port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.05)
+    group.start([sys.executable, "-c", SINK, str(sink_port)], name="sink").wait_port(sink_port)
     data = tmp_path / "data.bin"
     size = 16 << 20
     data.write_bytes(body(size, seed=9))
