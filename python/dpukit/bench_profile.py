@@ -546,27 +546,25 @@ def _valgrind_counts(tool, op, backend, size, n, *, valgrind, cache_sim, params,
     events = per_addr = None
     seconds: dict[str, float] = {}
     checked: dict[str, Any] = {}
-    if cachegrind:
-        out = workdir / f"cachegrind-{n}.out"
-        wrapper = [valgrind, "--tool=cachegrind", *VALGRIND_COMMON, "--cache-sim=yes", "--branch-sim=yes",
-                   *cache_sim, f"--cachegrind-out-file={out}", f"--log-file={workdir / f'cachegrind-{n}.log'}"]
-        point, why, seconds["cachegrind"] = run_point(tool, op, backend, size, n, wrapper=wrapper, params=params,
-                                                      seed=seed, timeout=timeout, workdir=workdir)
+
+    def under(name: str, *options: str) -> Path:
+        """One run under valgrind's tool ``name`` with ``options``; its output file (the caller parses it)."""
+        out = workdir / f"{name}-{n}.out"
+        wrapper = [valgrind, f"--tool={name}", *VALGRIND_COMMON, *options, f"--{name}-out-file={out}",
+                   f"--log-file={workdir / f'{name}-{n}.log'}"]
+        point, why, seconds[name] = run_point(tool, op, backend, size, n, wrapper=wrapper, params=params,
+                                              seed=seed, timeout=timeout, workdir=workdir)
         if point is None:
             raise ProfileError(f"{op} {backend} is unavailable under valgrind: {why}")
-        checked["cachegrind"] = point.get("checked_inputs")
+        checked[name] = point.get("checked_inputs")
+        return out
+
+    if cachegrind:
+        out = under("cachegrind", "--cache-sim=yes", "--branch-sim=yes", *cache_sim)
         events = parse_cachegrind(out)
         out.unlink()
     if callgrind:
-        out = workdir / f"callgrind-{n}.out"
-        wrapper = [valgrind, "--tool=callgrind", *VALGRIND_COMMON, "--dump-instr=yes", "--compress-strings=no",
-                   "--compress-pos=no", "--skip-plt=no",
-                   f"--callgrind-out-file={out}", f"--log-file={workdir / f'callgrind-{n}.log'}"]
-        point, why, seconds["callgrind"] = run_point(tool, op, backend, size, n, wrapper=wrapper, params=params,
-                                                     seed=seed, timeout=timeout, workdir=workdir)
-        if point is None:
-            raise ProfileError(f"{op} {backend} is unavailable under valgrind: {why}")
-        checked["callgrind"] = point.get("checked_inputs")
+        out = under("callgrind", "--dump-instr=yes", "--compress-strings=no", "--compress-pos=no", "--skip-plt=no")
         per_addr = parse_callgrind_instructions(out)
         out.unlink()
     return events, per_addr, seconds, checked
