@@ -20,6 +20,7 @@ import signal
 import socket
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -151,6 +152,17 @@ class TcpUpstream:
 
 
 
+# The cluster fields with which a killed host is routed around: three 5xx in a
+# row eject it (for 30 s), the pool keeping at least half of its hosts.
+OUTLIER_5XX = """\
+    outlier_detection:
+      consecutive_5xx: 3
+      interval: 1s
+      base_ejection_time: 30s
+      max_ejection_percent: 50
+"""
+
+
 def kill_under_load(port: int, pid: int) -> collections.Counter:
     """SIGKILL ``pid`` while a client sends request after request to ``port``;
     the statuses seen meanwhile ("error": the client got no answer; "cut": the
@@ -242,6 +254,32 @@ def read_response(f, *, head_only: bool = False) -> Response | None:
     else:
         body = f.read()
     return Response(status, headers, body)
+
+
+def chunked_upload(port: int, mib: int, *, host: str) -> None:
+    """POSTs ``mib`` MiB to the echo service at (or behind) ``port`` in chunks
+    of a MiB, each different; the echo must count and hash the whole body."""
+    block = os.urandom(1 << 20)
+    total, crc = 0, 0
+
+    def body():
+        nonlocal total, crc
+        for i in range(mib):
+            chunk = block[i:] + block[:i]
+            total += len(chunk)
+            crc = zlib.crc32(chunk, crc)
+            yield chunk
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("POST", "/upload", body=body(), encode_chunked=True,
+                 headers={"Host": host, "Transfer-Encoding": "chunked"})
+    r = conn.getresponse()
+    r.read()
+    conn.close()
+    assert r.status == 200
+    assert total == mib << 20
+    assert r.getheader("x-echo-body-bytes") == str(total)
+    assert r.getheader("x-echo-body-hash") == f"{crc:08x}"
 
 
 def raw_exchange(port: int, data: bytes, *, responses: int = 1, timeout: float = 5) -> tuple[list[Response], bool]:

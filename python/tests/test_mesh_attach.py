@@ -18,8 +18,8 @@ import pytest
 
 from conftest import native_tool
 from mesh_support import *  # noqa: F401,F403
-from mesh_support import (Echoes, bootstrap, cluster_of, envoy_validate, kill_under_load, raw_exchange, request,
-                          shm_cluster, start_attached, start_proxy)
+from mesh_support import (OUTLIER_5XX, Echoes, bootstrap, cluster_of, envoy_validate, kill_under_load, raw_exchange,
+                          request, shm_cluster, start_attached, start_proxy)
 from dpukit.procs import free_port
 
 
@@ -71,14 +71,7 @@ def test_attached_services_answer_through_the_rings(mesh_kind: str, echoes: Echo
 
 
 def test_a_killed_attached_service_is_routed_around(mesh_kind: str, echoes: Echoes, tmp_path: Path):
-    outlier = """\
-    outlier_detection:
-      consecutive_5xx: 3
-      interval: 1s
-      base_ejection_time: 30s
-      max_ejection_percent: 50
-"""
-    proxy, _ = attached_pool(echoes, tmp_path, mesh_kind, ["a", "b"], outlier)
+    proxy, _ = attached_pool(echoes, tmp_path, mesh_kind, ["a", "b"], OUTLIER_5XX)
     assert collections.Counter(request(proxy.port).header("x-served-by") for _ in range(10)) == {"a": 5, "b": 5}
     during = kill_under_load(proxy.port, echoes.procs["b"].pid)
     assert during[200] > 0

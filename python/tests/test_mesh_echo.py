@@ -4,7 +4,6 @@ and benchmark: its answers and the request headers that change them."""
 from __future__ import annotations
 
 import http.client
-import os
 import socket
 import subprocess
 import time
@@ -15,7 +14,7 @@ import pytest
 
 from conftest import native_tool
 from mesh_support import *  # noqa: F401,F403
-from mesh_support import Echoes, raw_exchange, read_response, request
+from mesh_support import Echoes, chunked_upload, raw_exchange, read_response, request
 
 
 def test_default_answer(echoes: Echoes):
@@ -62,28 +61,7 @@ def test_delay_does_not_block_other_connections(echoes: Echoes):
 
 
 def test_chunked_upload_hash(echoes: Echoes):
-    port = echoes.start("up")
-    block = os.urandom(1 << 20)
-    total, crc = 0, 0
-
-    def body():
-        nonlocal total, crc
-        for i in range(20):
-            chunk = block[i:] + block[:i]  # every MiB different
-            total += len(chunk)
-            crc = zlib.crc32(chunk, crc)
-            yield chunk
-
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    conn.request("POST", "/upload", body=body(), encode_chunked=True,
-                 headers={"Transfer-Encoding": "chunked", "Host": "h"})
-    r = conn.getresponse()
-    r.read()
-    conn.close()
-    assert r.status == 200
-    assert total == 20 << 20
-    assert r.getheader("x-echo-body-bytes") == str(total)
-    assert r.getheader("x-echo-body-hash") == f"{crc:08x}"
+    chunked_upload(echoes.start("up"), 20, host="h")
 
 
 def test_content_length_body_and_pipelining(echoes: Echoes):

@@ -23,8 +23,8 @@ import pytest
 
 from conftest import native_tool
 from mesh_support import *  # noqa: F401,F403
-from mesh_support import (Echoes, Proxy, all_to, bootstrap, cluster, envoy_validate, http_get, kill_under_load,
-                          ports, raw_exchange, request, start_proxy)
+from mesh_support import (OUTLIER_5XX, Echoes, Proxy, all_to, bootstrap, chunked_upload, cluster, envoy_validate,
+                          http_get, kill_under_load, ports, raw_exchange, request, start_proxy)
 
 MiB = 1 << 20
 
@@ -240,26 +240,7 @@ def test_keepalive_and_pipelining(setup: Setup):
 
 
 def test_chunked_upload_50mb(setup: Setup):
-    block = os.urandom(MiB)
-    crc, total = 0, 0
-
-    def body():
-        nonlocal crc, total
-        for i in range(50):
-            chunk = block[i:] + block[:i]
-            crc = zlib.crc32(chunk, crc)
-            total += len(chunk)
-            yield chunk
-
-    conn = http.client.HTTPConnection("127.0.0.1", setup.proxy.port, timeout=30)
-    conn.request("POST", "/upload", body=body(), encode_chunked=True,
-                 headers={"Host": "x.local", "Transfer-Encoding": "chunked"})
-    r = conn.getresponse()
-    r.read()
-    conn.close()
-    assert r.status == 200
-    assert r.getheader("x-echo-body-bytes") == str(50 * MiB) == str(total)
-    assert r.getheader("x-echo-body-hash") == f"{crc:08x}"
+    chunked_upload(setup.proxy.port, 50, host="x.local")
 
 
 def test_download_50mb(setup: Setup):
@@ -324,14 +305,7 @@ def test_malformed_requests_are_refused(setup: Setup, case: str):
 def test_killed_upstream_is_routed_around(proxy_kind: str, echoes: Echoes, tmp_path: Path):
     pa, pb = echoes.start("a"), echoes.start("b")
     port, admin = ports(2)
-    outlier = """\
-    outlier_detection:
-      consecutive_5xx: 3
-      interval: 1s
-      base_ejection_time: 30s
-      max_ejection_percent: 50
-"""
-    config = bootstrap(port=port, admin=admin, clusters=cluster("pool", [pa, pb], outlier), virtual_hosts=all_to("pool"))
+    config = bootstrap(port=port, admin=admin, clusters=cluster("pool", [pa, pb], OUTLIER_5XX), virtual_hosts=all_to("pool"))
     proxy = start_proxy(echoes.group, proxy_kind, config, tmp_path, port=port, admin=admin)
     served = collections.Counter(request(port).header("x-served-by") for _ in range(10))
     assert served == {"a": 5, "b": 5}
