@@ -106,6 +106,23 @@ def istio_agent_bootstrap(node: str, *, admin: int, port: int, echo: int, sock: 
                              static_cluster("sds-grpc", {"pipe": {"path": str(sock)}}, http2=True)]}}
 
 
+def istio_agent_proxy(group: Group, kind: str, node: str, pki: Pki, tmp_path: Path,
+                      sock: Path) -> tuple[XdsServer, Snapshot, Proxy]:
+    """istio-agent's way, serving: the SDS server on ``sock`` with snapshot
+    "1" (the backend's certificate and the root), and the proxy on
+    istio_agent_bootstrap, once it acked those secrets; the server, the
+    snapshot and the proxy."""
+    port, admin = free_port(), free_port()
+    echo = Echoes(group).start("backend")
+    xds = XdsServer.start(group, sds_unix=sock)
+    first = Snapshot("1", secrets=[certificate_secret(pki.mesh.backend), root_secret(pki)])
+    xds.post(node, first)
+    bootstrap = istio_agent_bootstrap(node, admin=admin, port=port, echo=echo, sock=sock)
+    proxy = start_proxy(group, kind, json.dumps(bootstrap, indent=1), tmp_path, port=port, admin=admin)
+    xds.wait_acked(node, first, types=["secrets"])
+    return xds, first, proxy
+
+
 def certificate_secret(pem: Pem, *, key: Pem | None = None) -> dict[str, Any]:
     """Secret ``default``: ``pem``'s certificate, with ``key``'s key when given (a mismatch)."""
     return {"name": "default", "tls_certificate": {
@@ -158,17 +175,9 @@ def test_sds_over_grpc_from_a_unix_socket(kind: str, pki: Pki, tmp_path: Path):
     from the sds-grpc cluster, a Unix socket where go-control-plane's
     SecretDiscoveryService answers."""
     node = f"sds-grpc-{kind}"
-    sock = tmp_path / "sds.sock"
-    port, admin = free_port(), free_port()
     with Group(tmp_path / "logs") as group:
-        echo = Echoes(group).start("backend")
-        xds = XdsServer.start(group, sds_unix=sock)
-        first = Snapshot("1", secrets=[certificate_secret(pki.mesh.backend), root_secret(pki)])
-        xds.post(node, first)
-        bootstrap = istio_agent_bootstrap(node, admin=admin, port=port, echo=echo, sock=sock)
-        proxy = start_proxy(group, kind, json.dumps(bootstrap, indent=1), tmp_path, port=port, admin=admin)
-        xds.wait_acked(node, first, types=["secrets"])
-        check_rotation_and_nack(xds, node, first, port, pki)
+        xds, first, proxy = istio_agent_proxy(group, kind, node, pki, tmp_path, tmp_path / "sds.sock")
+        check_rotation_and_nack(xds, node, first, proxy.port, pki)
         proxy.proc.check_alive()
 
 
@@ -260,15 +269,9 @@ def test_the_sds_server_killed_and_restarted(kind: str, pki: Pki, tmp_path: Path
     serves with the secret it has; then it reconnects and takes the new one."""
     node = f"sds-restart-{kind}"
     sock = tmp_path / "sds.sock"
-    port, admin = free_port(), free_port()
     with Group(tmp_path / "logs") as group:
-        echo = Echoes(group).start("backend")
-        xds = XdsServer.start(group, sds_unix=sock)
-        first = Snapshot("1", secrets=[certificate_secret(pki.mesh.backend), root_secret(pki)])
-        xds.post(node, first)
-        bootstrap = istio_agent_bootstrap(node, admin=admin, port=port, echo=echo, sock=sock)
-        proxy = start_proxy(group, kind, json.dumps(bootstrap, indent=1), tmp_path, port=port, admin=admin)
-        xds.wait_acked(node, first, types=["secrets"])
+        xds, _, proxy = istio_agent_proxy(group, kind, node, pki, tmp_path, sock)
+        port = proxy.port
         xds.proc.popen.kill()
         xds.proc.popen.wait(timeout=10)
         ctx = client_context(ca=pki.mesh.ca.cert, cert=pki.mesh.frontend)
