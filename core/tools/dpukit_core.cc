@@ -54,6 +54,17 @@ void pin(const CpuSet& cpus, const char* place) {
   if (auto w = pin_current_thread(cpus); !w.empty()) log_warn(std::string(place) + ": " + w);
 }
 
+// The channel's two sides: this thread pinned to --cpus, if given.
+void pin_to_cpus_option(const ArgParser& p, const char* place) {
+  CpuSet cpus;
+  try {
+    if (p.has("cpus")) cpus = CpuSet::parse(p.str("cpus"));
+  } catch (const std::invalid_argument& e) {
+    p.fail(e.what());
+  }
+  pin(cpus, place);
+}
+
 void finish(const ArgParser& p, Result& r) {
   if (p.has("json")) r.write(p.str("json"));
 }
@@ -242,13 +253,7 @@ int channel_peer(int argc, char** argv) {
   p.cpus_option("cpus", "CPUs to pin to").option("accept-timeout-ms", "give up if no host connects in time", "30000");
   p.flag("quiet", "print no summary");
   p.parse(argc, argv, 2);
-  CpuSet cpus;
-  try {
-    if (p.has("cpus")) cpus = CpuSet::parse(p.str("cpus"));
-  } catch (const std::invalid_argument& e) {
-    p.fail(e.what());
-  }
-  pin(cpus, "dpu");
+  pin_to_cpus_option(p, "dpu");
   ChannelListener listener(p.str("listen"));
   ChannelDpu ch = listener.accept(std::chrono::milliseconds(p.u64("accept-timeout-ms")));
   peer::Totals t = peer::run_dpu(ch, p.has("verify"));
@@ -266,13 +271,7 @@ int channel_host(int argc, char** argv) {
   p.flag("verify", "answer checks: the peer must run with --verify too").cpus_option("cpus", "CPUs to pin to");
   add_channel_options(p);
   p.parse(argc, argv, 2);
-  CpuSet cpus;
-  try {
-    if (p.has("cpus")) cpus = CpuSet::parse(p.str("cpus"));
-  } catch (const std::invalid_argument& e) {
-    p.fail(e.what());
-  }
-  pin(cpus, "host");
+  pin_to_cpus_option(p, "host");
   ChannelHost ch = ChannelHost::connect(p.str("connect"), channel_config(p));
   peer::Totals t = peer::run_host(ch, p.u64("messages"), p.bytes("payload"), p.has("vary"), p.has("verify"));
   std::printf("channel-host: %llu messages, %llu payload bytes sent and acknowledged in order\n",
