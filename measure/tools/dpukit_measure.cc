@@ -321,6 +321,15 @@ nlohmann::json parameters_json(const ArgParser& p, const RunConfig& c, const std
           {"dpu_packet_path", a.dpu_packet_path().to_json()}};
 }
 
+// The result of a command over --trace with `c`: its placement, dpu speed and parameters.
+Result trace_result(const char* command, int argc, char** argv, const ArgParser& p, const RunConfig& c) {
+  Result out(std::string(kTool) + " " + command, argc, argv);
+  out.set_placement(c.placement);
+  out.set_dpu_speed(c.algorithm.dpu_speed);
+  out.parameters() = parameters_json(p, c, p.str("trace"));
+  return out;
+}
+
 std::string dotted(uint32_t a) {
   return std::to_string(a >> 24) + "." + std::to_string((a >> 16) & 255) + "." + std::to_string((a >> 8) & 255) + "." +
          std::to_string(a & 255);
@@ -354,10 +363,7 @@ int cmd_run(int argc, char** argv) {
   GroundTruth truth = ground_truth(replayed(trace, cfg));
   RunResult r = run_checked(trace, truth, cfg);
 
-  Result out(std::string(kTool) + " run", argc, argv);
-  out.set_placement(cfg.placement);
-  out.set_dpu_speed(cfg.algorithm.dpu_speed);
-  out.parameters() = parameters_json(p, cfg, p.str("trace"));
+  Result out = trace_result("run", argc, argv, p, cfg);
   out.parameters()["algo"] = algo;
   out.parameters()["memory_bytes"] = cfg.algorithm.memory_bytes;
   out.figures() = figures_json(trace, truth, cfg, r);
@@ -415,10 +421,7 @@ int cmd_compare(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  Result out(std::string(kTool) + " compare", argc, argv);
-  out.set_placement(base.placement);
-  out.set_dpu_speed(base.algorithm.dpu_speed);
-  out.parameters() = parameters_json(p, base, p.str("trace"));
+  Result out = trace_result("compare", argc, argv, p, base);
   out.parameters()["algos"] = algos;
   out.parameters()["memory_bytes"] = budgets;
   out.figures() = {{"packets", replay.size()}, {"flows", truth.size()}, {"skipped", trace.skipped}, {"grid", grid}};
@@ -499,10 +502,7 @@ int cmd_zero_loss(int argc, char** argv) {
   }
   const RunResult& r = z.at_rate;
   double bytes_per_packet = r.packets ? double(r.bytes) / r.packets : 0;
-  Result out(std::string(kTool) + " zero-loss", argc, argv);
-  out.set_placement(cfg.placement);
-  out.set_dpu_speed(cfg.algorithm.dpu_speed);
-  out.parameters() = parameters_json(p, cfg, p.str("trace"));
+  Result out = trace_result("zero-loss", argc, argv, p, cfg);
   out.parameters()["algo"] = algo;
   out.parameters()["memory_bytes"] = cfg.algorithm.memory_bytes;
   out.parameters()["precision"] = precision;
