@@ -7,6 +7,7 @@
 
 #include "config/access_log_format.h"
 #include "config/bootstrap.h"
+#include "hcm_bootstrap.h"
 
 namespace dpukit::mesh::config {
 namespace {
@@ -18,40 +19,8 @@ const std::string kExamples = MESH_EXAMPLES_DIR;
 Bootstrap example(const std::string& name) { return load_bootstrap(kExamples + "/" + name); }
 
 // One listener, one cluster: the base that the fault tests edit.
-const std::string kMinimal = R"(
-static_resources:
-  listeners:
-  - name: http
-    address:
-      socket_address: {address: 127.0.0.1, port_value: 10000}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: http
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {prefix: /}
-                route: {cluster: backend}
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: backend
-    lb_policy: ROUND_ROBIN
-    load_assignment:
-      cluster_name: backend
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address:
-              socket_address: {address: 127.0.0.1, port_value: 18080}
-)";
+const std::string kMinimal = testing::hcm_bootstrap(
+    testing::all_to("backend"), testing::one_endpoint_cluster("backend", 18080, "    lb_policy: ROUND_ROBIN"));
 
 // kMinimal with `from` replaced by `to` (which must be there).
 std::string edit(const std::string& from, const std::string& to, std::string text = kMinimal) {
@@ -85,7 +54,7 @@ struct Fault {
 
 void PrintTo(const Fault& f, std::ostream* os) { *os << f.name; }
 
-class Faults : public testing::TestWithParam<Fault> {};
+class Faults : public ::testing::TestWithParam<Fault> {};
 
 TEST_P(Faults, NameTheirPath) {
   const Fault& f = GetParam();
@@ -107,7 +76,7 @@ const std::string kCluster = R"(
 
 INSTANTIATE_TEST_SUITE_P(
     Config, Faults,
-    testing::Values(
+    ::testing::Values(
         // Unknown fields, at several depths.
         Fault{"UnknownTop", kMinimal + "stats_sinkz: []\n", "stats_sinkz", "unknown field"},
         Fault{"UnknownClusterField", edit("lb_policy: ROUND_ROBIN", "lb_polcy: ROUND_ROBIN"),
@@ -279,7 +248,7 @@ INSTANTIATE_TEST_SUITE_P(
               edit("match: {prefix: /}",
                    "match: {prefix: /, headers: [{name: x, string_match: {safe_regex: {regex: a}, ignore_case: true}}]}"),
               route0(".match.headers[0].string_match.ignore_case"), "ignore_case has no effect for safe_regex"}),
-    [](const testing::TestParamInfo<Fault>& info) { return info.param.name; });
+    [](const ::testing::TestParamInfo<Fault>& info) { return info.param.name; });
 
 TEST(Config, ErrorsCarryTheYamlLine) {
   try {

@@ -8,45 +8,10 @@
 #include <string>
 
 #include "config/bootstrap.h"
+#include "hcm_bootstrap.h"
 
 namespace dpukit::mesh::config {
 namespace {
-
-const std::string kBase = R"(
-static_resources:
-  listeners:
-  - name: http
-    address:
-      socket_address: {address: 127.0.0.1, port_value: 10000}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: http
-          #HCM#
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {prefix: /}
-                route: {cluster: grpc}
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: grpc
-    #CLUSTER#
-    load_assignment:
-      cluster_name: grpc
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address:
-              socket_address: {address: 127.0.0.1, port_value: 50051}
-)";
 
 const std::string kH2Cluster = R"(typed_extension_protocol_options:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
@@ -54,13 +19,12 @@ const std::string kH2Cluster = R"(typed_extension_protocol_options:
         explicit_http_config:
           http2_protocol_options: #OPTS#)";
 
+// The HCM with `hcm` (its fields), routing everything to cluster grpc, which
+// chooses HTTP/2 with `cluster_opts` (its Http2ProtocolOptions) when given.
 std::string config(const std::string& hcm, const std::string& cluster_opts = "") {
-  std::string text = kBase;
-  text.replace(text.find("#HCM#"), 5, hcm);
-  std::string c = cluster_opts.empty() ? "" : kH2Cluster;
+  std::string c = cluster_opts.empty() ? "" : "    " + kH2Cluster;
   if (!c.empty()) c.replace(c.find("#OPTS#"), 6, cluster_opts);
-  text.replace(text.find("#CLUSTER#"), 9, c);
-  return text;
+  return testing::hcm_bootstrap(testing::all_to("grpc"), testing::one_endpoint_cluster("grpc", 50051, c), "", hcm);
 }
 
 std::string error_of(const std::string& yaml) {

@@ -26,6 +26,7 @@
 #include "config/bootstrap.h"
 #include "control/control_plane.h"
 #include "dpukit/core/accounting.h"
+#include "hcm_bootstrap.h"
 
 namespace dpukit::mesh {
 namespace {
@@ -46,32 +47,10 @@ constexpr auto kWarmup = std::chrono::milliseconds(40), kMeasured = std::chrono:
 const std::string kRequest = "GET /speed HTTP/1.1\r\nHost: test.local\r\n\r\n";
 
 std::string bootstrap(uint16_t port) {
-  return R"(
-static_resources:
-  listeners:
-  - name: http
-    address:
-      socket_address: {address: 127.0.0.1, port_value: )" +
-         std::to_string(port) + R"(}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: http
-          generate_request_id: false
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {prefix: /}
-                direct_response: {status: 200, body: {inline_string: ok}}
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-)";
+  return testing::hcm_bootstrap(
+      "            - name: all\n              domains: [\"*\"]\n              routes:\n"
+      "              - match: {prefix: /}\n                direct_response: {status: 200, body: {inline_string: ok}}",
+      "", "", "generate_request_id: false", port);
 }
 
 int connect_to(uint16_t port) {

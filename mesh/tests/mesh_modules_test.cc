@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "config/bootstrap.h"
+#include "hcm_bootstrap.h"
 #include "http/http1.h"
 #include "modules/cluster.h"
 #include "modules/filter.h"
@@ -30,30 +31,7 @@ constexpr int64_t kSec = 1'000 * kMs;
 // (YAML indented for its place), `http_filters` before the router, and `clusters`.
 std::string bootstrap_yaml(const std::string& virtual_hosts, const std::string& clusters,
                            const std::string& http_filters = "") {
-  return R"(
-static_resources:
-  listeners:
-  - name: http
-    address:
-      socket_address: {address: 127.0.0.1, port_value: 10000}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: http
-          route_config:
-            virtual_hosts:
-)" + virtual_hosts +
-         R"(
-          http_filters:
-)" + http_filters +
-         R"(
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-)" + clusters;
+  return testing::hcm_bootstrap(virtual_hosts, clusters, http_filters);
 }
 
 // A STATIC cluster named `name` with endpoints 127.0.0.1:<port> (weight w), and `extra` cluster fields.
