@@ -8,12 +8,17 @@
 
 #include "config/bootstrap.h"
 #include "config_refusal.h"
+#include "engine_socket.h"
 #include "tls_test_pki.h"
 
 namespace dpukit::mesh::config {
 namespace {
 
 using testing::Pki;
+
+// The cluster's socket: its UpstreamTlsContext wrapped, the records on the cores.
+const std::string kClusterSocket =
+    "    transport_socket:\n" + testing::engine_socket(6, "CORES", "UpstreamTlsContext", "sni: backend.local");
 
 const std::string kConfig = R"(
 static_resources:
@@ -22,33 +27,14 @@ static_resources:
     address: {socket_address: {address: 127.0.0.1, port_value: 15006}}
     filter_chains:
     - transport_socket:
-        name: dpukit.transport_sockets.crypto_engine
-        typed_config:
-          "@type": type.googleapis.com/dpukit.mesh.v1.CryptoEngineTransportSocket
-          record_crypto: ENGINE
-          transport_socket:
-            name: envoy.transport_sockets.tls
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
-              common_tls_context:
-                tls_certificates: [{certificate_chain: {filename: $DIR/server.crt}, private_key: {filename: $DIR/server.key}}]
-      filters:
+)" + testing::engine_socket(8, "ENGINE", "DownstreamTlsContext", R"(common_tls_context:
+  tls_certificates: [{certificate_chain: {filename: $DIR/server.crt}, private_key: {filename: $DIR/server.key}}])") + R"(      filters:
       - name: envoy.filters.network.tcp_proxy
         typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, stat_prefix: in, cluster: backend}
   clusters:
   - name: backend
     load_assignment: {cluster_name: backend, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 8080}}}}]}]}
-    transport_socket:
-      name: dpukit.transport_sockets.crypto_engine
-      typed_config:
-        "@type": type.googleapis.com/dpukit.mesh.v1.CryptoEngineTransportSocket
-        record_crypto: CORES
-        transport_socket:
-          name: envoy.transport_sockets.tls
-          typed_config:
-            "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
-            sni: backend.local
-)";
+)" + kClusterSocket;
 
 constexpr const char* kListener = "static_resources.listeners[0].filter_chains[0].transport_socket";
 constexpr const char* kCluster = "static_resources.clusters[0].transport_socket";
@@ -79,17 +65,7 @@ TEST_F(ConfigEngine, ReadsTheWrappedTlsContextAndTheChoice) {
   EXPECT_FALSE(up->common.record_crypto_engine);
   EXPECT_EQ(up->sni, "backend.local");
   // The plain TLS socket has no engine.
-  const Bootstrap plain = parse_bootstrap(config(R"(    transport_socket:
-      name: dpukit.transport_sockets.crypto_engine
-      typed_config:
-        "@type": type.googleapis.com/dpukit.mesh.v1.CryptoEngineTransportSocket
-        record_crypto: CORES
-        transport_socket:
-          name: envoy.transport_sockets.tls
-          typed_config:
-            "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
-            sni: backend.local
-)", R"(    transport_socket:
+  const Bootstrap plain = parse_bootstrap(config(kClusterSocket, R"(    transport_socket:
       name: envoy.transport_sockets.tls
       typed_config:
         "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext

@@ -24,6 +24,7 @@
 #include "config/bootstrap.h"
 #include "control/control_plane.h"
 #include "dataplane/loop_dilation.h"
+#include "engine_socket.h"
 #include "dpukit/core/accounting.h"
 #include "tls/engine_crypto.h"
 #include "tls_test_pki.h"
@@ -185,19 +186,10 @@ std::string engine_config(const testing::Pki& pki, int port, const std::string& 
     address: {socket_address: {address: 127.0.0.1, port_value: PORT}}
     filter_chains:
     - transport_socket:
-        name: dpukit.transport_sockets.crypto_engine
-        typed_config:
-          "@type": type.googleapis.com/dpukit.mesh.v1.CryptoEngineTransportSocket
-          record_crypto: RC
-          transport_socket:
-            name: envoy.transport_sockets.tls
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
-              require_client_certificate: true
-              common_tls_context:
-                tls_certificates: [{certificate_chain: {filename: DIR/server.crt}, private_key: {filename: DIR/server.key}}]
-                validation_context: {trusted_ca: {filename: DIR/ca.crt}}
-      filters:
+)" + testing::engine_socket(8, record_crypto, "DownstreamTlsContext", R"(require_client_certificate: true
+common_tls_context:
+  tls_certificates: [{certificate_chain: {filename: DIR/server.crt}, private_key: {filename: DIR/server.key}}]
+  validation_context: {trusted_ca: {filename: DIR/ca.crt}})") + R"(      filters:
       - name: envoy.filters.network.http_connection_manager
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
@@ -209,7 +201,6 @@ std::string engine_config(const testing::Pki& pki, int port, const std::string& 
     for (size_t at; (at = text.find(what)) != std::string::npos;) text.replace(at, what.size(), with);
   };
   put("PORT", std::to_string(port));
-  put("RC", record_crypto);
   put("DIR", pki.dir().string());
   put("BODY", std::string(body_kib << 10, 'x'));
   return text;
