@@ -5,12 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <sys/socket.h>
-#include <sys/wait.h>
 
 #include <atomic>
-#include <cstdio>
 #include <map>
-#include <thread>
 
 #include "e2e/apprecog.h"
 #include "e2e/client.h"
@@ -18,6 +15,8 @@
 #include "e2e/engine_offload.h"
 #include "e2e/server.h"
 #include "e2e/udp.h"
+#include "e2e_loopback.h"
+#include "tool_run.h"
 
 namespace dpukit::bench::e2e {
 namespace {
@@ -80,12 +79,7 @@ TEST(E2eEngine, RefusedWhereTheCardHasNoSuchEngineOrTheWorkIsNotTheDpus) {
 // The tool turns each refusal into exit 2 with its message, before it binds anything.
 TEST(E2eEngine, TheToolRefusesWithExit2NamingTheGeneration) {
   auto run_tool = [](const std::string& args, std::string& out) {
-    const std::string cmd = std::string(DPUKIT_BENCH_TOOL) + " e2e-server --program apprecog --port 0 " + args + " 2>&1";
-    FILE* f = popen(cmd.c_str(), "r");
-    out.clear();
-    char buf[512];
-    while (f && fgets(buf, sizeof buf, f)) out += buf;
-    return f ? WEXITSTATUS(pclose(f)) : -1;
+    return run_bench_tool("e2e-server --program apprecog --port 0 " + args, out);
   };
   std::string out;
   EXPECT_EQ(run_tool("--place dpu --dpu-speed bluefield3 --engine regex", out), 2);
@@ -97,23 +91,6 @@ TEST(E2eEngine, TheToolRefusesWithExit2NamingTheGeneration) {
   EXPECT_EQ(run_tool("--place dpu --dpu-speed host --engine regex", out), 2);
   EXPECT_NE(out.find("BlueField generation"), std::string::npos) << out;
 }
-
-struct Running {
-  std::unique_ptr<Server> server;
-  std::atomic<bool> stop{false};
-  CpuAccount cpu;
-  nlohmann::json figures, parameters;
-  std::thread thread;
-  explicit Running(const ServerConfig& c) : server(std::make_unique<Server>(c)), parameters(server->parameters()) {
-    thread = std::thread([this] { figures = server->run(stop, cpu); });
-  }
-  uint16_t port() const { return ntohs(server->local().sin_port); }
-  nlohmann::json finish() {
-    stop = true;
-    thread.join();
-    return figures;
-  }
-};
 
 // Every request of a payload pool, one at a time; the replies by sequence number.
 std::map<uint64_t, Bytes> replies_to_pool(uint16_t port, size_t size, size_t count) {
@@ -153,7 +130,7 @@ TEST(E2eEngine, TheServerRepliesTheSameWithAndWithoutTheEngines) {
   for (size_t size : {64, 1024}) {
     std::map<std::string, std::map<uint64_t, Bytes>> by_mode;
     for (const char* engines : {"", "regex", "compress", "regex,compress"}) {
-      Running srv(engine_config(engines));
+      LoopbackServer srv(engine_config(engines));
       by_mode[engines] = replies_to_pool(srv.port(), size, 45);
       const nlohmann::json f = srv.finish();
       ASSERT_EQ(f.at("packets_processed"), 45u) << engines;
@@ -206,20 +183,11 @@ TEST(E2eEngine, TheServerRepliesTheSameWithAndWithoutTheEngines) {
 // Under a client's load: every reply checked by the client, the dpu thread
 // dilated (its own work only), and the RXP's jobs the requests.
 TEST(E2eEngine, UnderLoadTheClientsChecksPassAndTheDpuThreadIsDilated) {
-  Running srv(engine_config("regex,compress"));
-  ClientConfig cc;
-  cc.program = Program::kAppRecog;
-  cc.server_host = "127.0.0.1";
-  cc.port = srv.port();
-  cc.size = 256;
-  cc.interval_us = 50;
-  cc.duration_s = 0.25;
-  cc.pool = 60;
-  cc.drain_s = 0.3;
+  LoopbackServer srv(engine_config("regex,compress"));
+  ClientConfig cc = client_of(srv, Program::kAppRecog, 256, 50, 0.25);
   cc.verify_every = 2;
-  std::atomic<bool> stop{false};
   CpuAccount ccpu;
-  const nlohmann::json cf = run_client(cc, stop, ccpu);
+  const nlohmann::json cf = run_client_to_end(cc, ccpu);
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   const nlohmann::json sf = srv.finish();
   const auto& r = cf.at("replies");

@@ -11,7 +11,6 @@
 #include <functional>
 #include <map>
 #include <set>
-#include <thread>
 
 #include "e2e/apprecog.h"
 #include "e2e/client.h"
@@ -19,6 +18,7 @@
 #include "e2e/flow_count.h"
 #include "e2e/server.h"
 #include "e2e/udp.h"
+#include "e2e_loopback.h"
 #include "regex_ref.h"
 
 namespace dpukit::bench::e2e {
@@ -306,29 +306,6 @@ TEST(E2eAppRecog, RepliesAreRightAndAWrongOneIsCaught) {
 
 // ------------------------------------------------------------ over loopback
 
-struct LoopbackServer {
-  std::unique_ptr<Server> server;
-  std::atomic<bool> stop{false};
-  CpuAccount cpu;
-  nlohmann::json figures;
-  std::thread thread;
-
-  explicit LoopbackServer(ServerConfig c) {
-    c.bind_host = "127.0.0.1";
-    c.port = 0;
-    c.recv_timeout_us = 5000;
-    c.placement = Placement::plan("", "", "");
-    server = std::make_unique<Server>(c);
-    thread = std::thread([this] { figures = server->run(stop, cpu); });
-  }
-  uint16_t port() const { return ntohs(server->local().sin_port); }
-  nlohmann::json finish() {
-    stop = true;
-    thread.join();
-    return figures;
-  }
-};
-
 void send_raw(const UdpSocket& s, const Bytes& d) {
   ASSERT_EQ(send(s.fd(), d.data(), d.size(), 0), static_cast<ssize_t>(d.size()));
 }
@@ -406,20 +383,11 @@ TEST(E2eServer, RefusesABadConfiguration) {
 }
 
 nlohmann::json client_against(LoopbackServer& srv, Program program, size_t size, double interval_us, double seconds) {
-  ClientConfig cc;
-  cc.program = program;
-  cc.server_host = "127.0.0.1";
-  cc.port = srv.port();
-  cc.size = size;
-  cc.interval_us = interval_us;
-  cc.duration_s = seconds;
+  ClientConfig cc = client_of(srv, program, size, interval_us, seconds);
   cc.flows = 64;
-  cc.pool = 60;
-  cc.drain_s = 0.3;
   cc.verify_every = 4;
-  std::atomic<bool> stop{false};
   CpuAccount cpu;
-  nlohmann::json f = run_client(cc, stop, cpu);
+  nlohmann::json f = run_client_to_end(cc, cpu);
   EXPECT_GT(cpu.get(Place::kHost), 0u);
   return f;
 }
@@ -474,19 +442,13 @@ TEST(E2eClientServer, GsoBurstsArriveAsWellFormedDatagrams) {
   ServerConfig c;
   c.program = Program::kFlowTable;
   LoopbackServer srv(c);
-  ClientConfig cc;
-  cc.program = Program::kFlowTable;
-  cc.server_host = "127.0.0.1";
-  cc.port = srv.port();
-  cc.size = 200;
-  cc.interval_us = 0;  // as fast as possible: every send is a full burst
-  cc.duration_s = 0.05;
+  // Interval 0: as fast as possible, every send a full burst.
+  ClientConfig cc = client_of(srv, Program::kFlowTable, 200, 0, 0.05);
   cc.burst = 32;
   cc.gso = true;
   cc.flows = 64;
-  std::atomic<bool> stop{false};
   CpuAccount cpu;
-  const nlohmann::json cf = run_client(cc, stop, cpu);
+  const nlohmann::json cf = run_client_to_end(cc, cpu);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const nlohmann::json sf = srv.finish();
   EXPECT_GT(cf.at("gso").at("sends").get<uint64_t>(), 0u) << cf.at("gso").at("refused");

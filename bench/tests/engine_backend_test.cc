@@ -10,12 +10,12 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <sys/wait.h>
 
 #include "dpukit/bench.h"
 #include "dpukit/core/accounting.h"
 #include "engine_backend.h"
 #include "operator.h"
+#include "tool_run.h"
 
 namespace dpukit::bench {
 namespace {
@@ -139,14 +139,7 @@ TEST(EngineBackend, RefusesARunWithoutACardOrOffTheDpuPlace) {
 // The tool: a run without a card exits 2 naming why; one on bluefield3
 // lists rxp_match's engine as unavailable naming the generation.
 TEST(EngineBackend, TheToolRefusesHostSpeedAndListsAMissingEngine) {
-  auto run_tool = [](const std::string& args, std::string& out) {
-    const std::string cmd = std::string(DPUKIT_BENCH_TOOL) + " run " + args + " 2>&1";
-    FILE* f = popen(cmd.c_str(), "r");
-    out.clear();
-    char buf[512];
-    while (f && fgets(buf, sizeof buf, f)) out += buf;
-    return f ? WEXITSTATUS(pclose(f)) : -1;
-  };
+  auto run_tool = [](const std::string& args, std::string& out) { return run_bench_tool("run " + args, out); };
   std::string out;
   EXPECT_EQ(run_tool("--ops rxp_match --sizes 64 --backend engine --place dpu --dpu-speed host", out), 2);
   EXPECT_NE(out.find("the engine backend needs a BlueField generation"), std::string::npos) << out;

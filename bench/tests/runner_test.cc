@@ -17,6 +17,7 @@
 #include "dpukit/core/results.h"
 #include "operator.h"
 #include "packet.h"
+#include "tool_run.h"
 
 namespace dpukit::bench {
 namespace {
@@ -303,14 +304,9 @@ TEST(RunnerPackets, Rfc1071Example) {
 
 TEST(RunnerTool, CheckFailureExitsNonZeroAndNamesTheOperator) {
   // The tool refuses an unknown operator with exit 2 and a message.
-  std::string cmd = std::string(DPUKIT_BENCH_TOOL) + " run --ops nope --sizes 64 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  char buf[512] = {};
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  int rc = pclose(f);
-  EXPECT_EQ(WEXITSTATUS(rc), 2);
-  EXPECT_NE(std::string(buf, n).find("unknown operator 'nope'"), std::string::npos) << std::string(buf, n);
+  std::string out;
+  EXPECT_EQ(run_bench_tool("run --ops nope --sizes 64", out), 2);
+  EXPECT_NE(out.find("unknown operator 'nope'"), std::string::npos) << out;
 }
 
 // ------------------------------------------------------------ the dpu's speed
