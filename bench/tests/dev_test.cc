@@ -36,12 +36,6 @@
 namespace dpukit::bench {
 namespace {
 
-Bytes random_bytes(size_t n, uint64_t seed) {
-  Bytes b(n);
-  fill_random(b, seed);
-  return b;
-}
-
 // ---- OpenSSL and zlib, called directly --------------------------------
 
 Bytes openssl_gcm(const Bytes& key, const uint8_t* iv12, std::span<const uint8_t> pt) {
