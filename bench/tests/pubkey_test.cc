@@ -280,58 +280,61 @@ Bytes rs_of(const SigVector& v) {
   return rs;
 }
 
+// RFC 6979's vectors for a signer (DSA or ECDSA, SHA-256): each message's
+// deterministic nonce k, its signature (r, s), and that the signature verifies.
+template <class Signer, size_t N>
+void expect_rfc6979(const Signer& signer, const SigVector (&vectors)[N]) {
+  for (const SigVector& v : vectors) {
+    const Bytes msg = text(v.message);
+    EXPECT_EQ(signer.nonce(sha256_ref(msg)), H(v.k)) << v.message;
+    Bytes rs(64);
+    signer.sign(msg, rs);
+    EXPECT_EQ(hex(rs), hex(rs_of(v))) << v.message;
+    EXPECT_TRUE(signer.verify(msg, rs));
+  }
+}
+
 TEST(PubkeyDsa, Rfc6979A22Sha256) {
   const bn::DsaSha256 dsa = rfc_dsa();  // the constructor checks g^q = 1 and y = g^x
-  for (const SigVector& v : kRfc6979Dsa2048Sha256) {
-    const Bytes msg = text(v.message);
-    EXPECT_EQ(dsa.nonce(sha256_ref(msg)), H(v.k)) << v.message;
-    Bytes rs(64);
-    dsa.sign(msg, rs);
-    EXPECT_EQ(hex(rs), hex(rs_of(v))) << v.message;
-    EXPECT_TRUE(dsa.verify(msg, rs));
-  }
+  expect_rfc6979(dsa, kRfc6979Dsa2048Sha256);
+}
+
+// `rs` verifies for `msg` and not for `other`, nor with one bit of it
+// flipped (byte `at`), nor as all zeros.
+template <class Signer>
+void expect_only_its_signature(const Signer& signer, const Bytes& msg, const Bytes& other, const Bytes& rs, size_t at,
+                               uint8_t bit) {
+  ASSERT_TRUE(signer.verify(msg, rs));
+  EXPECT_FALSE(signer.verify(other, rs));
+  Bytes bad = rs;
+  bad[at] ^= bit;
+  EXPECT_FALSE(signer.verify(msg, bad));
+  EXPECT_FALSE(signer.verify(msg, Bytes(64, 0)));
 }
 
 TEST(PubkeyDsa, VerifyRejectsTamperedSignatureAndMessage) {
   const bn::DsaSha256 dsa = rfc_dsa();
   const Bytes msg = text("sample"), rs = rs_of(kRfc6979Dsa2048Sha256[0]);
-  ASSERT_TRUE(dsa.verify(msg, rs));
-  EXPECT_FALSE(dsa.verify(text("samplf"), rs));
-  Bytes bad = rs;
-  bad[40] ^= 0x04;
-  EXPECT_FALSE(dsa.verify(msg, bad));
+  expect_only_its_signature(dsa, msg, text("samplf"), rs, 40, 0x04);
   Bytes swapped(rs.begin() + 32, rs.end());
   swapped.insert(swapped.end(), rs.begin(), rs.begin() + 32);
   EXPECT_FALSE(dsa.verify(msg, swapped));
   Bytes r_is_q = H(kDsa2048Key.q).to_bytes(32);
   r_is_q.insert(r_is_q.end(), rs.begin() + 32, rs.end());
   EXPECT_FALSE(dsa.verify(msg, r_is_q));
-  EXPECT_FALSE(dsa.verify(msg, Bytes(64, 0)));
 }
 
 TEST(PubkeyEcdsa, Rfc6979A25Sha256) {
   const bn::EcdsaP256Sha256 ecdsa(H(kP256Key.d));
   EXPECT_EQ(ecdsa.public_key().x, H(kP256Key.qx));  // RFC 6979 A.2.5: U = x G
   EXPECT_EQ(ecdsa.public_key().y, H(kP256Key.qy));
-  for (const SigVector& v : kRfc6979P256Sha256) {
-    const Bytes msg = text(v.message);
-    EXPECT_EQ(ecdsa.nonce(sha256_ref(msg)), H(v.k)) << v.message;
-    Bytes rs(64);
-    ecdsa.sign(msg, rs);
-    EXPECT_EQ(hex(rs), hex(rs_of(v))) << v.message;
-    EXPECT_TRUE(ecdsa.verify(msg, rs));
-  }
+  expect_rfc6979(ecdsa, kRfc6979P256Sha256);
 }
 
 TEST(PubkeyEcdsa, VerifyRejectsTamperedSignatureMessageAndKey) {
   const bn::EcdsaP256Sha256 ecdsa(H(kP256Key.d));
   const Bytes msg = text("test"), rs = rs_of(kRfc6979P256Sha256[1]);
-  ASSERT_TRUE(ecdsa.verify(msg, rs));
-  EXPECT_FALSE(ecdsa.verify(text("Test"), rs));
-  Bytes bad = rs;
-  bad[5] ^= 0x10;
-  EXPECT_FALSE(ecdsa.verify(msg, bad));
-  EXPECT_FALSE(ecdsa.verify(msg, Bytes(64, 0)));
+  expect_only_its_signature(ecdsa, msg, text("Test"), rs, 5, 0x10);
   EXPECT_FALSE(bn::EcdsaP256Sha256::verify(bn::P256::instance().generator(), msg, rs));  // another key
   bn::P256::Affine off = ecdsa.public_key();
   off.x = off.x + BigInt(1);
