@@ -349,6 +349,18 @@ class LiveTest : public ::testing::Test {
 const Flow kHeavy{0x0a000001, 0x0a000002, 40000, 443, 17};
 const Flow kLight{0x0a000003, 0x0a000002, 5353, 53, 6};
 
+// Many light flows, so that RSS spreads them over the queues: kLight from
+// 32 source ports, a frame each.
+std::vector<Bytes> light_frames() {
+  std::vector<Bytes> light;
+  for (uint16_t i = 0; i < 32; ++i) {
+    Flow f = kLight;
+    f.sport = static_cast<uint16_t>(20000 + i);
+    light.push_back(frame(f));
+  }
+  return light;
+}
+
 TEST_F(LiveTest, HeavyFlowCountedInKernelLightFlowsReachTheWorkers) {
   open(fast_table(16));
   if (IsSkipped()) return;
@@ -366,14 +378,8 @@ TEST_F(LiveTest, HeavyFlowCountedInKernelLightFlowsReachTheWorkers) {
 
   Bytes heavy = frame(kHeavy);
   sender_->send(heavy, 5);
-  // Many light flows, so that RSS spreads them over the queues.
-  std::vector<Bytes> light;
-  for (uint16_t i = 0; i < 32; ++i) {
-    Flow f = kLight;
-    f.sport = static_cast<uint16_t>(20000 + i);
-    light.push_back(frame(f));
-    sender_->send(light.back(), 2);
-  }
+  const std::vector<Bytes> light = light_frames();
+  for (const auto& f : light) sender_->send(f, 2);
 
   FlowCounters c = counted(kHeavy.key(), 105);
   EXPECT_EQ(c.packets, 105u);
@@ -637,13 +643,8 @@ TEST_F(LiveTest, NativeModeOnVeth) {
   ASSERT_EQ(next_event(kHeavy.key()).kind, FlowEvent::Kind::kInserted);
   Bytes heavy = frame(kHeavy);
   sender_->send(heavy, 3);
-  std::vector<Bytes> light;
-  for (uint16_t i = 0; i < 32; ++i) {
-    Flow f = kLight;
-    f.sport = static_cast<uint16_t>(20000 + i);
-    light.push_back(frame(f));
-    sender_->send(light.back());
-  }
+  const std::vector<Bytes> light = light_frames();
+  for (const auto& f : light) sender_->send(f);
   EXPECT_EQ(counted(kHeavy.key(), 3).packets, 3u);
   EXPECT_TRUE(receive_until([&] {
     for (const auto& f : light)
