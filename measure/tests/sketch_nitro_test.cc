@@ -12,6 +12,7 @@
 #include "sketches/count_min.h"
 #include "sketches/count_sketch.h"
 #include "sketches/nitro.h"
+#include "unbiased.h"
 #include "zipf.h"
 
 namespace dpukit::measure::sketches {
@@ -151,26 +152,9 @@ TEST(SketchNitro, WeightIsExactlyOneOverP) {
 
 TEST(SketchNitro, CountSketchIsUnbiasedOverSeeds) {
   const ZipfStream z(2000, 20000, 1.0, 11);
-  const size_t kSeeds = 200;
-  const size_t tracked[] = {0, 3, 30};
-  std::vector<double> sum(3, 0), sumsq(3, 0);
-  for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
-    NitroCountSketch s(nitro_budget(256, 32), nitro_options(seed, 0.1));
-    for (size_t i = 0; i < z.packets.size(); ++i) s.update(z.key(i));
-    for (size_t t = 0; t < 3; ++t) {
-      const double e = s.estimate(z.flows[tracked[t]]) - double(z.truth[tracked[t]]);
-      sum[t] += e;
-      sumsq[t] += e * e;
-    }
-  }
-  for (size_t t = 0; t < 3; ++t) {
-    const double mean = sum[t] / kSeeds;
-    const double sd = std::sqrt(sumsq[t] / kSeeds - mean * mean);
-    SCOPED_TRACE("rank " + std::to_string(tracked[t]) + ": mean error " + std::to_string(mean) + " sd " +
-                 std::to_string(sd));
-    EXPECT_LE(std::abs(mean), 4.0 * sd / std::sqrt(double(kSeeds)) + 1.0);
-    EXPECT_GT(sd, 0.0);
-  }
+  expect_unbiased(z, {0, 3, 30}, 200, [](uint64_t seed) {
+    return NitroCountSketch(nitro_budget(256, 32), nitro_options(seed, 0.1));
+  });
 }
 
 // nitro-cms: each sampled row counter is an unbiased estimate of the vanilla
