@@ -180,6 +180,16 @@ def cluster_of(name: str, addresses: list[str], extra: str = "", endpoint_extra:
 """
 
 
+# Cluster fields (cluster_of's ``extra``): the cluster's upstream speaks HTTP/2.
+H2_UPSTREAM = """\
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config:
+          http2_protocol_options: {}
+"""
+
+
 def cluster(name: str, ports: list[int], extra: str = "") -> str:
     """A STATIC round-robin cluster on the loopback address at ``ports``."""
     return cluster_of(name, [socket_address(p) for p in ports], extra)

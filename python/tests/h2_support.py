@@ -9,15 +9,9 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from dpukit.mesh_harness import H2_UPSTREAM  # noqa: F401 (the h2 tests' cluster fields)
 from mesh_support import TcpUpstream
 
-H2_UPSTREAM = """\
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config:
-          http2_protocol_options: {}
-"""
 
 
 @dataclass

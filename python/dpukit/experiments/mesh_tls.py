@@ -29,8 +29,9 @@ from dpukit.errors import DpukitError
 from dpukit.experiment_support import add_chain_commands, error_note, fmt_mr, goal_rows
 from dpukit.experiments import Context, experiment
 from dpukit.mesh_harness import HCM as HCM_TYPE
-from dpukit.mesh_harness import (DPU_CPU, L4_TOPOLOGIES, LOADS, LOOPBACK, TOOL, TOPOLOGIES, Chain, Load, Phase, Sweep,
-                                 Swept, Topology, collect_sweep, just, start_iperf_server, start_proxy, start_service)
+from dpukit.mesh_harness import (DPU_CPU, H2_UPSTREAM, L4_TOPOLOGIES, LOADS, LOOPBACK, TOOL, TOPOLOGIES, Chain, Load,
+                                 Phase, Sweep, Swept, Topology, collect_sweep, just, start_iperf_server, start_proxy,
+                                 start_service)
 from dpukit.plots import BarPanel, bars_plot
 from dpukit.procs import free_port, http_get
 from dpukit.report import Section
@@ -381,13 +382,7 @@ def tls_cluster(name: str, port: int, *, transport_socket: str = "", http2: bool
     """A STATIC cluster of one endpoint on 127.0.0.1:``port`` (a
     ``static_resources.clusters`` item), with a transport socket from
     upstream_tls(4) and HTTP/2 upstream when ``http2``."""
-    h2 = """\
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config:
-          http2_protocol_options: {}
-""" if http2 else ""
+    h2 = H2_UPSTREAM if http2 else ""
     return f"""\
   - name: {name}
     connect_timeout: 1s
