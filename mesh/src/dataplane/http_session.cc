@@ -440,7 +440,24 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   }
 
   // ---- downstream writing ----
+  // Writes what is pending once the handler that queued it is done: a
+  // response's head and body (often one upstream read) go out in one send,
+  // as Envoy writes a connection's buffer once per event, and what the
+  // handler does after them (the access log line) is not between the two.
   void flush() {
+    if (closed_ || out_.writing || write_posted_) return;
+    if (out_.pending.empty()) {
+      if (close_after_write_) close();
+      return;
+    }
+    write_posted_ = true;
+    asio::post(w_.io(), [self = shared_from_this()] {
+      self->write_posted_ = false;
+      self->write_pending();
+    });
+  }
+
+  void write_pending() {
     if (closed_ || out_.writing) return;
     if (out_.pending.empty()) {
       if (close_after_write_) close();
@@ -494,6 +511,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession>,
   std::optional<http::ParseFailure> refused_in_stage_;  // refuse() while the head was in the stages
   int64_t feed_start_ns_ = 0;
   bool reading_ = false, read_paused_ = false, closed_ = false, close_after_write_ = false;
+  bool write_posted_ = false;  // flush() posted the write of what is pending
   bool h2_sniff_ = false;  // the first bytes may be the HTTP/2 preface
   uint64_t drain_id_ = 0;  // with the worker's drain manager
 };
