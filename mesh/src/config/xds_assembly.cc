@@ -20,37 +20,28 @@ std::atomic<uint64_t> next_revision{1};
 std::string quoted(std::string_view kind, const std::string& name) { return std::string(kind) + " '" + name + "'"; }
 std::string stand_in_label(const std::string& name) { return quoted("Cluster", name) + " (named by a route, not delivered)"; }
 
-// The members of a JSON object or array, or nothing when it is not one (the
-// parser reports the wrong shape with its path).
-const json& member(const json& j, const char* key) {
-  static const json kNull;
-  if (!j.is_object()) return kNull;
-  auto it = j.find(key);
-  return it == j.end() ? kNull : *it;
-}
-
 void add_name(const json& j, std::set<std::string>& out) {
   if (j.is_string()) out.insert(j.get<std::string>());
 }
 
 void add_weighted(const json& weighted, std::set<std::string>& out) {
-  const json& clusters = member(weighted, "clusters");
+  const json& clusters = json_member(weighted, "clusters");
   if (clusters.is_array())
-    for (const json& c : clusters) add_name(member(c, "name"), out);
+    for (const json& c : clusters) add_name(json_member(c, "name"), out);
 }
 
 // The clusters a route names.
 void route_clusters(const json& route, std::set<std::string>& out) {
-  add_name(member(member(route, "route"), "cluster"), out);
-  add_weighted(member(member(route, "route"), "weighted_clusters"), out);
+  add_name(json_member(json_member(route, "route"), "cluster"), out);
+  add_weighted(json_member(json_member(route, "route"), "weighted_clusters"), out);
 }
 
 // The clusters a route configuration names.
 void route_references(const json& route_config, std::set<std::string>& out) {
-  const json& vhosts = member(route_config, "virtual_hosts");
+  const json& vhosts = json_member(route_config, "virtual_hosts");
   if (!vhosts.is_array()) return;
   for (const json& vh : vhosts) {
-    const json& routes = member(vh, "routes");
+    const json& routes = json_member(vh, "routes");
     if (!routes.is_array()) continue;
     for (const json& r : routes) route_clusters(r, out);
   }
@@ -58,9 +49,9 @@ void route_references(const json& route_config, std::set<std::string>& out) {
 
 // The clusters an HCM's inline route configuration or a tcp_proxy names.
 void cluster_references(const json& typed_config, std::set<std::string>& out) {
-  add_name(member(typed_config, "cluster"), out);  // tcp_proxy
-  add_weighted(member(typed_config, "weighted_clusters"), out);
-  route_references(member(typed_config, "route_config"), out);
+  add_name(json_member(typed_config, "cluster"), out);  // tcp_proxy
+  add_weighted(json_member(typed_config, "weighted_clusters"), out);
+  route_references(json_member(typed_config, "route_config"), out);
 }
 
 // A route configuration read whole, apart as one read route by route is: its
@@ -78,7 +69,7 @@ XdsResourceValue routes_apart(const json& route_config) {
     json& vhosts = out.json[key] = json::array();
     for (const json& vh : value) {
       out.routes->emplace_back();
-      if (!vh.is_object() || !member(vh, "routes").is_array()) {
+      if (!vh.is_object() || !json_member(vh, "routes").is_array()) {
         vhosts.push_back(vh);
         continue;
       }
@@ -169,6 +160,13 @@ bool XdsResourceValue::operator==(const XdsResourceValue& other) const {
   return true;
 }
 
+const json& json_member(const json& j, const char* key) {
+  static const json kNull;
+  if (!j.is_object()) return kNull;
+  auto it = j.find(key);
+  return it == j.end() ? kNull : *it;
+}
+
 XdsResource xds_resource(json j) {
   auto v = std::make_shared<XdsResourceValue>();
   v->json = std::move(j);
@@ -191,10 +189,10 @@ XdsAssembler::ClusterParse& XdsAssembler::cluster(const std::string& name, const
   next.cluster = resource;
   json c = resource->json;
   Labels labels{{label, label}};
-  if (member(c, "type") == "EDS") {
+  if (json_member(c, "type") == "EDS") {
     // EDS: the endpoints come as a ClusterLoadAssignment named by
     // service_name (default: the cluster's name); it becomes load_assignment.
-    const Fields eds = At(yaml_from_json(member(c, "eds_cluster_config")), label + ": eds_cluster_config", 0)
+    const Fields eds = At(yaml_from_json(json_member(c, "eds_cluster_config")), label + ": eds_cluster_config", 0)
                            .fields("envoy.config.cluster.v3.Cluster.EdsClusterConfig", {"eds_config", "service_name"});
     parse_ads_source(eds.required("eds_config"));
     next.eds = true;
@@ -229,7 +227,7 @@ XdsAssembler::ListenerParse& XdsAssembler::listener(const std::string& name, con
       if (!filter.is_object() || !filter["typed_config"].is_object()) continue;
       json& tc = filter["typed_config"];
       const std::string where = "filter_chains[" + std::to_string(ci) + "].filters[" + std::to_string(fi) + "].typed_config";
-      if (member(filter, "name") == kHcmName && tc.contains("rds")) {
+      if (json_member(filter, "name") == kHcmName && tc.contains("rds")) {
         // RDS: a stand-in where the HCM names its route configuration, which
         // is parsed apart (route_config) and put in its place.
         const Fields rds = At(yaml_from_json(tc["rds"]), label + ": " + where + ".rds", 0)
@@ -244,7 +242,7 @@ XdsAssembler::ListenerParse& XdsAssembler::listener(const std::string& name, con
         next.rds.push_back({ci, route, where + ".route_config", quoted("RouteConfiguration", route)});
         labels.emplace_back(label + "." + next.rds.back().where, next.rds.back().label);
       }
-      if (member(filter, "name") == kHcmName || member(filter, "name") == kTcpProxyName)
+      if (json_member(filter, "name") == kHcmName || json_member(filter, "name") == kTcpProxyName)
         cluster_references(tc, next.referenced);
     }
   }

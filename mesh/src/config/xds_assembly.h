@@ -45,6 +45,9 @@ struct XdsResourceValue {
 // without comparing it.
 using XdsResource = std::shared_ptr<const XdsResourceValue>;
 XdsResource xds_resource(nlohmann::json json);  // a whole one
+// The member `key` of a JSON object, or null when it has none or is not an
+// object (the parser then reports the wrong shape with its path).
+const nlohmann::json& json_member(const nlohmann::json& j, const char* key);
 
 // The resources last accepted, per type URL, by name.
 struct XdsResources {

@@ -44,12 +44,6 @@ std::string resource_name(const std::string& type, const json& resource) {
   return name.is_string() ? name.get<std::string>() : "";
 }
 
-const json& member(const json& j, const char* key) {
-  static const json kNull;
-  if (!j.is_object()) return kNull;
-  auto it = j.find(key);
-  return it == j.end() ? kNull : *it;
-}
 
 std::string short_type(const std::string& type) {
   if (type == kListenerType) return "LDS";
@@ -85,13 +79,13 @@ DeliveredResource read_resource(json element, bool delta, std::optional<config::
   DeliveredResource d;
   json resource;
   if (delta) {
-    d.name = member(element, "name").is_string() ? member(element, "name").get<std::string>() : "";
-    d.version = member(element, "version").is_string() ? member(element, "version").get<std::string>() : "";
+    d.name = config::json_member(element, "name").is_string() ? config::json_member(element, "name").get<std::string>() : "";
+    d.version = config::json_member(element, "version").is_string() ? config::json_member(element, "version").get<std::string>() : "";
     if (element.is_object() && element.contains("resource")) resource = std::move(element["resource"]);
   } else {
     resource = std::move(element);
   }
-  if (member(resource, "@type").is_string()) {
+  if (config::json_member(resource, "@type").is_string()) {
     d.type_url = resource["@type"].get<std::string>();
     resource.erase("@type");
   }
@@ -440,9 +434,9 @@ DeliveredResource AdsClient::read_route_configuration(const std::string& bytes) 
   RouteSplit split = split_routes(m, bytes, dynamic_.delta);
   if (!split.split) return read_resource(m.to_json(element_type, bytes), dynamic_.delta);
   json skeleton = m.to_json(element_type, split.element);
-  const json& resource = dynamic_.delta ? member(skeleton, "resource") : skeleton;
+  const json& resource = dynamic_.delta ? config::json_member(skeleton, "resource") : skeleton;
   // Its routes: those of the last configuration of this name whose bytes are the same are taken as read.
-  auto& last = last_routes_[member(resource, "name").is_string() ? resource["name"].get<std::string>() : ""];
+  auto& last = last_routes_[config::json_member(resource, "name").is_string() ? resource["name"].get<std::string>() : ""];
   std::unordered_map<std::string, std::shared_ptr<const json>> now;
   config::XdsResourceValue::Routes routes;
   for (std::vector<std::string>& vhost : split.routes) {
